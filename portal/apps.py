@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    name = "portal"
+    verbose_name = "Workflow runs"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,150 @@
+"""Runs: what a scientist submitted, the placement units it became, and what happened to them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from sites.models import Project
+
+
+class WorkflowTemplate(models.Model):
+    """The catalogue: Argo WorkflowTemplates that submitted workflows may ``templateRef``."""
+
+    name = models.CharField(max_length=253, unique=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, null=True, blank=True, related_name="templates"
+    )
+    manifest = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WorkflowRun(models.Model):
+    """One submission of an Argo Workflow. Status transitions: see ``RunStatus``."""
+
+    name = models.CharField(max_length=63, unique=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, null=True, blank=True, related_name="runs"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+    manifest = models.JSONField()
+    arguments = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
+    message = models.TextField(blank=True)
+    resubmitted_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {RunStatus.SUCCEEDED, RunStatus.STOPPED} or (
+            self.finished_at is not None
+        )
+
+
+class UnitRun(models.Model):
+    """One placement unit of a run; ``attempt`` grows with retries and failovers.
+
+    ``spec`` keeps what the parser and planner produced for the unit (templates, arguments,
+    requests, datasets) so later attempts and runtime placement need not parse the manifest
+    again. Phase transitions: see ``UnitPhase``.
+    """
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="units")
+    name = models.CharField(max_length=253)
+    slug = models.CharField(max_length=63)
+    template = models.CharField(max_length=253)
+    position = models.IntegerField(default=0)
+    depends = models.TextField(blank=True)
+    upstream = models.JSONField(default=list, blank=True)
+    when = models.TextField(blank=True)
+    timing = models.CharField(max_length=8, choices=UnitTiming.choices, default=UnitTiming.SUBMIT)
+    site = models.CharField(max_length=63, blank=True)
+    planned_site = models.CharField(max_length=63, blank=True)
+    phase = models.CharField(max_length=10, choices=UnitPhase.choices, default=UnitPhase.PENDING)
+    attempt = models.PositiveIntegerField(default=1)
+    reason = models.TextField(blank=True)
+    message = models.TextField(blank=True)
+    spec = models.JSONField(default=dict, blank=True)
+    outputs = models.JSONField(default=dict, blank=True)
+    workflow_name = models.CharField(max_length=63, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "position", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="unitrun_unique_name")]
+        indexes = [models.Index(fields=["workflow_name"]), models.Index(fields=["site", "phase"])]
+
+    def __str__(self) -> str:
+        return f"{self.run.name}/{self.name}"
+
+
+class PlacementDecision(models.Model):
+    """Why a unit (or a Workflow created directly on Karmada) went where it went.
+
+    ``candidates`` is the planner's full table: ``[{site, eligible, why, score, bytes_to_move,
+    est_transfer_s}]``. ``site`` is empty when nothing was eligible.
+    """
+
+    run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, null=True, blank=True, related_name="decisions"
+    )
+    unit = models.ForeignKey(
+        UnitRun, on_delete=models.CASCADE, null=True, blank=True, related_name="decisions"
+    )
+    workflow_name = models.CharField(max_length=253, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=8, choices=DecisionSource.choices)
+    timing = models.CharField(max_length=8, choices=UnitTiming.choices, default=UnitTiming.SUBMIT)
+    site = models.CharField(max_length=63, blank=True)
+    reason = models.TextField(blank=True)
+    candidates = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name or self.unit} → {self.site or '(none)'}"
+
+
+class RunEvent(models.Model):
+    """An entry of a run's history, shown on the run page and in the API."""
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="events")
+    unit = models.ForeignKey(
+        UnitRun, on_delete=models.CASCADE, null=True, blank=True, related_name="events"
+    )
+    kind = models.CharField(max_length=32)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}"

@@ -1,0 +1,220 @@
+"""Settings for the multi-site workflow portal.
+
+Everything that differs between a laptop demo, CI and production comes from environment
+variables (see ``.env.example`` for each one and its default). With no ``DATABASE_URL`` the
+portal uses an embedded SQLite file and with no broker a Celery filesystem transport, so the demo
+runs on a machine that has only Python; tests always run against PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+
+from portal.env import env, envbool, envfloat, envint, envlist
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = envbool("DEBUG", False)
+# The fallback key is only acceptable for DEBUG (``check --deploy`` flags it otherwise).
+SECRET_KEY = env("SECRET_KEY", "django-insecure-local-development-key-do-not-use-in-production")
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "sites",
+    "placement",
+    "portal",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+WSGI_APPLICATION = "portal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = env("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {
+        "default": dj_database_url.parse(
+            DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60), conn_health_checks=True
+        )
+    }
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "portal.sqlite3",
+            # The demo runs web, worker, watcher and beat against one file: wait on locks
+            # instead of failing with "database is locked".
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+# Request bodies: workflows are limited by the parser (PORTAL_MAX_BODY_BYTES); Django refuses
+# anything larger before it is read into memory.
+PORTAL_MAX_BODY_BYTES = envint("PORTAL_MAX_BODY_BYTES", 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = PORTAL_MAX_BODY_BYTES
+
+# --- Security (production defaults; DEBUG relaxes them for local use) -------------------------
+SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
+# Probes, metrics and the admission webhook are called by machines on the internal network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$", r"^webhooks/"]
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if envbool("BEHIND_PROXY") else None
+SECURE_HSTS_SECONDS = envint("SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = not DEBUG
+SECURE_HSTS_PRELOAD = envbool("SECURE_HSTS_PRELOAD", not DEBUG)
+SESSION_COOKIE_SECURE = envbool("SESSION_COOKIE_SECURE", not DEBUG)
+CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
+X_FRAME_OPTIONS = "DENY"
+
+# --- REST API -------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": envint("API_PAGE_SIZE", 50),
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Multi-site workflow portal API",
+    "DESCRIPTION": "Submit Argo Workflows once; each step runs at the right site of a Karmada fleet.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    # Served from the sidecar package so Swagger UI works without internet access.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+REDIS_URL = env("REDIS_URL", "")
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
+if not CELERY_BROKER_URL:
+    # Embedded default: kombu's filesystem transport needs no server.
+    _queue_dir = VAR_DIR / "celery-queue"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "processed_folder": str(_queue_dir),
+        "store_processed": False,
+    }
+CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
+# --- Karmada and placement ------------------------------------------------------------------
+KARMADA_KUBECONFIG = env("KARMADA_KUBECONFIG", "")
+KARMADA_IN_CLUSTER = envbool("KARMADA_IN_CLUSTER", False)
+KARMADA_NAMESPACE = env("KARMADA_NAMESPACE", "portal")
+KARMADA_REQUEST_TIMEOUT = envfloat("KARMADA_REQUEST_TIMEOUT", 10.0)
+PORTAL_LABEL_DOMAIN = env("PORTAL_LABEL_DOMAIN", "portal.multisite.io")
+PORTAL_POLICY_PREFIX = env("PORTAL_POLICY_PREFIX", "portal-site-")
+PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
+PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
+PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+PORTAL_WEBHOOK_URL = env("PORTAL_WEBHOOK_URL", "http://127.0.0.1:8000/webhooks/placement/")
+PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
+PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
+PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

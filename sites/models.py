@@ -1,0 +1,153 @@
+"""The inventory: projects, sites (Karmada member clusters), links between them, and datasets.
+
+This app is the floor of the import graph: it imports nothing of ``placement`` or ``portal``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+from sites.choices import ReplicaState, SyncMode
+
+dns_label = RegexValidator(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    "Use lower-case letters, digits and '-', starting and ending with a letter or digit "
+    "(at most 63 characters).",
+)
+
+
+class Project(models.Model):
+    """A group of scientists who share runs and datasets."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    description = models.TextField(blank=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="projects", blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Site(models.Model):
+    """One Karmada member cluster; ``name`` is the Karmada Cluster name.
+
+    Capacity figures come from the Cluster's ``status.resourceSummary`` (CPU in millicores,
+    memory in bytes). ``overrides`` is set by the site's operators and compiled into the site's
+    OverridePolicy: ``{"artifact_repository": {...}, "gpu_node_selector": {...},
+    "image_registry_mirror": "registry.example.org"}``.
+    """
+
+    name = models.CharField(max_length=63, unique=True, validators=[dns_label])
+    region = models.CharField(max_length=63, blank=True)
+    zone = models.CharField(max_length=63, blank=True)
+    provider = models.CharField(max_length=63, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    capabilities = models.JSONField(
+        default=list, blank=True, help_text='e.g. ["gpu", "nvidia-a100", "fast-scratch"]'
+    )
+    sync_mode = models.CharField(max_length=4, choices=SyncMode.choices, default=SyncMode.PUSH)
+    ready = models.BooleanField(default=False)
+    ready_changed_at = models.DateTimeField(null=True, blank=True)
+    cordoned = models.BooleanField(default=False)
+    overrides = models.JSONField(default=dict, blank=True)
+    cpu_allocatable = models.BigIntegerField(default=0, help_text="millicores")
+    cpu_allocated = models.BigIntegerField(default=0, help_text="millicores")
+    memory_allocatable = models.BigIntegerField(default=0, help_text="bytes")
+    memory_allocated = models.BigIntegerField(default=0, help_text="bytes")
+    gpu_allocatable = models.IntegerField(default=0)
+    gpu_allocated = models.IntegerField(default=0)
+    pods_allocatable = models.IntegerField(default=0)
+    pods_allocated = models.IntegerField(default=0)
+    last_sync = models.DateTimeField(null=True, blank=True)
+    operators = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="operated_sites", blank=True
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def schedulable(self) -> bool:
+        return self.ready and not self.cordoned
+
+    @property
+    def cpu_free(self) -> int:
+        return max(self.cpu_allocatable - self.cpu_allocated, 0)
+
+    @property
+    def memory_free(self) -> int:
+        return max(self.memory_allocatable - self.memory_allocated, 0)
+
+    @property
+    def gpu_free(self) -> int:
+        return max(self.gpu_allocatable - self.gpu_allocated, 0)
+
+
+class SiteLink(models.Model):
+    """A directed network path between two sites, used to estimate data movement."""
+
+    source = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="links_out")
+    target = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="links_in")
+    bandwidth_mbps = models.FloatField(validators=[MinValueValidator(0.001)])
+    cost_per_gb = models.DecimalField(max_digits=10, decimal_places=4, default=0)
+    latency_ms = models.FloatField(default=0, validators=[MinValueValidator(0)])
+
+    class Meta:
+        ordering = ["source__name", "target__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["source", "target"], name="sitelink_unique_pair"),
+            models.CheckConstraint(
+                condition=~models.Q(source=models.F("target")), name="sitelink_not_self"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} → {self.target}"
+
+
+class Dataset(models.Model):
+    """A registered input dataset. ``residency`` lists the regions its data may be read in
+    (empty: anywhere); it binds every unit that reads the dataset."""
+
+    name = models.CharField(max_length=253, unique=True)
+    uri_prefix = models.CharField(max_length=1024, blank=True)
+    bytes = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
+    format = models.CharField(max_length=63, blank=True)
+    residency = models.JSONField(default=list, blank=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="datasets", null=True, blank=True
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DatasetReplica(models.Model):
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="replicas")
+    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="replicas")
+    uri = models.CharField(max_length=1024, blank=True)
+    bytes = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
+    state = models.CharField(max_length=8, choices=ReplicaState.choices, default=ReplicaState.READY)
+
+    class Meta:
+        ordering = ["dataset__name", "site__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "site"], name="replica_unique_site")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset} @ {self.site}"

@@ -25,9 +25,7 @@ EFFECT_PARAMETERS: dict[str, set[str]] = {
 }
 
 
-def validate_rule_fields(
-    selector: Any, effect: str, parameters: Any
-) -> dict[str, list[str]]:
+def validate_rule_fields(selector: Any, effect: str, parameters: Any) -> dict[str, list[str]]:
     """Field-level problems of a rule, shared by the model's ``clean`` and the API serializer."""
     errors: dict[str, list[str]] = {}
     if not isinstance(selector, dict):
@@ -41,18 +39,14 @@ def validate_rule_fields(
             ]
         elif "labels" in selector and not isinstance(selector["labels"], dict):
             errors["selector"] = ["'labels' must be an object of label: value."]
-        elif any(
-            k != "labels" and not isinstance(v, str) for k, v in selector.items()
-        ):
+        elif any(k != "labels" and not isinstance(v, str) for k, v in selector.items()):
             errors["selector"] = ["'template', 'task', 'image' and 'project' must be strings."]
     if not isinstance(parameters, dict):
         errors["parameters"] = ["Must be an object."]
     elif effect in EFFECT_PARAMETERS:
         missing = EFFECT_PARAMETERS[effect] - set(parameters)
         if missing:
-            errors["parameters"] = [
-                f"Effect '{effect}' needs: {', '.join(sorted(missing))}."
-            ]
+            errors["parameters"] = [f"Effect '{effect}' needs: {', '.join(sorted(missing))}."]
         else:
             for key in ("sites", "capabilities"):
                 if key in parameters and not (

@@ -30,10 +30,14 @@ def _check_database() -> str | None:
 
 
 def _check_broker() -> str | None:
-    from portal.celery import app
+    from kombu import Connection
 
     try:
-        with app.connection_for_write() as conn:
+        with Connection(
+            settings.CELERY_BROKER_URL,
+            transport_options=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}),
+            connect_timeout=2,
+        ) as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:  # noqa: BLE001
         return str(exc)

@@ -86,7 +86,7 @@ else:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "portal.sqlite3",
+            "NAME": str(VAR_DIR / "portal.sqlite3"),
             # The demo runs web, worker, watcher and beat against one file: wait on locks
             # instead of failing with "database is locked".
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
@@ -109,17 +109,20 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 STATICFILES_DIRS = [BASE_DIR / "static"]
+# Production serves hashed, compressed files from ``collectstatic``; development and tests serve
+# straight from the app folders.
+STATIC_MANIFEST = envbool("STATIC_MANIFEST", not DEBUG)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if STATIC_MANIFEST
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }
-WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_USE_FINDERS = not STATIC_MANIFEST
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -162,7 +165,7 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Multi-site workflow portal API",
-    "DESCRIPTION": "Submit Argo Workflows once; each step runs at the right site of a Karmada fleet.",
+    "DESCRIPTION": "Submit an Argo Workflow once; each step runs at the right Karmada site.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     # Served from the sidecar package so Swagger UI works without internet access.

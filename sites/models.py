@@ -23,9 +23,7 @@ class Project(models.Model):
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
     description = models.TextField(blank=True)
-    members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, related_name="projects", blank=True
-    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="projects", blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

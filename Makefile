@@ -1,0 +1,44 @@
+# The two commands that matter: `make demo` and `make test` (see README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench screenshots install format clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+# The embedded demo: SQLite and a filesystem broker unless DATABASE_URL / CELERY_BROKER_URL say
+# otherwise. Everything it starts stops on Ctrl-C.
+demo: $(STAMP)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py run_demo
+
+# The whole suite against PostgreSQL and Redis (DATABASE_URL, REDIS_URL; defaults: the local
+# servers on their standard ports).
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+	$(PY) manage.py check
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/portal} $(PY) manage.py makemigrations --check --dry-run
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+# Each benchmark prints its figures beside a floor measured in the same run.
+bench: $(STAMP)
+	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf var .pytest_cache .mypy_cache .ruff_cache

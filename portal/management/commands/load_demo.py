@@ -1,0 +1,172 @@
+"""Load the demo fleet of DESIGN section 9. Idempotent: running it twice gives the same data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from rest_framework.authtoken.models import Token
+
+from placement.models import PlacementRule
+from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
+
+GIB = 1024**3
+DEMO_PASSWORD = "portal-demo"
+
+SITES: list[dict[str, Any]] = [
+    {
+        "name": "site-a",
+        "region": "eu-west",
+        "zone": "eu-west-1a",
+        "provider": "onprem",
+        "labels": {"tier": "archive", "topology.kubernetes.io/region": "eu-west"},
+        "capabilities": ["archive"],
+        "cpu_allocatable": 4000,
+        "cpu_allocated": 3500,
+        "memory_allocatable": 16 * GIB,
+        "memory_allocated": 12 * GIB,
+        "pods_allocatable": 110,
+    },
+    {
+        "name": "site-b",
+        "region": "eu-west",
+        "zone": "eu-west-1b",
+        "provider": "cloud",
+        "labels": {"tier": "compute", "topology.kubernetes.io/region": "eu-west"},
+        "capabilities": ["general-compute"],
+        "cpu_allocatable": 64000,
+        "memory_allocatable": 256 * GIB,
+        "pods_allocatable": 500,
+    },
+    {
+        "name": "site-c",
+        "region": "eu-central",
+        "zone": "eu-central-1a",
+        "provider": "hpc",
+        "labels": {
+            "tier": "gpu",
+            "accelerator": "nvidia-a100",
+            "topology.kubernetes.io/region": "eu-central",
+        },
+        "capabilities": ["gpu", "nvidia-a100"],
+        "cpu_allocatable": 32000,
+        "memory_allocatable": 256 * GIB,
+        "gpu_allocatable": 8,
+        "pods_allocatable": 200,
+    },
+]
+
+# (source, target, Mbit/s, cost per GB, latency ms). site-a -> site-b is the fast path.
+LINKS = [
+    ("site-a", "site-b", 10000, "0.00", 2),
+    ("site-b", "site-a", 10000, "0.00", 2),
+    ("site-a", "site-c", 1000, "0.02", 15),
+    ("site-c", "site-a", 1000, "0.02", 15),
+    ("site-b", "site-c", 5000, "0.01", 12),
+    ("site-c", "site-b", 5000, "0.01", 12),
+]
+
+RULES: list[dict[str, Any]] = [
+    {
+        "name": "ingest-near-data",
+        "order": 10,
+        "description": "Read the archive where it lives: ingest goes to a site holding the data.",
+        "selector": {"task": "ingest*"},
+        "timing": "submit",
+        "effect": "prefer_data_locality",
+        "parameters": {},
+        "weight": 10.0,
+    },
+    {
+        "name": "preprocess-at-runtime",
+        "order": 20,
+        "description": "Preprocessing is placed when it starts, where ingest's output is and "
+        "CPU is free.",
+        "selector": {"task": "preprocess*"},
+        "timing": "runtime",
+        "effect": "prefer_free_capacity",
+        "parameters": {},
+        "weight": 5.0,
+    },
+    {
+        "name": "inference-on-gpu",
+        "order": 30,
+        "description": "Model inference needs an accelerator.",
+        "selector": {"task": "inference*"},
+        "timing": "submit",
+        "effect": "require_capabilities",
+        "parameters": {"capabilities": ["gpu"]},
+        "weight": 1.0,
+    },
+]
+
+
+class Command(BaseCommand):
+    help = "Load the demo fleet: three sites, their links, the input dataset, rules, a user."
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        user_model = get_user_model()
+        admin, created = user_model.objects.get_or_create(
+            username="admin", defaults={"is_staff": True, "is_superuser": True}
+        )
+        if created:
+            admin.set_password(DEMO_PASSWORD)
+            admin.save()
+        scientist, created = user_model.objects.get_or_create(username="scientist")
+        if created:
+            scientist.set_password(DEMO_PASSWORD)
+            scientist.save()
+        project, _ = Project.objects.update_or_create(
+            name="eo-demo", defaults={"description": "Earth Observation demo project"}
+        )
+        project.members.add(scientist, admin)
+
+        sites = {}
+        for spec in SITES:
+            fields = {k: v for k, v in spec.items() if k != "name"}
+            site, created = Site.objects.get_or_create(
+                name=spec["name"], defaults={**fields, "ready": True}
+            )
+            if not created:
+                # Keep what the watcher synced from Karmada (capacity, readiness); reset the
+                # descriptive fields the scenario depends on.
+                for key in ("region", "zone", "provider", "labels", "capabilities"):
+                    setattr(site, key, spec[key])
+                site.save()
+            sites[site.name] = site
+        for source, target, mbps, cost, latency in LINKS:
+            SiteLink.objects.update_or_create(
+                source=sites[source],
+                target=sites[target],
+                defaults={"bandwidth_mbps": mbps, "cost_per_gb": cost, "latency_ms": latency},
+            )
+        dataset, _ = Dataset.objects.update_or_create(
+            name="sentinel2-l1c",
+            defaults={
+                "uri_prefix": "s3://eo-archive/sentinel2/l1c/",
+                "bytes": 120 * GIB,
+                "format": "SAFE",
+                "residency": ["eu-west", "eu-central"],
+                "project": project,
+            },
+        )
+        DatasetReplica.objects.update_or_create(
+            dataset=dataset,
+            site=sites["site-a"],
+            defaults={"uri": "s3://site-a-archive/sentinel2/l1c/", "bytes": 120 * GIB},
+        )
+        for rule in RULES:
+            PlacementRule.objects.update_or_create(
+                name=rule["name"], defaults={k: v for k, v in rule.items() if k != "name"}
+            )
+        token, _ = Token.objects.get_or_create(user=scientist)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Demo fleet loaded: {len(sites)} sites, {len(LINKS)} links, 1 dataset, "
+                f"{len(RULES)} rules. Login: scientist / {DEMO_PASSWORD} (admin: admin / "
+                f"{DEMO_PASSWORD}). API token: {token.key}"
+            )
+        )

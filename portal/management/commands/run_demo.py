@@ -1,0 +1,161 @@
+"""Run the whole portal on one machine: ``make demo``.
+
+Migrates, loads the demo fleet, then starts the sandbox fleet, a Celery worker and beat, the
+watcher and the web server, prints the login and an API token, and stops everything on Ctrl-C.
+With ``KARMADA_KUBECONFIG`` set it uses that Karmada instead of starting the sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command, get_commands
+from django.core.management.base import BaseCommand
+
+SANDBOX_PORT = 18443
+
+
+class Command(BaseCommand):
+    help = "Start the demo: sandbox fleet, worker, beat, watcher and web server."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--time-scale", type=float, default=20.0)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        port: int = options["port"]
+        env = os.environ.copy()
+        var = Path(settings.VAR_DIR)
+        var.mkdir(parents=True, exist_ok=True)
+        (var / "logs").mkdir(exist_ok=True)
+
+        procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+        def start(name: str, argv: list[str]) -> None:
+            log = open(var / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - lives with the child
+            proc = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+            procs.append((name, proc))
+            self.stdout.write(f"  started {name} (pid {proc.pid}, log var/logs/{name}.log)")
+
+        def stop_all(*_: Any) -> None:
+            self.stdout.write("\nStopping the demo ...")
+            for _name, proc in reversed(procs):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+            deadline = time.monotonic() + 10
+            for _name, proc in procs:
+                try:
+                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+            sys.exit(0)
+
+        signal.signal(signal.SIGINT, stop_all)
+        signal.signal(signal.SIGTERM, stop_all)
+
+        py = sys.executable
+        if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):
+            kubeconfig = var / "kubeconfig"
+            start(
+                "sandbox",
+                [
+                    py,
+                    "-m",
+                    "sandbox",
+                    "--port",
+                    str(SANDBOX_PORT),
+                    "--kubeconfig",
+                    str(kubeconfig),
+                    "--time-scale",
+                    str(options["time_scale"]),
+                ],
+            )
+            _wait_for(f"http://127.0.0.1:{SANDBOX_PORT}/version", procs[-1][1])
+            env["KARMADA_KUBECONFIG"] = str(kubeconfig)
+            os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
+
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("load_demo")
+
+        start(
+            "worker",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "-n",
+                "demo-worker@%h",
+            ],
+        )
+        start(
+            "beat",
+            [
+                py,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "beat",
+                "-l",
+                "info",
+                "-s",
+                str(var / "celerybeat-schedule"),
+            ],
+        )
+        if "watch_karmada" in get_commands() and env.get("KARMADA_KUBECONFIG"):
+            start("watcher", [py, "manage.py", "watch_karmada"])
+        start("web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"])
+        _wait_for(f"http://127.0.0.1:{port}/healthz", procs[-1][1])
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nThe portal is at http://127.0.0.1:{port}/ (API docs: /api/docs/). "
+                "Press Ctrl-C to stop everything."
+            )
+        )
+        while True:
+            for name, proc in procs:
+                if proc.poll() is not None:
+                    self.stderr.write(
+                        f"{name} exited with {proc.returncode}; see var/logs/{name}.log"
+                    )
+                    stop_all()
+            time.sleep(1)
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _wait_for(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"{url}: the process exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise SystemExit(f"{url} did not answer within {timeout:.0f}s")

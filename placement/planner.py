@@ -1,0 +1,830 @@
+"""The placement planner (DESIGN section 5): pure code, plain typed inputs, explained output.
+
+Inputs are frozen dataclasses the service layer builds from the database (``SiteState`` from
+``sites.Site``, ``Link`` from ``SiteLink``, ``DatasetInfo`` from ``Dataset`` + ready
+``DatasetReplica`` rows, ``Rule`` from ``placement.PlacementRule``). ``plan()`` decides every unit
+of a parsed workflow in topological order; ``decide()`` decides one unit (the webhook, failover).
+
+How a decision is made, per unit:
+
+1. **Filter** (hard): site ready; not cordoned; not in ``exclude_sites``; enough free GPUs for the
+   unit's ``nvidia.com/gpu`` request; CPU/memory request no larger than the site's *allocatable*
+   (it could never run there); inside every read dataset's residency regions; and the
+   ``pin`` / ``require_labels`` / ``require_capabilities`` / ``exclude`` rules that match the
+   unit. With ``strict_capacity=True`` (the webhook, deciding *now*) free CPU and memory must fit
+   too; at submission they only score, since the unit runs later, when capacity has changed
+   (the demo's site-a is busy but still the right place for ingest: its data is there).
+2. **Score** (soft) the rest: data locality ``1 - t/(t + 60 s)`` where ``t`` is the estimated
+   transfer time of everything the unit must pull to that site (datasets not replicated there,
+   upstream outputs that landed elsewhere), weight 1 plus the weights of matching
+   ``prefer_data_locality`` rules; free capacity (mean free fraction of CPU, memory and GPUs
+   after the unit's request, 0 if it does not fit now), weight 0.25 plus the weights of matching
+   ``prefer_free_capacity`` rules.
+3. **Choose** the highest score; ties go to fewer bytes to move, then the site name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
+from typing import Any, Literal
+
+from placement.parser import ParsedWorkflow, Resources, Unit
+
+Timing = Literal["submit", "runtime"]
+Effect = Literal[
+    "pin",
+    "require_labels",
+    "require_capabilities",
+    "exclude",
+    "prefer_data_locality",
+    "prefer_free_capacity",
+]
+HARD_EFFECTS = frozenset({"pin", "require_labels", "require_capabilities", "exclude"})
+
+DEFAULT_BANDWIDTH_MBPS = 100.0  # assumed when no SiteLink exists: slow on purpose
+TRANSFER_HALF_SCORE_S = 60.0  # transfer time at which the locality score is halved
+# Output size assumed for an upstream unit that has not run yet: enough for link speed to matter.
+ASSUMED_UPSTREAM_BYTES = 10**9
+DATA_WEIGHT = 1.0
+CAPACITY_WEIGHT = 0.25
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+
+
+@dataclass(frozen=True)
+class SiteState:
+    """One site (Karmada member cluster) as the planner sees it. CPU in millicores, memory in
+    bytes; ``*_allocated`` is what running pods already requested."""
+
+    name: str
+    region: str = ""
+    zone: str = ""
+    provider: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    capabilities: frozenset[str] = frozenset()
+    ready: bool = True
+    cordoned: bool = False
+    cpu_allocatable: int = 0
+    cpu_allocated: int = 0
+    memory_allocatable: int = 0
+    memory_allocated: int = 0
+    gpu_allocatable: int = 0
+    gpu_allocated: int = 0
+    pods_allocatable: int = 0
+    pods_allocated: int = 0
+
+    @property
+    def cpu_free(self) -> int:
+        return max(self.cpu_allocatable - self.cpu_allocated, 0)
+
+    @property
+    def memory_free(self) -> int:
+        return max(self.memory_allocatable - self.memory_allocated, 0)
+
+    @property
+    def gpu_free(self) -> int:
+        return max(self.gpu_allocatable - self.gpu_allocated, 0)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed path ``source → target``: bandwidth in Mbit/s, cost per GB, latency in ms."""
+
+    source: str
+    target: str
+    bandwidth_mbps: float
+    cost_per_gb: float = 0.0
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Replica:
+    site: str
+    uri: str = ""
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registered dataset. ``residency``: regions it may be read in (empty: anywhere);
+    ``replicas``: where a ready copy is (bytes 0 → the dataset's ``bytes``)."""
+
+    name: str
+    uri_prefix: str = ""
+    bytes: int = 0
+    residency: frozenset[str] = frozenset()
+    replicas: tuple[Replica, ...] = ()
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which units a rule applies to; every given field must match (globs are fnmatch-style,
+    case-sensitive; ``labels`` must all be present on the unit; ``image`` matches any image)."""
+
+    template: str | None = None
+    task: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None
+    project: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Selector:
+        labels = data.get("labels")
+        return cls(
+            template=data.get("template") or None,
+            task=data.get("task") or None,
+            labels=dict(labels) if isinstance(labels, Mapping) else {},
+            image=data.get("image") or None,
+            project=data.get("project") or None,
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An admin placement rule. ``params`` by effect: ``pin`` / ``exclude``:
+    ``{"sites": [...]}``; ``require_labels``: ``{"labels": {k: v}}`` (a value ``"*"`` or ``None``
+    only asks for the key); ``require_capabilities``: ``{"capabilities": [...]}``; the ``prefer_*``
+    effects take no params and add ``weight`` to their score term."""
+
+    id: int | str
+    name: str
+    effect: Effect
+    selector: Selector = field(default_factory=Selector)
+    timing: Timing = "submit"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+    order: int = 100
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The sites and the links between them. Lookup tables are built once per Fleet object."""
+
+    sites: tuple[SiteState, ...]
+    links: tuple[Link, ...] = ()
+
+    @cached_property
+    def site_by_name(self) -> dict[str, SiteState]:
+        return {s.name: s for s in self.sites}
+
+    @cached_property
+    def ordered_sites(self) -> tuple[SiteState, ...]:
+        return tuple(sorted(self.sites, key=lambda s: s.name))
+
+    @cached_property
+    def bandwidth(self) -> dict[tuple[str, str], float]:
+        return {
+            (ln.source, ln.target): ln.bandwidth_mbps for ln in self.links if ln.bandwidth_mbps > 0
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs
+
+
+@dataclass(frozen=True)
+class Candidate:
+    site: str
+    eligible: bool
+    why: str
+    score: float | None
+    bytes_to_move: int
+    est_transfer_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "eligible": self.eligible,
+            "why": self.why,
+            "score": self.score,
+            "bytes_to_move": self.bytes_to_move,
+            "est_transfer_s": self.est_transfer_s,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one unit goes. ``site`` is None when the unit is left to runtime (``timing`` runtime,
+    in a plan) or when no site is eligible (``timing`` submit: unplaceable)."""
+
+    unit: str
+    template: str
+    depends: str
+    timing: Timing
+    site: str | None
+    reason: str
+    candidates: tuple[Candidate, ...]
+    rules: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()
+    # For a runtime unit in a plan: where it would go if decided now (later units plan with it).
+    runtime_hint: str | None = None
+
+    @property
+    def unplaceable(self) -> bool:
+        return self.site is None and not any(c.eligible for c in self.candidates)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The REST shape of one unit in ``POST /api/v1/runs/preview/`` (DESIGN section 9)."""
+        return {
+            "name": self.unit,
+            "template": self.template,
+            "depends": self.depends,
+            "timing": self.timing,
+            "site": self.site,
+            "reason": self.reason,
+            "candidates": [c.as_dict() for c in self.candidates],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: tuple[Decision, ...]
+
+    def by_unit(self) -> dict[str, Decision]:
+        return {d.unit: d for d in self.decisions}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"units": [d.as_dict() for d in self.decisions]}
+
+
+# --------------------------------------------------------------------------------------------
+# Rule matching, compiled once
+
+
+@lru_cache(maxsize=4096)
+def _glob(pattern: str) -> re.Pattern[str]:
+    return re.compile(fnmatch.translate(pattern))
+
+
+@dataclass(frozen=True)
+class _CompiledRule:
+    rule: Rule
+    template: re.Pattern[str] | None
+    task: re.Pattern[str] | None
+    image: re.Pattern[str] | None
+    labels: tuple[tuple[str, str], ...]
+    project: str | None
+
+    def matches(self, unit: Unit, template_name: str, project: str | None) -> bool:
+        if self.project is not None and self.project != project:
+            return False
+        if self.template is not None and not self.template.match(template_name):
+            return False
+        if self.task is not None and not (self.task.match(unit.task) or self.task.match(unit.name)):
+            return False
+        for k, v in self.labels:
+            if unit.labels.get(k) != v:
+                return False
+        return self.image is None or any(self.image.match(i) for i in unit.images)
+
+
+class RuleBook:
+    """Enabled rules, ordered, with their globs compiled; build once and reuse across decisions."""
+
+    def __init__(self, rules: Iterable[Rule]) -> None:
+        ordered = sorted(
+            (r for r in rules if r.enabled), key=lambda r: (r.order, r.name, str(r.id))
+        )
+        self.rules: tuple[_CompiledRule, ...] = tuple(
+            _CompiledRule(
+                rule=r,
+                template=_glob(r.selector.template) if r.selector.template else None,
+                task=_glob(r.selector.task) if r.selector.task else None,
+                image=_glob(r.selector.image) if r.selector.image else None,
+                labels=tuple(sorted((str(k), str(v)) for k, v in r.selector.labels.items())),
+                project=r.selector.project,
+            )
+            for r in ordered
+        )
+
+    def matching(self, unit: Unit, project: str | None) -> tuple[Rule, ...]:
+        name = template_display_name(unit.template)
+        return tuple(c.rule for c in self.rules if c.matches(unit, name, project))
+
+
+def template_display_name(key: str) -> str:
+    """The template name rules match: ``ref:wft/tmpl`` → ``tmpl``; ``inline:...`` → ``inline``."""
+    if key.startswith(("ref:", "cref:")):
+        return key.rpartition("/")[2]
+    if key.startswith("inline:"):
+        return "inline"
+    return key
+
+
+# --------------------------------------------------------------------------------------------
+# Datasets
+
+
+class DataCatalogue:
+    """Datasets indexed for matching a unit's dataset names and data references."""
+
+    def __init__(self, datasets: Iterable[DatasetInfo]) -> None:
+        self.datasets = tuple(sorted(datasets, key=lambda d: d.name))
+        self.by_name = {d.name: d for d in self.datasets}
+        # Longest prefix first, so the most specific dataset wins a reference.
+        self.prefixes = sorted(
+            ((d.uri_prefix, d) for d in self.datasets if d.uri_prefix),
+            key=lambda p: (-len(p[0]), p[1].name),
+        )
+        self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[DatasetInfo, ...]] = {}
+
+    def read_by(self, unit: Unit) -> tuple[DatasetInfo, ...]:
+        key = (unit.datasets, unit.data_refs)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        found: dict[str, DatasetInfo] = {}
+        for n in unit.datasets:
+            d = self.by_name.get(n)
+            if d is not None:
+                found[d.name] = d
+        for ref in unit.data_refs:
+            d = self.by_name.get(ref)
+            if d is not None:
+                found[d.name] = d
+                continue
+            for prefix, ds in self.prefixes:
+                if ref.startswith(prefix):
+                    found[ds.name] = ds
+                    break
+        result = tuple(sorted(found.values(), key=lambda d: d.name))
+        self._cache[key] = result
+        return result
+
+
+# --------------------------------------------------------------------------------------------
+# Formatting
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            v = n / size
+            return f"{v:.0f} {unit}" if v >= 10 else f"{v:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def human_seconds(s: float) -> str:
+    """An estimate for humans: "<1 s", "~96 s", "~16 min", "~2.5 h"."""
+    if s < 1:
+        return "<1 s"
+    if s < 120:
+        return f"~{s:.0f} s"
+    if s < 7200:
+        return f"~{s / 60:.0f} min"
+    return f"~{s / 3600:.1f} h"
+
+
+# --------------------------------------------------------------------------------------------
+# The decision
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an upstream unit's outputs are, and their size in bytes: ``None`` when not known
+    yet (at plan time), then ``ASSUMED_UPSTREAM_BYTES`` is used so a fast link still counts."""
+
+    site: str
+    bytes: int | None = None
+
+
+UpstreamArg = Mapping[str, "str | Upstream | None"] | None
+
+
+def _normalise_upstream(upstream_sites: UpstreamArg) -> dict[str, Upstream]:
+    out: dict[str, Upstream] = {}
+    for name, where in (upstream_sites or {}).items():
+        if isinstance(where, Upstream):
+            out[name] = where
+        elif isinstance(where, str) and where:
+            out[name] = Upstream(where)
+    return out
+
+
+class _Context:
+    """Everything computed once per plan (or per decide call): rules, datasets, fleet tables."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        rules: Sequence[Rule] | RuleBook,
+        datasets: Sequence[DatasetInfo] | DataCatalogue,
+        project: str | None,
+    ) -> None:
+        self.fleet = fleet
+        self.rulebook = rules if isinstance(rules, RuleBook) else RuleBook(rules)
+        self.data = datasets if isinstance(datasets, DataCatalogue) else DataCatalogue(datasets)
+        self.project = project
+        self.sites = fleet.ordered_sites
+        self.bandwidth = fleet.bandwidth
+        self._memo: dict[Any, tuple[tuple[Candidate, ...], str | None, str, tuple[str, ...]]] = {}
+        self._hard_cache: dict[tuple[Any, ...], dict[str, str]] = {}
+        self.memo_hits = 0
+
+    # Sites removed by a hard rule, with the why (computed once per rule).
+    def hard_exclusions(self, rule: Rule) -> dict[str, str]:
+        key = (rule.id, rule.name, rule.effect)
+        cached = self._hard_cache.get(key)
+        if cached is not None:
+            return cached
+        out: dict[str, str] = {}
+        p = rule.params
+        label = f"rule '{rule.name}'"
+        if rule.effect == "pin":
+            allowed = set(_str_list(p.get("sites")))
+            for s in self.sites:
+                if s.name not in allowed:
+                    out[s.name] = f"{label}: pinned to {', '.join(sorted(allowed)) or 'no site'}"
+        elif rule.effect == "exclude":
+            banned = set(_str_list(p.get("sites")))
+            for s in self.sites:
+                if s.name in banned:
+                    out[s.name] = f"{label}: site excluded"
+        elif rule.effect == "require_labels":
+            wanted = p.get("labels") if isinstance(p.get("labels"), Mapping) else {}
+            assert isinstance(wanted, Mapping)
+            for s in self.sites:
+                missing = [
+                    f"{k}={v}" if v not in (None, "*") else k
+                    for k, v in sorted(wanted.items())
+                    if k not in s.labels or (v not in (None, "*") and s.labels[k] != str(v))
+                ]
+                if missing:
+                    out[s.name] = f"{label}: site lacks label {', '.join(missing)}"
+        elif rule.effect == "require_capabilities":
+            wanted_caps = _str_list(p.get("capabilities"))
+            for s in self.sites:
+                missing = [c for c in wanted_caps if c not in s.capabilities]
+                if missing:
+                    out[s.name] = f"{label}: site lacks capability {', '.join(missing)}"
+        self._hard_cache[key] = out
+        return out
+
+    def transfer(self, source: str, target: str, nbytes: int) -> tuple[float, bool]:
+        """Seconds to move ``nbytes`` source → target, and whether a link was known."""
+        if source == target or nbytes <= 0:
+            return 0.0, True
+        bw = self.bandwidth.get((source, target))
+        known = bw is not None
+        mbps = bw if bw is not None else DEFAULT_BANDWIDTH_MBPS
+        return nbytes * 8 / (mbps * 1e6), known
+
+
+def _str_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list | tuple | set | frozenset):
+        return [str(v) for v in value]
+    return []
+
+
+def decide(
+    unit: Unit,
+    fleet: Fleet,
+    rules: Sequence[Rule] | RuleBook,
+    datasets: Sequence[DatasetInfo] | DataCatalogue,
+    project: str | None = None,
+    upstream_sites: UpstreamArg = None,
+    exclude_sites: Iterable[str] = (),
+    *,
+    timing: Timing | None = None,
+    strict_capacity: bool = False,
+) -> Decision:
+    """Decide one unit now (the webhook, failover, or a re-plan).
+
+    ``upstream_sites`` maps upstream unit names to where they ran (a site name, or an
+    ``Upstream(site, bytes)`` when the size of their outputs is known). ``exclude_sites`` are
+    removed with the reason "excluded by caller" (a lost site during failover). ``timing`` is
+    reported as given (default: the timing the matching rules ask for); the site is always
+    chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
+    """
+    ctx = _Context(fleet, rules, datasets, project)
+    return _decide(
+        ctx,
+        unit,
+        _normalise_upstream(upstream_sites),
+        frozenset(exclude_sites),
+        timing,
+        strict_capacity,
+        force_site=True,
+    )
+
+
+def plan(
+    parsed_or_units: ParsedWorkflow | Sequence[Unit],
+    fleet: Fleet,
+    rules: Sequence[Rule] | RuleBook,
+    datasets: Sequence[DatasetInfo] | DataCatalogue,
+    project: str | None = None,
+    upstream_sites: UpstreamArg = None,
+) -> Plan:
+    """Plan every unit in topological order (the order ``ParsedWorkflow.units`` has).
+
+    A unit whose matching rules include one with timing ``runtime`` gets ``site=None`` and
+    ``timing="runtime"``; its candidate table is still computed, as if its upstream units ran
+    where they are planned. ``upstream_sites`` pre-seeds known locations (e.g. a re-plan of a
+    run in progress: units that already ran).
+    """
+    units = (
+        parsed_or_units.units
+        if isinstance(parsed_or_units, ParsedWorkflow)
+        else tuple(parsed_or_units)
+    )
+    ctx = _Context(fleet, rules, datasets, project)
+    where = _normalise_upstream(upstream_sites)
+    decisions: list[Decision] = []
+    for unit in units:
+        ups = {u: where[u] for u in unit.upstream if u in where}
+        d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
+        decisions.append(d)
+        # Later units plan with the site a runtime decision would choose today.
+        planned = d.site or d.runtime_hint
+        if planned is not None and unit.name not in where:
+            where[unit.name] = Upstream(planned)
+    return Plan(tuple(decisions))
+
+
+def _decide(
+    ctx: _Context,
+    unit: Unit,
+    upstream: Mapping[str, Upstream],
+    exclude: frozenset[str],
+    timing: Timing | None,
+    strict_capacity: bool,
+    force_site: bool,
+) -> Decision:
+    matched = ctx.rulebook.matching(unit, ctx.project)
+    reads = ctx.data.read_by(unit)
+    rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
+    effective: Timing = timing or rule_timing
+    # Units with the same rules, data, requests and upstream locations share one candidate
+    # table (the memo): in a large DAG most units repeat a few templates.
+    moving = tuple(
+        sorted(
+            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.bytes is None)
+            for u in upstream.values()
+            if u.bytes is None or u.bytes > 0
+        )
+    )
+    memo_key = (
+        tuple(r.id for r in matched),
+        tuple(d.name for d in reads),
+        unit.resources,
+        moving,
+        exclude,
+        strict_capacity,
+    )
+    memo = ctx._memo.get(memo_key)
+    if memo is None:
+        memo = _evaluate(ctx, unit.resources, matched, reads, moving, exclude, strict_capacity)
+        ctx._memo[memo_key] = memo
+    else:
+        ctx.memo_hits += 1
+    candidates, best, reason, rule_names = memo
+    site = best
+    hint = None
+    if effective == "runtime" and not force_site:
+        site, hint = None, best
+        reason = f"placed at runtime by rule '{_first_runtime(matched)}'; now it would be: {reason}"
+    return Decision(
+        unit=unit.name,
+        template=template_display_name(unit.template),
+        depends=unit.depends,
+        timing=effective,
+        site=site,
+        reason=reason,
+        candidates=candidates,
+        rules=rule_names,
+        datasets=tuple(d.name for d in reads),
+        runtime_hint=hint,
+    )
+
+
+def _first_runtime(rules: Sequence[Rule]) -> str:
+    return next((r.name for r in rules if r.timing == "runtime"), "?")
+
+
+def _evaluate(
+    ctx: _Context,
+    req: Resources,
+    matched: Sequence[Rule],
+    reads: Sequence[DatasetInfo],
+    moving: Sequence[tuple[str, int, bool]],
+    exclude: frozenset[str],
+    strict_capacity: bool,
+) -> tuple[tuple[Candidate, ...], str | None, str, tuple[str, ...]]:
+    hard = [r for r in matched if r.effect in HARD_EFFECTS]
+    hard_out = [ctx.hard_exclusions(r) for r in hard]
+    locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
+    capacity_w = CAPACITY_WEIGHT + sum(
+        r.weight for r in matched if r.effect == "prefer_free_capacity"
+    )
+    residency = [(d, d.residency) for d in reads if d.residency]
+
+    rows: list[Candidate] = []
+    details: dict[str, tuple[float, float, str]] = {}  # site -> (locality, capacity, data why)
+    for s in ctx.sites:
+        why = _ineligible(s, req, exclude, hard_out, residency, strict_capacity)
+        if why is not None:
+            rows.append(Candidate(s.name, False, why, None, 0, 0.0))
+            continue
+        nbytes = 0
+        seconds = 0.0
+        notes: list[str] = []
+        for d in reads:
+            b, t, note = _dataset_cost(ctx, d, s.name)
+            nbytes += b
+            seconds += t
+            if note:
+                notes.append(note)
+        for src, b, assumed in moving:
+            if src != s.name:
+                t, known = ctx.transfer(src, s.name, b)
+                nbytes += b
+                seconds += t
+                size = f"~{human_bytes(b)} (assumed)" if assumed else human_bytes(b)
+                link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
+                notes.append(f"upstream output {size} from {src} ({human_seconds(t)}{link})")
+        locality = 1.0 - seconds / (seconds + TRANSFER_HALF_SCORE_S)
+        capacity, cap_note = _capacity(s, req)
+        score = round(locality_w * locality + capacity_w * capacity, 4)
+        data_why = (
+            "; ".join(notes) if notes else ("data local" if reads or moving else "no input data")
+        )
+        rows.append(
+            Candidate(s.name, True, f"{cap_note}; {data_why}", score, nbytes, round(seconds, 1))
+        )
+        details[s.name] = (locality, capacity, data_why)
+
+    eligible = [c for c in rows if c.eligible]
+    rule_names = tuple(r.name for r in matched)
+    if not eligible:
+        reasons = _summarise_ineligible(rows)
+        return tuple(rows), None, f"unplaceable: no eligible site ({reasons})", rule_names
+    eligible.sort(key=lambda c: (-(c.score or 0.0), c.bytes_to_move, c.site))
+    best = eligible[0]
+    reason = _reason(ctx, best, eligible, details, hard, reads, req, locality_w, capacity_w)
+    return tuple(rows), best.site, reason, rule_names
+
+
+def _ineligible(
+    s: SiteState,
+    req: Resources,
+    exclude: frozenset[str],
+    hard_out: Sequence[dict[str, str]],
+    residency: Sequence[tuple[DatasetInfo, frozenset[str]]],
+    strict_capacity: bool,
+) -> str | None:
+    if not s.ready:
+        return "not ready"
+    if s.cordoned:
+        return "cordoned"
+    if s.name in exclude:
+        return "excluded by caller"
+    for out in hard_out:
+        why = out.get(s.name)
+        if why is not None:
+            return why
+    for d, regions in residency:
+        if s.region not in regions:
+            allowed = ", ".join(sorted(regions))
+            return f"dataset {d.name} must stay in {allowed} (site region {s.region or 'unknown'})"
+    if req.gpus and s.gpu_free < req.gpus:
+        return f"needs {req.gpus} GPU, {s.gpu_free} free of {s.gpu_allocatable}"
+    if req.cpu_millicores > s.cpu_allocatable and s.cpu_allocatable > 0:
+        return (
+            f"needs {req.cpu_millicores / 1000:g} CPU, site has {s.cpu_allocatable / 1000:g} in all"
+        )
+    if req.memory_bytes > s.memory_allocatable and s.memory_allocatable > 0:
+        total = human_bytes(s.memory_allocatable)
+        return f"needs {human_bytes(req.memory_bytes)} memory, site has {total} in all"
+    if strict_capacity:
+        if req.cpu_millicores > s.cpu_free:
+            return f"busy: needs {req.cpu_millicores / 1000:g} CPU, {s.cpu_free / 1000:g} free"
+        if req.memory_bytes > s.memory_free:
+            free = human_bytes(s.memory_free)
+            return f"busy: needs {human_bytes(req.memory_bytes)} memory, {free} free"
+        if s.pods_allocatable and s.pods_allocated >= s.pods_allocatable:
+            return "busy: no pod slots free"
+    return None
+
+
+def _dataset_cost(ctx: _Context, d: DatasetInfo, site: str) -> tuple[int, float, str]:
+    """(bytes to move, seconds, note) to read dataset ``d`` at ``site`` from its best replica."""
+    if not d.replicas:
+        return 0, 0.0, f"dataset {d.name} has no replica"
+    best: tuple[float, int, str, bool] | None = None
+    for r in d.replicas:
+        size = r.bytes or d.bytes
+        if r.site == site:
+            return 0, 0.0, f"dataset {d.name} local"
+        t, known = ctx.transfer(r.site, site, size)
+        cand = (t, size, r.site, known)
+        if best is None or cand[:3] < best[:3]:
+            best = cand
+    assert best is not None
+    t, size, src, known = best
+    link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
+    return size, t, f"dataset {d.name} {human_bytes(size)} from {src} ({human_seconds(t)}{link})"
+
+
+def _capacity(s: SiteState, req: Resources) -> tuple[float, str]:
+    """Mean free fraction left after the request (0 if it does not fit now), and a note.
+    GPUs count only for units that need them: free GPUs do not make a site better for CPU work."""
+    fractions: list[float] = []
+    fits = True
+    dims = [
+        (s.cpu_free, s.cpu_allocatable, req.cpu_millicores),
+        (s.memory_free, s.memory_allocatable, req.memory_bytes),
+    ]
+    if req.gpus:
+        dims.append((s.gpu_free, s.gpu_allocatable, req.gpus))
+    for free, total, need in dims:
+        if total <= 0:
+            continue
+        if need > free:
+            fits = False
+        fractions.append(max(free - need, 0) / total)
+    gpu = f", {s.gpu_free} GPU" if s.gpu_allocatable else ""
+    note = f"free {s.cpu_free / 1000:g} CPU, {human_bytes(s.memory_free)}{gpu}"
+    if not fits:
+        return 0.0, f"{note} (request does not fit now: would queue)"
+    return (sum(fractions) / len(fractions) if fractions else 0.0), note
+
+
+def _summarise_ineligible(rows: Sequence[Candidate]) -> str:
+    groups: dict[str, list[str]] = {}
+    for c in rows:
+        groups.setdefault(c.why, []).append(c.site)
+    parts = []
+    for why, sites in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:4]:
+        shown = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
+        parts.append(f"{shown}: {why}")
+    if len(groups) > 4:
+        parts.append(f"{len(groups) - 4} other reasons")
+    return "; ".join(parts) if parts else "no sites"
+
+
+def _reason(
+    ctx: _Context,
+    best: Candidate,
+    eligible: Sequence[Candidate],
+    details: Mapping[str, tuple[float, float, str]],
+    hard: Sequence[Rule],
+    reads: Sequence[DatasetInfo],
+    req: Resources,
+    locality_w: float,
+    capacity_w: float,
+) -> str:
+    """One human line naming what decided: a hard rule, data locality or free capacity."""
+    site = ctx.fleet.site_by_name[best.site]
+    prefix = ""
+    if hard:
+        r = hard[0]
+        what = {
+            "pin": f"pinned to {', '.join(_str_list(r.params.get('sites')))}",
+            "exclude": f"excludes {', '.join(_str_list(r.params.get('sites')))}",
+            "require_labels": "requires "
+            + ", ".join(
+                f"{k}={v}" if v not in (None, "*") else str(k)
+                for k, v in sorted((r.params.get("labels") or {}).items())
+            ),
+            "require_capabilities": "requires "
+            + ", ".join(_str_list(r.params.get("capabilities"))),
+        }[r.effect]
+        prefix = f"rule '{r.name}': {what}; "
+    gpu = f"{site.name} has {site.gpu_free} free GPUs" if req.gpus else ""
+    if len(eligible) == 1:
+        tail = gpu or f"{site.name} is the only eligible site"
+        return f"{prefix}{tail}"
+    runner = eligible[1]
+    loc_b, cap_b, _ = details[best.site]
+    loc_r, cap_r, _ = details[runner.site]
+    d_loc = locality_w * (loc_b - loc_r)
+    d_cap = capacity_w * (cap_b - cap_r)
+    if d_loc <= 0 and d_cap <= 0:
+        core = f"tie with {runner.site}, broken by name"
+    elif d_loc >= d_cap:
+        local = [d for d in reads if any(r.site == best.site for r in d.replicas)]
+        if local:
+            d = local[0]
+            core = f"data locality: dataset {d.name} ({human_bytes(d.bytes)}) is at {best.site}"
+        elif best.bytes_to_move == 0:
+            core = f"data locality: inputs are at {best.site}"
+        else:
+            size = human_bytes(best.bytes_to_move)
+            eta = human_seconds(best.est_transfer_s)
+            core = f"data locality: least to move to {best.site} ({size}, {eta})"
+    else:
+        free = f"{site.cpu_free / 1000:g} CPU, {human_bytes(site.memory_free)} free"
+        core = f"free capacity: {best.site} has {free}"
+    if gpu and prefix:
+        return f"{prefix}{gpu}; {core}"
+    return f"{prefix}{core}"

@@ -38,6 +38,9 @@ class WorkflowRun(models.Model):
     )
     manifest = models.JSONField()
     arguments = models.JSONField(default=dict, blank=True)
+    # What the parser resolved once at submission, so later steps need not parse again:
+    # ``{"templates": {key: template}, "parameters": {name: value}, "entrypoint", "on_exit"}``.
+    compiled = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
     message = models.TextField(blank=True)
     resubmitted_from = models.ForeignKey(

@@ -1,0 +1,87 @@
+"""Read the inventory and the rules from the database as the planner's plain inputs.
+
+The planner never touches the ORM: these selectors turn rows into its frozen dataclasses in a
+fixed number of queries (one per table), whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+from placement import planner
+from placement.models import PlacementRule
+from sites.choices import ReplicaState
+from sites.models import Dataset, DatasetReplica, Site, SiteLink
+
+
+def site_state(site: Site) -> planner.SiteState:
+    return planner.SiteState(
+        name=site.name,
+        region=site.region,
+        zone=site.zone,
+        provider=site.provider,
+        labels={str(k): str(v) for k, v in (site.labels or {}).items()},
+        capabilities=frozenset(str(c) for c in (site.capabilities or [])),
+        ready=site.ready,
+        cordoned=site.cordoned,
+        cpu_allocatable=site.cpu_allocatable,
+        cpu_allocated=site.cpu_allocated,
+        memory_allocatable=site.memory_allocatable,
+        memory_allocated=site.memory_allocated,
+        gpu_allocatable=site.gpu_allocatable,
+        gpu_allocated=site.gpu_allocated,
+        pods_allocatable=site.pods_allocatable,
+        pods_allocated=site.pods_allocated,
+    )
+
+
+def fleet_state() -> planner.Fleet:
+    sites = tuple(site_state(s) for s in Site.objects.all())
+    links = tuple(
+        planner.Link(
+            source=src,
+            target=dst,
+            bandwidth_mbps=float(bw),
+            cost_per_gb=float(cost),
+            latency_ms=float(lat),
+        )
+        for src, dst, bw, cost, lat in SiteLink.objects.values_list(
+            "source__name", "target__name", "bandwidth_mbps", "cost_per_gb", "latency_ms"
+        )
+    )
+    return planner.Fleet(sites=sites, links=links)
+
+
+def rule_inputs() -> list[planner.Rule]:
+    return [
+        planner.Rule(
+            id=r.pk,
+            name=r.name,
+            effect=r.effect,  # type: ignore[arg-type]  # choices match planner.Effect
+            selector=planner.Selector.from_dict(r.selector or {}),
+            timing=r.timing,  # type: ignore[arg-type]
+            params=r.parameters or {},
+            weight=r.weight,
+            order=r.order,
+            enabled=r.enabled,
+        )
+        for r in PlacementRule.objects.filter(enabled=True).order_by("order", "name")
+    ]
+
+
+def dataset_inputs() -> list[planner.DatasetInfo]:
+    replicas: dict[int, list[planner.Replica]] = {}
+    for dataset_id, site, uri, nbytes in DatasetReplica.objects.filter(
+        state=ReplicaState.READY
+    ).values_list("dataset_id", "site__name", "uri", "bytes"):
+        replicas.setdefault(dataset_id, []).append(
+            planner.Replica(site=site, uri=uri, bytes=nbytes)
+        )
+    return [
+        planner.DatasetInfo(
+            name=d.name,
+            uri_prefix=d.uri_prefix,
+            bytes=d.bytes,
+            residency=frozenset(d.residency or []),
+            replicas=tuple(replicas.get(d.pk, ())),
+        )
+        for d in Dataset.objects.all()
+    ]

@@ -1,0 +1,483 @@
+"""The one module that talks to karmada-apiserver (the only importer of ``kubernetes``).
+
+Every call has a timeout, retries transient failures a few times with backoff, and raises one of
+two error families: ``TransientError`` (the API was unreachable, slow, overloaded or answered
+5xx/429: try again later — Celery tasks ``autoretry_for`` it) or ``PermanentError`` (the API
+refused the request: the unit fails with the API's message). ``NotFound``, ``AlreadyExists`` and
+``Conflict`` are permanent errors that callers handle to stay idempotent.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar
+
+import urllib3
+from django.conf import settings
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes import watch as k8s_watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+
+CLUSTER = Resource("cluster.karmada.io", "v1alpha1", "clusters", "Cluster", False)
+PROPAGATION_POLICY = Resource(
+    "policy.karmada.io", "v1alpha1", "propagationpolicies", "PropagationPolicy", True
+)
+CLUSTER_PROPAGATION_POLICY = Resource(
+    "policy.karmada.io", "v1alpha1", "clusterpropagationpolicies", "ClusterPropagationPolicy", False
+)
+OVERRIDE_POLICY = Resource(
+    "policy.karmada.io", "v1alpha1", "overridepolicies", "OverridePolicy", True
+)
+RESOURCE_BINDING = Resource(
+    "work.karmada.io", "v1alpha2", "resourcebindings", "ResourceBinding", True
+)
+WORKFLOW = Resource("argoproj.io", "v1alpha1", "workflows", "Workflow", True)
+BY_KIND = {
+    r.kind: r
+    for r in (
+        CLUSTER,
+        PROPAGATION_POLICY,
+        CLUSTER_PROPAGATION_POLICY,
+        OVERRIDE_POLICY,
+        RESOURCE_BINDING,
+        WORKFLOW,
+    )
+}
+
+
+class KarmadaError(Exception):
+    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.reason = reason
+
+
+class TransientError(KarmadaError):
+    """Unreachable, timed out, 5xx or 429: the same call may succeed later."""
+
+
+class PermanentError(KarmadaError):
+    """The API refused the request; repeating it will not help."""
+
+
+class NotFound(PermanentError):
+    pass
+
+
+class AlreadyExists(PermanentError):
+    pass
+
+
+class Conflict(PermanentError):
+    pass
+
+
+class Expired(PermanentError):
+    """A watch's resourceVersion is too old (410): list again."""
+
+
+def _from_api_exception(exc: ApiException) -> KarmadaError:
+    status = exc.status or 0
+    reason, message = "", exc.reason or ""
+    try:
+        body = json.loads(exc.body or "{}")
+        reason = body.get("reason", "") or ""
+        message = body.get("message", "") or message
+    except (ValueError, TypeError, AttributeError):
+        pass
+    text = f"{status} {reason or exc.reason}: {message}".strip()
+    if status == 404:
+        return NotFound(text, status, reason)
+    if status == 409 and reason == "AlreadyExists":
+        return AlreadyExists(text, status, reason)
+    if status == 409:
+        return Conflict(text, status, reason)
+    if status == 410:
+        return Expired(text, status, reason)
+    if status == 429 or status >= 500 or status == 0:
+        return TransientError(text, status, reason)
+    return PermanentError(text, status, reason)
+
+
+def translate_errors(exc: BaseException) -> KarmadaError:
+    if isinstance(exc, KarmadaError):
+        return exc
+    if isinstance(exc, ApiException):
+        return _from_api_exception(exc)
+    if isinstance(exc, (urllib3.exceptions.HTTPError, OSError, TimeoutError)):
+        return TransientError(f"Karmada unreachable: {exc.__class__.__name__}: {exc}")
+    raise exc
+
+
+def retrying(
+    attempts: int = 3, base_delay: float = 0.2
+) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Retry transient failures in-process with jittered exponential backoff, then give up
+    with ``TransientError`` so the caller (a Celery task) can back off for longer."""
+
+    def decorate(fn: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            for attempt in range(1, attempts + 1):
+                try:
+                    return fn(*args, **kwargs)
+                except Exception as exc:  # sorted by translate_errors
+                    err = translate_errors(exc)
+                    if not isinstance(err, TransientError) or attempt == attempts:
+                        raise err from exc
+                    delay = base_delay * (2 ** (attempt - 1)) * (0.5 + random.random())
+                    log.info("%s: %s; retrying in %.2fs", fn.__name__, err.message, delay)
+                    time.sleep(delay)
+            raise AssertionError("unreachable")
+
+        return wrapper
+
+    return decorate
+
+
+_local = threading.local()
+_config_lock = threading.Lock()
+_configuration: k8s.Configuration | None = None
+
+
+def configured() -> bool:
+    return bool(settings.KARMADA_KUBECONFIG or settings.KARMADA_IN_CLUSTER)
+
+
+def _load_configuration() -> k8s.Configuration:
+    global _configuration
+    with _config_lock:
+        if _configuration is None:
+            cfg = k8s.Configuration()
+            if settings.KARMADA_IN_CLUSTER:
+                k8s_config.load_incluster_config(client_configuration=cfg)
+            elif settings.KARMADA_KUBECONFIG:
+                k8s_config.load_kube_config(
+                    config_file=settings.KARMADA_KUBECONFIG, client_configuration=cfg
+                )
+            else:
+                raise PermanentError("Karmada is not configured: set KARMADA_KUBECONFIG")
+            # We retry ourselves (with backoff and error sorting); urllib3's own retries would
+            # multiply the time a dead API server holds a worker.
+            cfg.retries = False
+            _configuration = cfg
+        return _configuration
+
+
+def reset() -> None:
+    """Forget the configuration and clients (tests point the portal at a new sandbox)."""
+    global _configuration
+    with _config_lock:
+        _configuration = None
+    _local.__dict__.clear()
+
+
+def _api_client() -> k8s.ApiClient:
+    # One ApiClient per thread: it owns a urllib3 pool and a thread pool of its own.
+    cfg = _load_configuration()
+    api = getattr(_local, "api", None)
+    if api is None or getattr(_local, "cfg", None) is not cfg:
+        api = k8s.ApiClient(configuration=cfg)
+        _local.api, _local.cfg = api, cfg
+    return api
+
+
+def _custom() -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(_api_client())
+
+
+def _timeout() -> float:
+    return float(settings.KARMADA_REQUEST_TIMEOUT)
+
+
+def namespace() -> str:
+    return str(settings.KARMADA_NAMESPACE)
+
+
+# --- typed calls ----------------------------------------------------------------------------
+
+
+@retrying()
+def ping() -> str:
+    version = k8s.VersionApi(_api_client()).get_code(_request_timeout=min(_timeout(), 3.0))
+    return str(version.git_version)
+
+
+@retrying()
+def ensure_namespace(name: str) -> None:
+    core = k8s.CoreV1Api(_api_client())
+    try:
+        core.read_namespace(name, _request_timeout=_timeout())
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        try:
+            core.create_namespace({"metadata": {"name": name}}, _request_timeout=_timeout())
+        except ApiException as create_exc:
+            if create_exc.status != 409:
+                raise
+
+
+@retrying()
+def get(resource: Resource, name: str, ns: str | None = None) -> dict[str, Any]:
+    api = _custom()
+    if resource.namespaced:
+        obj = api.get_namespaced_custom_object(
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+            name,
+            _request_timeout=_timeout(),
+        )
+    else:
+        obj = api.get_cluster_custom_object(
+            resource.group, resource.version, resource.plural, name, _request_timeout=_timeout()
+        )
+    return dict(obj)
+
+
+@retrying()
+def list_objects(
+    resource: Resource, ns: str | None = None, label_selector: str = ""
+) -> tuple[list[dict[str, Any]], str]:
+    """Items and the list's resourceVersion (to start a watch from)."""
+    api = _custom()
+    if resource.namespaced:
+        out = api.list_namespaced_custom_object(
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+            label_selector=label_selector,
+            _request_timeout=_timeout(),
+        )
+    else:
+        out = api.list_cluster_custom_object(
+            resource.group,
+            resource.version,
+            resource.plural,
+            label_selector=label_selector,
+            _request_timeout=_timeout(),
+        )
+    return list(out.get("items", [])), str(out.get("metadata", {}).get("resourceVersion", ""))
+
+
+@retrying()
+def create(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
+    api = _custom()
+    if resource.namespaced:
+        obj = api.create_namespaced_custom_object(
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+            body,
+            _request_timeout=_timeout(),
+        )
+    else:
+        obj = api.create_cluster_custom_object(
+            resource.group, resource.version, resource.plural, body, _request_timeout=_timeout()
+        )
+    return dict(obj)
+
+
+@retrying()
+def patch(
+    resource: Resource, name: str, body: dict[str, Any], ns: str | None = None
+) -> dict[str, Any]:
+    """A JSON merge patch (RFC 7386)."""
+    api = _custom()
+    if resource.namespaced:
+        obj = api.patch_namespaced_custom_object(
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+            name,
+            body,
+            _request_timeout=_timeout(),
+        )
+    else:
+        obj = api.patch_cluster_custom_object(
+            resource.group,
+            resource.version,
+            resource.plural,
+            name,
+            body,
+            _request_timeout=_timeout(),
+        )
+    return dict(obj)
+
+
+@retrying()
+def replace(
+    resource: Resource, name: str, body: dict[str, Any], ns: str | None = None
+) -> dict[str, Any]:
+    api = _custom()
+    if resource.namespaced:
+        obj = api.replace_namespaced_custom_object(
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+            name,
+            body,
+            _request_timeout=_timeout(),
+        )
+    else:
+        obj = api.replace_cluster_custom_object(
+            resource.group,
+            resource.version,
+            resource.plural,
+            name,
+            body,
+            _request_timeout=_timeout(),
+        )
+    return dict(obj)
+
+
+@retrying()
+def delete(resource: Resource, name: str, ns: str | None = None) -> bool:
+    """Delete; ``False`` when it was already gone (deleting twice is fine)."""
+    api = _custom()
+    try:
+        if resource.namespaced:
+            api.delete_namespaced_custom_object(
+                resource.group,
+                resource.version,
+                ns or namespace(),
+                resource.plural,
+                name,
+                _request_timeout=_timeout(),
+            )
+        else:
+            api.delete_cluster_custom_object(
+                resource.group,
+                resource.version,
+                resource.plural,
+                name,
+                _request_timeout=_timeout(),
+            )
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
+    """Create the object, or bring an existing one in line with ``body`` (labels,
+    annotations and spec), writing nothing when it already matches."""
+    name = body["metadata"]["name"]
+    try:
+        return create(resource, body, ns)
+    except AlreadyExists:
+        pass
+    current = get(resource, name, ns)
+    meta, want = current.get("metadata", {}), body.get("metadata", {})
+    same = (
+        current.get("spec") == body.get("spec")
+        and all(meta.get("labels", {}).get(k) == v for k, v in want.get("labels", {}).items())
+        and all(
+            meta.get("annotations", {}).get(k) == v for k, v in want.get("annotations", {}).items()
+        )
+    )
+    if same:
+        return current
+    updated = {**body, "metadata": {**want, "resourceVersion": meta.get("resourceVersion")}}
+    return replace(resource, name, updated, ns)
+
+
+def watch(
+    resource: Resource,
+    resource_version: str,
+    ns: str | None = None,
+    label_selector: str = "",
+    timeout_seconds: int = 300,
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Yield ``(type, object)`` from ``resource_version`` until the server ends the stream.
+
+    Raises ``Expired`` when the version is too old (list again) and ``TransientError`` when the
+    connection drops (resume from the last version seen).
+    """
+    api = _custom()
+    w = k8s_watch.Watch()
+    kwargs: dict[str, Any] = {
+        "resource_version": resource_version,
+        "timeout_seconds": timeout_seconds,
+        "allow_watch_bookmarks": True,
+        "label_selector": label_selector,
+        "_request_timeout": (_timeout(), timeout_seconds + 30),
+    }
+    if resource.namespaced:
+        func: Any = api.list_namespaced_custom_object
+        args: tuple[Any, ...] = (
+            resource.group,
+            resource.version,
+            ns or namespace(),
+            resource.plural,
+        )
+    else:
+        func = api.list_cluster_custom_object
+        args = (resource.group, resource.version, resource.plural)
+    try:
+        for event in w.stream(func, *args, **kwargs):
+            kind = event.get("type", "")
+            obj = event.get("raw_object") or event.get("object") or {}
+            if kind == "ERROR":
+                code = obj.get("code") if isinstance(obj, dict) else None
+                if code == 410:
+                    raise Expired("watch expired: " + str(obj.get("message", "")), 410, "Expired")
+                raise TransientError(f"watch error: {obj}")
+            yield kind, obj
+    except ApiException as exc:
+        raise translate_errors(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise translate_errors(exc) from exc
+    finally:
+        w.stop()
+
+
+# --- webhook registration -------------------------------------------------------------------
+
+
+@retrying()
+def apply_mutating_webhook(body: dict[str, Any]) -> None:
+    api = k8s.AdmissionregistrationV1Api(_api_client())
+    name = body["metadata"]["name"]
+    try:
+        api.create_mutating_webhook_configuration(body, _request_timeout=_timeout())
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        current = api.read_mutating_webhook_configuration(name, _request_timeout=_timeout())
+        body = {
+            **body,
+            "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version},
+        }
+        api.replace_mutating_webhook_configuration(name, body, _request_timeout=_timeout())

@@ -1,0 +1,299 @@
+"""Writes for runs: preview, submit, stop, retry, resubmit (HackSoft style: keyword-only,
+typed; views, serializers and tasks call these and nothing else changes a run's state)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from placement import codec, parser, planner
+from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
+from portal.selectors import projects_of
+from sites.models import Project
+
+log = logging.getLogger(__name__)
+
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
+
+
+class ActionRefused(Exception):
+    """An action that the run's state does not allow (answered 409)."""
+
+
+def parser_limits() -> parser.Limits:
+    return parser.Limits(
+        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES, max_units=settings.PORTAL_MAX_UNITS
+    )
+
+
+def _catalogue() -> dict[str, Any]:
+    return {t.name: t.manifest for t in WorkflowTemplate.objects.all()}
+
+
+def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> dict[str, Any]:
+    """Set workflow parameter values from a form or an API client before parsing."""
+    if not arguments:
+        return doc
+    if not isinstance(arguments, dict):
+        raise WorkflowInvalid([FieldError("arguments", "must be an object of name: value")])
+    spec = doc.get("spec")
+    params = (spec.get("arguments") or {}).get("parameters") if isinstance(spec, dict) else None
+    if not isinstance(params, list):
+        params = []
+    known = {p.get("name"): p for p in params if isinstance(p, dict)}
+    errors = [
+        FieldError(f"arguments.{name}", "no such workflow parameter")
+        for name in arguments
+        if name not in known
+    ]
+    errors += [
+        FieldError(f"arguments.{name}", "must be a string")
+        for name, value in arguments.items()
+        if not isinstance(value, (str, int, float, bool))
+    ]
+    if errors:
+        raise WorkflowInvalid(errors)
+    for name, value in arguments.items():
+        known[name]["value"] = str(value)
+    return doc
+
+
+def workflow_parse(
+    *, body: str | bytes | dict[str, Any], arguments: dict[str, str] | None = None
+) -> ParsedWorkflow:
+    """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid)."""
+    doc = parser.decode_document(body, parser_limits())
+    doc = _apply_arguments(doc, arguments)
+    return parser.parse_workflow(
+        doc,
+        _catalogue(),
+        limits=parser_limits(),
+        domain=settings.PORTAL_LABEL_DOMAIN,
+    )
+
+
+def _project_for(user: Any, project: Project | str | None) -> Project | None:
+    if project is None or project == "":
+        return None
+    if isinstance(project, Project):
+        obj: Project | None = project
+    else:
+        obj = Project.objects.filter(name=project).first()
+    if obj is None or not projects_of(user).filter(pk=obj.pk).exists():
+        raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
+    return obj
+
+
+def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
+    return planner.plan(
+        parsed,
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=project.name if project else None,
+    )
+
+
+def workflow_preview(
+    *,
+    user: Any,
+    body: str | bytes | dict[str, Any],
+    content_type: str = "application/yaml",
+    project: Project | str | None = None,
+    arguments: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``)."""
+    proj = _project_for(user, project)
+    parsed = workflow_parse(body=body, arguments=arguments)
+    return _plan(parsed, proj).as_dict()
+
+
+@dataclass(frozen=True)
+class Submission:
+    parsed: ParsedWorkflow
+    plan: planner.Plan
+    project: Project | None
+
+
+def _unique_run_name(parsed: ParsedWorkflow) -> str:
+    base = (parsed.name or (parsed.generate_name or "workflow")).rstrip("-")[:40].rstrip("-")
+    if parsed.name and not WorkflowRun.objects.filter(name=base).exists():
+        return base
+    while True:
+        candidate = f"{base}-{secrets.token_hex(3)}"
+        if not WorkflowRun.objects.filter(name=candidate).exists():
+            return candidate
+
+
+def _compiled(parsed: ParsedWorkflow) -> dict[str, Any]:
+    # JSON round trip: templates may hold tuples or other non-JSON types from YAML.
+    return json.loads(
+        json.dumps(
+            {
+                "templates": dict(parsed.templates),
+                "parameters": parsed.workflow_parameters(),
+                "entrypoint": parsed.entrypoint,
+                "on_exit": parsed.on_exit,
+                "labels": dict(parsed.labels),
+                "annotations": dict(parsed.annotations),
+            },
+            default=str,
+        )
+    )
+
+
+def run_submit(
+    *,
+    user: Any,
+    body: str | bytes | dict[str, Any],
+    content_type: str = "application/yaml",
+    project: Project | str | None = None,
+    arguments: dict[str, str] | None = None,
+    resubmitted_from: WorkflowRun | None = None,
+) -> WorkflowRun:
+    """Store the run, its units and its submission-time decisions in one transaction, and
+    start it once committed. A unit that no site can take refuses the whole submission."""
+    proj = _project_for(user, project)
+    parsed = workflow_parse(body=body, arguments=arguments)
+    plan = _plan(parsed, proj)
+    unplaceable = [d for d in plan.decisions if d.timing == "submit" and d.site is None]
+    if unplaceable:
+        raise WorkflowInvalid(
+            [FieldError(f"units.{d.unit}", f"no site can run it: {d.reason}") for d in unplaceable]
+        )
+    manifest = parser.decode_document(body, parser_limits())
+    with transaction.atomic():
+        run = WorkflowRun.objects.create(
+            name=_unique_run_name(parsed),
+            project=proj,
+            owner=user,
+            manifest=manifest,
+            arguments=arguments or {},
+            compiled=_compiled(parsed),
+            resubmitted_from=resubmitted_from,
+        )
+        decisions = plan.by_unit()
+        units = []
+        for position, unit in enumerate(parsed.units):
+            d = decisions[unit.name]
+            units.append(
+                UnitRun(
+                    run=run,
+                    name=unit.name,
+                    slug=unit.slug,
+                    template=unit.template,
+                    position=position,
+                    depends=unit.depends,
+                    upstream=list(unit.upstream),
+                    when=unit.when or "",
+                    timing=d.timing,
+                    planned_site=d.site or d.runtime_hint or "",
+                    reason=d.reason,
+                    spec=codec.unit_to_dict(unit),
+                )
+            )
+        UnitRun.objects.bulk_create(units)
+        by_name = {u.name: u for u in UnitRun.objects.filter(run=run)}
+        PlacementDecision.objects.bulk_create(
+            [
+                PlacementDecision(
+                    run=run,
+                    unit=by_name[d.unit],
+                    source=DecisionSource.RULE,
+                    timing=UnitTiming.SUBMIT,
+                    site=d.site or "",
+                    reason=d.reason,
+                    candidates=[c.as_dict() for c in d.candidates],
+                )
+                for d in plan.decisions
+                if d.timing == "submit"
+            ]
+        )
+        RunEvent.objects.create(
+            run=run,
+            kind="submitted",
+            message=f"Submitted by {user.get_username()}: {len(units)} units",
+        )
+        transaction.on_commit(lambda: _enqueue_advance(run.pk))
+    return run
+
+
+def _enqueue_advance(run_id: int) -> None:
+    from portal import tasks
+
+    try:
+        tasks.run_advance.delay(run_id)
+    except Exception:  # noqa: BLE001 - broker down: the periodic resync picks the run up
+        log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
+
+
+def run_stop(*, run: WorkflowRun, user: Any) -> WorkflowRun:
+    """No new units start; running step workflows are asked to stop (``spec.shutdown``)."""
+    with transaction.atomic():
+        updated = WorkflowRun.objects.filter(
+            pk=run.pk, status__in=[RunStatus.PENDING, RunStatus.RUNNING]
+        ).update(status=RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now())
+        if not updated:
+            raise ActionRefused(f"run is {run.status}; only pending or running runs stop")
+        RunEvent.objects.create(
+            run=run, kind="stopped", message=f"Stopped by {user.get_username()}"
+        )
+        transaction.on_commit(lambda: _enqueue_advance(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
+    """Failed and errored units get a new attempt; units they blocked become pending again."""
+    with transaction.atomic():
+        locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status not in (RunStatus.FAILED, RunStatus.ERROR):
+            raise ActionRefused(f"run is {locked.status}; only failed runs can be retried")
+        failed = list(locked.units.filter(phase__in=[UnitPhase.FAILED, UnitPhase.ERROR]))
+        if not failed:
+            raise ActionRefused("no failed units to retry")
+        for unit in failed:
+            UnitRun.objects.filter(pk=unit.pk, phase=unit.phase).update(
+                phase=UnitPhase.PENDING,
+                attempt=unit.attempt + 1,
+                workflow_name="",
+                submitted_at=None,
+                started_at=None,
+                finished_at=None,
+                message="",
+                site="" if unit.timing == UnitTiming.RUNTIME else unit.site,
+            )
+        locked.units.filter(phase=UnitPhase.OMITTED).update(phase=UnitPhase.PENDING)
+        WorkflowRun.objects.filter(pk=run.pk).update(
+            status=RunStatus.RUNNING, finished_at=None, message=""
+        )
+        RunEvent.objects.create(
+            run=run,
+            kind="retried",
+            message=f"Retry by {user.get_username()}: {', '.join(u.name for u in failed)}",
+        )
+        transaction.on_commit(lambda: _enqueue_advance(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
+    """A new run of the same manifest and arguments."""
+    return run_submit(
+        user=user,
+        body=run.manifest,
+        content_type="application/json",
+        project=run.project,
+        arguments=run.arguments or None,
+        resubmitted_from=run,
+    )

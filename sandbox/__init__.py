@@ -1,0 +1,1 @@
+"""Sandbox fleet: a Kubernetes-API-compatible Karmada + Argo simulator (see README.md)."""

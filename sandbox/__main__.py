@@ -1,0 +1,167 @@
+"""`python -m sandbox`: serve the fleet, or drive its faults (`python -m sandbox fault ...`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from sandbox.core import Config, Sandbox
+from sandbox.faults import FAULT_TYPES
+from sandbox.server import Api
+
+log = logging.getLogger("sandbox")
+
+
+def write_kubeconfig(path: Path, url: str) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
+        "users": [{"name": "sandbox-admin", "user": {"token": "sandbox"}}],
+        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox",
+                                                     "user": "sandbox-admin",
+                                                     "namespace": "default"}}],
+        "current-context": "sandbox",
+        "preferences": {},
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -> None:
+    sandbox = Sandbox(config)
+    app = Api(sandbox).make_app()
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=512)
+    await site.start()
+    url = f"http://{host}:{port}"
+    if kubeconfig is not None:
+        write_kubeconfig(kubeconfig, url)
+    controllers = asyncio.create_task(sandbox.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    print(f"sandbox fleet serving at {url} ({', '.join(sandbox.sites)}); "
+          f"time scale {config.time_scale}", flush=True)
+    await stop.wait()
+    controllers.cancel()
+    for member in sandbox.members.values():
+        member.clear()
+    await sandbox.karmada.webhooks.close()
+    await runner.cleanup()
+
+
+def _serve_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m sandbox",
+                                description="Karmada + Argo sandbox fleet over HTTP")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--fleet", type=Path, help="fleet YAML (default: the demo fleet)")
+    p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig here")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="simulated seconds per real second (default 1)")
+    p.add_argument("--crds", type=Path, action="append", default=[],
+                   help="CRD file or folder to validate against (repeatable)")
+    p.add_argument("--label-domain", default="portal.multisite.io")
+    p.add_argument("--default-duration", type=float, default=10.0,
+                   help="simulated seconds a leaf runs without a duration annotation")
+    p.add_argument("--event-log", type=int, default=5000,
+                   help="events kept for watch resumption")
+    p.add_argument("--bookmark-interval", type=float, default=30.0,
+                   help="real seconds between watch BOOKMARKs")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = Config(
+        fleet=args.fleet, time_scale=args.time_scale, crds=args.crds,
+        label_domain=args.label_domain, default_duration=args.default_duration,
+        event_log_size=args.event_log, bookmark_interval=args.bookmark_interval,
+    )
+    asyncio.run(serve(config, args.host, args.port, args.kubeconfig))
+    return 0
+
+
+def _server_url(url: str | None, kubeconfig: Path | None) -> str:
+    if url:
+        return url.rstrip("/")
+    if kubeconfig is not None:
+        kc = yaml.safe_load(kubeconfig.read_text())
+        return str(kc["clusters"][0]["cluster"]["server"]).rstrip("/")
+    raise SystemExit("give --url or --kubeconfig")
+
+
+def _request(method: str, url: str, body: Any = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as err:
+        raise SystemExit(f"{err.code}: {err.read().decode()}") from err
+
+
+def _fault_main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m sandbox fault",
+        description="Inject, list or clear faults of a running sandbox fleet.",
+    )
+    p.add_argument("--url", help="sandbox URL, e.g. http://127.0.0.1:18443")
+    p.add_argument("--kubeconfig", type=Path, help="read the URL from this kubeconfig")
+    p.add_argument("action", choices=[*sorted(FAULT_TYPES), "list", "clear"])
+    p.add_argument("--site")
+    p.add_argument("--workflow")
+    p.add_argument("--namespace")
+    p.add_argument("--template")
+    p.add_argument("--status", type=int)
+    p.add_argument("--delay", type=float)
+    p.add_argument("--count", type=int)
+    p.add_argument("--duration", type=float, help="real seconds the fault lasts")
+    p.add_argument("--path", help="only API paths with this prefix")
+    p.add_argument("--message")
+    p.add_argument("--id", help="with clear: remove only this fault")
+    args = p.parse_args(argv)
+    base = _server_url(args.url, args.kubeconfig) + "/_sandbox/faults"
+    if args.action == "list":
+        out = _request("GET", base)
+    elif args.action == "clear":
+        out = _request("DELETE", f"{base}/{args.id}" if args.id else base)
+    else:
+        spec = {"type": args.action}
+        for key in ("site", "workflow", "namespace", "template", "status", "delay", "count",
+                    "duration", "path", "message"):
+            value = getattr(args, key)
+            if value is not None:
+                spec[key] = value
+        out = _request("POST", base, spec)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "fault":
+        return _fault_main(argv[1:])
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    return _serve_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

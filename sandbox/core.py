@@ -1,0 +1,142 @@
+"""The sandbox as one object: configuration, store, controllers, members and faults."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox.argo import Member
+from sandbox.faults import Faults
+from sandbox.fleet import Site, load_fleet
+from sandbox.karmada import Karmada
+from sandbox.resources import CLUSTER, NAMESPACE, Registry, ResourceType
+from sandbox.schema import SchemaRegistry
+from sandbox.store import Obj, Store, clone
+
+log = logging.getLogger("sandbox")
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "karmada-system",
+                      "karmada-cluster")
+
+
+@dataclass
+class Config:
+    fleet: Path | None = None
+    time_scale: float = 1.0
+    crds: list[Path] = field(default_factory=list)
+    label_domain: str = "portal.multisite.io"
+    default_duration: float = 10.0
+    event_log_size: int = 5000
+    bookmark_interval: float = 30.0
+    tick: float = 0.02
+
+    def annotation(self, name: str) -> str:
+        return f"{self.label_domain}/sandbox-{name}"
+
+
+class Sandbox:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.store = Store(Registry(), event_log_size=config.event_log_size)
+        self.schemas = SchemaRegistry()
+        if config.crds:
+            self.schemas.load(config.crds)
+            self.store.validator = self.schemas.validate
+        self.faults = Faults()
+        self.sites: dict[str, Site] = {s.name: s for s in load_fleet(config.fleet)}
+        self.members: dict[str, Member] = {}
+        self.karmada = Karmada(self)
+        self._wake = asyncio.Event()
+        self.store.listeners.append(lambda ev: self._wake.set())
+        self.seed()
+
+    def seed(self) -> None:
+        for ns in DEFAULT_NAMESPACES:
+            if self.store.find(NAMESPACE, None, ns) is None:
+                self.store.create(NAMESPACE, {"metadata": {"name": ns}}, validate=False)
+                self._namespace_active(ns)
+        for site in self.sites.values():
+            if self.store.find(CLUSTER, None, site.name) is None:
+                self.store.create(CLUSTER, site.cluster_object(), validate=False)
+
+    def _namespace_active(self, name: str) -> None:
+        obj = clone(self.store.get(NAMESPACE, None, name))
+        obj["status"] = {"phase": "Active"}
+        obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+        self.store.update(NAMESPACE, obj, subresource="all", validate=False)
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def admit_create(self, rtype: ResourceType, obj: Any, namespace: str | None) -> Obj:
+        return await self.karmada.webhooks.admit(rtype, obj, namespace)
+
+    async def run(self) -> None:
+        """The controllers' loop: reconcile whenever something changed, coalescing bursts."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=0.5)
+            self._wake.clear()
+            try:
+                self.karmada.reconcile()
+            except Exception:  # pragma: no cover - keep the fleet alive, but say why
+                log.exception("reconcile failed")
+            await asyncio.sleep(self.config.tick)
+
+    # -- control endpoints ---------------------------------------------------------------
+    def reset(self) -> None:
+        """Back to the fleet as it started: objects gone, members empty, faults cleared.
+        resourceVersion keeps counting so that clients holding old versions stay correct."""
+        self.faults.clear()
+        for member in self.members.values():
+            member.clear()
+        for rtype in self.store.registry.types:
+            if rtype is CLUSTER:
+                continue
+            for obj in list(self.store.all(rtype)):
+                meta = obj["metadata"]
+                if rtype is NAMESPACE and meta["name"] in DEFAULT_NAMESPACES:
+                    continue
+                if meta.get("finalizers"):
+                    stripped = clone(obj)
+                    stripped["metadata"]["finalizers"] = []
+                    self.store.update(rtype, stripped, meta.get("namespace"),
+                                      subresource="all", validate=False, check_rv=False)
+                if self.store.find(rtype, meta.get("namespace"), meta["name"]) is not None:
+                    self.store.delete(rtype, meta.get("namespace"), meta["name"])
+        for obj in list(self.store.all(CLUSTER)):
+            name = obj["metadata"]["name"]
+            if name not in self.sites:
+                self.store.delete(CLUSTER, None, name)
+            else:
+                fresh = self.sites[name].cluster_object()
+                cur = clone(obj)
+                cur["metadata"]["labels"] = fresh["metadata"]["labels"]
+                cur["spec"] = fresh["spec"]
+                self.store.update(CLUSTER, cur, validate=False, check_rv=False)
+        self.seed()
+        self.karmada.reset()
+        self.poke()
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "resourceVersion": self.store.rv,
+            "eventLog": {"size": len(self.store.log), "evictedUpTo": self.store.evicted_rv},
+            "watchers": len(self.store.watchers),
+            "members": {name: m.summary() for name, m in self.members.items()},
+            "faults": [f.to_dict() for f in self.faults.active()],
+        }
+
+    def resume(self, namespace: str, name: str, node: str | None) -> int:
+        count = 0
+        for member in self.members.values():
+            count += member.resume(namespace, name, node)
+        return count
+
+    def member_workflows(self, cluster: str) -> list[Obj]:
+        member = self.members.get(cluster)
+        return member.workflow_objects() if member else []

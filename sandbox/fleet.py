@@ -1,0 +1,75 @@
+"""Fleet files: the member clusters the sandbox starts with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandbox import quantity
+
+DEMO_FLEET = Path(__file__).parent / "fleets" / "demo.yaml"
+DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+
+
+@dataclass
+class Site:
+    name: str
+    region: str = ""
+    zone: str = ""
+    provider: str = ""
+    sync_mode: str = "Push"
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: list[dict[str, Any]] = field(default_factory=list)
+    nodes: int = 1
+    capacity: dict[str, float] = field(default_factory=dict)
+    baseline: dict[str, float] = field(default_factory=dict)
+    bucket: str = ""
+    kubernetes_version: str = "v1.31.2"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Site:
+        name = str(d["name"])
+        return cls(
+            name=name,
+            region=str(d.get("region", "")),
+            zone=str(d.get("zone", "")),
+            provider=str(d.get("provider", "")),
+            sync_mode=str(d.get("syncMode", "Push")),
+            labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
+            taints=list(d.get("taints") or []),
+            nodes=int(d.get("nodes", 1)),
+            capacity=quantity.parse_map(d.get("capacity") or DEFAULT_CAPACITY),
+            baseline=quantity.parse_map(d.get("baseline")),
+            bucket=str(d.get("bucket") or f"{name}-artifacts"),
+            kubernetes_version=str(d.get("kubernetesVersion", "v1.31.2")),
+        )
+
+    def cluster_object(self) -> dict[str, Any]:
+        """The Cluster object as karmada-aggregated-apiserver would hold it after `join`."""
+        labels = dict(self.labels)
+        labels.setdefault("topology.kubernetes.io/region", self.region)
+        labels.setdefault("topology.kubernetes.io/zone", self.zone)
+        spec: dict[str, Any] = {
+            "apiEndpoint": f"https://{self.name}.sandbox.invalid:6443",
+            "syncMode": self.sync_mode,
+            "provider": self.provider,
+            "region": self.region,
+            "zone": self.zone,
+            "id": f"sandbox-{self.name}",
+        }
+        if self.taints:
+            spec["taints"] = self.taints
+        return {
+            "apiVersion": "cluster.karmada.io/v1alpha1",
+            "kind": "Cluster",
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": spec,
+        }
+
+
+def load_fleet(path: Path | None = None) -> list[Site]:
+    data = yaml.safe_load((path or DEMO_FLEET).read_text()) or {}
+    return [Site.from_dict(s) for s in data.get("sites", [])]

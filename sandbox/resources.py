@@ -1,0 +1,104 @@
+"""The resource types the sandbox serves, as the discovery documents describe them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    singular: str
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    printer_columns: tuple[tuple[str, str, str], ...] = field(default=())
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+# Printer columns are (header, jsonPath, type) as the upstream CRDs / aggregated apiserver define.
+RESOURCE_TYPES: tuple[ResourceType, ...] = (
+    ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",),
+                 printer_columns=(("Status", ".status.phase", "string"),)),
+    ResourceType(
+        "cluster.karmada.io", "v1alpha1", "clusters", "Cluster", False, "cluster", (),
+        printer_columns=(
+            ("Version", ".status.kubernetesVersion", "string"),
+            ("Mode", ".spec.syncMode", "string"),
+            ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
+        ),
+    ),
+    ResourceType("policy.karmada.io", "v1alpha1", "propagationpolicies", "PropagationPolicy",
+                 True, "propagationpolicy", ("pp",)),
+    ResourceType("policy.karmada.io", "v1alpha1", "clusterpropagationpolicies",
+                 "ClusterPropagationPolicy", False, "clusterpropagationpolicy", ("cpp",)),
+    ResourceType("policy.karmada.io", "v1alpha1", "overridepolicies", "OverridePolicy",
+                 True, "overridepolicy", ("op",)),
+    ResourceType("policy.karmada.io", "v1alpha1", "clusteroverridepolicies",
+                 "ClusterOverridePolicy", False, "clusteroverridepolicy", ("cop",)),
+    ResourceType(
+        "work.karmada.io", "v1alpha2", "resourcebindings", "ResourceBinding", True,
+        "resourcebinding", ("rb",),
+        printer_columns=(
+            ("Scheduled", '.status.conditions[?(@.type=="Scheduled")].status', "string"),
+            ("FullyApplied", '.status.conditions[?(@.type=="FullyApplied")].status', "string"),
+        ),
+    ),
+    ResourceType(
+        "argoproj.io", "v1alpha1", "workflows", "Workflow", True, "workflow", ("wf",),
+        printer_columns=(
+            ("Status", ".status.phase", "string"),
+            ("Message", ".status.message", "string"),
+        ),
+    ),
+    ResourceType("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                 "MutatingWebhookConfiguration", False, "mutatingwebhookconfiguration", ()),
+)
+
+
+class Registry:
+    def __init__(self, types: tuple[ResourceType, ...] = RESOURCE_TYPES) -> None:
+        self.types = types
+        self._by_path = {(t.group, t.version, t.plural): t for t in types}
+        self._by_kind = {(t.group, t.kind): t for t in types}
+
+    def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self._by_path.get((group, version, plural))
+
+    def by_kind(self, group: str, kind: str) -> ResourceType | None:
+        return self._by_kind.get((group, kind))
+
+    def groups(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for t in self.types:
+            if t.group:
+                versions = out.setdefault(t.group, [])
+                if t.version not in versions:
+                    versions.append(t.version)
+        return out
+
+    def in_group_version(self, group: str, version: str) -> list[ResourceType]:
+        return [t for t in self.types if t.group == group and t.version == version]
+
+
+WORKFLOW = RESOURCE_TYPES[7]
+CLUSTER = RESOURCE_TYPES[1]
+NAMESPACE = RESOURCE_TYPES[0]
+RESOURCE_BINDING = RESOURCE_TYPES[6]
+PROPAGATION_POLICY = RESOURCE_TYPES[2]
+CLUSTER_PROPAGATION_POLICY = RESOURCE_TYPES[3]
+OVERRIDE_POLICY = RESOURCE_TYPES[4]
+CLUSTER_OVERRIDE_POLICY = RESOURCE_TYPES[5]
+MUTATING_WEBHOOK = RESOURCE_TYPES[8]

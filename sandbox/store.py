@@ -1,0 +1,325 @@
+"""Objects, one global resourceVersion counter, a bounded event log and watch fan-out.
+
+Everything runs on one asyncio loop, so the store needs no locks. Stored objects are never
+mutated after they are committed: readers may serialise them directly, writers clone first.
+That is what lets the event log share references with the object table instead of copying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import re
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandbox.errors import ApiError
+from sandbox.resources import Registry, ResourceType
+
+Obj = dict[str, Any]
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def clone(value: Any) -> Any:
+    """Deep copy for JSON-shaped data; several times faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict((obj.get("metadata") or {}).get("labels") or {})
+
+
+@dataclass(slots=True)
+class Event:
+    rv: int
+    rtype: ResourceType
+    type: str
+    obj: Obj
+    old: Obj | None
+
+
+@dataclass(eq=False)
+class Watcher:
+    rtype: ResourceType
+    namespace: str | None
+    label_match: Callable[[Mapping[str, str]], bool]
+    field_match: Callable[[Mapping[str, Any]], bool]
+    queue: asyncio.Queue[Event | None] = field(default_factory=lambda: asyncio.Queue(2000))
+    overflowed: bool = False
+
+    def wants(self, ev: Event) -> str | None:
+        """The event type this watcher should see, following how selectors behave upstream:
+        an object that stops matching is DELETED for the watcher, one that starts is ADDED."""
+        if ev.rtype is not self.rtype:
+            return None
+        new_in = self._matches(ev.obj)
+        if ev.type == "MODIFIED" and ev.old is not None:
+            old_in = self._matches(ev.old)
+            if new_in and not old_in:
+                return "ADDED"
+            if old_in and not new_in:
+                return "DELETED"
+        return ev.type if new_in else None
+
+    def _matches(self, obj: Obj) -> bool:
+        meta = obj.get("metadata") or {}
+        if self.namespace is not None and meta.get("namespace") != self.namespace:
+            return False
+        return self.label_match(meta.get("labels") or {}) and self.field_match(obj)
+
+
+class Store:
+    def __init__(self, registry: Registry, event_log_size: int = 5000) -> None:
+        self.registry = registry
+        self.rv = 1
+        self.objects: dict[str, dict[tuple[str, str], Obj]] = {t.key: {} for t in registry.types}
+        self.log: deque[Event] = deque(maxlen=event_log_size)
+        # Highest resourceVersion whose event has fallen off the log: watches from before it
+        # cannot be served and get 410 Expired.
+        self.evicted_rv = 0
+        self.watchers: set[Watcher] = set()
+        self.listeners: list[Callable[[Event], None]] = []
+        self.validator: Callable[[ResourceType, Obj], None] | None = None
+
+    # -- reads ---------------------------------------------------------------------------
+    def get(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        obj = self.objects[rtype.key].get((namespace or "", name))
+        if obj is None:
+            raise ApiError.not_found(rtype.group, rtype.plural, name)
+        return obj
+
+    def find(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj | None:
+        return self.objects[rtype.key].get((namespace or "", name))
+
+    def list_objects(
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        label_match: Callable[[Mapping[str, str]], bool] | None = None,
+        field_match: Callable[[Mapping[str, Any]], bool] | None = None,
+    ) -> list[Obj]:
+        out = []
+        for (ns, _name), obj in self.objects[rtype.key].items():
+            if namespace is not None and ns != namespace:
+                continue
+            meta = obj["metadata"]
+            if label_match is not None and not label_match(meta.get("labels") or {}):
+                continue
+            if field_match is not None and not field_match(obj):
+                continue
+            out.append(obj)
+        out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        return out
+
+    def all(self, rtype: ResourceType) -> Iterable[Obj]:
+        return list(self.objects[rtype.key].values())
+
+    # -- writes --------------------------------------------------------------------------
+    def _next_rv(self) -> int:
+        self.rv += 1
+        return self.rv
+
+    def _emit(self, rtype: ResourceType, etype: str, obj: Obj, old: Obj | None) -> None:
+        ev = Event(int(obj["metadata"]["resourceVersion"]), rtype, etype, obj, old)
+        if len(self.log) == self.log.maxlen:
+            self.evicted_rv = self.log[0].rv
+        self.log.append(ev)
+        for w in list(self.watchers):
+            if w.overflowed:
+                continue
+            try:
+                w.queue.put_nowait(ev)
+            except asyncio.QueueFull:
+                # A watcher this far behind is closed, as the apiserver does; the client
+                # re-lists or resumes from its last resourceVersion.
+                w.overflowed = True
+                self.watchers.discard(w)
+        for listener in self.listeners:
+            listener(ev)
+
+    def _check_meta(self, rtype: ResourceType, obj: Obj, namespace: str | None) -> None:
+        meta = obj.get("metadata")
+        if not isinstance(meta, dict):
+            raise ApiError.invalid(rtype.group, rtype.kind, "", [
+                {"reason": "FieldValueRequired", "field": "metadata", "message": "Required value"}
+            ])
+        name = meta.get("name", "")
+        if not isinstance(name, str) or not name:
+            raise ApiError.invalid(rtype.group, rtype.kind, "", [{
+                "reason": "FieldValueRequired", "field": "metadata.name",
+                "message": "Required value: name or generateName is required",
+            }])
+        if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+            raise ApiError.invalid(rtype.group, rtype.kind, name, [{
+                "reason": "FieldValueInvalid", "field": "metadata.name",
+                "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
+                "consist of lower case alphanumeric characters, '-' or '.'",
+            }])
+        if rtype.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace and body_ns and body_ns != namespace:
+                raise ApiError.bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            ns = namespace or body_ns
+            if not ns:
+                raise ApiError.bad_request("the server could not find the requested resource")
+            meta["namespace"] = ns
+            ns_type = self.registry.lookup("", "v1", "namespaces")
+            if ns_type is not None and (("", ns) not in self.objects[ns_type.key]):
+                raise ApiError.not_found("", "namespaces", ns)
+        else:
+            meta.pop("namespace", None)
+
+    def create(
+        self, rtype: ResourceType, obj: Obj, namespace: str | None = None, *, validate: bool = True
+    ) -> Obj:
+        obj = clone(obj)
+        obj["apiVersion"] = rtype.api_version
+        obj["kind"] = rtype.kind
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
+        self._check_meta(rtype, obj, namespace)
+        if validate and self.validator is not None:
+            self.validator(rtype, obj)
+        key = (meta.get("namespace", ""), meta["name"])
+        if key in self.objects[rtype.key]:
+            raise ApiError.already_exists(rtype.group, rtype.plural, meta["name"])
+        for drop in ("resourceVersion", "deletionTimestamp", "managedFields"):
+            meta.pop(drop, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_iso()
+        meta["generation"] = 1
+        meta["resourceVersion"] = str(self._next_rv())
+        self.objects[rtype.key][key] = obj
+        self._emit(rtype, "ADDED", obj, None)
+        return obj
+
+    def update(
+        self,
+        rtype: ResourceType,
+        obj: Obj,
+        namespace: str | None = None,
+        *,
+        subresource: str | None = None,
+        validate: bool = True,
+        check_rv: bool = True,
+    ) -> Obj:
+        """PUT semantics. subresource None keeps the stored status, "status" keeps all but the
+        status, "all" (internal callers) replaces both."""
+        obj = clone(obj)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name", "")
+        key_ns = (namespace or meta.get("namespace") or "") if rtype.namespaced else ""
+        old = self.objects[rtype.key].get((key_ns, name))
+        if old is None:
+            raise ApiError.not_found(rtype.group, rtype.plural, name)
+        sent_rv = meta.get("resourceVersion")
+        if check_rv and sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+            raise ApiError.conflict(
+                rtype.group, rtype.plural, name,
+                "the object has been modified; please apply your changes to the latest "
+                "version and try again",
+            )
+        has_status = rtype.kind != "MutatingWebhookConfiguration"
+        if subresource == "status":
+            new = clone(old)
+            if "status" in obj:
+                new["status"] = obj["status"]
+            else:
+                new.pop("status", None)
+        else:
+            new = obj
+            new["apiVersion"] = rtype.api_version
+            new["kind"] = rtype.kind
+            if subresource is None and has_status:
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+            nmeta = new["metadata"]
+            for keep in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
+                if keep in old["metadata"]:
+                    nmeta[keep] = old["metadata"][keep]
+                else:
+                    nmeta.pop(keep, None)
+            nmeta["name"] = name
+            nmeta["generation"] = old["metadata"].get("generation", 1)
+            if _spec_of(new) != _spec_of(old):
+                nmeta["generation"] += 1
+        if validate and self.validator is not None:
+            self.validator(rtype, new)
+        new["metadata"]["resourceVersion"] = str(self._next_rv())
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            del self.objects[rtype.key][(key_ns, name)]
+            self._emit(rtype, "DELETED", new, old)
+            return new
+        self.objects[rtype.key][(key_ns, name)] = new
+        self._emit(rtype, "MODIFIED", new, old)
+        return new
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        preconditions: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        key = ((namespace or "") if rtype.namespaced else "", name)
+        old = self.objects[rtype.key].get(key)
+        if old is None:
+            raise ApiError.not_found(rtype.group, rtype.plural, name)
+        if preconditions:
+            for field_name in ("uid", "resourceVersion"):
+                want = preconditions.get(field_name)
+                if want and want != old["metadata"].get(field_name):
+                    raise ApiError.conflict(
+                        rtype.group, rtype.plural, name,
+                        f"Precondition failed: {field_name} in precondition: {want}, "
+                        f"{field_name} in object meta: {old['metadata'].get(field_name)}",
+                    )
+        if old["metadata"].get("finalizers"):
+            if old["metadata"].get("deletionTimestamp"):
+                return old
+            new = clone(old)
+            new["metadata"]["deletionTimestamp"] = now_iso()
+            new["metadata"]["resourceVersion"] = str(self._next_rv())
+            self.objects[rtype.key][key] = new
+            self._emit(rtype, "MODIFIED", new, old)
+            return new
+        del self.objects[rtype.key][key]
+        gone = clone(old)
+        gone["metadata"]["resourceVersion"] = str(self._next_rv())
+        self._emit(rtype, "DELETED", gone, None)
+        if rtype.kind == "Namespace":
+            for t in self.registry.types:
+                if t.namespaced:
+                    for (ns, n) in [k for k in self.objects[t.key] if k[0] == name]:
+                        self.delete(t, ns, n)
+        return gone
+
+    # -- watches -------------------------------------------------------------------------
+    def events_since(self, rv: int) -> list[Event]:
+        if rv < self.evicted_rv:
+            raise ApiError.expired(
+                f"too old resource version: {rv} ({self.evicted_rv + 1})"
+            )
+        return [ev for ev in self.log if ev.rv > rv]
+
+
+def _spec_of(obj: Obj) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}

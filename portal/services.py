@@ -136,16 +136,23 @@ def _unique_run_name(parsed: ParsedWorkflow) -> str:
 
 
 def _compiled(parsed: ParsedWorkflow) -> dict[str, Any]:
-    # JSON round trip: templates may hold tuples or other non-JSON types from YAML.
+    """What later steps need to build step workflows (see ``execution.parsed_of``)."""
+    # JSON round trip: templates may hold values YAML typed in ways JSON does not keep.
     return json.loads(
         json.dumps(
             {
+                "name": parsed.name,
+                "generate_name": parsed.generate_name,
+                "namespace": parsed.namespace,
                 "templates": dict(parsed.templates),
+                "template_scopes": dict(parsed.template_scopes),
+                "arguments": codec.arguments_to_dict(parsed.arguments),
                 "parameters": parsed.workflow_parameters(),
                 "entrypoint": parsed.entrypoint,
                 "on_exit": parsed.on_exit,
                 "labels": dict(parsed.labels),
                 "annotations": dict(parsed.annotations),
+                "spec": dict(parsed.spec),
             },
             default=str,
         )

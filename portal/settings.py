@@ -221,3 +221,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+CELERY_BEAT_SCHEDULE = {
+    "portal-resync": {"task": "portal.tasks.resync", "schedule": float(PORTAL_RESYNC_SECONDS)},
+}

@@ -1,0 +1,121 @@
+"""The watcher: follows Clusters and ResourceBindings on karmada-apiserver.
+
+Each kind has a loop: list (fold every object in), then watch from the list's resourceVersion;
+a dropped connection resumes from the last version seen, an expired version (410) lists again.
+Changes become database updates here and Celery tasks for what must call Karmada.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.db import close_old_connections
+
+from portal import execution, gateway
+
+log = logging.getLogger(__name__)
+
+
+class Loop:
+    """List-then-watch for one resource, with resume and backoff."""
+
+    def __init__(
+        self,
+        resource: gateway.Resource,
+        on_object: Callable[[str, dict[str, Any]], None],
+        stop: threading.Event,
+        watch_timeout: int = 300,
+        on_listed: Callable[[list[dict[str, Any]]], None] | None = None,
+    ) -> None:
+        self.resource = resource
+        self.on_object = on_object
+        self.on_listed = on_listed
+        self.stop = stop
+        self.watch_timeout = watch_timeout
+        self.resource_version = ""
+        self.lists = 0
+        self.watches = 0
+
+    def relist(self) -> None:
+        items, rv = gateway.list_objects(self.resource)
+        self.lists += 1
+        for obj in items:
+            self._handle("ADDED", obj)
+        if self.on_listed is not None:
+            self.on_listed(items)
+        self.resource_version = rv
+
+    def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        try:
+            self.on_object(kind, obj)
+        except Exception:  # one bad object must not stop the watcher
+            log.exception("%s: failed to handle %s", self.resource.kind, kind)
+        finally:
+            close_old_connections()
+
+    def run(self) -> None:
+        delay = 0.5
+        while not self.stop.is_set():
+            try:
+                if not self.resource_version:
+                    self.relist()
+                self.watches += 1
+                for kind, obj in gateway.watch(
+                    self.resource, self.resource_version, timeout_seconds=self.watch_timeout
+                ):
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        self.resource_version = str(rv)
+                    if kind != "BOOKMARK":
+                        self._handle(kind, obj)
+                    if self.stop.is_set():
+                        return
+                delay = 0.5
+            except gateway.Expired:
+                log.info("%s: resourceVersion expired, listing again", self.resource.kind)
+                self.resource_version = ""
+            except gateway.KarmadaError as exc:
+                log.warning("%s watch: %s; resuming in %.1fs", self.resource.kind, exc, delay)
+                self.stop.wait(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 30.0)
+
+
+def on_cluster(kind: str, obj: dict[str, Any]) -> None:
+    from portal import tasks
+
+    name = (obj.get("metadata") or {}).get("name", "")
+    if kind == "DELETED":
+        execution.cluster_deleted(name)
+        tasks.policies_sync.delay()
+        return
+    _site, changed = execution.cluster_observe(obj)
+    if changed:
+        tasks.policies_sync.delay()
+
+
+def on_binding(kind: str, obj: dict[str, Any]) -> None:
+    from portal import tasks
+
+    if kind == "DELETED":
+        return
+    run_id = execution.binding_observe(obj)
+    if run_id is not None:
+        tasks.run_advance.delay(run_id)
+
+
+def run_forever(stop: threading.Event, watch_timeout: int = 300) -> list[Loop]:
+    loops = [
+        Loop(gateway.CLUSTER, on_cluster, stop, watch_timeout),
+        Loop(gateway.RESOURCE_BINDING, on_binding, stop, watch_timeout),
+    ]
+    threads = [
+        threading.Thread(target=loop.run, name=f"watch-{loop.resource.plural}", daemon=True)
+        for loop in loops
+    ]
+    for t in threads:
+        t.start()
+    return loops

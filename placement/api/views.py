@@ -1,0 +1,33 @@
+"""Placement rules API: a plain CRUD viewset (writes are single saves, no service needed)."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema, extend_schema_view
+from rest_framework import viewsets
+
+from placement.api.permissions import RulesReadOrEdit
+from placement.api.serializers import PlacementRuleSerializer
+from placement.filtersets import PlacementRuleFilterSet
+from placement.models import PlacementRule
+from sites.api.pagination import BoundedLimitOffsetPagination
+from sites.api.parsers import StrictJSONParser
+
+
+@extend_schema_view(
+    list=extend_schema(summary="List placement rules in evaluation order"),
+    retrieve=extend_schema(summary="One placement rule"),
+    create=extend_schema(summary="Add a placement rule (rule editors)"),
+    partial_update=extend_schema(summary="Change a placement rule (rule editors)"),
+    destroy=extend_schema(summary="Delete a placement rule (rule editors)"),
+)
+class PlacementRuleViewSet(viewsets.ModelViewSet[PlacementRule]):
+    permission_classes = [RulesReadOrEdit]
+    serializer_class = PlacementRuleSerializer
+    filterset_class = PlacementRuleFilterSet
+    parser_classes = [StrictJSONParser]
+    pagination_class = BoundedLimitOffsetPagination
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self) -> QuerySet[PlacementRule]:
+        return PlacementRule.objects.order_by("order", "name")

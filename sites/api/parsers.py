@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import IO, Any
+
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser, plus a 400 for nesting too deep for Python's decoder.
+
+    DRF turns ``ValueError`` into a ParseError but not ``RecursionError``, so a body of a few
+    hundred thousand ``[`` would otherwise be a 500.
+    """
+
+    def parse(
+        self,
+        stream: IO[Any],
+        media_type: str | None = None,
+        parser_context: Mapping[str, Any] | None = None,
+    ) -> Any:
+        try:
+            return super().parse(stream, media_type, parser_context)
+        except RecursionError as exc:
+            raise ParseError("JSON parse error - nested too deeply.") from exc

@@ -1,0 +1,31 @@
+"""Reads of the inventory, filtered by who is asking."""
+
+from __future__ import annotations
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from sites.models import Dataset, DatasetReplica, Project, Site
+from sites.permissions import AnyUser, is_fleet_staff
+
+
+def site_list() -> QuerySet[Site]:
+    return Site.objects.all()
+
+
+def sites_operated_by(user: AnyUser) -> QuerySet[Site]:
+    if not user.is_authenticated:
+        return Site.objects.none()
+    return Site.objects.filter(operators=user)
+
+
+def dataset_list_visible(user: AnyUser) -> QuerySet[Dataset]:
+    """Fleet staff see every dataset; others see fleet-wide datasets (no project), those of their
+    projects and those with a replica at a site they operate."""
+    datasets = Dataset.objects.select_related("project").prefetch_related("replicas__site")
+    if is_fleet_staff(user):
+        return datasets
+    if not user.is_authenticated:
+        return datasets.none()
+    at_my_site = DatasetReplica.objects.filter(dataset=OuterRef("pk"), site__operators=user)
+    mine = Project.objects.filter(pk=OuterRef("project_id"), members=user)
+    return datasets.filter(Q(project__isnull=True) | Exists(mine) | Exists(at_my_site))

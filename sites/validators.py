@@ -1,0 +1,156 @@
+"""Validation of the free-form JSON an operator or a client sends (labels, overrides, regions).
+
+Each function returns a list of ``(path, message)`` problems, with ``path`` relative to the
+value checked, so a serializer can report ``labels.foo`` or ``overrides.gpu_node_selector``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+Problem = tuple[str, str]
+
+# Kubernetes label syntax (k8s.io/apimachinery/pkg/util/validation).
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_REGION = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+MAX_JSON_DEPTH = 20
+
+
+def label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not prefix:
+        return "Label key has an empty prefix."
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return "Label key prefix must be a DNS subdomain (at most 253 characters)."
+    if not name or len(name) > 63 or not _LABEL_NAME.match(name):
+        return (
+            "Label key name must be 1-63 characters of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit."
+        )
+    return None
+
+
+def label_value_problem(value: str) -> str | None:
+    if value == "":
+        return None
+    if len(value) > 63 or not _LABEL_NAME.match(value):
+        return (
+            "Label value must be empty or 1-63 characters of letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit."
+        )
+    return None
+
+
+def label_map_problems(value: Any) -> list[Problem]:
+    """A Kubernetes label map: an object of string keys to string values."""
+    if not isinstance(value, dict):
+        return [("", "Must be an object of label: value.")]
+    problems: list[Problem] = []
+    for key, item in value.items():
+        key_problem = label_key_problem(key)
+        if key_problem:
+            problems.append((key, key_problem))
+        elif not isinstance(item, str):
+            problems.append((key, "Label value must be a string."))
+        else:
+            value_problem = label_value_problem(item)
+            if value_problem:
+                problems.append((key, value_problem))
+    return problems
+
+
+def json_problems(value: Any, depth: int = 0) -> list[Problem]:
+    """Reject what PostgreSQL's jsonb cannot store (NUL characters) and absurd nesting."""
+    if depth > MAX_JSON_DEPTH:
+        return [("", f"Nested deeper than {MAX_JSON_DEPTH} levels.")]
+    if isinstance(value, str):
+        return [("", "Must not contain NUL characters.")] if "\x00" in value else []
+    if isinstance(value, dict):
+        problems: list[Problem] = []
+        for key, item in value.items():
+            if "\x00" in key:
+                return [("", "Keys must not contain NUL characters.")]
+            problems.extend(
+                (f"{key}.{path}" if path else key, message)
+                for path, message in json_problems(item, depth + 1)
+            )
+        return problems
+    if isinstance(value, list):
+        problems = []
+        for index, item in enumerate(value):
+            problems.extend(
+                (f"[{index}].{path}" if path else f"[{index}]", message)
+                for path, message in json_problems(item, depth + 1)
+            )
+        return problems
+    if isinstance(value, float) and not math.isfinite(value):
+        return [("", "Numbers must be finite.")]
+    return []
+
+
+def region_list_problems(value: Any) -> list[Problem]:
+    if not isinstance(value, list):
+        return [("", "Must be a list of region names.")]
+    problems: list[Problem] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not _REGION.match(item):
+            problems.append((f"[{index}]", "Region must be 1-63 letters, digits, '-', '_' or '.'."))
+    if len(set(v for v in value if isinstance(v, str))) != len(value) and not problems:
+        problems.append(("", "Regions must not repeat."))
+    return problems
+
+
+OVERRIDE_KEYS = {"artifact_repository", "gpu_node_selector", "image_registry_mirror"}
+
+
+def overrides_problems(value: Any) -> list[Problem]:
+    """``{"artifact_repository": {...}, "gpu_node_selector": {k: v}, "image_registry_mirror":
+    "host[:port][/path]"}``, every key optional."""
+    if not isinstance(value, dict):
+        return [("", "Must be an object.")]
+    problems: list[Problem] = []
+    for key in sorted(set(value) - OVERRIDE_KEYS):
+        problems.append((key, f"Unknown override; known: {', '.join(sorted(OVERRIDE_KEYS))}."))
+    if "artifact_repository" in value:
+        repo = value["artifact_repository"]
+        if not isinstance(repo, dict):
+            problems.append(("artifact_repository", "Must be an object."))
+        else:
+            problems.extend(
+                (f"artifact_repository.{p}" if p else "artifact_repository", m)
+                for p, m in json_problems(repo, depth=1)
+            )
+    if "gpu_node_selector" in value:
+        problems.extend(
+            (f"gpu_node_selector.{p}" if p else "gpu_node_selector", m)
+            for p, m in label_map_problems(value["gpu_node_selector"])
+        )
+    if "image_registry_mirror" in value:
+        mirror = value["image_registry_mirror"]
+        if (
+            not isinstance(mirror, str)
+            or not mirror
+            or len(mirror) > 253
+            or any(c.isspace() or c == "\x00" for c in mirror)
+        ):
+            problems.append(
+                ("image_registry_mirror", "Must be a registry host such as registry.example.org.")
+            )
+    return problems
+
+
+def problems_detail(field: str, problems: list[Problem]) -> dict[str, list[str]]:
+    """``{"labels.foo": [...], "residency[0]": [...]}`` for ``ValidationError``."""
+    detail: dict[str, list[str]] = {}
+    for path, message in problems:
+        if not path:
+            key = field
+        elif path.startswith("["):
+            key = f"{field}{path}"
+        else:
+            key = f"{field}.{path}"
+        detail.setdefault(key, []).append(message)
+    return detail

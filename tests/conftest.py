@@ -1,0 +1,121 @@
+pytest_plugins = ["tests.fixtures_sandbox"] if (__import__("pathlib").Path(__file__).parent / "fixtures_sandbox.py").exists() else []  # fmt: skip
+# ruff: noqa: E402, E501  (the line above must stay exactly as it is, and first)
+# Shared fixtures: the personas of the portal and API clients that act as them.
+#
+# Personas (as healthchecks' ``hc/test.py`` has owner/member/outsider):
+#
+# * ``operator``: ``is_staff``, in the ``operators`` group, operates ``operated_site`` only.
+# * ``scientist``: member of ``project``; operates nothing.
+# * ``outsider``: authenticated, in no project, operates nothing.
+# * ``staff``: fleet staff (``is_staff``, not a scoped operator); sees and edits everything.
+# * ``rule_editor``: in the ``rule editors`` group.
+#
+# ``other_site`` is a site none of them operates. ``api_client`` has no credentials;
+# ``api_client_for(user)`` gives a client authenticated with ``Authorization: Token ...``, and
+# ``operator_api``, ``scientist_api``, ``outsider_api``, ``staff_api`` are ready-made ones.
+
+
+from collections.abc import Callable
+
+import pytest
+from django.contrib.auth.models import Group, User
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from sites.models import Project, Site
+from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
+from tests.factories import ProjectFactory, SiteFactory, UserFactory
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    """Every persona has a password; the production hasher would cost most of each test."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def operated_site(db) -> Site:
+    return SiteFactory(name="site-op", region="eu-west", provider="onprem")
+
+
+@pytest.fixture
+def other_site(db) -> Site:
+    return SiteFactory(name="site-other", region="us-east", provider="cloud")
+
+
+@pytest.fixture
+def operator(db, operated_site: Site) -> User:
+    user = UserFactory(
+        username="operator", is_staff=True, groups=[Group.objects.get(name=OPERATORS_GROUP)]
+    )
+    operated_site.operators.add(user)
+    return user
+
+
+@pytest.fixture
+def project(db) -> Project:
+    return ProjectFactory(name="eo")
+
+
+@pytest.fixture
+def scientist(db, project: Project) -> User:
+    user = UserFactory(username="scientist")
+    project.members.add(user)
+    return user
+
+
+@pytest.fixture
+def outsider(db) -> User:
+    return UserFactory(username="outsider")
+
+
+@pytest.fixture
+def staff(db) -> User:
+    return UserFactory(username="staff", is_staff=True)
+
+
+@pytest.fixture
+def superuser(db) -> User:
+    return UserFactory(username="root", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def rule_editor(db) -> User:
+    return UserFactory(username="rule-editor", groups=[Group.objects.get(name=RULE_EDITORS_GROUP)])
+
+
+@pytest.fixture
+def api_client() -> APIClient:
+    """No credentials at all."""
+    return APIClient()
+
+
+@pytest.fixture
+def api_client_for(db) -> Callable[[User], APIClient]:
+    def make(user: User) -> APIClient:
+        token, _ = Token.objects.get_or_create(user=user)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def operator_api(api_client_for, operator: User) -> APIClient:
+    return api_client_for(operator)
+
+
+@pytest.fixture
+def scientist_api(api_client_for, scientist: User) -> APIClient:
+    return api_client_for(scientist)
+
+
+@pytest.fixture
+def outsider_api(api_client_for, outsider: User) -> APIClient:
+    return api_client_for(outsider)
+
+
+@pytest.fixture
+def staff_api(api_client_for, staff: User) -> APIClient:
+    return api_client_for(staff)

@@ -314,9 +314,12 @@ def _admit_step(
             raise _Skip(f"attempt {attempt} is not the current one ({unit.attempt})")
         upstream: dict[str, planner.Upstream] = {}
         if unit.upstream:
-            for up_name, up_site, up_outputs in UnitRun.objects.filter(
-                run_id=run_id, name__in=list(unit.upstream)
-            ).values_list("name", "site", "outputs"):
+            # order_by(): the model's default ordering would join the run table for nothing.
+            for up_name, up_site, up_outputs in (
+                UnitRun.objects.filter(run_id=run_id, name__in=list(unit.upstream))
+                .order_by()
+                .values_list("name", "site", "outputs")
+            ):
                 if up_site:
                     upstream[up_name] = planner.Upstream(up_site, upstream_bytes(up_outputs))
         snap = snapshot_get()

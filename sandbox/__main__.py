@@ -43,7 +43,7 @@ def write_kubeconfig(path: Path, url: str) -> None:
 async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -> None:
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=512)
     await site.start()
@@ -60,6 +60,9 @@ async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -
           f"time scale {config.time_scale}", flush=True)
     await stop.wait()
     controllers.cancel()
+    # Open watches would hold the shutdown for their whole timeout; end them now.
+    for watcher in list(sandbox.store.watchers):
+        watcher.queue.put_nowait(None)
     for member in sandbox.members.values():
         member.clear()
     await sandbox.karmada.webhooks.close()

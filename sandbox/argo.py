@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandbox.argo")
 
 LEAF_KINDS = ("container", "script", "resource", "containerSet", "data", "http", "plugin")
+# Bounds runaway recursion (e.g. coinflip-recursive with a result that never changes).
+MAX_NODE_NAME = 2000
 DONE = ("Succeeded", "Failed", "Error", "Skipped", "Omitted")
 FAILED = ("Failed", "Error")
 _VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
@@ -626,10 +628,13 @@ class WorkflowRun:
         display: str, ctx: Ctx, parent: Parent, inline: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         tmpl = inline or self.templates.get(tmpl_name)
-        if tmpl is None:
-            node = self.new_node(name, display, "Skipped", tmpl_name, ctx, parent)
-            node["type"] = "Pod"
-            return self.finish(node, "Error", f"template {tmpl_name!r} not found")
+        if tmpl is None or len(name) > MAX_NODE_NAME:
+            node = self.new_node(name[:MAX_NODE_NAME], display, "Pod", tmpl_name, ctx, parent)
+            why = f"template {tmpl_name!r} not found" if tmpl is None else \
+                "nesting too deep (recursion without an end?)"
+            if tmpl is None and not tmpl_name:
+                why = "templateRef / WorkflowTemplates are not simulated by the sandbox"
+            return self.finish(node, "Error", why)
         strategy = tmpl.get("retryStrategy")
         if not strategy:
             return await self.execute_once(tmpl, args, art_args, name, display, ctx, parent)
@@ -800,6 +805,10 @@ class WorkflowRun:
         result = self.annotation(tmpl, "result")
         if result is None and "result" in given:
             result = as_param(given["result"])
+        if result is None and "script" in tmpl:
+            # Argo captures a script's stdout as its result; the sandbox runs nothing, so the
+            # script printed nothing unless an annotation says what it printed.
+            result = ""
         if result is not None:
             outputs["result"] = result
         outputs["exitCode"] = self.annotation(tmpl, "exit-code") or ("1" if failed else "0")
@@ -1046,9 +1055,13 @@ class WorkflowRun:
 
         def check(scope: dict[str, Any]) -> bool:
             text = render(str(cond), scope)
-            if "{{" in text:
+            if "{{=" in text:
                 # The expr language ({{= ...}}) is not evaluated; such conditions run.
                 return True
+            if "{{" in text:
+                # A variable that never got a value (e.g. the result of a step that printed
+                # nothing) cannot satisfy a comparison.
+                return False
             try:
                 return evaluate(text)
             except ExprError:

@@ -198,7 +198,7 @@ class Api:
         m = request.method
         if name is None:
             if m == "GET":
-                if q.get("watch") in ("true", "1"):
+                if _truthy(q.get("watch")):
                     return await self.watch(request, rtype, namespace)
                 return self.list_view(request, rtype, namespace)
             if m == "POST":
@@ -352,7 +352,7 @@ class Api:
             timeout = float(q.get("timeoutSeconds") or DEFAULT_WATCH_TIMEOUT)
         except ValueError as exc:
             raise ApiError.bad_request("timeoutSeconds must be a number") from exc
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        bookmarks = _truthy(q.get("allowWatchBookmarks"))
         initial: list[tuple[str, Obj]] = []
         expired: ApiError | None = None
         if rv in ("", "0"):
@@ -452,6 +452,10 @@ class Api:
         if tail == "reset" and m == "POST":
             self.sb.reset()
             return json_response({"status": "reset", "resourceVersion": str(self.store.rv)})
+        if tail == "compact" and m == "POST":
+            # Like an etcd compaction: every watch from an older resourceVersion gets 410.
+            self.store.compact()
+            return json_response({"compactedUpTo": str(self.store.evicted_rv)})
         if tail == "state" and m == "GET":
             return json_response(self.sb.state())
         if tail == "ready" and m == "GET":
@@ -465,6 +469,11 @@ class Api:
         if len(parts) == 3 and parts[0] == "members" and parts[2] == "workflows" and m == "GET":
             return json_response({"items": self.sb.member_workflows(parts[1])})
         raise ApiError(404, "NotFound", f"no sandbox endpoint {request.method} /_sandbox/{tail}")
+
+
+def _truthy(value: str | None) -> bool:
+    # Go's strconv.ParseBool, which the apiserver uses: the Python client sends "True".
+    return value in ("1", "t", "T", "true", "TRUE", "True")
 
 
 def _jsonpath(obj: Obj, path: str) -> Any:

@@ -313,6 +313,10 @@ class Store:
         return gone
 
     # -- watches -------------------------------------------------------------------------
+    def compact(self) -> None:
+        self.log.clear()
+        self.evicted_rv = self.rv
+
     def events_since(self, rv: int) -> list[Event]:
         if rv < self.evicted_rv:
             raise ApiError.expired(

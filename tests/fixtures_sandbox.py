@@ -1,0 +1,218 @@
+"""Pytest plugin: the sandbox fleet as a real subprocess speaking HTTP.
+
+Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
+
+* ``sandbox_server`` (session): starts ``python -m sandbox`` on a free port with a high time
+  scale and the reference CRDs, writes a kubeconfig, waits until it answers, and stops it at
+  the end of the session. Its log goes to a file (``sandbox_server.log_path``).
+* ``sandbox`` (function): the same server, reset to the demo fleet before the test and with
+  faults cleared after it, so tests do not leak into each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = REPO_ROOT.parent / "shared" / "reference"
+KARMADA_CRDS = REFERENCE / "karmada" / "crds"
+ARGO_CRD = REFERENCE / "argo" / "argoproj.io_workflows.yaml"
+ARGO_EXAMPLES = REFERENCE / "argo" / "examples"
+TIME_SCALE = float(os.environ.get("SANDBOX_TIME_SCALE", "1000"))
+
+T = TypeVar("T")
+
+
+class SandboxHTTPError(Exception):
+    def __init__(self, status: int, body: Any) -> None:
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class SandboxServer:
+    url: str
+    kubeconfig: Path
+    log_path: Path
+    process: subprocess.Popen[bytes]
+    time_scale: float = TIME_SCALE
+    label_domain: str = "portal.multisite.io"
+    _clients: list[Any] = field(default_factory=list)
+
+    # -- clients ---------------------------------------------------------------------------
+    def api_client(self) -> Any:
+        """A ``kubernetes.client.ApiClient`` configured from the sandbox's kubeconfig."""
+        from kubernetes import config
+
+        client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        self._clients.append(client)
+        return client
+
+    def request(self, method: str, path: str, body: Any = None,
+                content_type: str = "application/json", timeout: float = 30) -> Any:
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": content_type})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            try:
+                parsed: Any = json.loads(raw)
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            raise SandboxHTTPError(err.code, parsed) from err
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    # -- control ---------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.request("POST", "/_sandbox/reset")
+
+    def fault(self, type: str, **spec: Any) -> dict[str, Any]:
+        """Inject a fault, e.g. ``fault("site-not-ready", site="site-b")``; returns it (with
+        its ``id``)."""
+        result: dict[str, Any] = self.request("POST", "/_sandbox/faults", {"type": type, **spec})
+        return result
+
+    def clear_fault(self, fault_id: str) -> None:
+        self.request("DELETE", f"/_sandbox/faults/{fault_id}")
+
+    def clear_faults(self) -> None:
+        self.request("DELETE", "/_sandbox/faults")
+
+    def faults(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.request("GET", "/_sandbox/faults")["items"]
+        return items
+
+    def state(self) -> dict[str, Any]:
+        result: dict[str, Any] = self.request("GET", "/_sandbox/state")
+        return result
+
+    def compact(self) -> None:
+        """Drop the watch event log (an etcd compaction): older resourceVersions get 410."""
+        self.request("POST", "/_sandbox/compact")
+
+    def member_workflows(self, cluster: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.request(
+            "GET", f"/_sandbox/members/{cluster}/workflows")["items"]
+        return items
+
+    def resume(self, namespace: str, name: str, node: str | None = None) -> int:
+        body = {"namespace": namespace, "name": name}
+        if node:
+            body["node"] = node
+        return int(self.request("POST", "/_sandbox/resume", body)["resumed"])
+
+    def annotation(self, name: str) -> str:
+        """The annotation key for a sandbox knob, e.g. ``annotation("duration")``."""
+        return f"{self.label_domain}/sandbox-{name}"
+
+    @staticmethod
+    def wait_for(predicate: Callable[[], T | None], timeout: float = 30.0,
+                 interval: float = 0.05, what: str = "condition") -> T:
+        """Poll until predicate returns something truthy; fail the test after timeout."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def log_tail(self, lines: int = 40) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def stop(self) -> None:
+        for client in self._clients:
+            with contextlib.suppress(Exception):
+                client.close()
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def start_sandbox(workdir: Path, time_scale: float = TIME_SCALE,
+                  extra_args: list[str] | None = None) -> SandboxServer:
+    port = free_port()
+    kubeconfig = workdir / "kubeconfig"
+    log_path = workdir / "sandbox.log"
+    cmd = [
+        sys.executable, "-m", "sandbox", "--port", str(port), "--host", "127.0.0.1",
+        "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale),
+        "--bookmark-interval", "1", "--crds", str(KARMADA_CRDS), "--crds", str(ARGO_CRD),
+        *(extra_args or []),
+    ]
+    log = log_path.open("wb")
+    process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    server = SandboxServer(url=f"http://127.0.0.1:{port}", kubeconfig=kubeconfig,
+                           log_path=log_path, process=process, time_scale=time_scale)
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"sandbox exited with {process.returncode}:\n{server.log_tail()}")
+        try:
+            server.request("GET", "/_sandbox/ready", timeout=2)
+            if kubeconfig.exists():
+                return server
+        except (OSError, SandboxHTTPError):
+            pass
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"sandbox did not become ready:\n{server.log_tail()}")
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="session")
+def sandbox_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
+    server = start_sandbox(tmp_path_factory.mktemp("sandbox"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def sandbox(sandbox_server: SandboxServer) -> Iterator[SandboxServer]:
+    """The session's sandbox, reset to the fleet before the test, faults cleared after."""
+    sandbox_server.reset()
+    try:
+        yield sandbox_server
+    finally:
+        if sandbox_server.process.poll() is None:
+            sandbox_server.clear_faults()

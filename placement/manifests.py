@@ -336,6 +336,8 @@ class TaskOutputs:
     result: str | None = None
     artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     exit_code: str | None = None
+    # Other node facts Argo exposes as {{tasks.X.<field>}}: ip, id, startedAt, finishedAt, ...
+    extra: Mapping[str, str] = field(default_factory=dict)
 
 
 class Unresolved(ValueError):
@@ -370,6 +372,7 @@ def _lookup(
     outputs: Mapping[str, TaskOutputs],
     item: Any,
     has_item: bool,
+    current: str | None = None,
 ) -> tuple[bool, Any]:
     """(found, value) for one reference; found False means "not ours" or "missing"."""
     if ref.startswith("workflow.parameters."):
@@ -390,6 +393,8 @@ def _lookup(
     head, _, rest = ref.partition(".")
     if head not in ("tasks", "steps"):
         return False, None
+    if rest == "name" and current is not None:
+        return True, current
     task, _, what = rest.partition(".")
     out = outputs.get(task)
     if out is None:
@@ -406,7 +411,9 @@ def _lookup(
         return True, out.phase
     if what == "exitCode":
         return out.exit_code is not None, out.exit_code
-    return False, None
+    if what == "outputs.parameters":
+        return True, json.dumps(dict(out.parameters), sort_keys=True)
+    return what in out.extra, out.extra.get(what)
 
 
 def _as_text(value: Any) -> str:
@@ -425,19 +432,21 @@ def substitute(
     item: Any = None,
     has_item: bool = False,
     missing: list[str] | None = None,
+    current: str | None = None,
 ) -> str:
     """Fill the portal's references in ``text``; ``{{inputs...}}`` and other references Argo
     fills inside the step workflow stay as they are. References to workflow parameters, upstream
     tasks/steps or the loop item that cannot be filled are appended to ``missing``."""
     wp = workflow_parameters or {}
-    outs = outputs or {}
+    outs = outputs if outputs is not None else {}
 
     def one(m: re.Match[str]) -> str:
         ref = m.group(1)
-        found, value = _lookup(ref, wp, outs, item, has_item)
+        found, value = _lookup(ref, wp, outs, item, has_item, current)
         if found:
             return _as_text(value)
         ours = ref.startswith(_PORTAL_REFS) or ref == "item" or ref.startswith("item.")
+        ours = ours and not (ref in ("tasks.name", "steps.name") and current is None)
         if ours and missing is not None:
             missing.append(ref)
         return m.group(0)
@@ -453,6 +462,7 @@ def resolve_arguments(
     item: Any = None,
     has_item: bool = False,
     strict: bool = True,
+    current: str | None = None,
 ) -> dict[str, Any]:
     """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
     parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
@@ -463,7 +473,13 @@ def resolve_arguments(
         entry: dict[str, Any] = {"name": p.name}
         if p.value is not None:
             entry["value"] = substitute(
-                p.value, workflow_parameters, outputs, item=item, has_item=has_item, missing=missing
+                p.value,
+                workflow_parameters,
+                outputs,
+                item=item,
+                has_item=has_item,
+                missing=missing,
+                current=current,
             )
         elif p.default is not None:
             entry["value"] = p.default
@@ -497,7 +513,11 @@ def _resolve_artifact(
         found, value = (False, None)
         if m:
             found, value = _lookup(
-                m.group(1), workflow_parameters or {}, outputs or {}, item, has_item
+                m.group(1),
+                workflow_parameters or {},
+                (outputs if outputs is not None else {}),
+                item,
+                has_item,
             )
         if found and isinstance(value, Mapping):
             # The upstream artifact's location, under this argument's name.
@@ -754,7 +774,7 @@ def emitted_template_names(parsed: ParsedWorkflow, keys: Sequence[str]) -> dict[
     """Template key → name in the step workflow. Local templates keep their names; catalogue
     templates become ``<workflowtemplate>-<template>`` (deduplicated), inline ones
     ``<task>-inline``."""
-    taken = {k for k in keys if not parsed.template_scopes.get(k)}
+    taken = {k for k in keys if not k.startswith(("ref:", "cref:", "inline:"))}
     names: dict[str, str] = {k: k for k in taken}
     for k in keys:
         if k in names:
@@ -845,8 +865,14 @@ def step_workflow(
     units' outputs by task/step name. The unit's template is the entrypoint; a task's arguments
     become the workflow's arguments (Argo feeds them to the entrypoint's inputs by name), beside
     the run's workflow parameters that templates may read as ``{{workflow.parameters.x}}``; on a
-    name clash the task's value wins. Raises ``Unresolved`` when an upstream output is missing.
+    name clash the task's value wins. Raises ``Unresolved`` when an upstream output is missing,
+    ``ValueError`` for a ``withParam`` unit not yet expanded.
     """
+    if unit.runtime_expansion:
+        raise ValueError(
+            f"unit {unit.name!r} expands at run time (withParam): expand it first "
+            "with placement.parser.expand_with_param"
+        )
     keys = labels_for(domain)
     wp = dict(parsed.workflow_parameters())
     if workflow_parameters:
@@ -862,7 +888,12 @@ def step_workflow(
         args: dict[str, Any] = {}
     else:
         args = resolve_arguments(
-            unit.arguments, wp, outputs, item=unit.item, has_item=unit.item_index is not None
+            unit.arguments,
+            wp,
+            outputs,
+            item=unit.item,
+            has_item=unit.item_index is not None,
+            current=unit.task,
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
     merged = [{"name": n, "value": v} for n, v in wp.items() if n not in params]

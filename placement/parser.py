@@ -1705,6 +1705,10 @@ class _UnitBuilder:
         items = call.get("withItems")
         seq = call.get("withSequence")
         param = call.get("withParam")
+        known = self.known_at_submit(param)
+        if known is not None:
+            # withParam over the run's own parameters is known now: expand like withItems.
+            items, param = known, None
         if isinstance(items, list) or isinstance(seq, Mapping):
             values = items if isinstance(items, list) else _sequence_items(seq or {})
             if values is None:
@@ -1769,6 +1773,25 @@ class _UnitBuilder:
                 root=root,
             )
         ]
+
+    def known_at_submit(self, param: Any) -> list[Any] | None:
+        """The list a ``withParam`` names when it only uses workflow parameters (the
+        entrypoint's inputs are the workflow's arguments), else None (expanded at run time)."""
+        if not isinstance(param, str) or "{{" not in param:
+            return None
+        entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
+        text = _substitute_wf_params(param, self.wf_params)
+        text = re.sub(
+            r"\{\{\s*(inputs\.parameters\.[-\w.]+)\s*\}\}",
+            lambda m: entry_inputs.get(m.group(1), m.group(0)),
+            text,
+        )
+        if "{{" in text:
+            return None
+        try:
+            return parse_with_param_value(text)
+        except ValueError:
+            return None
 
     def from_dag(self, dag: Mapping[str, Any], path: str) -> list[Unit]:
         tasks = [t for t in dag.get("tasks") or [] if isinstance(t, Mapping)]

@@ -131,9 +131,15 @@ class ParametersForm(forms.Form):
     """One field per workflow parameter: a select for an enum, a text input otherwise."""
 
     def __init__(self, params: list[WorkflowParameter], *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("prefix", None)
         super().__init__(*args, **kwargs)
         self.params = params
+        if self.is_bound:
+            # A parameter the request does not carry keeps the workflow's own value.
+            data = self.data.copy()
+            for p in params:
+                if PARAM_PREFIX + p.name not in data:
+                    data[PARAM_PREFIX + p.name] = p.value or (p.enum[0] if p.enum else "")
+            self.data = data
         for p in params:
             field: forms.Field
             if p.enum:

@@ -45,7 +45,7 @@ DECISIONS_PER_PAGE = 25
 # re-renders less often, so that a few open tabs do not keep the web server busy.
 RUN_POLL = "2s"
 RUN_POLL_LARGE = "6s"
-LARGE_RUN_UNITS = 500
+LARGE_RUN_UNITS = 300
 
 
 def _is_htmx(request: HttpRequest) -> bool:
@@ -161,7 +161,7 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
     finished = run.is_finished
     page = _page(request, units, UNITS_PER_PAGE)
     live_query = {"page": page.number} if page.number > 1 else {}
-    live_url = reverse("run-live", args=[run.pk])
+    live_url = reverse("ui-run-live", args=[run.pk])
     if live_query:
         live_url += f"?page={page.number}"
     return {
@@ -241,16 +241,16 @@ def _run_action(request: HttpRequest, pk: int, action: str) -> HttpResponseBase:
         result = getattr(services, f"run_{action}")(run=run, user=request.user)
     except PermissionDenied as exc:
         messages.error(request, str(exc) or f"You may not {action} this run.")
-        return redirect("run-detail", pk=run.pk)
+        return redirect("ui-run-detail", pk=run.pk)
     except (services.ActionRefused, ValidationError, ValueError) as exc:
         text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
         messages.error(request, f"Could not {action} the run: {text}")
-        return redirect("run-detail", pk=run.pk)
+        return redirect("ui-run-detail", pk=run.pk)
     if isinstance(result, WorkflowRun):
         target = result
     done = {"stop": "Stop requested.", "retry": "Failed units retried.", "resubmit": ""}[action]
     messages.success(request, done or f"Resubmitted as {target.name}.")
-    return redirect("run-detail", pk=target.pk)
+    return redirect("ui-run-detail", pk=target.pk)
 
 
 @login_required
@@ -436,7 +436,7 @@ def submit(request: HttpRequest) -> HttpResponseBase:
             errors = [ShownError("project", str(exc) or "Not allowed.", None, "")]
         else:
             messages.success(request, f"Submitted {run.name}.")
-            url = reverse("run-detail", args=[run.pk])
+            url = reverse("ui-run-detail", args=[run.pk])
             if _is_htmx(request):
                 response = HttpResponse(status=204)
                 response["HX-Redirect"] = url
@@ -613,7 +613,7 @@ def site_cordon(request: HttpRequest, name: str) -> HttpResponseBase:
     value = request.POST.get("cordoned")
     if value not in ("0", "1"):
         messages.error(request, "Say cordoned=1 or cordoned=0.")
-        return redirect("site-detail", name=site.name)
+        return redirect("ui-site-detail", name=site.name)
     from sites.services import site_set_cordoned
 
     cordoned = value == "1"
@@ -622,7 +622,7 @@ def site_cordon(request: HttpRequest, name: str) -> HttpResponseBase:
     messages.success(
         request, f"{site.name} {word}." if changed else f"{site.name} was already {word}."
     )
-    return redirect("site-detail", name=site.name)
+    return redirect("ui-site-detail", name=site.name)
 
 
 # Kept for the URL name "home" that the foundation uses.

@@ -189,7 +189,7 @@ def test_the_run_page_shows_dag_timeline_units_and_decisions(sci: Client, run: W
 def test_the_live_partial_polls_until_the_run_is_finished(sci: Client, run: WorkflowRun) -> None:
     url = reverse("ui-run-live", args=[run.pk])
     body = sci.get(url, **HX).content.decode()
-    assert body.lstrip().startswith('<div id="ui-run-live"')
+    assert body.lstrip().startswith('<div id="run-live"')
     assert 'hx-trigger="every 2s"' in body
     run.status = RunStatus.SUCCEEDED
     run.save()

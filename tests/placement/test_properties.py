@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -189,7 +188,7 @@ JUNK = st.recursive(
     | st.dictionaries(st.text(max_size=5), children, max_size=3),
     max_leaves=6,
 )
-BASE = yaml.safe_load(eo_pipeline().document and json.dumps(dict(eo_pipeline().document)))
+BASE = json.loads(json.dumps(dict(eo_pipeline().document)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -204,6 +204,7 @@ def run_submit(
                     upstream=list(unit.upstream),
                     when=unit.when or "",
                     timing=d.timing,
+                    site=d.site or "",
                     planned_site=d.site or d.runtime_hint or "",
                     reason=d.reason,
                     spec=codec.unit_to_dict(unit),

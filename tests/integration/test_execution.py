@@ -1,0 +1,227 @@
+"""Runs across sites with every real part: REST, PostgreSQL, Redis, a Celery worker, the
+watcher, and the sandbox fleet over HTTP (issue 5)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from portal import services, tasks
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from tests.integration.conftest import Stack, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
+DURATION = "portal.multisite.io/sandbox-duration"
+
+
+def _scientist_client() -> APIClient:
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="scientist"))
+    return client
+
+
+def _slow_demo(seconds: int) -> str:
+    """The demo pipeline with every step lasting ``seconds`` simulated seconds."""
+    doc = yaml.safe_load(DEMO)
+    for template in doc["spec"]["templates"]:
+        if "container" in template or "script" in template:
+            meta = template.setdefault("metadata", {})
+            meta.setdefault("annotations", {})[DURATION] = f"{seconds}s"
+    return yaml.safe_dump(doc)
+
+
+def _finished(run_id: int) -> WorkflowRun | None:
+    run = WorkflowRun.objects.get(pk=run_id)
+    return run if run.finished_at is not None else None
+
+
+def _wait_finished(stack: Stack, run_id: int, timeout: float = 90) -> WorkflowRun:
+    try:
+        return wait_for(lambda: _finished(run_id), timeout, "the run to finish")
+    except AssertionError:
+        units = list(UnitRun.objects.filter(run_id=run_id).values_list("name", "phase", "site"))
+        raise AssertionError(
+            f"run {run_id} did not finish; units {units}\n--- worker\n{stack.log('worker')}"
+            f"\n--- watcher\n{stack.log('watcher')}"
+        ) from None
+
+
+def _units(run_id: int) -> dict[str, UnitRun]:
+    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
+
+
+def _one_workflow_per_attempt(stack: Stack, run_id: int) -> None:
+    keys = [
+        (
+            w["metadata"]["labels"]["portal.multisite.io/unit"],
+            w["metadata"]["labels"]["portal.multisite.io/attempt"],
+        )
+        for w in stack.workflows(run_id)
+    ]
+    assert len(keys) == len(set(keys)), keys
+
+
+def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack) -> None:
+    response = _scientist_client().post(
+        "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+
+    run = _wait_finished(live, run_id)
+    assert run.status == "Succeeded", run.message
+    units = _units(run_id)
+    assert units["ingest"].site == "site-a"
+    assert units["inference"].site == "site-c"
+    assert units["preprocess"].site in {"site-a", "site-b"}
+    assert all(u.phase == "Succeeded" for u in units.values())
+
+    # inference received preprocess's output artifact, from where preprocess wrote it.
+    patches = next(a for a in units["preprocess"].outputs["artifacts"] if a["name"] == "patches")
+    inference = next(
+        w
+        for w in live.workflows(run_id)
+        if w["metadata"]["name"] == units["inference"].workflow_name
+    )
+    passed = {a["name"]: a for a in inference["spec"]["arguments"]["artifacts"]}
+    assert passed["patches"]["s3"]["key"] == patches["s3"]["key"]
+
+    body = _scientist_client().get(f"/api/v1/runs/{run_id}/").json()
+    assert body["status"] == "Succeeded"
+    assert {u["name"]: u["site"] for u in body["units"]}["inference"] == "site-c"
+    sources = set(PlacementDecision.objects.filter(run_id=run_id).values_list("source", flat=True))
+    assert "rule" in sources
+
+
+def test_a_task_delivered_twice_creates_one_step_workflow(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    # Stop the worker so the two deliveries race in the next one, not with the first.
+    live.kill("worker", signal.SIGTERM)
+    run = services.run_submit(user=user, body=_slow_demo(20), project="eo-demo")
+    tasks.run_advance.delay(run.pk)
+    tasks.run_advance.delay(run.pk)
+    live.start("worker")
+    wait_for(lambda: _units(run.pk)["ingest"].workflow_name, 60, "ingest to be submitted")
+    finished = _wait_finished(live, run.pk)
+    assert finished.status == "Succeeded"
+    _one_workflow_per_attempt(live, run.pk)
+    assert len(live.workflows(run.pk)) == 3
+
+
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=_slow_demo(60), project="eo-demo")
+    wait_for(lambda: _units(run.pk)["ingest"].phase == "Running", 60, "ingest running")
+    live.kill("worker", signal.SIGKILL)
+    live.start("worker")
+    finished = _wait_finished(live, run.pk, timeout=120)
+    assert finished.status == "Succeeded"
+    _one_workflow_per_attempt(live, run.pk)
+    assert {u.phase for u in _units(run.pk).values()} == {"Succeeded"}
+
+
+def test_runs_complete_after_the_api_answers_500s_for_a_while(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    live.sandbox.fault("api-error", status=500, duration=4)
+    run = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    finished = _wait_finished(live, run.pk, timeout=120)
+    assert finished.status == "Succeeded"
+    _one_workflow_per_attempt(live, run.pk)
+
+
+def test_runs_complete_after_the_api_is_slow_for_a_while(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    live.sandbox.fault("api-slow", delay=4, duration=6)
+    run = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    finished = _wait_finished(live, run.pk, timeout=120)
+    assert finished.status == "Succeeded"
+
+
+def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=_slow_demo(120), project="eo-demo")
+    wait_for(lambda: _units(run.pk)["preprocess"].phase == "Running", 90, "preprocess running")
+    lost = _units(run.pk)["preprocess"].site
+    live.sandbox.fault("site-not-ready", site=lost)
+    finished = _wait_finished(live, run.pk, timeout=150)
+    assert finished.status == "Succeeded", finished.message
+    pre = _units(run.pk)["preprocess"]
+    assert pre.site != lost
+    assert pre.attempt == 2
+    failover = PlacementDecision.objects.get(unit=pre, source="failover")
+    assert failover.site == pre.site
+    assert any(c["site"] == lost and not c["eligible"] for c in failover.candidates)
+
+
+def test_stop_shuts_down_running_step_workflows(live: Stack) -> None:
+    client = _scientist_client()
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=_slow_demo(300), project="eo-demo")
+    wait_for(lambda: _units(run.pk)["ingest"].phase == "Running", 60, "ingest running")
+    response = client.post(f"/api/v1/runs/{run.pk}/stop/")
+    assert response.status_code == 200, response.content
+    assert response.json()["status"] == "Stopped"
+
+    def shut_down() -> bool:
+        wf = [w for w in live.workflows(run.pk) if "ingest" in w["metadata"]["name"]]
+        return bool(wf) and wf[0]["spec"].get("shutdown") == "Stop"
+
+    wait_for(shut_down, 30, "spec.shutdown on the ingest step workflow")
+    units = wait_for(
+        lambda: (u := _units(run.pk)) and u["inference"].phase == "Omitted" and u,
+        30,
+        "the units that never started to be omitted",
+    )
+    assert units["preprocess"].phase == "Omitted"
+    assert client.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 409
+
+
+def test_retry_gives_failed_units_a_new_attempt(live: Stack) -> None:
+    client = _scientist_client()
+    fault = live.sandbox.fault("template-fail", template="inference")
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    failed = _wait_finished(live, run.pk)
+    assert failed.status == "Failed"
+    assert _units(run.pk)["inference"].phase == "Failed"
+    live.sandbox.clear_fault(fault["id"])
+
+    response = client.post(f"/api/v1/runs/{run.pk}/retry/")
+    assert response.status_code == 200, response.content
+    finished = _wait_finished(live, run.pk)
+    assert finished.status == "Succeeded"
+    inference = _units(run.pk)["inference"]
+    assert inference.attempt == 2
+    assert _units(run.pk)["ingest"].attempt == 1  # what succeeded is not run again
+
+
+def test_resubmit_makes_a_new_run_of_the_same_manifest(live: Stack) -> None:
+    client = _scientist_client()
+    user = User.objects.get(username="scientist")
+    first = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    _wait_finished(live, first.pk)
+    response = client.post(f"/api/v1/runs/{first.pk}/resubmit/")
+    assert response.status_code == 201, response.content
+    second = response.json()["id"]
+    assert second != first.pk
+    assert WorkflowRun.objects.get(pk=second).resubmitted_from_id == first.pk
+    assert _wait_finished(live, second).status == "Succeeded"
+
+
+def test_an_outsider_cannot_act_on_the_run(live: Stack, django_user_model: Any) -> None:
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=_slow_demo(300), project="eo-demo")
+    outsider = django_user_model.objects.create_user("outsider-x", password="pw-123456789")
+    client = APIClient()
+    client.force_authenticate(outsider)
+    assert client.get(f"/api/v1/runs/{run.pk}/").status_code == 404
+    assert client.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 404
+    services.run_stop(run=run, user=user)

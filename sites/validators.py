@@ -62,6 +62,12 @@ def label_map_problems(value: Any) -> list[Problem]:
     return problems
 
 
+def _join(head: str, tail: str) -> str:
+    if not tail:
+        return head
+    return f"{head}{tail}" if tail.startswith("[") else f"{head}.{tail}"
+
+
 def json_problems(value: Any, depth: int = 0) -> list[Problem]:
     """Reject what PostgreSQL's jsonb cannot store (NUL characters) and absurd nesting."""
     if depth > MAX_JSON_DEPTH:
@@ -74,15 +80,14 @@ def json_problems(value: Any, depth: int = 0) -> list[Problem]:
             if "\x00" in key:
                 return [("", "Keys must not contain NUL characters.")]
             problems.extend(
-                (f"{key}.{path}" if path else key, message)
-                for path, message in json_problems(item, depth + 1)
+                (_join(key, path), message) for path, message in json_problems(item, depth + 1)
             )
         return problems
     if isinstance(value, list):
         problems = []
         for index, item in enumerate(value):
             problems.extend(
-                (f"[{index}].{path}" if path else f"[{index}]", message)
+                (_join(f"[{index}]", path), message)
                 for path, message in json_problems(item, depth + 1)
             )
         return problems
@@ -120,12 +125,11 @@ def overrides_problems(value: Any) -> list[Problem]:
             problems.append(("artifact_repository", "Must be an object."))
         else:
             problems.extend(
-                (f"artifact_repository.{p}" if p else "artifact_repository", m)
-                for p, m in json_problems(repo, depth=1)
+                (_join("artifact_repository", p), m) for p, m in json_problems(repo, depth=1)
             )
     if "gpu_node_selector" in value:
         problems.extend(
-            (f"gpu_node_selector.{p}" if p else "gpu_node_selector", m)
+            (_join("gpu_node_selector", p), m)
             for p, m in label_map_problems(value["gpu_node_selector"])
         )
     if "image_registry_mirror" in value:

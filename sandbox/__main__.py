@@ -12,14 +12,14 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from aiohttp import web
 
-from sandbox.core import Config, Sandbox
 from sandbox.faults import FAULT_TYPES
-from sandbox.server import Api
+
+if TYPE_CHECKING:
+    from sandbox.core import Config
 
 log = logging.getLogger("sandbox")
 
@@ -41,6 +41,12 @@ def write_kubeconfig(path: Path, url: str) -> None:
 
 
 async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -> None:
+    # Imported here so that `python -m sandbox fault ...` starts fast.
+    from aiohttp import web
+
+    from sandbox.core import Sandbox
+    from sandbox.server import Api
+
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
@@ -89,6 +95,8 @@ def _serve_main(argv: list[str]) -> int:
                    help="real seconds between watch BOOKMARKs")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
+    from sandbox.core import Config
+
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = Config(

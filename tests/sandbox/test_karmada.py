@@ -249,7 +249,7 @@ def test_override_policies_change_the_member_copy(
 class _Webhook(BaseHTTPRequestHandler):
     reviews: list[dict[str, Any]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 - the http.server API
+    def do_POST(self) -> None:
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).reviews.append(review)
         patch = [{"op": "add", "path": f"/metadata/labels/{SITE_LABEL.replace('/', '~1')}",

@@ -1,0 +1,139 @@
+"""The pure parts of the sandbox, without a server."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sandbox import quantity
+from sandbox.argo import evaluate
+from sandbox.errors import ApiError
+from sandbox.karmada import choose_policy, override_image
+from sandbox.patch import json_patch, merge_patch
+from sandbox.resources import NAMESPACE, Registry
+from sandbox.selectors import parse_label_selector
+from sandbox.store import Store
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3)
+    | st.dictionaries(st.text(max_size=3), children, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), json_values, max_size=4))
+def test_merge_patch_with_itself_is_identity_when_no_nulls(doc: dict[str, object]) -> None:
+    def strip(v: object) -> object:
+        if isinstance(v, dict):
+            return {k: strip(x) for k, x in v.items() if x is not None}
+        return v
+
+    clean = strip(doc)
+    assert merge_patch(clean, clean) == clean
+
+
+def test_merge_patch_deletes_with_null_and_replaces_lists() -> None:
+    assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}, "l": [1]},
+                       {"b": {"c": None}, "l": [2]}) == {"a": 1, "b": {"d": 3}, "l": [2]}
+
+
+def test_json_patch_ops_and_errors() -> None:
+    doc = {"a": {"b": [1, 2]}, "x/y": 1}
+    out = json_patch(doc, [{"op": "add", "path": "/a/b/-", "value": 3},
+                           {"op": "replace", "path": "/x~1y", "value": 2},
+                           {"op": "remove", "path": "/a/b/0"},
+                           {"op": "test", "path": "/a/b/0", "value": 2}])
+    assert out == {"a": {"b": [2, 3]}, "x/y": 2}
+    assert doc == {"a": {"b": [1, 2]}, "x/y": 1}
+    with pytest.raises(ApiError) as err:
+        json_patch(doc, [{"op": "replace", "path": "/missing", "value": 1}])
+    assert err.value.code == 422
+
+
+@pytest.mark.parametrize(("selector", "labels", "expected"), [
+    ("a=1", {"a": "1"}, True), ("a==1", {"a": "2"}, False), ("a!=1", {}, True),
+    ("a in (1, 2)", {"a": "2"}, True), ("a notin (1,2)", {"a": "2"}, False),
+    ("a", {"a": ""}, True), ("!a", {"a": "1"}, False), ("a=1,b", {"a": "1"}, False),
+])
+def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert parse_label_selector(selector)(labels) is expected
+
+
+def test_a_bad_label_selector_is_a_bad_request() -> None:
+    with pytest.raises(ApiError) as err:
+        parse_label_selector("a in b")
+    assert err.value.code == 400
+
+
+@pytest.mark.parametrize(("expr", "expected"), [
+    ("heads == heads", True), ("heads == tails", False), ("5 < 10", True),
+    ("'a b' == 'a b'", True), ("true && !false", True), ("(1 > 2) || hello =~ 'ell'", True),
+    ("10 >= 9 && 2 != 2", False),
+])
+def test_when_expressions(expr: str, expected: bool) -> None:
+    assert evaluate(expr) is expected
+
+
+def test_depends_expressions_resolve_task_words() -> None:
+    states = {"A": True, "B.Failed": False, "C": True}
+    assert evaluate("A && (B.Failed || C)", states.__getitem__) is True
+    assert evaluate("A && B.Failed", states.__getitem__) is False
+
+
+def test_quantities_round_trip() -> None:
+    assert quantity.parse("500m") == 0.5 and quantity.parse("2Gi") == 2 * 2**30
+    assert quantity.fmt("cpu", 1.5) == "1500m" and quantity.fmt("cpu", 4) == "4"
+    assert quantity.fmt("memory", 3 * 2**30) == "3Gi"
+
+
+def test_image_overrider_components() -> None:
+    over = {"component": "Registry", "operator": "replace", "value": "mirror.io"}
+    assert override_image("docker.io/library/busybox:1.36", over) == \
+        "mirror.io/library/busybox:1.36"
+    assert override_image("busybox", {"component": "Tag", "operator": "replace",
+                                      "value": "v2"}) == "busybox:v2"
+
+
+def _policy(name: str, ns: str | None, priority: int, selector: dict[str, object]
+            ) -> dict[str, object]:
+    meta: dict[str, object] = {"name": name}
+    if ns:
+        meta["namespace"] = ns
+    return {"kind": "PropagationPolicy" if ns else "ClusterPropagationPolicy", "metadata": meta,
+            "spec": {"priority": priority, "resourceSelectors": [
+                {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", **selector}]}}
+
+
+def test_policy_choice_orders_priority_precision_then_name() -> None:
+    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
+          "metadata": {"name": "w", "namespace": "ns", "labels": {"x": "1"}}}
+    by_label = _policy("b-label", "ns", 0, {"labelSelector": {"matchLabels": {"x": "1"}}})
+    by_name = _policy("c-name", "ns", 0, {"name": "w"})
+    catch_all = _policy("a-all", "ns", 0, {})
+    assert choose_policy([catch_all, by_label, by_name], [], wf) is by_name
+    assert choose_policy([catch_all, by_label], [], wf) is by_label
+    high = _policy("z-high", "ns", 5, {})
+    assert choose_policy([by_name, high], [], wf) is high
+    cluster_wide = _policy("cpp", None, 100, {"name": "w"})
+    assert choose_policy([catch_all], [cluster_wide], wf) is catch_all
+    assert choose_policy([], [cluster_wide], wf) is cluster_wide
+
+
+def test_the_event_log_is_bounded_and_old_versions_expire() -> None:
+    async def scenario() -> None:
+        store = Store(Registry(), event_log_size=10)
+        first_rv = store.rv
+        for i in range(100):
+            store.create(NAMESPACE, {"metadata": {"name": f"ns-{i}"}})
+        assert len(store.log) == 10
+        assert len(store.events_since(store.rv - 5)) == 5
+        with pytest.raises(ApiError) as err:
+            store.events_since(first_rv)
+        assert err.value.code == 410 and err.value.reason == "Expired"
+
+    asyncio.run(scenario())

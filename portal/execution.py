@@ -13,6 +13,7 @@ Every function here is safe to call twice and from several workers at once:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -123,7 +124,7 @@ def _site_overrides(site: str) -> dict[str, Any]:
 def step_workflow_for(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> dict[str, Any]:
     site = unit.site or None
     mirror = _site_overrides(site).get("image_registry_mirror") if site else None
-    return manifests.step_workflow(
+    body = manifests.step_workflow(
         parsed_of(run),
         codec.unit_from_dict(unit.spec),
         run_name=run.name,
@@ -137,6 +138,13 @@ def step_workflow_for(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun])
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
     )
+    if unit.spec.get("kind") == "exit":
+        # Inside the step workflow Argo would answer with the step workflow's own status.
+        text = json.dumps(body["spec"]["templates"]).replace(
+            "{{workflow.status}}", str(unit.spec.get("workflow_status", ""))
+        )
+        body["spec"]["templates"] = json.loads(text)
+    return body
 
 
 def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
@@ -354,8 +362,104 @@ def run_advance(run_id: int) -> None:
                 progressed = True
                 continue
             submit_unit(run, unit, units)
+        if (
+            not progressed
+            and _exit_pending(run, units)
+            and all(u.phase in FINAL_UNIT for u in units)
+        ):
+            exit_unit = _create_exit_unit(run, units)
+            if exit_unit is not None and exit_unit not in units:
+                units.append(exit_unit)
+                progressed = True
     _settle_groups(units)
     run_refresh_status(run.pk)
+
+
+EXIT_UNIT = "onExit"
+
+
+def _exit_pending(run: WorkflowRun, units: list[UnitRun]) -> bool:
+    """The run has an exit handler that has not been created yet."""
+    return bool(run.compiled.get("on_exit")) and not any(
+        u.spec.get("kind") == "exit" for u in units
+    )
+
+
+def _main_status(units: list[UnitRun]) -> tuple[str, list[UnitRun]]:
+    bad = [
+        u
+        for u in units
+        if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
+        and not u.spec.get("continue_on_failed")
+        and not u.spec.get("expanded")
+        and u.spec.get("kind") != "exit"
+    ]
+    if any(u.phase == UnitPhase.ERROR for u in bad):
+        return RunStatus.ERROR, bad
+    return (RunStatus.FAILED if bad else RunStatus.SUCCEEDED), bad
+
+
+def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
+    """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
+    template with ``{{workflow.status}}`` set to how the run went."""
+    key = str(run.compiled["on_exit"])
+    status, _bad = _main_status(units)
+    unit = Unit(
+        name=EXIT_UNIT,
+        slug="onexit",
+        kind="workflow",
+        task=EXIT_UNIT,
+        template=key,
+        # Every template: the exit handler may call any of them, Argo ignores the rest.
+        templates=(key, *[k for k in run.compiled.get("templates", {}) if k != key]),
+        upstream=(),
+        depends="",
+        when=None,
+        arguments=parser.Arguments(),
+        labels={},
+        images=(),
+        resources=parser.Resources(),
+        datasets=(),
+        data_refs=(),
+    )
+    decision = planner.decide(
+        unit,
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project else None,
+        upstream_sites={u.name: u.site for u in units if u.site},
+        timing="submit",
+    )
+    spec = {**codec.unit_to_dict(unit), "kind": "exit", "workflow_status": status}
+    row, created = UnitRun.objects.get_or_create(
+        run=run,
+        name=EXIT_UNIT,
+        defaults={
+            "slug": unit.slug,
+            "template": key,
+            "position": max((u.position for u in units), default=0) + 1,
+            "timing": UnitTiming.SUBMIT,
+            "site": decision.site or "",
+            "planned_site": decision.site or "",
+            "reason": f"exit handler: {decision.reason}",
+            "spec": spec,
+        },
+    )
+    if created:
+        PlacementDecision.objects.create(
+            run=run,
+            unit=row,
+            source=DecisionSource.RULE,
+            timing=UnitTiming.SUBMIT,
+            site=decision.site or "",
+            reason=row.reason,
+            candidates=[c.as_dict() for c in decision.candidates],
+        )
+        _event(run.pk, "exit-handler", f"all units ended ({status}); running onExit", row)
+        if decision.site is None:
+            _unit_set(row, UnitPhase.ERROR, message=f"no site can run it: {decision.reason}")
+    return row
 
 
 def _site_usable(site: str) -> bool:
@@ -373,19 +477,12 @@ def run_refresh_status(run_id: int) -> str:
         return run.status
     units = list(run.units.all())
     now = timezone.now()
-    if units and all(u.phase in FINAL_UNIT for u in units):
-        bad = [
-            u
-            for u in units
-            if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
-            and not u.spec.get("continue_on_failed")
-            and not u.spec.get("expanded")
-        ]
-        new = RunStatus.SUCCEEDED
-        if any(u.phase == UnitPhase.ERROR for u in bad):
-            new = RunStatus.ERROR
-        elif bad:
-            new = RunStatus.FAILED
+    if units and all(u.phase in FINAL_UNIT for u in units) and not _exit_pending(run, units):
+        new, bad = _main_status(units)
+        exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+        if exit_unit is not None and exit_unit.phase in (UnitPhase.FAILED, UnitPhase.ERROR):
+            new = RunStatus.FAILED if new == RunStatus.SUCCEEDED else new
+            bad.append(exit_unit)
         message = "; ".join(f"{u.name}: {u.message or u.phase}" for u in bad)[:2000]
         changed = WorkflowRun.objects.filter(pk=run.pk, status=run.status).update(
             status=new, finished_at=now, updated_at=now, message=message

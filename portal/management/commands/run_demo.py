@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -64,8 +65,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop_all)
 
         py = sys.executable
+        if not _port_free(port):
+            raise SystemExit(f"port {port} is in use: stop what runs there or pass --port")
         if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):
             kubeconfig = var / "kubeconfig"
+            sandbox_port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
             start(
                 "sandbox",
                 [
@@ -73,14 +77,14 @@ class Command(BaseCommand):
                     "-m",
                     "sandbox",
                     "--port",
-                    str(SANDBOX_PORT),
+                    str(sandbox_port),
                     "--kubeconfig",
                     str(kubeconfig),
                     "--time-scale",
                     str(options["time_scale"]),
                 ],
             )
-            _wait_for(f"http://127.0.0.1:{SANDBOX_PORT}/version", procs[-1][1])
+            _wait_for(f"http://127.0.0.1:{sandbox_port}/version", procs[-1][1])
             env["KARMADA_KUBECONFIG"] = str(kubeconfig)
             os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
 
@@ -137,6 +141,15 @@ class Command(BaseCommand):
                     )
                     stop_all()
             time.sleep(1)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def _has_module(name: str) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -812,24 +812,33 @@ def failover_check() -> list[int]:
     return sorted(runs)
 
 
-def stale_runs(older_than_s: int = 20) -> list[int]:
-    """Active runs with a unit that could be moving but has not for a while (a lost task, a
-    broker outage): the resync advances them again."""
-    cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    return list(
-        WorkflowRun.objects.filter(status__in=ACTIVE_RUN, updated_at__lt=cutoff)
-        .filter(
-            Q(units__phase=UnitPhase.PENDING, units__workflow_name="")
-            | Q(units__isnull=True)
-            | Q(status=RunStatus.PENDING)
-        )
-        .values_list("pk", flat=True)
-        .distinct()
-    ) + list(
-        WorkflowRun.objects.filter(status=RunStatus.STOPPED, units__phase=UnitPhase.RUNNING)
-        .values_list("pk", flat=True)
-        .distinct()
+def stale_runs(older_than_s: int | None = None) -> list[int]:
+    """Active runs that nothing will move on: no step workflow in flight (whose end the
+    watcher would report), no unit changed for a while, and work left (a unit waiting, or
+    every unit ended but the status not settled). A lost task or a broker outage leaves
+    exactly these; the resync advances them. Runs with work in flight are left alone, so the
+    cost of a resync does not grow with the number of busy runs."""
+    seconds = settings.PORTAL_STALE_SECONDS if older_than_s is None else older_than_s
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    units = UnitRun.objects.filter(run=OuterRef("pk"))
+    in_flight = units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]).exclude(
+        workflow_name=""
     )
+    waiting = units.filter(phase=UnitPhase.PENDING, workflow_name="")
+    unfinished = units.exclude(phase__in=list(FINAL_UNIT))
+    stuck = (
+        WorkflowRun.objects.filter(status__in=ACTIVE_RUN, created_at__lt=cutoff)
+        .exclude(Exists(in_flight))
+        .exclude(Exists(units.filter(updated_at__gte=cutoff)))
+        .filter(Exists(waiting) | ~Exists(unfinished))
+        .values_list("pk", flat=True)
+    )
+    stopping = (
+        WorkflowRun.objects.filter(status=RunStatus.STOPPED)
+        .filter(Exists(in_flight.filter(updated_at__lt=cutoff)))
+        .values_list("pk", flat=True)
+    )
+    return sorted({*stuck, *stopping})
 
 
 def unit_for_workflow(workflow_labels: Mapping[str, str]) -> UnitRun | None:

@@ -57,6 +57,9 @@ class Api:
         self.sb = sandbox
         self.store = sandbox.store
         self.registry = sandbox.store.registry
+        # Requests served on the Kubernetes paths, by verb: a fixed-size table, so counting
+        # costs no memory over a long demo. Benchmarks read it at /_sandbox/stats.
+        self.request_counts: dict[str, int] = {}
 
     # -- app -----------------------------------------------------------------------------
     def make_app(self) -> web.Application:
@@ -70,6 +73,10 @@ class Api:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         if not request.path.startswith("/_sandbox"):
+            verb = request.method
+            if verb == "GET" and request.query.get("watch") in ("1", "true", "True"):
+                verb = "WATCH"
+            self.request_counts[verb] = self.request_counts.get(verb, 0) + 1
             status, delay = self.sb.faults.api_fault(request.path)
             if delay:
                 await asyncio.sleep(delay)
@@ -458,6 +465,9 @@ class Api:
             return json_response({"compactedUpTo": str(self.store.evicted_rv)})
         if tail == "state" and m == "GET":
             return json_response(self.sb.state())
+        if tail == "stats" and m == "GET":
+            counts = dict(self.request_counts)
+            return json_response({"requests": counts, "total": sum(counts.values())})
         if tail == "ready" and m == "GET":
             return json_response({"ready": True})
         if tail == "resume" and m == "POST":

@@ -129,6 +129,7 @@ def stack(
         "KARMADA_KUBECONFIG": str(sandbox.kubeconfig),
         "PORTAL_RESYNC_SECONDS": "1",
         "PORTAL_FAILOVER_GRACE_SECONDS": "2",
+        "PORTAL_STALE_SECONDS": "3",
         "KARMADA_REQUEST_TIMEOUT": "3",
         "PORTAL_VAR_DIR": str(workdir / "var"),
     }

@@ -225,3 +225,19 @@ def test_an_outsider_cannot_act_on_the_run(live: Stack, django_user_model: Any) 
     assert client.get(f"/api/v1/runs/{run.pk}/").status_code == 404
     assert client.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 404
     services.run_stop(run=run, user=user)
+
+
+def test_a_run_whose_task_was_lost_is_started_by_the_resync(live: Stack) -> None:
+    import redis
+    from django.conf import settings
+
+    user = User.objects.get(username="scientist")
+    live.kill("worker", signal.SIGTERM)
+    run = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    # The broker loses the message (as a broker that was down would never have had it).
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+    assert not UnitRun.objects.filter(run=run).exclude(workflow_name="").exists()
+    live.start("worker")
+    finished = _wait_finished(live, run.pk, timeout=120)
+    assert finished.status == "Succeeded"
+    _one_workflow_per_attempt(live, run.pk)

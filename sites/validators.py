@@ -68,17 +68,31 @@ def _join(head: str, tail: str) -> str:
     return f"{head}{tail}" if tail.startswith("[") else f"{head}.{tail}"
 
 
+def text_problem(text: str) -> str | None:
+    """What PostgreSQL cannot store in text or jsonb: NUL and unpaired surrogates (JSON's
+    ``"\\ud800"`` decodes to one)."""
+    if "\x00" in text:
+        return "Must not contain NUL characters."
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "Must not contain unpaired surrogate characters."
+    return None
+
+
 def json_problems(value: Any, depth: int = 0) -> list[Problem]:
-    """Reject what PostgreSQL's jsonb cannot store (NUL characters) and absurd nesting."""
+    """Reject what PostgreSQL's jsonb cannot store (NUL, lone surrogates) and absurd nesting."""
     if depth > MAX_JSON_DEPTH:
         return [("", f"Nested deeper than {MAX_JSON_DEPTH} levels.")]
     if isinstance(value, str):
-        return [("", "Must not contain NUL characters.")] if "\x00" in value else []
+        problem = text_problem(value)
+        return [("", problem)] if problem else []
     if isinstance(value, dict):
         problems: list[Problem] = []
         for key, item in value.items():
-            if "\x00" in key:
-                return [("", "Keys must not contain NUL characters.")]
+            key_problem = text_problem(key)
+            if key_problem:
+                return [("", f"Key: {key_problem}")]
             problems.extend(
                 (_join(key, path), message) for path, message in json_problems(item, depth + 1)
             )
@@ -146,10 +160,17 @@ def overrides_problems(value: Any) -> list[Problem]:
     return problems
 
 
+def printable_key(key: object) -> str:
+    """A client's key as it can appear in an error path: unpaired surrogates escaped, so the
+    JSON answer can always be encoded."""
+    return str(key).encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def problems_detail(field: str, problems: list[Problem]) -> dict[str, list[str]]:
     """``{"labels.foo": [...], "residency[0]": [...]}`` for ``ValidationError``."""
     detail: dict[str, list[str]] = {}
-    for path, message in problems:
+    for raw_path, message in problems:
+        path = printable_key(raw_path)
         if not path:
             key = field
         elif path.startswith("["):

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
+from rest_framework.exceptions import ValidationError
+from rest_framework.serializers import BaseSerializer
 
 from placement.api.permissions import RulesReadOrEdit
 from placement.api.serializers import PlacementRuleSerializer
@@ -31,3 +34,19 @@ class PlacementRuleViewSet(viewsets.ModelViewSet[PlacementRule]):
 
     def get_queryset(self) -> QuerySet[PlacementRule]:
         return PlacementRule.objects.order_by("order", "name")
+
+    def perform_create(self, serializer: BaseSerializer[PlacementRule]) -> None:
+        self._save(serializer)
+
+    def perform_update(self, serializer: BaseSerializer[PlacementRule]) -> None:
+        self._save(serializer)
+
+    def _save(self, serializer: BaseSerializer[PlacementRule]) -> None:
+        try:
+            with transaction.atomic():
+                serializer.save()
+        except IntegrityError as exc:
+            # Only a concurrent write of the same name passes the serializer's unique check.
+            raise ValidationError(
+                {"name": ["A rule with this name was stored concurrently."]}
+            ) from exc

@@ -13,8 +13,10 @@ from sites.services import ReplicaInput
 from sites.validators import (
     label_map_problems,
     overrides_problems,
+    printable_key,
     problems_detail,
     region_list_problems,
+    text_problem,
 )
 
 BIGINT_MAX = 2**63 - 1
@@ -27,7 +29,7 @@ class NameRelatedField(serializers.SlugRelatedField):
         super().__init__(slug_field="name", **kwargs)
 
     def to_internal_value(self, data: Any) -> Any:
-        if not isinstance(data, str) or "\x00" in data or len(data) > 253:
+        if not isinstance(data, str) or len(data) > 253 or text_problem(data):
             self.fail("invalid")
         return super().to_internal_value(data)
 
@@ -44,13 +46,12 @@ class StrictFieldsMixin:
                 if not field.read_only
             }
             unknown = sorted(str(key) for key in data if key not in writable)
+            fields = self.fields  # type: ignore[attr-defined]
             if unknown:
                 raise serializers.ValidationError(
                     {
-                        key: [
-                            "This field is read-only."
-                            if key in self.fields  # type: ignore[attr-defined]
-                            else "Unknown field."
+                        printable_key(key): [
+                            "This field is read-only." if key in fields else "Unknown field."
                         ]
                         for key in unknown
                     }

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import IntegrityError
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.serializers import BaseSerializer
 
@@ -20,6 +21,12 @@ from sites.api.serializers import DatasetSerializer, SiteSerializer
 from sites.filtersets import DatasetFilterSet, SiteFilterSet
 from sites.models import Dataset, Project, Site
 from sites.permissions import can_write_project_data
+
+
+def _conflict() -> ValidationError:
+    # The serializer checked the name and the replica sites; only a concurrent write with the
+    # same name (or replica) gets here, and it is the client's to retry, not a 500.
+    return ValidationError({"name": ["A dataset with this name was stored concurrently; retry."]})
 
 
 @extend_schema_view(
@@ -82,16 +89,22 @@ class DatasetViewSet(viewsets.ModelViewSet[Dataset]):
     def perform_create(self, serializer: BaseSerializer[Dataset]) -> None:
         data: dict[str, Any] = dict(serializer.validated_data)
         self._check_project(data.get("project"))
-        serializer.instance = services.dataset_create(user=self.request.user, **data)
+        try:
+            serializer.instance = services.dataset_create(user=self.request.user, **data)
+        except IntegrityError as exc:
+            raise _conflict() from exc
 
     def perform_update(self, serializer: BaseSerializer[Dataset]) -> None:
         assert serializer.instance is not None
         data: dict[str, Any] = dict(serializer.validated_data)
         if "project" in data:
             self._check_project(data["project"])
-        serializer.instance = services.dataset_update(
-            dataset=serializer.instance, user=self.request.user, **data
-        )
+        try:
+            serializer.instance = services.dataset_update(
+                dataset=serializer.instance, user=self.request.user, **data
+            )
+        except IntegrityError as exc:
+            raise _conflict() from exc
 
     def perform_destroy(self, instance: Dataset) -> None:
         services.dataset_delete(dataset=instance, user=self.request.user)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
+from rest_framework.validators import UniqueValidator
 
 from placement.models import PlacementRule
 from sites.models import Site
@@ -244,6 +245,21 @@ def test_it_rejects_bad_input_with_the_field_path(
         pytest.param("[]", "application/json", id="list"),
         pytest.param("effect=pin", "application/x-www-form-urlencoded", id="form"),
         pytest.param("effect: pin", "text/plain", id="text"),
+        pytest.param(
+            '{"name": "x", "effect": "prefer_free_capacity", "selector": {"task": "\\ud800"}}',
+            "application/json",
+            id="surrogate-in-selector",
+        ),
+        pytest.param(
+            '{"name": "x", "effect": "prefer_free_capacity", "parameters": {"\\ud800": 1}}',
+            "application/json",
+            id="surrogate-parameter-key",
+        ),
+        pytest.param(
+            '{"name": "x", "effect": "pin", "parameters": {"sites": ["\\ud800"]}}',
+            "application/json",
+            id="surrogate-site",
+        ),
     ],
 )
 def test_it_never_answers_500_to_a_hostile_body(staff_api: APIClient, body: str, content_type: str):
@@ -292,3 +308,15 @@ def test_it_paginates_rules(outsider_api: APIClient, rules: None):
     second = outsider_api.get(f"{LIST}?limit=2&offset=2").json()
     assert [r["name"] for r in second["results"]] == ["b-late"]
     assert second["next"] is None
+
+
+def test_a_name_taken_by_a_concurrent_request_is_400_not_500(
+    staff_api: APIClient, rule: PlacementRule, monkeypatch: pytest.MonkeyPatch
+):
+    # Both requests passed the serializer's unique check before either stored its rule.
+    monkeypatch.setattr(UniqueValidator, "__call__", lambda self, value, field: None)
+    body = new_rule(name="gpu-inference", effect="prefer_free_capacity", parameters={})
+    response = staff_api.post(LIST, body, format="json")
+    assert response.status_code == 400, response.content
+    assert paths(response) == ["name"]
+    assert PlacementRule.objects.count() == 1

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from sites.api.serializers import DatasetSerializer
 from sites.models import Dataset, DatasetReplica, Project, Site
 from tests.factories import DatasetFactory, DatasetReplicaFactory, ProjectFactory, SiteFactory
 
@@ -322,6 +323,14 @@ def test_it_rejects_bad_input_with_the_field_path(
         pytest.param("name=x&project=eo", "application/x-www-form-urlencoded", id="form"),
         pytest.param("name: x", "application/yaml", id="yaml"),
         pytest.param(b"\xff\xfe\x00", "application/json", id="binary"),
+        pytest.param('{"name": "\\ud800"}', "application/json", id="surrogate-name"),
+        pytest.param(
+            '{"name": "x", "project": "eo", "replicas": [{"site": "\\udc00"}]}',
+            "application/json",
+            id="surrogate-site",
+        ),
+        pytest.param('{"name": "x", "residency": ["\\ud800"]}', "application/json", id="sur-reg"),
+        pytest.param('{"\\ud800": 1}', "application/json", id="surrogate-key"),
     ],
 )
 def test_it_never_answers_500_to_a_hostile_body(
@@ -493,3 +502,16 @@ def test_it_paginates_datasets(staff_api: APIClient, all_datasets: None):
     second = staff_api.get(f"{LIST}?limit=3&offset=3").json()
     assert [d["name"] for d in second["results"]] == ["public-data"]
     assert second["previous"] is not None
+
+
+def test_a_name_taken_by_a_concurrent_request_is_400_not_500(
+    scientist_api: APIClient, project_dataset: Dataset, monkeypatch: pytest.MonkeyPatch
+):
+    # Both requests passed the serializer's unique check before either stored its dataset.
+    monkeypatch.setattr(DatasetSerializer, "validate_name", lambda self, value: value)
+    response = scientist_api.post(
+        LIST, new_dataset(name="project-data", replicas=[]), format="json"
+    )
+    assert response.status_code == 400
+    assert paths(response) == ["name"]
+    assert Dataset.objects.count() == 1

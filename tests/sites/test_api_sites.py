@@ -257,6 +257,14 @@ def test_a_bad_field_stores_nothing_of_the_good_ones(operator_api: APIClient, op
         pytest.param('"just a string"', "application/json", id="string-body"),
         pytest.param("cordoned=true", "application/x-www-form-urlencoded", id="form"),
         pytest.param("<site/>", "application/xml", id="xml"),
+        pytest.param('{"\\ud800": 1}', "application/json", id="surrogate-key"),
+        pytest.param('{"labels": {"\\udfff": "x"}}', "application/json", id="surrogate-label"),
+        pytest.param(
+            '{"overrides": {"artifact_repository": {"s3": "\\ud800"}}}',
+            "application/json",
+            id="surrogate-in-artifact-repository",
+        ),
+        pytest.param('{"overrides": {"\\ud800": 1}}', "application/json", id="surrogate-override"),
     ],
 )
 def test_it_never_answers_500_to_a_hostile_body(

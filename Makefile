@@ -40,5 +40,10 @@ format: $(STAMP)
 bench: $(STAMP)
 	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 
+# PNGs of the runs, submit-with-preview, run and fleet pages from a fresh demo, in headless
+# Chromium (Debian's /usr/bin/chromium), written to docs/screenshots/.
+screenshots: $(STAMP)
+	$(PY) tests/screenshots.py
+
 clean:
 	rm -rf var .pytest_cache .mypy_cache .ruff_cache

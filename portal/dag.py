@@ -186,9 +186,11 @@ def layout(
 _DEPENDS_TOKEN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]*(?:\([^)]*\))?(?:\.[A-Za-z]+)?")
 
 
-def depends_names(depends: str | Sequence[str] | None, known: Iterable[str]) -> list[str]:
+def depends_names(
+    depends: str | Sequence[str] | None, known: Iterable[str] | frozenset[str]
+) -> list[str]:
     """The unit names an Argo ``depends`` expression (or a plain list of names) refers to."""
-    known_set = set(known)
+    known_set = known if isinstance(known, frozenset | set) else set(known)
     if not depends:
         return []
     if isinstance(depends, str):

@@ -28,7 +28,13 @@ class SubmitForm(forms.Form):
         required=False,
         strip=False,
         widget=forms.Textarea(
-            attrs={"rows": 18, "spellcheck": "false", "class": "code", "autocomplete": "off"}
+            attrs={
+                "rows": 18,
+                "spellcheck": "false",
+                "class": "code",
+                "autocomplete": "off",
+                "wrap": "off",
+            }
         ),
     )
     upload = forms.FileField(
@@ -135,7 +141,7 @@ class ParametersForm(forms.Form):
         self.params = params
         if self.is_bound:
             # A parameter the request does not carry keeps the workflow's own value.
-            data = self.data.copy()
+            data: dict[str, Any] = {k: self.data.get(k) for k in self.data}
             for p in params:
                 if PARAM_PREFIX + p.name not in data:
                     data[PARAM_PREFIX + p.name] = p.value or (p.enum[0] if p.enum else "")

@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -36,6 +36,17 @@ from portal.selectors import runs_visible_to
 from sites.models import Dataset, Site, SiteLink
 from sites.permissions import can_operate_site
 
+GRAPH_FIELDS = (
+    "name",
+    "upstream",
+    "depends",
+    "timing",
+    "site",
+    "planned_site",
+    "phase",
+    "started_at",
+    "finished_at",
+)
 DONE_PHASES = (UnitPhase.SUCCEEDED, UnitPhase.SKIPPED, UnitPhase.OMITTED)
 FAILED_PHASES = (UnitPhase.FAILED, UnitPhase.ERROR)
 RUNS_PER_PAGE = 25
@@ -131,35 +142,18 @@ class UnitRow:
 def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
     """Everything the live part of the run page shows (DAG, timeline, units table)."""
     now = timezone.now()
-    units = list(
-        run.units.only(
-            "id",
-            "name",
-            "template",
-            "position",
-            "depends",
-            "upstream",
-            "timing",
-            "site",
-            "planned_site",
-            "phase",
-            "attempt",
-            "reason",
-            "message",
-            "started_at",
-            "finished_at",
-            "run_id",
-        ).order_by("position", "id")
-    )
-    colours = _fleet_colours(u.site or u.planned_site for u in units)
+    # The DAG and the timeline need a few fields of every unit: plain dicts, not model
+    # instances, keep a 2,000-unit run cheap. The table shows one page of full rows.
+    units = list(run.units.order_by("position", "id").values(*GRAPH_FIELDS))
+    colours = _fleet_colours(u["site"] or u["planned_site"] for u in units)
     counts: dict[str, int] = defaultdict(int)
     for u in units:
-        counts[u.phase] += 1
+        counts[u["phase"]] += 1
     total = len(units)
     done = sum(counts[p] for p in DONE_PHASES)
     failed = sum(counts[p] for p in FAILED_PHASES)
     finished = run.is_finished
-    page = _page(request, units, UNITS_PER_PAGE)
+    page = _page(request, run.units.order_by("position", "id"), UNITS_PER_PAGE)
     live_query = {"page": page.number} if page.number > 1 else {}
     live_url = reverse("ui-run-live", args=[run.pk])
     if live_query:
@@ -168,7 +162,7 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         "run": run,
         "units": units,
         "colours": colours,
-        "legend": _legend(colours, (u.site or u.planned_site for u in units)),
+        "legend": _legend(colours, (u["site"] or u["planned_site"] for u in units)),
         "total": total,
         "done": done,
         "failed": failed,
@@ -209,7 +203,7 @@ def run_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
-    decisions = run.decisions.select_related("unit").order_by("created_at", "id")
+    decisions = run.decisions.annotate(unit_name=F("unit__name")).order_by("created_at", "id")
     page = _page(request, decisions, DECISIONS_PER_PAGE, param="dpage")
     rows = []
     for d in page:
@@ -388,6 +382,7 @@ def _preview(request: HttpRequest) -> dict[str, Any]:
             "rows": rows,
             "colours": colours,
             "legend": _legend(colours, sites),
+            "any_likely": any(r.likely for r in rows),
             "preview_units": [
                 {
                     "name": r.unit.get("name", ""),

@@ -7,12 +7,13 @@ rects, lines and text, no script, so Chromium draws it without freezing.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
+from html import escape
 from typing import Any
 
 from django import template
-from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
 from portal.dag import UNPLACED, depends_names, layout
@@ -33,18 +34,38 @@ COMPACT_NODES = 300
 LABEL_CHARS = 19
 
 
+UNIT_KEYS = (
+    "name",
+    "site",
+    "planned_site",
+    "phase",
+    "timing",
+    "likely",
+    "upstream",
+    "depends",
+    "started_at",
+    "finished_at",
+)
+
+
 def _get(unit: Any, key: str, default: Any = "") -> Any:
     if isinstance(unit, Mapping):
         return unit.get(key, default)
     return getattr(unit, key, default)
 
 
-def _edges(units: Sequence[Any]) -> list[tuple[str, str]]:
-    names = [str(_get(u, "name")) for u in units]
+def _plain(units: Sequence[Any]) -> list[dict[str, Any]]:
+    """Units as dicts (the views pass ``.values()`` rows already; the rest is converted once,
+    so the loops below use cheap ``dict.get``)."""
+    return [u if type(u) is dict else {k: _get(u, k, None) for k in UNIT_KEYS} for u in units]
+
+
+def _edges(units: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    names = [str(u["name"]) for u in units]
+    known = frozenset(names)
     edges: list[tuple[str, str]] = []
     for u, name in zip(units, names, strict=True):
-        upstream = _get(u, "upstream", None)
-        deps = depends_names(upstream or _get(u, "depends", ""), names)
+        deps = depends_names(u.get("upstream") or u.get("depends") or "", known)
         edges.extend((d, name) for d in deps)
     return edges
 
@@ -53,7 +74,8 @@ def _edges(units: Sequence[Any]) -> list[tuple[str, str]]:
 def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -> SafeString:
     """The DAG of ``units`` (UnitRuns or preview dicts with name, site, phase, depends or
     upstream) coloured by site and outlined by phase."""
-    names = [str(_get(u, "name")) for u in units]
+    units = _plain(units)
+    names = [str(u["name"]) for u in units]
     compact = len(units) > COMPACT_NODES
     lay = layout(
         names,
@@ -63,7 +85,7 @@ def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -
         gap_x=28 if compact else 50,
         gap_y=4 if compact else 12,
     )
-    by_name = {str(_get(u, "name")): u for u in units}
+    by_name = dict(zip(names, units, strict=True))
     parts: list[str] = [
         f'<svg class="dag{" compact" if compact else ""}" xmlns="http://www.w3.org/2000/svg" '
         f'width="{lay.width}" height="{lay.height}" viewBox="0 0 {lay.width} {lay.height}" '
@@ -80,11 +102,11 @@ def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -
     parts.append('</g><g class="nodes">')
     for n in lay.nodes:
         u = by_name[n.id]
-        site = str(_get(u, "site") or _get(u, "planned_site") or "")
-        phase = str(_get(u, "phase") or "")
+        site = str(u.get("site") or u.get("planned_site") or "")
+        phase = str(u.get("phase") or "")
         # A runtime unit not placed yet shows where the planner expects it, marked as such.
-        likely = bool(_get(u, "likely", False)) or (
-            not _get(u, "site") and bool(site) and _get(u, "timing") == "runtime"
+        likely = bool(u.get("likely")) or (
+            not u.get("site") and bool(site) and u.get("timing") == "runtime"
         )
         fill = colours.get(site, UNPLACED) if site else UNPLACED
         where = site or "not placed yet"
@@ -110,18 +132,19 @@ def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -
     return mark_safe("".join(parts))  # every interpolated string is escaped
 
 
-def _pack(bars: list[tuple[float, float, Any]]) -> list[tuple[int, float, float, Any]]:
-    """Greedy interval packing: the sub-row of each bar so bars in a lane do not overlap."""
-    ends: list[float] = []
+def _pack(
+    bars: list[tuple[float, float, Any]], max_rows: int
+) -> list[tuple[int, float, float, Any]]:
+    """Interval packing: the sub-row of each bar, so bars in a lane overlap only once
+    ``max_rows`` rows are full (then a bar joins the row that frees up first)."""
+    free: list[tuple[float, int]] = []  # (end of the row's last bar, row)
     out = []
     for start, end, unit in sorted(bars, key=lambda b: (b[0], b[1])):
-        for row, row_end in enumerate(ends):
-            if row_end <= start:
-                ends[row] = end
-                break
+        if free and (free[0][0] <= start or len(free) >= max_rows):
+            _, row = heapq.heappop(free)
         else:
-            row = len(ends)
-            ends.append(end)
+            row = len(free)
+        heapq.heappush(free, (end, row))
         out.append((row, start, end, unit))
     return out
 
@@ -132,7 +155,9 @@ BAR_H = 14
 MAX_SUBROWS = 12
 
 
-def _fmt_offset(seconds: float) -> str:
+def _fmt_offset(seconds: float, fine: bool = False) -> str:
+    if fine and seconds < 10:
+        return f"{seconds:.1f}s"
     seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
@@ -146,24 +171,24 @@ def timeline_svg(
     units: Sequence[Any], colours: Mapping[str, str], now: datetime | None = None
 ) -> SafeString:
     """One lane per site; each started unit is a bar from its start to its end (or now)."""
-    started = [u for u in units if _get(u, "started_at", None)]
+    started = [u for u in _plain(units) if u.get("started_at")]
     if not started:
         return mark_safe('<p class="muted">No unit has started yet.</p>')
-    end_of = {id(u): _get(u, "finished_at", None) or now or _get(u, "started_at") for u in started}
-    t0 = min(_get(u, "started_at") for u in started)
+    end_of = {id(u): u.get("finished_at") or now or u["started_at"] for u in started}
+    t0 = min(u["started_at"] for u in started)
     t1 = max(end_of.values())
     span = max((t1 - t0).total_seconds(), 1.0)
     scale = (TIMELINE_W - LANE_LABEL_W - 10) / span
     lanes: dict[str, list[tuple[float, float, Any]]] = {}
     for u in started:
-        s = (_get(u, "started_at") - t0).total_seconds()
+        s = (u["started_at"] - t0).total_seconds()
         e = (end_of[id(u)] - t0).total_seconds()
-        lanes.setdefault(str(_get(u, "site") or "(unplaced)"), []).append((s, e, u))
+        lanes.setdefault(str(u.get("site") or "(unplaced)"), []).append((s, e, u))
     parts: list[str] = []
     y = 22
     for site in sorted(lanes):
-        packed = _pack(lanes[site])
-        rows = min(max(r for r, *_ in packed) + 1, MAX_SUBROWS)
+        packed = _pack(lanes[site], MAX_SUBROWS)
+        rows = max(r for r, *_ in packed) + 1
         lane_h = rows * (BAR_H + 2) + 8
         parts.append(
             f'<g class="lane"><rect class="lane-bg" x="0" y="{y}" width="{TIMELINE_W}" '
@@ -173,10 +198,10 @@ def timeline_svg(
         fill = colours.get(site, UNPLACED)
         for row, s, e, u in packed:
             x = LANE_LABEL_W + s * scale
-            w = max((e - s) * scale, 2.0)
-            by = y + 4 + min(row, rows - 1) * (BAR_H + 2)
-            phase = str(_get(u, "phase"))
-            tip = f"{_get(u, 'name')} · {site} · {phase} · {_fmt_offset(e - s)}"
+            w = max((e - s) * scale, 4.0)
+            by = y + 4 + row * (BAR_H + 2)
+            phase = str(u.get("phase") or "")
+            tip = f"{u['name']} · {site} · {phase} · {_fmt_offset(e - s, fine=True)}"
             parts.append(
                 f'<rect class="bar phase-{escape(phase)}" x="{x:.1f}" y="{by}" width="{w:.1f}" '
                 f'height="{BAR_H}" fill="{fill}"><title>{escape(tip)}</title></rect>'
@@ -186,9 +211,11 @@ def timeline_svg(
     ticks = []
     for i in range(5):
         x = LANE_LABEL_W + i * (TIMELINE_W - LANE_LABEL_W - 10) / 4
+        anchor = "start" if i == 0 else "end" if i == 4 else "middle"
         ticks.append(
             f'<line class="tick" x1="{x:.1f}" y1="16" x2="{x:.1f}" y2="{y}"/>'
-            f'<text class="tick-label" x="{x:.1f}" y="12">+{_fmt_offset(span * i / 4)}</text>'
+            f'<text class="tick-label" x="{x:.1f}" y="12" text-anchor="{anchor}">'
+            f"+{_fmt_offset(span * i / 4, fine=span < 10)}</text>"
         )
     return mark_safe(  # every interpolated string is escaped
         f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{TIMELINE_W}" '

@@ -22,8 +22,8 @@ from django.http import HttpRequest
 
 from sites import services
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
-from sites.permissions import is_scoped_operator
-from sites.selectors import dataset_list_visible, sites_operated_by
+from sites.permissions import can_write_project_data, is_scoped_operator
+from sites.selectors import dataset_list_visible, projects_of, sites_operated_by
 from sites.validators import label_map_problems, overrides_problems, region_list_problems
 
 KARMADA_FIELDS = (
@@ -241,6 +241,16 @@ class ReplicaInline(admin.TabularInline):
 
 
 class DatasetForm(ModelForm):
+    # Set by DatasetAdmin.get_form for a scoped operator: they register datasets only in
+    # their own projects, as in the API.
+    require_project = False
+
+    def clean_project(self) -> Project | None:
+        project: Project | None = self.cleaned_data.get("project")
+        if self.require_project and project is None:
+            raise forms.ValidationError("Only fleet staff may register fleet-wide datasets.")
+        return project
+
     def clean_residency(self) -> Any:
         residency = self.cleaned_data["residency"]
         problems = region_list_problems(residency)
@@ -249,10 +259,19 @@ class DatasetForm(ModelForm):
         return residency
 
 
+DATASET_FIELDS = ("name", "project", "uri_prefix", "bytes", "format", "residency")
+
+
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin):
-    """Datasets with their replicas inline. A scoped operator sees the datasets the API shows
-    them (``sites.selectors.dataset_list_visible``) and manages the copies at their sites."""
+    """Datasets with their replicas inline.
+
+    A scoped operator sees the datasets the API shows them
+    (``sites.selectors.dataset_list_visible``: fleet-wide, their projects', or with a replica at
+    their sites) and manages the copies at their own sites. The dataset's own fields are theirs
+    to change only when they may write it in the API too (a member of its project); new datasets
+    they register must belong to one of their projects.
+    """
 
     form = DatasetForm
     inlines = (ReplicaInline,)
@@ -265,6 +284,28 @@ class DatasetAdmin(admin.ModelAdmin):
         if is_scoped_operator(request.user):
             return dataset_list_visible(request.user)
         return super().get_queryset(request).prefetch_related("replicas__site")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Dataset | None = None) -> Any:
+        if (
+            obj is not None
+            and is_scoped_operator(request.user)
+            and not can_write_project_data(request.user, obj.project)
+        ):
+            return DATASET_FIELDS
+        return ()
+
+    def get_form(
+        self, request: HttpRequest, obj: Dataset | None = None, change: bool = False, **kwargs: Any
+    ) -> type[ModelForm]:
+        form = super().get_form(request, obj, change, **kwargs)
+        if is_scoped_operator(request.user):
+            form = type("ScopedDatasetForm", (form,), {"require_project": True})
+        return form
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "project" and is_scoped_operator(request.user):
+            kwargs["queryset"] = projects_of(request.user)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
     @admin.display(description="size (GiB)", ordering="bytes")
     def size(self, dataset: Dataset) -> str:

@@ -18,6 +18,12 @@ def sites_operated_by(user: AnyUser) -> QuerySet[Site]:
     return Site.objects.filter(operators=user)
 
 
+def projects_of(user: AnyUser) -> QuerySet[Project]:
+    if not user.is_authenticated:
+        return Project.objects.none()
+    return Project.objects.filter(members=user)
+
+
 def dataset_list_visible(user: AnyUser) -> QuerySet[Dataset]:
     """Fleet staff see every dataset; others see fleet-wide datasets (no project), those of their
     projects and those with a replica at a site they operate."""

@@ -281,7 +281,7 @@ def test_an_operator_adds_a_replica_only_at_their_site(
     dataset = DatasetFactory(name="public", residency=[])
     url = f"/admin/sites/dataset/{dataset.pk}/change/"
     form = {
-        "name": "public",
+        "name": "renamed",
         "uri_prefix": "",
         "bytes": "1",
         "format": "zarr",
@@ -302,6 +302,53 @@ def test_an_operator_adds_a_replica_only_at_their_site(
     response = operator_admin.post(url, form)
     assert response.status_code == 302
     assert [r.site.name for r in DatasetReplica.objects.all()] == ["site-op"]
+    # Not a member of the dataset's project (it has none): its own fields stay read-only.
+    dataset.refresh_from_db()
+    assert dataset.name == "public"
+
+
+def dataset_add_form(**changes: object) -> dict[str, object]:
+    form: dict[str, object] = {
+        "name": "new-data",
+        "uri_prefix": "",
+        "bytes": "1",
+        "format": "zarr",
+        "residency": "[]",
+        "replicas-TOTAL_FORMS": "0",
+        "replicas-INITIAL_FORMS": "0",
+    }
+    form.update(changes)
+    return form
+
+
+def test_an_operator_registers_datasets_only_in_their_own_projects(
+    operator: User, operator_admin: Client, project
+):
+    url = "/admin/sites/dataset/add/"
+    response = operator_admin.post(url, dataset_add_form())
+    assert response.status_code == 200
+    assert "Only fleet staff may register fleet-wide datasets" in response.content.decode()
+    response = operator_admin.post(url, dataset_add_form(project=str(project.pk)))
+    assert response.status_code == 200  # not a member: not among the choices
+    assert not Dataset.objects.exists()
+    project.members.add(operator)
+    response = operator_admin.post(url, dataset_add_form(project=str(project.pk)))
+    assert response.status_code == 302
+    assert Dataset.objects.get().project == project
+
+
+def test_an_operator_in_the_project_edits_the_dataset_fields(
+    operator: User, operator_admin: Client, project
+):
+    project.members.add(operator)
+    dataset = DatasetFactory(name="ours", project=project)
+    response = operator_admin.post(
+        f"/admin/sites/dataset/{dataset.pk}/change/",
+        dataset_add_form(name="ours-renamed", project=str(project.pk)),
+    )
+    assert response.status_code == 302
+    dataset.refresh_from_db()
+    assert dataset.name == "ours-renamed"
 
 
 def test_the_dataset_form_rejects_bad_residency(superuser_admin: Client):

@@ -515,3 +515,15 @@ def test_a_name_taken_by_a_concurrent_request_is_400_not_500(
     assert response.status_code == 400
     assert paths(response) == ["name"]
     assert Dataset.objects.count() == 1
+
+
+def test_listing_datasets_costs_the_same_queries_for_many(
+    scientist_api: APIClient, project: Project, other_site: Site, django_assert_max_num_queries
+):
+    for index in range(15):
+        dataset = DatasetFactory(name=f"bulk-{index}", project=project)
+        DatasetReplicaFactory(dataset=dataset, site=other_site)
+    # auth token, user, count, page, replicas + sites (prefetch); no query per dataset.
+    with django_assert_max_num_queries(8):
+        response = scientist_api.get(LIST)
+    assert response.json()["count"] == 15

@@ -327,3 +327,13 @@ def test_it_paginates_sites(outsider_api: APIClient, fleet: None):
 def test_it_survives_absurd_pagination_numbers(outsider_api: APIClient, fleet: None, query: str):
     response = outsider_api.get(f"{LIST}?{query}")
     assert response.status_code == 200
+
+
+def test_listing_sites_costs_the_same_queries_for_many(
+    outsider_api: APIClient, django_assert_max_num_queries
+):
+    for index in range(20):
+        SiteFactory(name=f"bulk-{index}")
+    with django_assert_max_num_queries(4):
+        response = outsider_api.get(LIST)
+    assert response.json()["count"] == 20

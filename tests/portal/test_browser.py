@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from portal.models import WorkflowRun
-from tests.portal.helpers import EO_PIPELINE
+from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 
 pytestmark = [pytest.mark.integration]
 
@@ -153,4 +153,22 @@ def test_a_broken_workflow_shows_errors_next_to_their_lines(
     expect(page.locator(".yaml-error").first).to_be_visible()
     expect(page.locator("#id_manifest")).to_have_value(BROKEN)
     assert WorkflowRun.objects.count() == 0
+    page.close()
+
+
+def test_a_run_of_2000_units_renders_and_stays_interactive(
+    browser: Any, live_server: Any, demo: None
+) -> None:
+    from playwright.sync_api import expect
+
+    run = make_run(User.objects.get(username="scientist"), units=chain_units(2000))
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    expect(page.locator("#run-live svg.dag g.node")).to_have_count(2000)
+    expect(page.locator("#run-live svg.timeline rect.bar")).to_have_count(2000)
+    # The page still answers: HTMX swaps in the next page of units and of decisions.
+    page.locator("nav[aria-label='Pages of units'] a", has_text="Next").click()
+    expect(page.locator("nav[aria-label='Pages of units']")).to_contain_text("Units 51")
+    page.locator("nav[aria-label='Pages of decisions'] a", has_text="Next").click()
+    expect(page.locator("nav[aria-label='Pages of decisions']")).to_contain_text("Decisions 26")
     page.close()

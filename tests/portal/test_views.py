@@ -191,6 +191,7 @@ def test_the_live_partial_polls_until_the_run_is_finished(sci: Client, run: Work
     body = sci.get(url, **HX).content.decode()
     assert body.lstrip().startswith('<div id="run-live"')
     assert 'hx-trigger="every 2s"' in body
+    assert reverse("ui-run-stop", args=[run.pk]) in body
     run.status = RunStatus.SUCCEEDED
     run.save()
     run.units.update(phase=UnitPhase.SUCCEEDED, site="site-c")
@@ -198,6 +199,7 @@ def test_the_live_partial_polls_until_the_run_is_finished(sci: Client, run: Work
     assert "hx-trigger" not in body.split(">")[0]
     assert 'data-finished="true"' in body
     assert "3 of 3 units done" in body
+    assert reverse("ui-run-stop", args=[run.pk]) not in body  # the actions follow the status
 
 
 def test_the_live_partial_signals_new_decisions(sci: Client, run: WorkflowRun) -> None:

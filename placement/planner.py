@@ -26,11 +26,13 @@ How a decision is made, per unit:
 from __future__ import annotations
 
 import fnmatch
+import gc
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from placement.parser import ParsedWorkflow, Resources, Unit
 
@@ -179,6 +181,20 @@ class Fleet:
         return tuple(sorted(self.sites, key=lambda s: s.name))
 
     @cached_property
+    def free_notes(self) -> tuple[str, ...]:
+        """ "free 12 CPU, 40 GB, 8 GPU" per site (ordered by name), shown in candidate rows."""
+        out = []
+        for s in self.ordered_sites:
+            gpu = f", {s.gpu_free} GPU" if s.gpu_allocatable else ""
+            out.append(f"free {s.cpu_free / 1000:g} CPU, {human_bytes(s.memory_free)}{gpu}")
+        return tuple(out)
+
+    @cached_property
+    def exclusion_cache(self) -> dict[tuple[Any, ...], dict[str, str]]:
+        """Per hard rule: the sites it removes (filled by the planner; the fleet never changes)."""
+        return {}
+
+    @cached_property
     def bandwidth(self) -> dict[tuple[str, str], float]:
         return {
             (ln.source, ln.target): ln.bandwidth_mbps for ln in self.links if ln.bandwidth_mbps > 0
@@ -189,8 +205,9 @@ class Fleet:
 # Outputs
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(NamedTuple):
+    """One row of a decision's candidate table (the REST shape of DESIGN section 9)."""
+
     site: str
     eligible: bool
     why: str
@@ -212,7 +229,12 @@ class Candidate:
 @dataclass(frozen=True)
 class Decision:
     """Where one unit goes. ``site`` is None when the unit is left to runtime (``timing`` runtime,
-    in a plan) or when no site is eligible (``timing`` submit: unplaceable)."""
+    in a plan) or when no site is eligible (``timing`` submit: unplaceable).
+
+    ``candidates`` has one row per site, by site name. Scores, bytes and times are computed when
+    the decision is made; the rows (and their ``why`` text) are built on first access, because a
+    plan of thousands of units is mostly read for its chosen sites.
+    """
 
     unit: str
     template: str
@@ -220,15 +242,19 @@ class Decision:
     timing: Timing
     site: str | None
     reason: str
-    candidates: tuple[Candidate, ...]
+    table: _Table = field(repr=False)
     rules: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     # For a runtime unit in a plan: where it would go if decided now (later units plan with it).
     runtime_hint: str | None = None
 
     @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return self.table.rows()
+
+    @property
     def unplaceable(self) -> bool:
-        return self.site is None and not any(c.eligible for c in self.candidates)
+        return self.site is None and self.runtime_hint is None and not self.table.any_eligible
 
     def as_dict(self) -> dict[str, Any]:
         """The REST shape of one unit in ``POST /api/v1/runs/preview/`` (DESIGN section 9)."""
@@ -272,17 +298,21 @@ class _CompiledRule:
     labels: tuple[tuple[str, str], ...]
     project: str | None
 
-    def matches(self, unit: Unit, template_name: str, project: str | None) -> bool:
+    def matches_static(self, unit: Unit, template_name: str, project: str | None) -> bool:
+        """Everything but the task glob (what units of one template have in common)."""
         if self.project is not None and self.project != project:
             return False
         if self.template is not None and not self.template.match(template_name):
-            return False
-        if self.task is not None and not (self.task.match(unit.task) or self.task.match(unit.name)):
             return False
         for k, v in self.labels:
             if unit.labels.get(k) != v:
                 return False
         return self.image is None or any(self.image.match(i) for i in unit.images)
+
+    def matches(self, unit: Unit, template_name: str, project: str | None) -> bool:
+        return self.matches_static(unit, template_name, project) and (
+            self.task is None or _task_matches(self.task, unit)
+        )
 
 
 class RuleBook:
@@ -304,9 +334,26 @@ class RuleBook:
             for r in ordered
         )
 
+        self._static: dict[Any, tuple[bool, ...]] = {}
+
     def matching(self, unit: Unit, project: str | None) -> tuple[Rule, ...]:
+        """Matching rules in order. All but the task glob depends on what units of one template
+        share, so that part is computed once per (template, labels, images, project)."""
         name = template_display_name(unit.template)
-        return tuple(c.rule for c in self.rules if c.matches(unit, name, project))
+        key = (name, tuple(sorted(unit.labels.items())), unit.images, project)
+        static = self._static.get(key)
+        if static is None:
+            static = tuple(c.matches_static(unit, name, project) for c in self.rules)
+            self._static[key] = static
+        return tuple(
+            c.rule
+            for c, hit in zip(self.rules, static, strict=True)
+            if hit and (c.task is None or _task_matches(c.task, unit))
+        )
+
+
+def _task_matches(pattern: re.Pattern[str], unit: Unit) -> bool:
+    return bool(pattern.match(unit.task) or pattern.match(unit.name))
 
 
 def template_display_name(key: str) -> str:
@@ -398,9 +445,16 @@ class Upstream:
 UpstreamArg = Mapping[str, "str | Upstream | None"] | None
 
 
-def _normalise_upstream(upstream_sites: UpstreamArg) -> dict[str, Upstream]:
+def _normalise_upstream(
+    upstream_sites: UpstreamArg, only: Sequence[str] | None = None
+) -> dict[str, Upstream]:
+    """Upstream locations as ``Upstream`` objects; with ``only``, just those units (a caller may
+    pass where every unit of the run is: only the unit's own upstream feed it)."""
     out: dict[str, Upstream] = {}
-    for name, where in (upstream_sites or {}).items():
+    source = upstream_sites or {}
+    names = source.keys() if only is None else (n for n in only if n in source)
+    for name in names:
+        where = source[name]
         if isinstance(where, Upstream):
             out[name] = where
         elif isinstance(where, str) and where:
@@ -408,8 +462,23 @@ def _normalise_upstream(upstream_sites: UpstreamArg) -> dict[str, Upstream]:
     return out
 
 
+class _Costs(NamedTuple):
+    """Per site (by name): bytes to move and seconds; ``note(i)`` says it in words for site i
+    ("" when there is nothing to say), built only when a candidate row is."""
+
+    bytes: list[int]
+    seconds: list[float]
+    note: Callable[[int], str]
+
+
+def _no_note(_: int) -> str:
+    return ""
+
+
 class _Context:
-    """Everything computed once per plan (or per decide call): rules, datasets, fleet tables."""
+    """Everything computed once per plan (or per decide call) and shared by its decisions:
+    compiled rules, the dataset index, and per-site vectors (eligibility, capacity, data
+    costs) keyed by what they depend on, so units that repeat a template cost little."""
 
     def __init__(
         self,
@@ -424,48 +493,27 @@ class _Context:
         self.project = project
         self.sites = fleet.ordered_sites
         self.bandwidth = fleet.bandwidth
-        self._memo: dict[Any, tuple[tuple[Candidate, ...], str | None, str, tuple[str, ...]]] = {}
-        self._hard_cache: dict[tuple[Any, ...], dict[str, str]] = {}
+        self.memo: dict[Any, tuple[_Table, str | None, str]] = {}
         self.memo_hits = 0
+        self._eligibility: dict[Any, list[str | None]] = {}
+        self._capacity: dict[Resources, tuple[list[float], list[str]]] = {}
+        self._datasets: dict[tuple[str, ...], _Costs] = {}
+        self._upstream: dict[tuple[str, int, bool], _Costs] = {}
+        self._summaries: dict[int, str] = {}
+        self._index: dict[int, list[int]] = {}
+        n = len(self.sites)
+        self.nothing = _Costs([0] * n, [0.0] * n, _no_note)
 
-    # Sites removed by a hard rule, with the why (computed once per rule).
     def hard_exclusions(self, rule: Rule) -> dict[str, str]:
-        key = (rule.id, rule.name, rule.effect)
-        cached = self._hard_cache.get(key)
-        if cached is not None:
-            return cached
-        out: dict[str, str] = {}
-        p = rule.params
-        label = f"rule '{rule.name}'"
-        if rule.effect == "pin":
-            allowed = set(_str_list(p.get("sites")))
-            for s in self.sites:
-                if s.name not in allowed:
-                    out[s.name] = f"{label}: pinned to {', '.join(sorted(allowed)) or 'no site'}"
-        elif rule.effect == "exclude":
-            banned = set(_str_list(p.get("sites")))
-            for s in self.sites:
-                if s.name in banned:
-                    out[s.name] = f"{label}: site excluded"
-        elif rule.effect == "require_labels":
-            wanted = p.get("labels") if isinstance(p.get("labels"), Mapping) else {}
-            assert isinstance(wanted, Mapping)
-            for s in self.sites:
-                missing = [
-                    f"{k}={v}" if v not in (None, "*") else k
-                    for k, v in sorted(wanted.items())
-                    if k not in s.labels or (v not in (None, "*") and s.labels[k] != str(v))
-                ]
-                if missing:
-                    out[s.name] = f"{label}: site lacks label {', '.join(missing)}"
-        elif rule.effect == "require_capabilities":
-            wanted_caps = _str_list(p.get("capabilities"))
-            for s in self.sites:
-                missing = [c for c in wanted_caps if c not in s.capabilities]
-                if missing:
-                    out[s.name] = f"{label}: site lacks capability {', '.join(missing)}"
-        self._hard_cache[key] = out
-        return out
+        """Sites a hard rule removes, with the why. Cached on the Fleet (it is immutable), so
+        the webhook deciding one unit at a time against the same snapshot pays this once."""
+        key = (rule.id, rule.name, rule.effect, _freeze(rule.params))
+        cache = self.fleet.exclusion_cache
+        cached = cache.get(key)
+        if cached is None:
+            cached = _exclusions(rule, self.sites)
+            cache[key] = cached
+        return cached
 
     def transfer(self, source: str, target: str, nbytes: int) -> tuple[float, bool]:
         """Seconds to move ``nbytes`` source → target, and whether a link was known."""
@@ -475,6 +523,233 @@ class _Context:
         known = bw is not None
         mbps = bw if bw is not None else DEFAULT_BANDWIDTH_MBPS
         return nbytes * 8 / (mbps * 1e6), known
+
+    def eligibility(
+        self,
+        hard: Sequence[Rule],
+        reads: Sequence[DatasetInfo],
+        req: Resources,
+        exclude: frozenset[str],
+        strict: bool,
+    ) -> list[str | None]:
+        """Per site (by name): why it is ineligible, or None."""
+        residency = [(d, d.residency) for d in reads if d.residency]
+        key = (tuple(r.id for r in hard), tuple(d.name for d, _ in residency), req, exclude, strict)
+        cached = self._eligibility.get(key)
+        if cached is None:
+            hard_out = [self.hard_exclusions(r) for r in hard]
+            cached = [_ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
+            self._eligibility[key] = cached
+        return cached
+
+    def eligible_index(self, elig: list[str | None]) -> list[int]:
+        key = id(elig)  # the lists live in self._eligibility for the context's lifetime
+        cached = self._index.get(key)
+        if cached is None:
+            cached = [i for i, why in enumerate(elig) if why is None]
+            self._index[key] = cached
+        return cached
+
+    def capacity(self, req: Resources) -> tuple[list[float], list[str]]:
+        """Per site: the free-capacity score for this request, and the row's capacity note."""
+        cached = self._capacity.get(req)
+        if cached is None:
+            fractions, notes = [], []
+            for s, note in zip(self.sites, self.fleet.free_notes, strict=True):
+                fraction, fits = _capacity(s, req)
+                fractions.append(fraction)
+                notes.append(note if fits else f"{note} (request does not fit now: would queue)")
+            cached = (fractions, notes)
+            self._capacity[req] = cached
+        return cached
+
+    def dataset_costs(self, reads: Sequence[DatasetInfo]) -> _Costs:
+        key = tuple(d.name for d in reads)
+        cached = self._datasets.get(key)
+        if cached is None:
+            sites = self.sites
+
+            def note(i: int) -> str:
+                return "; ".join(_dataset_note(self, d, sites[i].name) for d in reads)
+
+            cached = _Costs([], [], note)
+            for s in sites:
+                nbytes, seconds = 0, 0.0
+                for d in reads:
+                    b, t, _src, _known = _dataset_cost(self, d, s.name)
+                    nbytes += b
+                    seconds += t
+                cached.bytes.append(nbytes)
+                cached.seconds.append(seconds)
+            self._datasets[key] = cached
+        return cached
+
+    def upstream_costs(self, source: str, nbytes: int, assumed: bool) -> _Costs:
+        key = (source, nbytes, assumed)
+        cached = self._upstream.get(key)
+        if cached is None:
+            sites = self.sites
+            size = f"~{human_bytes(nbytes)} (assumed)" if assumed else human_bytes(nbytes)
+
+            def note(i: int) -> str:
+                if sites[i].name == source:
+                    return ""
+                t, known = self.transfer(source, sites[i].name, nbytes)
+                link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
+                return f"upstream output {size} from {source} ({human_seconds(t)}{link})"
+
+            bw = self.bandwidth
+            default = nbytes * 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
+            seconds = [
+                0.0
+                if s.name == source
+                else (
+                    nbytes * 8 / (bw[(source, s.name)] * 1e6) if (source, s.name) in bw else default
+                )
+                for s in sites
+            ]
+            moved = [0 if s.name == source else nbytes for s in sites]
+            cached = _Costs(moved, seconds, note)
+            self._upstream[key] = cached
+        return cached
+
+    def summary(self, eligibility: list[str | None]) -> str:
+        """Why no site is eligible, grouped (for an unplaceable unit's reason)."""
+        key = id(eligibility)  # the lists live in self._eligibility for the context's lifetime
+        cached = self._summaries.get(key)
+        if cached is None:
+            groups: dict[str, list[str]] = {}
+            for s, why in zip(self.sites, eligibility, strict=True):
+                groups.setdefault(why or "eligible", []).append(s.name)
+            parts = []
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            for why, names in ordered[:4]:
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                parts.append(f"{', '.join(names[:3])}{more}: {why}")
+            if len(groups) > 4:
+                parts.append(f"{len(groups) - 4} other reasons")
+            cached = "; ".join(parts) if parts else "no sites"
+            self._summaries[key] = cached
+        return cached
+
+
+class _Table:
+    """A decision's candidate table: numbers now (for eligible sites: positions ``idx`` in the
+    site list, their ``scores`` and transfer ``seconds``), rows with their text on first access."""
+
+    __slots__ = (
+        "_rows",
+        "cap_notes",
+        "capacity",
+        "costs",
+        "elig",
+        "has_inputs",
+        "idx",
+        "scores",
+        "seconds",
+        "sites",
+    )
+
+    def __init__(
+        self,
+        sites: Sequence[SiteState],
+        elig: list[str | None],
+        capacity: tuple[list[float], list[str]],
+        costs: Sequence[_Costs],
+        idx: list[int],
+        scores: list[float],
+        seconds: list[float],
+        has_inputs: bool,
+    ) -> None:
+        self.sites = sites
+        self.elig = elig
+        self.capacity, self.cap_notes = capacity
+        self.costs = costs
+        self.idx = idx
+        self.scores = scores
+        self.seconds = seconds
+        self.has_inputs = has_inputs
+        self._rows: tuple[Candidate, ...] | None = None
+
+    @property
+    def any_eligible(self) -> bool:
+        return bool(self.idx)
+
+    def bytes_at(self, i: int) -> int:
+        return sum(c.bytes[i] for c in self.costs)
+
+    def rows(self) -> tuple[Candidate, ...]:
+        if self._rows is None:
+            numbers = dict(zip(self.idx, zip(self.scores, self.seconds, strict=True), strict=True))
+            rows = []
+            fallback = "data local" if self.has_inputs else "no input data"
+            for i, s in enumerate(self.sites):
+                why = self.elig[i]
+                if why is not None:
+                    rows.append(Candidate(s.name, False, why, None, 0, 0.0))
+                    continue
+                score, seconds = numbers[i]
+                notes = "; ".join(n for n in (c.note(i) for c in self.costs) if n) or fallback
+                rows.append(
+                    Candidate(
+                        s.name,
+                        True,
+                        f"{self.cap_notes[i]}; {notes}",
+                        round(score, 4),
+                        self.bytes_at(i),
+                        round(seconds, 1),
+                    )
+                )
+            self._rows = tuple(rows)
+        return self._rows
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Table) and self.rows() == other.rows()
+
+    def __hash__(self) -> int:
+        return hash(self.rows())
+
+
+def _freeze(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    p = rule.params
+    label = f"rule '{rule.name}'"
+    if rule.effect == "pin":
+        allowed = set(_str_list(p.get("sites")))
+        why = f"{label}: pinned to {', '.join(sorted(allowed)) or 'no site'}"
+        if len(why) > 200:
+            why = f"{label}: pinned to {len(allowed)} other sites"
+        for s in sites:
+            if s.name not in allowed:
+                out[s.name] = why
+    elif rule.effect == "exclude":
+        banned = set(_str_list(p.get("sites")))
+        why = f"{label}: site excluded"
+        for s in sites:
+            if s.name in banned:
+                out[s.name] = why
+    elif rule.effect == "require_labels":
+        raw = p.get("labels")
+        wanted = sorted((str(k), v) for k, v in raw.items()) if isinstance(raw, Mapping) else []
+        for s in sites:
+            missing = [
+                k if v in (None, "*") else f"{k}={v}"
+                for k, v in wanted
+                if k not in s.labels or (v not in (None, "*") and s.labels[k] != str(v))
+            ]
+            if missing:
+                out[s.name] = f"{label}: site lacks label {', '.join(missing)}"
+    elif rule.effect == "require_capabilities":
+        caps = _str_list(p.get("capabilities"))
+        for s in sites:
+            missing = [c for c in caps if c not in s.capabilities]
+            if missing:
+                out[s.name] = f"{label}: site lacks capability {', '.join(missing)}"
+    return out
 
 
 def _str_list(value: Any) -> list[str]:
@@ -506,10 +781,11 @@ def decide(
     chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
     """
     ctx = _Context(fleet, rules, datasets, project)
+    where = _normalise_upstream(upstream_sites, unit.upstream)
     return _decide(
         ctx,
         unit,
-        _normalise_upstream(upstream_sites),
+        where,
         frozenset(exclude_sites),
         timing,
         strict_capacity,
@@ -540,14 +816,22 @@ def plan(
     ctx = _Context(fleet, rules, datasets, project)
     where = _normalise_upstream(upstream_sites)
     decisions: list[Decision] = []
-    for unit in units:
-        ups = {u: where[u] for u in unit.upstream if u in where}
-        d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
-        decisions.append(d)
-        # Later units plan with the site a runtime decision would choose today.
-        planned = d.site or d.runtime_hint
-        if planned is not None and unit.name not in where:
-            where[unit.name] = Upstream(planned)
+    # A plan allocates many small acyclic objects; the cyclic collector would walk them again
+    # and again for nothing. Paused for the loop only, restored even on error.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for unit in units:
+            ups = {u: where[u] for u in unit.upstream if u in where}
+            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
+            decisions.append(d)
+            # Later units plan with the site a runtime decision would choose today.
+            planned = d.site or d.runtime_hint
+            if planned is not None and unit.name not in where:
+                where[unit.name] = Upstream(planned)
+    finally:
+        if collecting:
+            gc.enable()
     return Plan(tuple(decisions))
 
 
@@ -564,8 +848,6 @@ def _decide(
     reads = ctx.data.read_by(unit)
     rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
     effective: Timing = timing or rule_timing
-    # Units with the same rules, data, requests and upstream locations share one candidate
-    # table (the memo): in a large DAG most units repeat a few templates.
     moving = tuple(
         sorted(
             (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.bytes is None)
@@ -573,6 +855,7 @@ def _decide(
             if u.bytes is None or u.bytes > 0
         )
     )
+    # Units with the same rules, data, requests and upstream locations share one evaluation.
     memo_key = (
         tuple(r.id for r in matched),
         tuple(d.name for d in reads),
@@ -581,13 +864,13 @@ def _decide(
         exclude,
         strict_capacity,
     )
-    memo = ctx._memo.get(memo_key)
+    memo = ctx.memo.get(memo_key)
     if memo is None:
         memo = _evaluate(ctx, unit.resources, matched, reads, moving, exclude, strict_capacity)
-        ctx._memo[memo_key] = memo
+        ctx.memo[memo_key] = memo
     else:
         ctx.memo_hits += 1
-    candidates, best, reason, rule_names = memo
+    table, best, reason = memo
     site = best
     hint = None
     if effective == "runtime" and not force_site:
@@ -600,8 +883,8 @@ def _decide(
         timing=effective,
         site=site,
         reason=reason,
-        candidates=candidates,
-        rules=rule_names,
+        table=table,
+        rules=tuple(r.name for r in matched),
         datasets=tuple(d.name for d in reads),
         runtime_hint=hint,
     )
@@ -619,59 +902,40 @@ def _evaluate(
     moving: Sequence[tuple[str, int, bool]],
     exclude: frozenset[str],
     strict_capacity: bool,
-) -> tuple[tuple[Candidate, ...], str | None, str, tuple[str, ...]]:
+) -> tuple[_Table, str | None, str]:
     hard = [r for r in matched if r.effect in HARD_EFFECTS]
-    hard_out = [ctx.hard_exclusions(r) for r in hard]
     locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
     capacity_w = CAPACITY_WEIGHT + sum(
         r.weight for r in matched if r.effect == "prefer_free_capacity"
     )
-    residency = [(d, d.residency) for d in reads if d.residency]
+    elig = ctx.eligibility(hard, reads, req, exclude, strict_capacity)
+    capacity = ctx.capacity(req)
+    costs = [ctx.dataset_costs(reads)] if reads else []
+    costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
+    # The hot path: only eligible sites, in list comprehensions. Scores are rounded when rows
+    # are built; ranking uses the exact values.
+    idx = ctx.eligible_index(elig)
+    if not costs:
+        seconds = [0.0] * len(idx)
+    else:
+        first = costs[0].seconds
+        seconds = [first[i] for i in idx]
+        for more in costs[1:]:
+            vector = more.seconds
+            seconds = [t + vector[i] for t, i in zip(seconds, idx, strict=True)]
+    fractions = capacity[0]
+    lw, cw, half = locality_w, capacity_w, TRANSFER_HALF_SCORE_S
+    scores = [
+        lw * (1.0 - t / (t + half)) + cw * fractions[i] for t, i in zip(seconds, idx, strict=True)
+    ]
+    best = _best(scores, idx, costs, skip=-1)
+    second = _best(scores, idx, costs, skip=best) if best >= 0 else -1
 
-    rows: list[Candidate] = []
-    details: dict[str, tuple[float, float, str]] = {}  # site -> (locality, capacity, data why)
-    for s in ctx.sites:
-        why = _ineligible(s, req, exclude, hard_out, residency, strict_capacity)
-        if why is not None:
-            rows.append(Candidate(s.name, False, why, None, 0, 0.0))
-            continue
-        nbytes = 0
-        seconds = 0.0
-        notes: list[str] = []
-        for d in reads:
-            b, t, note = _dataset_cost(ctx, d, s.name)
-            nbytes += b
-            seconds += t
-            if note:
-                notes.append(note)
-        for src, b, assumed in moving:
-            if src != s.name:
-                t, known = ctx.transfer(src, s.name, b)
-                nbytes += b
-                seconds += t
-                size = f"~{human_bytes(b)} (assumed)" if assumed else human_bytes(b)
-                link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
-                notes.append(f"upstream output {size} from {src} ({human_seconds(t)}{link})")
-        locality = 1.0 - seconds / (seconds + TRANSFER_HALF_SCORE_S)
-        capacity, cap_note = _capacity(s, req)
-        score = round(locality_w * locality + capacity_w * capacity, 4)
-        data_why = (
-            "; ".join(notes) if notes else ("data local" if reads or moving else "no input data")
-        )
-        rows.append(
-            Candidate(s.name, True, f"{cap_note}; {data_why}", score, nbytes, round(seconds, 1))
-        )
-        details[s.name] = (locality, capacity, data_why)
-
-    eligible = [c for c in rows if c.eligible]
-    rule_names = tuple(r.name for r in matched)
-    if not eligible:
-        reasons = _summarise_ineligible(rows)
-        return tuple(rows), None, f"unplaceable: no eligible site ({reasons})", rule_names
-    eligible.sort(key=lambda c: (-(c.score or 0.0), c.bytes_to_move, c.site))
-    best = eligible[0]
-    reason = _reason(ctx, best, eligible, details, hard, reads, req, locality_w, capacity_w)
-    return tuple(rows), best.site, reason, rule_names
+    table = _Table(ctx.sites, elig, capacity, costs, idx, scores, seconds, bool(reads or moving))
+    if best < 0:
+        return table, None, f"unplaceable: no eligible site ({ctx.summary(elig)})"
+    reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
+    return table, ctx.sites[idx[best]].name, reason
 
 
 def _ineligible(
@@ -716,28 +980,38 @@ def _ineligible(
     return None
 
 
-def _dataset_cost(ctx: _Context, d: DatasetInfo, site: str) -> tuple[int, float, str]:
-    """(bytes to move, seconds, note) to read dataset ``d`` at ``site`` from its best replica."""
-    if not d.replicas:
-        return 0, 0.0, f"dataset {d.name} has no replica"
+def _dataset_cost(ctx: _Context, d: DatasetInfo, site: str) -> tuple[int, float, str, bool]:
+    """(bytes to move, seconds, source site, link known) to read dataset ``d`` at ``site`` from
+    its best replica; source "" when it is local or has no replica."""
     best: tuple[float, int, str, bool] | None = None
     for r in d.replicas:
         size = r.bytes or d.bytes
         if r.site == site:
-            return 0, 0.0, f"dataset {d.name} local"
+            return 0, 0.0, "", True
         t, known = ctx.transfer(r.site, site, size)
         cand = (t, size, r.site, known)
         if best is None or cand[:3] < best[:3]:
             best = cand
-    assert best is not None
+    if best is None:
+        return 0, 0.0, "", True
     t, size, src, known = best
+    return size, t, src, known
+
+
+def _dataset_note(ctx: _Context, d: DatasetInfo, site: str) -> str:
+    if not d.replicas:
+        return f"dataset {d.name} has no replica"
+    size, t, src, known = _dataset_cost(ctx, d, site)
+    if not src:
+        return f"dataset {d.name} local"
     link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
-    return size, t, f"dataset {d.name} {human_bytes(size)} from {src} ({human_seconds(t)}{link})"
+    return f"dataset {d.name} {human_bytes(size)} from {src} ({human_seconds(t)}{link})"
 
 
-def _capacity(s: SiteState, req: Resources) -> tuple[float, str]:
-    """Mean free fraction left after the request (0 if it does not fit now), and a note.
-    GPUs count only for units that need them: free GPUs do not make a site better for CPU work."""
+def _capacity(s: SiteState, req: Resources) -> tuple[float, bool]:
+    """Mean free fraction left after the request (0 if it does not fit now), and whether it
+    fits now. GPUs count only for units that need them: free GPUs do not make a site better for
+    CPU work."""
     fractions: list[float] = []
     fits = True
     dims = [
@@ -752,31 +1026,30 @@ def _capacity(s: SiteState, req: Resources) -> tuple[float, str]:
         if need > free:
             fits = False
         fractions.append(max(free - need, 0) / total)
-    gpu = f", {s.gpu_free} GPU" if s.gpu_allocatable else ""
-    note = f"free {s.cpu_free / 1000:g} CPU, {human_bytes(s.memory_free)}{gpu}"
     if not fits:
-        return 0.0, f"{note} (request does not fit now: would queue)"
-    return (sum(fractions) / len(fractions) if fractions else 0.0), note
+        return 0.0, False
+    return (sum(fractions) / len(fractions) if fractions else 0.0), True
 
 
-def _summarise_ineligible(rows: Sequence[Candidate]) -> str:
-    groups: dict[str, list[str]] = {}
-    for c in rows:
-        groups.setdefault(c.why, []).append(c.site)
-    parts = []
-    for why, sites in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:4]:
-        shown = ", ".join(sites[:3]) + (f" and {len(sites) - 3} more" if len(sites) > 3 else "")
-        parts.append(f"{shown}: {why}")
-    if len(groups) > 4:
-        parts.append(f"{len(groups) - 4} other reasons")
-    return "; ".join(parts) if parts else "no sites"
+def _best(scores: list[float], idx: Sequence[int], costs: Sequence[_Costs], skip: int) -> int:
+    """Position (in ``idx``) of the best eligible site: highest score, then fewer bytes, then
+    name (sites are ordered by name); -1 if none. ``skip`` leaves one position out."""
+    if skip >= 0:
+        scores = [*scores[:skip], -1.0, *scores[skip + 1 :]]  # scores are never negative
+    if not scores or (skip >= 0 and len(scores) == 1):
+        return -1
+    top = max(scores)
+    if scores.count(top) == 1:
+        return scores.index(top)
+    tied = [k for k, sc in enumerate(scores) if sc == top]
+    return min(tied, key=lambda k: (sum(c.bytes[idx[k]] for c in costs), k))
 
 
 def _reason(
     ctx: _Context,
-    best: Candidate,
-    eligible: Sequence[Candidate],
-    details: Mapping[str, tuple[float, float, str]],
+    table: _Table,
+    best: int,
+    second: int,
     hard: Sequence[Rule],
     reads: Sequence[DatasetInfo],
     req: Resources,
@@ -784,7 +1057,7 @@ def _reason(
     capacity_w: float,
 ) -> str:
     """One human line naming what decided: a hard rule, data locality or free capacity."""
-    site = ctx.fleet.site_by_name[best.site]
+    site = ctx.sites[table.idx[best]]
     prefix = ""
     if hard:
         r = hard[0]
@@ -799,32 +1072,34 @@ def _reason(
             "require_capabilities": "requires "
             + ", ".join(_str_list(r.params.get("capabilities"))),
         }[r.effect]
+        if len(what) > 160:
+            what = what[:157] + "..."
         prefix = f"rule '{r.name}': {what}; "
     gpu = f"{site.name} has {site.gpu_free} free GPUs" if req.gpus else ""
-    if len(eligible) == 1:
+    if second < 0:
         tail = gpu or f"{site.name} is the only eligible site"
         return f"{prefix}{tail}"
-    runner = eligible[1]
-    loc_b, cap_b, _ = details[best.site]
-    loc_r, cap_r, _ = details[runner.site]
-    d_loc = locality_w * (loc_b - loc_r)
-    d_cap = capacity_w * (cap_b - cap_r)
+    runner = ctx.sites[table.idx[second]]
+    half = TRANSFER_HALF_SCORE_S
+    t_b, t_r = table.seconds[best], table.seconds[second]
+    d_loc = locality_w * ((1.0 - t_b / (t_b + half)) - (1.0 - t_r / (t_r + half)))
+    d_cap = capacity_w * (table.capacity[table.idx[best]] - table.capacity[table.idx[second]])
     if d_loc <= 0 and d_cap <= 0:
-        core = f"tie with {runner.site}, broken by name"
+        core = f"tie with {runner.name}, broken by name"
     elif d_loc >= d_cap:
-        local = [d for d in reads if any(r.site == best.site for r in d.replicas)]
+        local = [d for d in reads if any(r.site == site.name for r in d.replicas)]
         if local:
             d = local[0]
-            core = f"data locality: dataset {d.name} ({human_bytes(d.bytes)}) is at {best.site}"
-        elif best.bytes_to_move == 0:
-            core = f"data locality: inputs are at {best.site}"
+            core = f"data locality: dataset {d.name} ({human_bytes(d.bytes)}) is at {site.name}"
+        elif table.bytes_at(table.idx[best]) == 0:
+            core = f"data locality: inputs are at {site.name}"
         else:
-            size = human_bytes(best.bytes_to_move)
-            eta = human_seconds(best.est_transfer_s)
-            core = f"data locality: least to move to {best.site} ({size}, {eta})"
+            size = human_bytes(table.bytes_at(table.idx[best]))
+            eta = human_seconds(t_b)
+            core = f"data locality: least to move to {site.name} ({size}, {eta})"
     else:
         free = f"{site.cpu_free / 1000:g} CPU, {human_bytes(site.memory_free)} free"
-        core = f"free capacity: {best.site} has {free}"
+        core = f"free capacity: {site.name} has {free}"
     if gpu and prefix:
         return f"{prefix}{gpu}; {core}"
     return f"{prefix}{core}"

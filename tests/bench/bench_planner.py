@@ -1,0 +1,275 @@
+"""Planner benchmark (issue 4): one decision at 200 sites x 50 rules, and whole plans of
+1,000- and 2,000-unit DAGs over 200 sites, each beside a floor measured in the same run.
+
+Run: ``.venv/bin/python tests/bench/bench_planner.py`` (about ten seconds). Targets: decision
+p99 <= 5 ms; 1,000 units <= 200 ms; 2,000 units <= 2.2 x the 1,000-unit time.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from placement.parser import Limits, Unit, parse_workflow  # noqa: E402
+from placement.planner import (  # noqa: E402
+    DatasetInfo,
+    Fleet,
+    Link,
+    Replica,
+    Rule,
+    Selector,
+    SiteState,
+    Upstream,
+    decide,
+    plan,
+)
+
+SITES = 200
+RULES = 50
+DATASETS = 60
+TEMPLATES = 24
+REGIONS = ["eu-west", "eu-central", "us-east", "us-west", "ap-south"]
+GB = 10**9
+
+
+def make_fleet(rng: random.Random) -> Fleet:
+    sites = []
+    for i in range(SITES):
+        gpus = rng.choice([0, 0, 0, 4, 8])
+        cpu = rng.choice([16_000, 32_000, 64_000, 128_000])
+        sites.append(
+            SiteState(
+                name=f"site-{i:03d}",
+                region=REGIONS[i % len(REGIONS)],
+                zone=f"z{i % 3}",
+                provider=rng.choice(["onprem", "cloud"]),
+                labels={"tier": rng.choice(["archive", "compute", "edge"]), "rack": str(i % 7)},
+                capabilities=frozenset({"gpu"} if gpus else set()) | {rng.choice(["ssd", "hdd"])},
+                ready=rng.random() > 0.03,
+                cordoned=rng.random() < 0.03,
+                cpu_allocatable=cpu,
+                cpu_allocated=rng.randrange(0, cpu),
+                memory_allocatable=cpu * 2**22,
+                memory_allocated=rng.randrange(0, cpu * 2**22),
+                gpu_allocatable=gpus,
+                gpu_allocated=rng.randrange(0, gpus + 1) if gpus else 0,
+                pods_allocatable=110,
+                pods_allocated=rng.randrange(0, 110),
+            )
+        )
+    links = []
+    for s in sites:  # each site reaches 30 others directly; the rest use the slow default
+        for t in rng.sample(sites, 30):
+            if t.name != s.name:
+                links.append(Link(s.name, t.name, rng.choice([1_000, 10_000, 40_000])))
+    return Fleet(tuple(sites), tuple(links))
+
+
+def make_datasets(rng: random.Random, fleet: Fleet) -> list[DatasetInfo]:
+    names = [s.name for s in fleet.sites]
+    return [
+        DatasetInfo(
+            name=f"ds-{i:02d}",
+            uri_prefix=f"s3://archive/ds-{i:02d}/",
+            bytes=rng.randrange(1, 500) * GB,
+            residency=frozenset(rng.sample(REGIONS, 3)) if i % 5 == 0 else frozenset(),
+            replicas=tuple(Replica(s) for s in rng.sample(names, rng.randint(1, 3))),
+        )
+        for i in range(DATASETS)
+    ]
+
+
+def make_rules(rng: random.Random, fleet: Fleet) -> list[Rule]:
+    """50 rules as an operator would write them: hard rules aimed at one template each (so a
+    unit meets a couple of them), preferences with globs, a few decided at runtime."""
+    names = [s.name for s in fleet.sites]
+    effects = (
+        ["pin"] * 8
+        + ["exclude"] * 8
+        + ["require_labels"] * 10
+        + ["require_capabilities"] * 10
+        + ["prefer_data_locality"] * 7
+        + ["prefer_free_capacity"] * 7
+    )
+    rules = []
+    for i, effect in enumerate(effects):
+        params: dict[str, Any] = {}
+        if effect == "pin":
+            params = {"sites": rng.sample(names, 60)}
+        elif effect == "exclude":
+            params = {"sites": rng.sample(names, 10)}
+        elif effect == "require_labels":
+            params = {"labels": {"tier": rng.choice(["compute", "archive"])}}
+        elif effect == "require_capabilities":
+            params = {"capabilities": [rng.choice(["ssd", "hdd"])]}
+        hard = not effect.startswith("prefer")
+        selector = Selector(
+            template=f"tmpl-{rng.randrange(TEMPLATES):02d}"
+            if hard
+            else rng.choice(["tmpl-1*", None]),
+            task=None if hard else rng.choice([None, f"task-{rng.randrange(10)}*"]),
+            labels=rng.choice([{}, {"team": "eo"}]),
+            image=rng.choice([None, "ghcr.io/bench/*"]),
+            project=rng.choice([None, "bench"]),
+        )
+        timing = "runtime" if effect == "prefer_free_capacity" and i % 3 == 0 else "submit"
+        rules.append(
+            Rule(i, f"rule-{i:02d}", effect, selector, timing, params, rng.uniform(0.5, 3), i)  # type: ignore[arg-type]
+        )
+    return rules
+
+
+def make_workflow(rng: random.Random, n: int) -> dict[str, Any]:
+    """A DAG of ``n`` tasks over TEMPLATES templates; each task depends on 1-3 recent tasks
+    and some read a dataset through a parameter value (a URI under its prefix)."""
+    tasks = []
+    for i in range(n):
+        task: dict[str, Any] = {
+            "name": f"task-{i}",
+            "template": f"tmpl-{rng.randrange(TEMPLATES):02d}",
+        }
+        if i:
+            ups = sorted(
+                {f"task-{rng.randrange(max(0, i - 20), i)}" for _ in range(rng.randint(1, 3))}
+            )
+            task["depends"] = " && ".join(ups)
+        if rng.random() < 0.3:
+            ds = rng.randrange(DATASETS)
+            task["arguments"] = {
+                "parameters": [{"name": "in", "value": f"s3://archive/ds-{ds:02d}/x"}]
+            }
+        tasks.append(task)
+    templates: list[dict[str, Any]] = [{"name": "main", "dag": {"tasks": tasks}}]
+    for t in range(TEMPLATES):
+        res: dict[str, Any] = {"requests": {"cpu": f"{(t % 4) + 1}", "memory": f"{(t % 8) + 1}Gi"}}
+        if t % 6 == 0:
+            res["limits"] = {"nvidia.com/gpu": "1"}
+        templates.append(
+            {
+                "name": f"tmpl-{t:02d}",
+                "metadata": {"labels": {"team": "eo"} if t % 2 else {}},
+                "inputs": {"parameters": [{"name": "in", "default": ""}]},
+                "container": {"image": f"ghcr.io/bench/step-{t}:1", "resources": res},
+            }
+        )
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "bench-"},
+        "spec": {"entrypoint": "main", "templates": templates},
+    }
+
+
+# CPU time of this process: the benchmark machine is shared, and wall time would measure the
+# neighbours. (Single-threaded code: CPU time is what a dedicated core would take.)
+clock = time.process_time
+
+
+def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = clock()
+        fn()
+        out.append(clock() - t0)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:8.3f} ms"
+
+
+def main() -> None:
+    rng = random.Random(4)
+    fleet = make_fleet(rng)
+    datasets = make_datasets(rng, fleet)
+    rules = make_rules(rng, fleet)
+    limits = Limits(max_units=10_000)
+
+    # -- one decision (what the webhook does: a fresh context every call) ------------------
+    sample = parse_workflow(make_workflow(rng, 400), limits=limits).units
+    upstream = {
+        f"task-{i}": Upstream(f"site-{rng.randrange(SITES):03d}", rng.randrange(0, 50) * GB)
+        for i in range(400)
+    }
+    units: list[Unit] = list(sample)
+    for u in units[:50]:  # warm-up (regex compilation caches, imports)
+        decide(u, fleet, rules, datasets, "bench", upstream)
+    times = []
+    for i in range(2000):
+        u = units[i % len(units)]
+        t0 = clock()
+        # The webhook records the candidate table: build its rows too.
+        decide(u, fleet, rules, datasets, "bench", upstream).candidates  # noqa: B018
+        times.append(clock() - t0)
+
+    def decision_floor() -> None:
+        # Touch every site and every rule once, as any decision must.
+        total = 0
+        for s in fleet.sites:
+            total += s.cpu_allocatable - s.cpu_allocated
+        for r in rules:
+            total += len(r.name)
+
+    floor_times = timed(decision_floor, 2000)
+    print(f"decision, {SITES} sites x {RULES} rules ({len(times)} decisions)")
+    print(
+        f"  p50 {ms(statistics.median(times))}   p99 {ms(pct(times, 0.99))}   (target p99 <= 5 ms)"
+    )
+    print(f"  floor (touch each site and rule once): p50 {ms(statistics.median(floor_times))}")
+
+    # -- whole plans --------------------------------------------------------------------------
+    results: dict[int, float] = {}
+    for n in (1000, 2000):
+        parsed = parse_workflow(make_workflow(random.Random(n), n), limits=limits)
+        assert len(parsed.units) == n
+        plan(parsed, fleet, rules, datasets, "bench")  # warm-up
+        best = min(timed(lambda p=parsed: plan(p, fleet, rules, datasets, "bench"), 7))
+        result = plan(parsed, fleet, rules, datasets, "bench")
+        placed = sum(1 for d in result.decisions if d.site)
+        runtime = sum(1 for d in result.decisions if d.timing == "runtime")
+
+        def plan_floor(p: Any = parsed) -> None:
+            # Copy the input once: every (unit, site) pair read, as a candidate table must be.
+            rows = []
+            for u in p.units:
+                for s in fleet.sites:
+                    rows.append((u.name, s.name, s.cpu_allocatable - s.cpu_allocated))
+
+        floor = min(timed(plan_floor, 5))
+        parse_time = min(
+            timed(lambda n=n: parse_workflow(make_workflow(random.Random(n), n), limits=limits), 3)
+        )
+        full = min(
+            timed(
+                lambda p=parsed: [
+                    d.candidates for d in plan(p, fleet, rules, datasets, "bench").decisions
+                ],
+                3,
+            )
+        )
+        results[n] = best
+        print(f"plan, {n} units over {SITES} sites x {RULES} rules (best of 7)")
+        print(
+            f"  plan {ms(best)}   ({placed} placed at submit, {runtime} runtime, {n - placed - runtime} unplaceable)"
+        )
+        print(f"  plan + every candidate row built (the full preview body): {ms(full)}")
+        print(f"  floor (visit each unit x site pair once): {ms(floor)}")
+        print(f"  parse of the same workflow (not in the plan time): {ms(parse_time)}")
+    ratio = results[2000] / results[1000]
+    print(f"ratio 2000/1000 units: {ratio:.2f}   (targets: 1000 units <= 200 ms, ratio <= 2.2)")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -40,12 +42,8 @@ class SchemaRegistry:
             files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if path.is_dir() \
                 else [path]
             for f in files:
-                # libyaml when available: the Argo CRD is 2.8 MB and pure-Python YAML takes
-                # seconds over it.
-                loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-                for doc in yaml.load_all(f.read_text(), Loader=loader):
-                    if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
-                        self._add(doc)
+                for doc in _crd_documents(f):
+                    self._add(doc)
 
     def _add(self, crd: dict[str, Any]) -> None:
         group = crd["spec"]["group"]
@@ -73,6 +71,34 @@ class SchemaRegistry:
             causes.sort(key=lambda c: c["field"])
             name = (obj.get("metadata") or {}).get("name", "")
             raise ApiError.invalid(rtype.group, rtype.kind, name, causes)
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "multisite-sandbox"
+
+
+def _crd_documents(path: Path) -> list[dict[str, Any]]:
+    """The CRDs in one file. Parsed YAML is cached as JSON next to nothing of the repo: the
+    Argo CRD is 2.8 MB and YAML parsing took most of the sandbox's start-up."""
+    raw = path.read_bytes()
+    cache = _cache_dir() / f"crd-{hashlib.sha256(raw).hexdigest()[:32]}.json"
+    try:
+        cached: list[dict[str, Any]] = json.loads(cache.read_text())
+        return cached
+    except (OSError, ValueError):
+        pass
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    docs = [d for d in yaml.load_all(raw, Loader=loader)
+            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(docs))
+        tmp.replace(cache)
+    except OSError:
+        pass  # a read-only home only costs start-up time
+    return docs
 
 
 def _field_path(parts: Iterable[Any]) -> str:

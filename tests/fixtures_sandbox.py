@@ -174,7 +174,7 @@ def start_sandbox(workdir: Path, time_scale: float = TIME_SCALE,
     cmd = [
         sys.executable, "-m", "sandbox", "--port", str(port), "--host", "127.0.0.1",
         "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale),
-        "--bookmark-interval", "1", "--crds", str(KARMADA_CRDS), "--crds", str(ARGO_CRD),
+        "--bookmark-interval", "0.5", "--crds", str(KARMADA_CRDS), "--crds", str(ARGO_CRD),
         *(extra_args or []),
     ]
     log = log_path.open("wb")

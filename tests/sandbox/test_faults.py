@@ -108,6 +108,6 @@ def test_the_cli_injects_lists_and_clears_faults(sandbox: SandboxServer) -> None
 
     added = cli("site-unreachable", "--site", "site-a", "--duration", "60")
     assert added["type"] == "site-unreachable" and added["site"] == "site-a"
-    assert [f["id"] for f in cli("list")["items"]] == [added["id"]]
+    assert [f["id"] for f in sandbox.faults()] == [added["id"]]
     cli("clear")
     assert sandbox.faults() == []

@@ -40,7 +40,8 @@ def write_kubeconfig(path: Path, url: str) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -> None:
+async def serve(config: Config, host: str, port: int, kubeconfig: Path | None,
+                server_url: str | None = None) -> None:
     # Imported here so that `python -m sandbox fault ...` starts fast.
     from aiohttp import web
 
@@ -55,7 +56,9 @@ async def serve(config: Config, host: str, port: int, kubeconfig: Path | None) -
     await site.start()
     url = f"http://{host}:{port}"
     if kubeconfig is not None:
-        write_kubeconfig(kubeconfig, url)
+        # Listening on 0.0.0.0 (a container) gives an address clients cannot dial; they need
+        # the name they reach this server by (e.g. http://sandbox:18443 in docker compose).
+        write_kubeconfig(kubeconfig, (server_url or url).rstrip("/"))
     controllers = asyncio.create_task(sandbox.run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -82,6 +85,9 @@ def _serve_main(argv: list[str]) -> int:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--fleet", type=Path, help="fleet YAML (default: the demo fleet)")
     p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig here")
+    p.add_argument("--server-url",
+                   help="server address to write into the kubeconfig "
+                        "(default: http://HOST:PORT)")
     p.add_argument("--time-scale", type=float, default=1.0,
                    help="simulated seconds per real second (default 1)")
     p.add_argument("--crds", type=Path, action="append", default=[],
@@ -104,7 +110,7 @@ def _serve_main(argv: list[str]) -> int:
         label_domain=args.label_domain, default_duration=args.default_duration,
         event_log_size=args.event_log, bookmark_interval=args.bookmark_interval,
     )
-    asyncio.run(serve(config, args.host, args.port, args.kubeconfig))
+    asyncio.run(serve(config, args.host, args.port, args.kubeconfig, args.server_url))
     return 0
 
 

@@ -95,7 +95,7 @@ def _serve_main(argv: list[str]) -> int:
     p.add_argument("--label-domain", default="portal.multisite.io")
     p.add_argument("--default-duration", type=float, default=10.0,
                    help="simulated seconds a leaf runs without a duration annotation")
-    p.add_argument("--event-log", type=int, default=5000,
+    p.add_argument("--event-log", type=int, default=2000,
                    help="events kept for watch resumption")
     p.add_argument("--bookmark-interval", type=float, default=30.0,
                    help="real seconds between watch BOOKMARKs")

@@ -433,6 +433,7 @@ class WorkflowRun:
         self.task: asyncio.Task[None] | None = None
         self.main: asyncio.Task[dict[str, Any]] | None = None
         self.shutdown: str | None = None
+        self.deadline_exceeded = False
         self.resumes: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
         self.unsuspended = asyncio.Event()
         spec = obj.get("spec") or {}
@@ -482,6 +483,12 @@ class WorkflowRun:
                 self.main.cancel()
         self.touch()
 
+    def _deadline(self) -> None:
+        if self.main is not None and not self.main.done():
+            self.deadline_exceeded = True
+            self.shutdown = "Terminate"
+            self.main.cancel()
+
     def resume(self, node: str | None) -> int:
         count = 0
         for node_id, (event, _values) in self.resumes.items():
@@ -513,16 +520,26 @@ class WorkflowRun:
                 for p in (spec.get("arguments") or {}).get("parameters") or [] if "value" in p}
         root: dict[str, Any] | None = None
         try:
-            self.main = asyncio.get_running_loop().create_task(self.execute(
+            loop = asyncio.get_running_loop()
+            self.main = loop.create_task(self.execute(
                 entry, args, {}, self.name, self.name, Ctx(scope, None), parent=None))
+            deadline = spec.get("activeDeadlineSeconds")
+            timer = loop.call_later(float(deadline) / self.sb.config.time_scale,
+                                    self._deadline) if deadline is not None else None
             try:
                 root = await self.main
             except asyncio.CancelledError:
                 if self.shutdown is None:
                     raise
                 root = self.nodes.get(self.name)
+            finally:
+                if timer is not None:
+                    timer.cancel()
             phase = (root or {}).get("phase", "Error")
-            if self.shutdown:
+            if self.deadline_exceeded:
+                phase = "Failed"
+                self.message = "Max duration limit exceeded"
+            elif self.shutdown:
                 phase = "Failed"
                 self.message = f"Stopped with strategy '{self.shutdown}'"
             elif phase in FAILED:
@@ -669,6 +686,8 @@ class WorkflowRun:
         return self.finish(retry, attempt_node["phase"], attempt_node.get("message", ""))
 
     def _shutdown_message(self) -> str:
+        if self.deadline_exceeded:
+            return "Step exceeded its deadline"
         return f"workflow shutdown with strategy:  {self.shutdown}" if self.shutdown \
             else "workflow deleted"
 

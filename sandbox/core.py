@@ -30,7 +30,7 @@ class Config:
     crds: list[Path] = field(default_factory=list)
     label_domain: str = "portal.multisite.io"
     default_duration: float = 10.0
-    event_log_size: int = 5000
+    event_log_size: int = 2000
     bookmark_interval: float = 30.0
     tick: float = 0.02
 

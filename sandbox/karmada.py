@@ -334,7 +334,7 @@ class Karmada:
         self.store = sandbox.store
         self.webhooks = Webhooks(sandbox)
         # (namespace, name) -> (uid, generation) of the control-plane object last propagated.
-        self._propagated: dict[tuple[str, str], tuple[str, int]] = {}
+        self._propagated: dict[tuple[str, str], tuple[str, int, int]] = {}
         # RB key -> member status version last reflected.
         self._reflected: dict[tuple[str, str], int] = {}
 
@@ -595,7 +595,10 @@ class Karmada:
     def _propagate(self, wf: Obj, rb: Obj, cluster: str) -> None:
         meta = wf["metadata"]
         key = (meta["namespace"], meta["name"])
-        stamp = (meta["uid"], int(meta.get("generation", 1)))
+        # Labels and annotations propagate too, though they do not bump the generation.
+        stamp = (meta["uid"], int(meta.get("generation", 1)),
+                 hash(json.dumps([meta.get("labels"), meta.get("annotations")],
+                                 sort_keys=True)))
         if self._propagated.get(key) == stamp:
             return
         member = self.sb.members.get(cluster)

@@ -39,8 +39,10 @@ class SchemaRegistry:
 
     def load(self, paths: Iterable[Path]) -> None:
         for path in paths:
-            files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if path.is_dir() \
-                else [path]
+            # Folders are searched recursively, so the whole reference folder can be given;
+            # files that are not CRDs are skipped.
+            files = sorted(path.rglob("*.yaml")) + sorted(path.rglob("*.yml")) \
+                if path.is_dir() else [path]
             for f in files:
                 for doc in _crd_documents(f):
                     self._add(doc)

@@ -81,7 +81,7 @@ class Watcher:
 
 
 class Store:
-    def __init__(self, registry: Registry, event_log_size: int = 5000) -> None:
+    def __init__(self, registry: Registry, event_log_size: int = 2000) -> None:
         self.registry = registry
         self.rv = 1
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {t.key: {} for t in registry.types}

@@ -324,3 +324,15 @@ def test_a_watch_sees_changes_made_while_it_is_open(custom: client.CustomObjects
                                            site_policy("site-a", name=name))
     t.join(15)
     assert found.is_set()
+
+
+def test_delete_collection_honours_the_label_selector(core: client.CoreV1Api,
+                                                      custom: client.CustomObjectsApi) -> None:
+    for name, team in (("dc-a", "x"), ("dc-b", "x"), ("dc-c", "y")):
+        body = site_policy("site-a", name=name)
+        body["metadata"]["labels"] = {"team": team}
+        custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies", body)
+    custom.delete_collection_namespaced_custom_object(*PP, NS, "propagationpolicies",
+                                                      label_selector="team=x")
+    left = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")["items"]
+    assert [p["metadata"]["name"] for p in left] == ["dc-c"]

@@ -245,3 +245,30 @@ def test_suspend_waits_for_resume(sandbox: SandboxServer, fleet: Fleet,
     assert "after" not in fleet.nodes_by_display(fleet.member_status(name))
     assert sandbox.resume(NS, name) >= 1
     assert fleet.wait_phase(name)["phase"] == "Succeeded"
+
+
+def test_active_deadline_fails_a_workflow_that_runs_too_long(
+        sandbox: SandboxServer, fleet: Fleet, run_on: RunOn) -> None:
+    name = unique("deadline")
+    run_on("site-b", workflow(name, [leaf("main", duration="1h")], activeDeadlineSeconds=30))
+    status = fleet.wait_phase(name)
+    assert status["phase"] == "Failed"
+    assert status["message"] == "Max duration limit exceeded"
+    assert status["nodes"][name]["message"] == "Step exceeded its deadline"
+
+
+def test_label_changes_reach_the_member_copy(sandbox: SandboxServer, fleet: Fleet,
+                                             custom: client.CustomObjectsApi,
+                                             run_on: RunOn) -> None:
+    name = unique("relabel")
+    run_on("site-b", workflow(name, [leaf("main")]))
+    fleet.scheduled_to(name)
+    custom.patch_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name,
+                                          {"metadata": {"labels": {"extra": "yes"}}})
+
+    def relabelled() -> bool:
+        return any(w["metadata"]["name"] == name
+                   and w["metadata"]["labels"].get("extra") == "yes"
+                   for w in sandbox.member_workflows("site-b"))
+
+    sandbox.wait_for(relabelled, what="label on the member copy")

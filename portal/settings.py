@@ -188,6 +188,8 @@ if not CELERY_BROKER_URL:
         "data_folder_out": str(_queue_dir),
         "processed_folder": str(_queue_dir),
         "store_processed": False,
+        # Broadcast/pidbox files; kombu's default is "control" in the working directory.
+        "control_folder": str(VAR_DIR / "celery-control"),
     }
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

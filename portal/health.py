@@ -45,12 +45,10 @@ def _check_broker() -> str | None:
 
 
 def _check_karmada() -> str | None:
-    if not (settings.KARMADA_KUBECONFIG or settings.KARMADA_IN_CLUSTER):
+    from portal import gateway
+
+    if not gateway.configured():
         return None  # not configured: the portal runs without a fleet (inventory only)
-    try:
-        from portal import gateway  # type: ignore[attr-defined]
-    except ImportError:
-        return None
     try:
         gateway.ping()
     except Exception as exc:  # noqa: BLE001

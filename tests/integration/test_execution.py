@@ -241,3 +241,20 @@ def test_a_run_whose_task_was_lost_is_started_by_the_resync(live: Stack) -> None
     finished = _wait_finished(live, run.pk, timeout=120)
     assert finished.status == "Succeeded"
     _one_workflow_per_attempt(live, run.pk)
+
+
+def test_readyz_reports_karmada(live: Stack, client: Any, settings: Any, tmp_path: Path) -> None:
+    from portal import gateway
+
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    assert response.json()["checks"]["karmada"] == "ok"
+
+    dead = tmp_path / "kubeconfig"
+    text = live.sandbox.kubeconfig.read_text()
+    dead.write_text(text.replace(live.sandbox.url, "http://127.0.0.1:1"))
+    settings.KARMADA_KUBECONFIG = str(dead)
+    gateway.reset()
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "unreachable" in response.json()["checks"]["karmada"].lower()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -16,6 +17,7 @@ from sandbox.errors import ApiError
 from sandbox.resources import ResourceType
 
 MAX_CAUSES = 10
+log = logging.getLogger("sandbox.schema")
 
 
 def _to_jsonschema(node: Any) -> Any:
@@ -90,9 +92,16 @@ def _crd_documents(path: Path) -> list[dict[str, Any]]:
         return cached
     except (OSError, ValueError):
         pass
+    if b"CustomResourceDefinition" not in raw:
+        return []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    docs = [d for d in yaml.load_all(raw, Loader=loader)
-            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+    try:
+        docs = [d for d in yaml.load_all(raw, Loader=loader)
+                if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+    except yaml.YAMLError as exc:
+        # A folder may hold templates that are not plain YAML; they hold no CRD we can use.
+        log.warning("skipping %s: %s", path, exc)
+        return []
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache.with_suffix(f".{os.getpid()}.tmp")

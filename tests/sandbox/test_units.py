@@ -137,3 +137,14 @@ def test_the_event_log_is_bounded_and_old_versions_expire() -> None:
         assert err.value.code == 410 and err.value.reason == "Expired"
 
     asyncio.run(scenario())
+
+
+def test_the_whole_reference_folder_can_be_given_as_crds() -> None:
+    from sandbox.schema import SchemaRegistry
+    from tests.fixtures_sandbox import REFERENCE
+
+    schemas = SchemaRegistry()
+    schemas.load([REFERENCE])
+    kinds = {(g, k) for g, _v, k in schemas.kinds()}
+    assert {("argoproj.io", "Workflow"), ("policy.karmada.io", "PropagationPolicy"),
+            ("work.karmada.io", "ResourceBinding")} <= kinds

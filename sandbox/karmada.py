@@ -547,6 +547,13 @@ class Karmada:
         cond["lastTransitionTime"] = now_iso()
         status["conditions"] = [c for c in status.get("conditions") or []
                                 if c.get("type") != "Scheduled"] + [cond]
+        wf_name = f"{wf['metadata']['namespace']}/{wf['metadata']['name']}"
+        if target is None:
+            log.info("workflow %s unschedulable: %s", wf_name, why)
+        else:
+            log.info("workflow %s scheduled to %s (policy %s)", wf_name, target,
+                     (rb["metadata"].get("annotations") or {}).get(PP_NAME)
+                     or (rb["metadata"].get("annotations") or {}).get(CPP_NAME))
         return self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False,
                                  check_rv=False)
 

@@ -445,10 +445,12 @@ class Api:
                 if not isinstance(body, dict):
                     raise ApiError.bad_request("fault must be an object")
                 fault = faults.add(body)
+                log.info("fault added: %s", fault.to_dict())
                 self.sb.poke()
                 return json_response(fault.to_dict(), 201)
             if m == "DELETE":
                 faults.clear()
+                log.info("faults cleared")
                 self.sb.poke()
                 return json_response({"status": "cleared"})
         if tail.startswith("faults/") and m == "DELETE":
@@ -458,6 +460,7 @@ class Api:
             return json_response({"status": "removed"})
         if tail == "reset" and m == "POST":
             self.sb.reset()
+            log.info("reset to the fleet at resourceVersion %s", self.store.rv)
             return json_response({"status": "reset", "resourceVersion": str(self.store.rv)})
         if tail == "compact" and m == "POST":
             # Like an etcd compaction: every watch from an older resourceVersion gets 410.

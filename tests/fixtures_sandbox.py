@@ -11,9 +11,11 @@ Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -166,6 +168,22 @@ class SandboxServer:
                 self.process.wait(timeout=10)
 
 
+def _die_with_parent() -> None:
+    """In the child: have the kernel send SIGTERM if pytest dies (e.g. killed by CI)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _stop_quietly(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=5)
+
+
 def start_sandbox(workdir: Path, time_scale: float = TIME_SCALE,
                   extra_args: list[str] | None = None) -> SandboxServer:
     port = free_port()
@@ -178,8 +196,11 @@ def start_sandbox(workdir: Path, time_scale: float = TIME_SCALE,
         *(extra_args or []),
     ]
     log = log_path.open("wb")
-    process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     log.close()
+    # Belt and braces: a session that ends without running fixture finalizers still stops it.
+    atexit.register(_stop_quietly, process)
     server = SandboxServer(url=f"http://127.0.0.1:{port}", kubeconfig=kubeconfig,
                            log_path=log_path, process=process, time_scale=time_scale)
     deadline = time.monotonic() + 60

@@ -165,6 +165,28 @@ class Rule:
     enabled: bool = True
 
 
+class _Bounded(dict[Any, Any]):
+    """A dict that forgets everything when it grows past ``limit`` (keys such as real upstream
+    output sizes are unbounded over a long-lived snapshot)."""
+
+    limit = 4096
+
+    def put(self, key: Any, value: Any) -> Any:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
+
+
+class _FleetCaches:
+    def __init__(self) -> None:
+        self.exclusions = _Bounded()
+        self.eligibility = _Bounded()
+        self.capacity = _Bounded()
+        self.datasets = _Bounded()
+        self.upstream = _Bounded()
+
+
 @dataclass(frozen=True)
 class Fleet:
     """The sites and the links between them. Lookup tables are built once per Fleet object."""
@@ -190,9 +212,10 @@ class Fleet:
         return tuple(out)
 
     @cached_property
-    def exclusion_cache(self) -> dict[tuple[Any, ...], dict[str, str]]:
-        """Per hard rule: the sites it removes (filled by the planner; the fleet never changes)."""
-        return {}
+    def caches(self) -> _FleetCaches:
+        """Per-site vectors the planner derived from this fleet (it never changes), reused by
+        every decision made against the same Fleet object: the webhook's snapshot pays once."""
+        return _FleetCaches()
 
     @cached_property
     def bandwidth(self) -> dict[tuple[str, str], float]:
@@ -335,6 +358,14 @@ class RuleBook:
         )
 
         self._static: dict[Any, tuple[bool, ...]] = {}
+        self.keys: dict[int, tuple[Any, ...]] = {}
+
+    def key(self, rule: Rule) -> tuple[Any, ...]:
+        """What a rule's effect depends on, for caches that outlive this RuleBook."""
+        key = self.keys.get(id(rule))
+        if key is None:
+            key = self.keys[id(rule)] = _rule_key(rule)
+        return key
 
     def matching(self, unit: Unit, project: str | None) -> tuple[Rule, ...]:
         """Matching rules in order. All but the task glob depends on what units of one template
@@ -350,6 +381,10 @@ class RuleBook:
             for c, hit in zip(self.rules, static, strict=True)
             if hit and (c.task is None or _task_matches(c.task, unit))
         )
+
+
+def _rule_key(rule: Rule) -> tuple[Any, ...]:
+    return (rule.id, rule.name, rule.effect, json.dumps(rule.params, sort_keys=True, default=str))
 
 
 def _task_matches(pattern: re.Pattern[str], unit: Unit) -> bool:
@@ -495,24 +530,15 @@ class _Context:
         self.bandwidth = fleet.bandwidth
         self.memo: dict[Any, tuple[_Table, str | None, str]] = {}
         self.memo_hits = 0
-        self._eligibility: dict[Any, list[str | None]] = {}
-        self._capacity: dict[Resources, tuple[list[float], list[str]]] = {}
-        self._datasets: dict[tuple[str, ...], _Costs] = {}
-        self._upstream: dict[tuple[str, int, bool], _Costs] = {}
-        self._summaries: dict[int, str] = {}
-        self._index: dict[int, list[int]] = {}
-        n = len(self.sites)
-        self.nothing = _Costs([0] * n, [0.0] * n, _no_note)
+        self.caches = fleet.caches
+        self.nothing = _Costs([0] * len(self.sites), [0.0] * len(self.sites), _no_note)
 
     def hard_exclusions(self, rule: Rule) -> dict[str, str]:
-        """Sites a hard rule removes, with the why. Cached on the Fleet (it is immutable), so
-        the webhook deciding one unit at a time against the same snapshot pays this once."""
-        key = (rule.id, rule.name, rule.effect, _freeze(rule.params))
-        cache = self.fleet.exclusion_cache
-        cached = cache.get(key)
+        """Sites a hard rule removes, with the why."""
+        key = self.rulebook.key(rule)
+        cached = self.caches.exclusions.get(key)
         if cached is None:
-            cached = _exclusions(rule, self.sites)
-            cache[key] = cached
+            cached = self.caches.exclusions.put(key, _exclusions(rule, self.sites))
         return cached
 
     def transfer(self, source: str, target: str, nbytes: int) -> tuple[float, bool]:
@@ -531,48 +557,45 @@ class _Context:
         req: Resources,
         exclude: frozenset[str],
         strict: bool,
-    ) -> list[str | None]:
+    ) -> _Eligibility:
         """Per site (by name): why it is ineligible, or None."""
         residency = [(d, d.residency) for d in reads if d.residency]
-        key = (tuple(r.id for r in hard), tuple(d.name for d, _ in residency), req, exclude, strict)
-        cached = self._eligibility.get(key)
+        key = (
+            tuple(self.rulebook.key(r) for r in hard),
+            tuple((d.name, regions) for d, regions in residency),
+            req,
+            exclude,
+            strict,
+        )
+        cached = self.caches.eligibility.get(key)
         if cached is None:
             hard_out = [self.hard_exclusions(r) for r in hard]
-            cached = [_ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
-            self._eligibility[key] = cached
-        return cached
-
-    def eligible_index(self, elig: list[str | None]) -> list[int]:
-        key = id(elig)  # the lists live in self._eligibility for the context's lifetime
-        cached = self._index.get(key)
-        if cached is None:
-            cached = [i for i, why in enumerate(elig) if why is None]
-            self._index[key] = cached
+            whys = [_ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
+            cached = self.caches.eligibility.put(key, _Eligibility(whys))
         return cached
 
     def capacity(self, req: Resources) -> tuple[list[float], list[str]]:
         """Per site: the free-capacity score for this request, and the row's capacity note."""
-        cached = self._capacity.get(req)
+        cached = self.caches.capacity.get(req)
         if cached is None:
             fractions, notes = [], []
             for s, note in zip(self.sites, self.fleet.free_notes, strict=True):
                 fraction, fits = _capacity(s, req)
                 fractions.append(fraction)
                 notes.append(note if fits else f"{note} (request does not fit now: would queue)")
-            cached = (fractions, notes)
-            self._capacity[req] = cached
+            cached = self.caches.capacity.put(req, (fractions, notes))
         return cached
 
     def dataset_costs(self, reads: Sequence[DatasetInfo]) -> _Costs:
-        key = tuple(d.name for d in reads)
-        cached = self._datasets.get(key)
+        key = tuple(reads)
+        cached = self.caches.datasets.get(key)
         if cached is None:
             sites = self.sites
 
             def note(i: int) -> str:
                 return "; ".join(_dataset_note(self, d, sites[i].name) for d in reads)
 
-            cached = _Costs([], [], note)
+            cached = _Costs([], [], _memo_note(note, len(sites)))
             for s in sites:
                 nbytes, seconds = 0, 0.0
                 for d in reads:
@@ -581,12 +604,12 @@ class _Context:
                     seconds += t
                 cached.bytes.append(nbytes)
                 cached.seconds.append(seconds)
-            self._datasets[key] = cached
+            self.caches.datasets.put(key, cached)
         return cached
 
     def upstream_costs(self, source: str, nbytes: int, assumed: bool) -> _Costs:
         key = (source, nbytes, assumed)
-        cached = self._upstream.get(key)
+        cached = self.caches.upstream.get(key)
         if cached is None:
             sites = self.sites
             size = f"~{human_bytes(nbytes)} (assumed)" if assumed else human_bytes(nbytes)
@@ -609,17 +632,27 @@ class _Context:
                 for s in sites
             ]
             moved = [0 if s.name == source else nbytes for s in sites]
-            cached = _Costs(moved, seconds, note)
-            self._upstream[key] = cached
+            cached = self.caches.upstream.put(
+                key, _Costs(moved, seconds, _memo_note(note, len(sites)))
+            )
         return cached
 
-    def summary(self, eligibility: list[str | None]) -> str:
-        """Why no site is eligible, grouped (for an unplaceable unit's reason)."""
-        key = id(eligibility)  # the lists live in self._eligibility for the context's lifetime
-        cached = self._summaries.get(key)
-        if cached is None:
+
+class _Eligibility:
+    """Per site (by name): why it is ineligible or None; the eligible positions; and, for an
+    unplaceable unit, the reasons grouped."""
+
+    __slots__ = ("_summary", "idx", "whys")
+
+    def __init__(self, whys: list[str | None]) -> None:
+        self.whys = whys
+        self.idx = [i for i, why in enumerate(whys) if why is None]
+        self._summary: str | None = None
+
+    def summary(self, sites: Sequence[SiteState]) -> str:
+        if self._summary is None:
             groups: dict[str, list[str]] = {}
-            for s, why in zip(self.sites, eligibility, strict=True):
+            for s, why in zip(sites, self.whys, strict=True):
                 groups.setdefault(why or "eligible", []).append(s.name)
             parts = []
             ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
@@ -628,9 +661,21 @@ class _Context:
                 parts.append(f"{', '.join(names[:3])}{more}: {why}")
             if len(groups) > 4:
                 parts.append(f"{len(groups) - 4} other reasons")
-            cached = "; ".join(parts) if parts else "no sites"
-            self._summaries[key] = cached
-        return cached
+            self._summary = "; ".join(parts) if parts else "no sites"
+        return self._summary
+
+
+def _memo_note(note: Callable[[int], str], n: int) -> Callable[[int], str]:
+    """``note`` computed at most once per site (the vectors are shared by many decisions)."""
+    done: list[str | None] = [None] * n
+
+    def cached(i: int) -> str:
+        text = done[i]
+        if text is None:
+            text = done[i] = note(i)
+        return text
+
+    return cached
 
 
 class _Table:
@@ -681,22 +726,30 @@ class _Table:
     def rows(self) -> tuple[Candidate, ...]:
         if self._rows is None:
             numbers = dict(zip(self.idx, zip(self.scores, self.seconds, strict=True), strict=True))
-            rows = []
             fallback = "data local" if self.has_inputs else "no input data"
+            costs = self.costs
+            cap_notes = self.cap_notes
+            rows = []
             for i, s in enumerate(self.sites):
                 why = self.elig[i]
                 if why is not None:
                     rows.append(Candidate(s.name, False, why, None, 0, 0.0))
                     continue
                 score, seconds = numbers[i]
-                notes = "; ".join(n for n in (c.note(i) for c in self.costs) if n) or fallback
+                if not costs:
+                    notes, moved = fallback, 0
+                elif len(costs) == 1:
+                    notes, moved = costs[0].note(i) or fallback, costs[0].bytes[i]
+                else:
+                    notes = "; ".join([n for n in [c.note(i) for c in costs] if n]) or fallback
+                    moved = sum([c.bytes[i] for c in costs])
                 rows.append(
                     Candidate(
                         s.name,
                         True,
-                        f"{self.cap_notes[i]}; {notes}",
+                        f"{cap_notes[i]}; {notes}",
                         round(score, 4),
-                        self.bytes_at(i),
+                        moved,
                         round(seconds, 1),
                     )
                 )
@@ -914,7 +967,7 @@ def _evaluate(
     costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
     # The hot path: only eligible sites, in list comprehensions. Scores are rounded when rows
     # are built; ranking uses the exact values.
-    idx = ctx.eligible_index(elig)
+    idx = elig.idx
     if not costs:
         seconds = [0.0] * len(idx)
     else:
@@ -931,9 +984,11 @@ def _evaluate(
     best = _best(scores, idx, costs, skip=-1)
     second = _best(scores, idx, costs, skip=best) if best >= 0 else -1
 
-    table = _Table(ctx.sites, elig, capacity, costs, idx, scores, seconds, bool(reads or moving))
+    table = _Table(
+        ctx.sites, elig.whys, capacity, costs, idx, scores, seconds, bool(reads or moving)
+    )
     if best < 0:
-        return table, None, f"unplaceable: no eligible site ({ctx.summary(elig)})"
+        return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"
     reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
     return table, ctx.sites[idx[best]].name, reason
 

@@ -1,5 +1,7 @@
 from django.db import models
 
+from placement.choices import Timing
+
 
 class RunStatus(models.TextChoices):
     """Status of a workflow run.
@@ -76,6 +78,5 @@ class DecisionSource(models.TextChoices):
     FAILOVER = "failover", "Failover"
 
 
-class UnitTiming(models.TextChoices):
-    SUBMIT = "submit", "At submission"
-    RUNTIME = "runtime", "At runtime"
+# A unit is placed when its rule says: the same choice set as the rules' timing.
+UnitTiming = Timing

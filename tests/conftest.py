@@ -1,5 +1,4 @@
-pytest_plugins = ["tests.fixtures_sandbox"] if (__import__("pathlib").Path(__file__).parent / "fixtures_sandbox.py").exists() else []  # fmt: skip
-# ruff: noqa: E402, E501  (the line above must stay exactly as it is, and first)
+pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
 # Shared fixtures: the personas of the portal and API clients that act as them.
 #
 # Personas (as healthchecks' ``hc/test.py`` has owner/member/outsider):

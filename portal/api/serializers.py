@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 
 
@@ -112,7 +113,7 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField()
     template = serializers.CharField()
     depends = serializers.CharField(allow_blank=True)
-    timing = serializers.ChoiceField(choices=["submit", "runtime"])
+    timing = serializers.ChoiceField(choices=UnitTiming.choices)
     site = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     candidates = CandidateSerializer(many=True)

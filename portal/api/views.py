@@ -104,7 +104,12 @@ class WorkflowRunViewSet(
         return WorkflowRunListSerializer if self.action == "list" else WorkflowRunSerializer
 
     def get_parsers(self) -> list[BaseParser]:
-        if getattr(self, "action", None) in ("create", "preview") or self.request.method == "POST":
+        # The workflow parser reads the raw body itself (YAML or JSON, with its own limits).
+        # ``request`` is None while drf-spectacular builds the schema.
+        request = getattr(self, "request", None)
+        if getattr(self, "action", None) in ("create", "preview") or (
+            request is not None and request.method == "POST"
+        ):
             return [RawWorkflowParser()]
         return super().get_parsers()
 

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from portal import services, tasks
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
-from tests.integration.conftest import Stack, wait_for
+from tests.fixtures_stack import Stack, wait_for
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,4 +1,3 @@
-pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
 # Shared fixtures: the personas of the portal and API clients that act as them.
 #
 # Personas (as healthchecks' ``hc/test.py`` has owner/member/outsider):
@@ -24,6 +23,9 @@ from rest_framework.test import APIClient
 from sites.models import Project, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import ProjectFactory, SiteFactory, UserFactory
+
+# The sandbox fleet over HTTP, and the whole stack (worker, watcher) for integration tests.
+pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
 
 
 @pytest.fixture(autouse=True)

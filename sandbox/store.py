@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -83,12 +84,14 @@ class Watcher:
 class Store:
     def __init__(self, registry: Registry, event_log_size: int = 2000) -> None:
         self.registry = registry
-        self.rv = 1
+        # Seeded from the clock so that versions keep growing across restarts of the sandbox;
+        # anything a client holds from an earlier run is then too old (410) and it re-lists.
+        self.rv = int(time.time() * 1000)
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {t.key: {} for t in registry.types}
         self.log: deque[Event] = deque(maxlen=event_log_size)
         # Highest resourceVersion whose event has fallen off the log: watches from before it
         # cannot be served and get 410 Expired.
-        self.evicted_rv = 0
+        self.evicted_rv = self.rv
         self.watchers: set[Watcher] = set()
         self.listeners: list[Callable[[Event], None]] = []
         self.validator: Callable[[ResourceType, Obj], None] | None = None
@@ -318,6 +321,9 @@ class Store:
         self.evicted_rv = self.rv
 
     def events_since(self, rv: int) -> list[Event]:
+        if rv > self.rv:
+            # Only possible with a version from another run of the sandbox.
+            raise ApiError.expired(f"too large resource version: {rv}, current: {self.rv}")
         if rv < self.evicted_rv:
             raise ApiError.expired(
                 f"too old resource version: {rv} ({self.evicted_rv + 1})"

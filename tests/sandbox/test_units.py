@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -148,3 +149,20 @@ def test_the_whole_reference_folder_can_be_given_as_crds() -> None:
     kinds = {(g, k) for g, _v, k in schemas.kinds()}
     assert {("argoproj.io", "Workflow"), ("policy.karmada.io", "PropagationPolicy"),
             ("work.karmada.io", "ResourceBinding")} <= kinds
+
+
+def test_versions_from_another_run_of_the_sandbox_expire() -> None:
+    async def scenario() -> None:
+        earlier = Store(Registry())
+        earlier.create(NAMESPACE, {"metadata": {"name": "before"}})
+        held = earlier.rv
+        time.sleep(0.01)
+        later = Store(Registry())
+        assert later.rv > held
+        for rv in (held, later.rv + 1000):
+            with pytest.raises(ApiError) as err:
+                later.events_since(rv)
+            assert err.value.code == 410
+        assert later.events_since(later.rv) == []
+
+    asyncio.run(scenario())

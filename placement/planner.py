@@ -29,7 +29,8 @@ import fnmatch
 import gc
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import Any, Literal, NamedTuple
@@ -833,17 +834,15 @@ def decide(
     reported as given (default: the timing the matching rules ask for); the site is always
     chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
     """
-    ctx = _Context(fleet, rules, datasets, project)
-    where = _normalise_upstream(upstream_sites, unit.upstream)
-    return _decide(
-        ctx,
-        unit,
-        where,
-        frozenset(exclude_sites),
-        timing,
-        strict_capacity,
-        force_site=True,
-    )
+    with _gc_paused():
+        ctx = _Context(fleet, rules, datasets, project)
+        where = _normalise_upstream(upstream_sites, unit.upstream)
+        decision = _decide(
+            ctx, unit, where, frozenset(exclude_sites), timing, strict_capacity, force_site=True
+        )
+        # One unit: its caller records the candidate table, so build the rows now.
+        decision.table.rows()
+    return decision
 
 
 def plan(
@@ -869,11 +868,7 @@ def plan(
     ctx = _Context(fleet, rules, datasets, project)
     where = _normalise_upstream(upstream_sites)
     decisions: list[Decision] = []
-    # A plan allocates many small acyclic objects; the cyclic collector would walk them again
-    # and again for nothing. Paused for the loop only, restored even on error.
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with _gc_paused():
         for unit in units:
             ups = {u: where[u] for u in unit.upstream if u in where}
             d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
@@ -882,10 +877,21 @@ def plan(
             planned = d.site or d.runtime_hint
             if planned is not None and unit.name not in where:
                 where[unit.name] = Upstream(planned)
+    return Plan(tuple(decisions))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Deciding allocates many small acyclic objects; the cyclic collector would walk them (and
+    everything else alive) again and again for nothing, which shows as latency spikes. Paused
+    for the computation only, and restored even on error."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
     finally:
         if collecting:
             gc.enable()
-    return Plan(tuple(decisions))
 
 
 def _decide(

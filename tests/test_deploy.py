@@ -818,3 +818,16 @@ def test_the_sandbox_writes_the_server_url_it_is_given(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait()
+
+
+def test_web_probes_send_a_host_django_allows() -> None:
+    config = next(d for p, _, d in DOCUMENTS if p == "deploy/host/configmap.yaml")
+    allowed = config["data"]["ALLOWED_HOSTS"].split(",")
+    web = next(d for _, _, d in DOCUMENTS if d["metadata"]["name"] == "portal-web")
+    container = web["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("readinessProbe", "livenessProbe"):
+        # Without it the kubelet sends the pod IP, and Django answers 400 DisallowedHost.
+        headers = {h["name"]: h["value"] for h in container[probe]["httpGet"]["httpHeaders"]}
+        assert headers["Host"] in allowed
+    assert "--certfile=/etc/portal/tls/tls.crt" in container["command"]
+    assert allowed[0] != "*"

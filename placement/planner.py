@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from placement.parser import ParsedWorkflow, Resources, Unit
 
@@ -46,6 +46,7 @@ Effect = Literal[
     "prefer_data_locality",
     "prefer_free_capacity",
 ]
+_T = TypeVar("_T")
 HARD_EFFECTS = frozenset({"pin", "require_labels", "require_capabilities", "exclude"})
 
 DEFAULT_BANDWIDTH_MBPS = 100.0  # assumed when no SiteLink exists: slow on purpose
@@ -384,6 +385,25 @@ class RuleBook:
         )
 
 
+_COMPILED: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def _compiled(items: Sequence[Any], build: Callable[[Sequence[Any]], _T]) -> _T:
+    """``build(items)``, reused while the same (immutable) input objects come again: the webhook
+    passes one snapshot's rules and datasets to every decision. The entry keeps the inputs
+    alive, so their ids cannot be reused by other objects while it exists."""
+    items = tuple(items)
+    key = (build, *map(id, items))
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        return hit[1]
+    if len(_COMPILED) >= 32:
+        _COMPILED.clear()
+    value = build(items)
+    _COMPILED[key] = (items, value)
+    return value
+
+
 def _rule_key(rule: Rule) -> tuple[Any, ...]:
     return (rule.id, rule.name, rule.effect, json.dumps(rule.params, sort_keys=True, default=str))
 
@@ -524,8 +544,10 @@ class _Context:
         project: str | None,
     ) -> None:
         self.fleet = fleet
-        self.rulebook = rules if isinstance(rules, RuleBook) else RuleBook(rules)
-        self.data = datasets if isinstance(datasets, DataCatalogue) else DataCatalogue(datasets)
+        self.rulebook = rules if isinstance(rules, RuleBook) else _compiled(rules, RuleBook)
+        self.data = (
+            datasets if isinstance(datasets, DataCatalogue) else _compiled(datasets, DataCatalogue)
+        )
         self.project = project
         self.sites = fleet.ordered_sites
         self.bandwidth = fleet.bandwidth
@@ -608,30 +630,37 @@ class _Context:
             self.caches.datasets.put(key, cached)
         return cached
 
+    def link_row(self, source: str) -> tuple[list[float], list[bool]]:
+        """From ``source`` to each site (by name): seconds per byte, and whether a link is
+        known (no link: the slow default). Zero to itself."""
+        key = ("links", source)
+        cached = self.caches.upstream.get(key)
+        if cached is None:
+            default = 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
+            per_byte, known = [], []
+            for s in self.sites:
+                mbps = self.bandwidth.get((source, s.name))
+                per_byte.append(0.0 if s.name == source else 8 / (mbps * 1e6) if mbps else default)
+                known.append(s.name == source or mbps is not None)
+            cached = self.caches.upstream.put(key, (per_byte, known))
+        return cached
+
     def upstream_costs(self, source: str, nbytes: int, assumed: bool) -> _Costs:
         key = (source, nbytes, assumed)
         cached = self.caches.upstream.get(key)
         if cached is None:
             sites = self.sites
+            per_byte, known = self.link_row(source)
             size = f"~{human_bytes(nbytes)} (assumed)" if assumed else human_bytes(nbytes)
+            seconds = [nbytes * f for f in per_byte]
+            no_link = f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
 
             def note(i: int) -> str:
                 if sites[i].name == source:
                     return ""
-                t, known = self.transfer(source, sites[i].name, nbytes)
-                link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
-                return f"upstream output {size} from {source} ({human_seconds(t)}{link})"
+                link = "" if known[i] else no_link
+                return f"upstream output {size} from {source} ({human_seconds(seconds[i])}{link})"
 
-            bw = self.bandwidth
-            default = nbytes * 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
-            seconds = [
-                0.0
-                if s.name == source
-                else (
-                    nbytes * 8 / (bw[(source, s.name)] * 1e6) if (source, s.name) in bw else default
-                )
-                for s in sites
-            ]
             moved = [0 if s.name == source else nbytes for s in sites]
             cached = self.caches.upstream.put(
                 key, _Costs(moved, seconds, _memo_note(note, len(sites)))
@@ -730,11 +759,14 @@ class _Table:
             fallback = "data local" if self.has_inputs else "no input data"
             costs = self.costs
             cap_notes = self.cap_notes
+            # tuple.__new__ skips NamedTuple's Python-level __new__: rows are built by the
+            # hundred thousand for a large preview.
+            new, cls = tuple.__new__, Candidate
             rows = []
             for i, s in enumerate(self.sites):
                 why = self.elig[i]
                 if why is not None:
-                    rows.append(Candidate(s.name, False, why, None, 0, 0.0))
+                    rows.append(new(cls, (s.name, False, why, None, 0, 0.0)))
                     continue
                 score, seconds = numbers[i]
                 if not costs:
@@ -745,13 +777,16 @@ class _Table:
                     notes = "; ".join([n for n in [c.note(i) for c in costs] if n]) or fallback
                     moved = sum([c.bytes[i] for c in costs])
                 rows.append(
-                    Candidate(
-                        s.name,
-                        True,
-                        f"{cap_notes[i]}; {notes}",
-                        round(score, 4),
-                        moved,
-                        round(seconds, 1),
+                    new(
+                        cls,
+                        (
+                            s.name,
+                            True,
+                            f"{cap_notes[i]}; {notes}",
+                            round(score, 4),
+                            moved,
+                            round(seconds, 1),
+                        ),
                     )
                 )
             self._rows = tuple(rows)

@@ -720,6 +720,7 @@ class _Table:
         "elig",
         "has_inputs",
         "idx",
+        "n_data",
         "scores",
         "seconds",
         "sites",
@@ -735,8 +736,10 @@ class _Table:
         scores: list[float],
         seconds: list[float],
         has_inputs: bool,
+        n_data: int = 0,
     ) -> None:
         self.sites = sites
+        self.n_data = n_data  # how many of ``costs`` (first) are dataset costs: 0 or 1
         self.elig = elig
         self.capacity, self.cap_notes = capacity
         self.costs = costs
@@ -774,8 +777,7 @@ class _Table:
                 elif len(costs) == 1:
                     notes, moved = costs[0].note(i) or fallback, costs[0].bytes[i]
                 else:
-                    notes = "; ".join([n for n in [c.note(i) for c in costs] if n]) or fallback
-                    moved = sum([c.bytes[i] for c in costs])
+                    notes, moved = self._combined(i, fallback)
                 rows.append(
                     new(
                         cls,
@@ -791,6 +793,30 @@ class _Table:
                 )
             self._rows = tuple(rows)
         return self._rows
+
+    def _combined(self, i: int, fallback: str) -> tuple[str, int]:
+        """Notes and bytes for a site when several inputs move: the dataset note as is, the
+        upstream outputs summed into one note (one line per upstream would be long and slow)."""
+        data = self.costs[: self.n_data]
+        ups = self.costs[self.n_data :]
+        parts = [data[0].note(i)] if data else []
+        moved_up = 0
+        seconds_up = 0.0
+        sources = 0
+        for c in ups:
+            if c.bytes[i]:
+                moved_up += c.bytes[i]
+                seconds_up += c.seconds[i]
+                sources += 1
+        if len(ups) == 1:
+            parts.append(ups[0].note(i))
+        elif sources:
+            parts.append(
+                f"upstream outputs {human_bytes(moved_up)} from {sources} other sites "
+                f"({human_seconds(seconds_up)})"
+            )
+        moved = moved_up + (data[0].bytes[i] if data else 0)
+        return "; ".join([p for p in parts if p]) or fallback, moved
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Table) and self.rows() == other.rows()
@@ -1026,7 +1052,15 @@ def _evaluate(
     second = _best(scores, idx, costs, skip=best) if best >= 0 else -1
 
     table = _Table(
-        ctx.sites, elig.whys, capacity, costs, idx, scores, seconds, bool(reads or moving)
+        ctx.sites,
+        elig.whys,
+        capacity,
+        costs,
+        idx,
+        scores,
+        seconds,
+        bool(reads or moving),
+        n_data=1 if reads else 0,
     )
     if best < 0:
         return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"

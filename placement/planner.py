@@ -802,14 +802,13 @@ class _Table:
         parts = [data[0].note(i)] if data else []
         moved_up = 0
         seconds_up = 0.0
-        sources = 0
-        for c in ups:
-            if c.bytes[i]:
-                moved_up += c.bytes[i]
-                seconds_up += c.seconds[i]
-                sources += 1
-        if len(ups) == 1:
-            parts.append(ups[0].note(i))
+        moving = [c for c in ups if c.bytes[i]]
+        for c in moving:
+            moved_up += c.bytes[i]
+            seconds_up += c.seconds[i]
+        sources = len(moving)
+        if sources == 1:
+            parts.append(moving[0].note(i))
         elif sources:
             parts.append(
                 f"upstream outputs {human_bytes(moved_up)} from {sources} other sites "

@@ -283,3 +283,39 @@ def test_plan_accepts_units_and_seeds_upstream_sites() -> None:
     # ingest "ran" at site-c: preprocess there moves nothing.
     assert candidate(pre, "site-c").bytes_to_move == 0
     assert candidate(pre, "site-a").bytes_to_move > 0
+
+
+def test_several_upstream_outputs_are_summed_in_one_note() -> None:
+    unit = replace(eo_pipeline().units[1], upstream=("x", "y"))
+    d = decide(
+        unit,
+        FLEET,
+        [],
+        [],
+        upstream_sites={"x": Upstream("site-a", 2 * GB), "y": Upstream("site-c", 3 * GB)},
+    )
+    b = candidate(d, "site-b")
+    assert b.bytes_to_move == 5 * GB
+    assert "upstream outputs 5.0 GB from 2 other sites" in b.why
+    # 2 GB over 10 Gbit/s plus 3 GB over 1 Gbit/s.
+    assert b.est_transfer_s == pytest.approx(1.6 + 24.0)
+    a = candidate(d, "site-a")
+    assert a.bytes_to_move == 3 * GB and "upstream output 3.0 GB from site-c" in a.why
+
+
+def test_decisions_against_a_reused_fleet_match_a_fresh_one() -> None:
+    """The per-site vectors cached on a Fleet must never leak between different inputs."""
+    units = eo_pipeline().units
+    shared = FLEET
+    seen = []
+    for rules in (RULES, (), RULES[:1]):
+        for datasets in (DATASETS, (dataset_at("site-b"),), ()):
+            for unit in units:
+                up = {u: Upstream("site-a", 7 * GB) for u in unit.upstream}
+                warm = decide(unit, shared, rules, datasets, upstream_sites=up)
+                cold = decide(
+                    unit, Fleet(FLEET.sites, FLEET.links), rules, datasets, upstream_sites=up
+                )
+                assert warm.as_dict() == cold.as_dict()
+                seen.append(warm.site)
+    assert {"site-a", "site-b", "site-c"} <= set(seen)

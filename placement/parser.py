@@ -1019,6 +1019,7 @@ class _Parser:
         self.scopes: dict[str, str] = {}
         self.template_paths: dict[str, str] = {}
         self._reach_cache: dict[str, tuple[str, ...]] = {}
+        self._walked: set[str] = set()
 
     def err(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -1271,11 +1272,9 @@ class _Parser:
                     yield "task", task, f"{path}.dag.tasks[{i}]"
 
     def _walk_template(self, key: str, path: str) -> None:
-        if key.startswith("walked:"):
+        if key in self._walked:
             return
-        if self.scopes.get("walked:" + key) is not None:
-            return
-        self.scopes["walked:" + key] = "1"
+        self._walked.add(key)
         t = self.templates[key]
         scope = self.scopes[key]
         self._check_parameter_names(t.get("inputs"), _join(path, "inputs"))

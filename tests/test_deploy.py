@@ -831,3 +831,40 @@ def test_web_probes_send_a_host_django_allows() -> None:
         assert headers["Host"] in allowed
     assert "--certfile=/etc/portal/tls/tls.crt" in container["command"]
     assert allowed[0] != "*"
+
+
+# --------------------------------------------------------------------------------------------
+# The guides: every relative link and anchor resolves
+
+GUIDES = [REPO / "README.md", DEPLOY / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # no headings in code
+    return {github_anchor(m[1]) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_the_anchor_rule_matches_github() -> None:
+    assert github_anchor("3. Each member cluster (site)") == "3-each-member-cluster-site"
+    assert github_anchor("Reading `/readyz`") == "reading-readyz"
+
+
+@pytest.mark.parametrize("guide", GUIDES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_in_the_guides_resolves(guide: Path) -> None:
+    assert guide.exists()
+    broken = []
+    for target in _LINK.findall(guide.read_text()):
+        if target.startswith(("http://", "https://", "mailto:")):
+            continue
+        file_part, _, anchor = target.partition("#")
+        path = (guide.parent / file_part).resolve() if file_part else guide
+        if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
+            broken.append(target)
+    assert broken == []

@@ -630,10 +630,14 @@ def test_default_limits_match_the_issue() -> None:
 
 def test_template_keys_and_scopes_only_name_templates() -> None:
     p = parse_workflow(EXAMPLE.read_bytes())
-    assert set(p.templates) == set(p.template_scopes) == {
-        "pipeline",
-        "ingest",
-        "preprocess",
-        "inference",
-    }
+    assert (
+        set(p.templates)
+        == set(p.template_scopes)
+        == {
+            "pipeline",
+            "ingest",
+            "preprocess",
+            "inference",
+        }
+    )
     assert all(scope == "" for scope in p.template_scopes.values())

@@ -12,7 +12,7 @@ from placement.parser import WorkflowInvalid, parse_workflow
 from placement.planner import Fleet, Rule, Selector, SiteState, plan
 from tests.placement.demo import DATASETS, FLEET, RULES, eo_pipeline
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -191,7 +191,7 @@ JUNK = st.recursive(
 BASE = json.loads(json.dumps(dict(eo_pipeline().document)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_mangled_documents_only_ever_raise_workflow_invalid(data: st.DataObject) -> None:
     doc = _mangle(BASE, data)

@@ -205,7 +205,10 @@ def main() -> None:
         for i in range(400)
     }
     units: list[Unit] = list(sample)
-    for u in units[:50]:  # warm-up (regex compilation caches, imports)
+    # Steady state: the webhook decides against one snapshot for a while, so what depends only
+    # on the fleet, a template's rules and requests, and the datasets is already derived. (The
+    # "cold" line below measures the first decisions after a new snapshot.)
+    for u in units:
         decide(u, fleet, rules, datasets, "bench", upstream)
     times = []
     for i in range(1500):
@@ -253,12 +256,23 @@ def main() -> None:
     print(f"  floor (touch each site and rule once): p50 {ms(statistics.median(floor_times))}")
 
     # -- whole plans --------------------------------------------------------------------------
-    results: dict[int, float] = {}
-    for n in (1000, 2000):
-        parsed = parse_workflow(make_workflow(random.Random(n), n), limits=limits)
+    sizes = (1000, 2000)
+    parsed_by_size = {
+        n: parse_workflow(make_workflow(random.Random(n), n), limits=limits) for n in sizes
+    }
+    for n, parsed in parsed_by_size.items():
         assert len(parsed.units) == n
         plan(parsed, fleet, rules, datasets, "bench")  # warm-up
-        best = min(timed(lambda p=parsed: plan(p, fleet, rules, datasets, "bench"), 5))
+    # The two sizes alternate, so a change in the machine's load hits both alike.
+    runs: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(5):
+        for n in sizes:
+            runs[n] += timed(
+                lambda p=parsed_by_size[n]: plan(p, fleet, rules, datasets, "bench"), 1
+            )
+    results = {n: min(times) for n, times in runs.items()}
+    for n in sizes:
+        parsed = parsed_by_size[n]
         result = plan(parsed, fleet, rules, datasets, "bench")
         placed = sum(1 for d in result.decisions if d.site)
         runtime = sum(1 for d in result.decisions if d.timing == "runtime")
@@ -282,10 +296,9 @@ def main() -> None:
                 1,
             )
         )
-        results[n] = best
         print(f"plan, {n} units over {SITES} sites x {RULES} rules (best of 5)")
         print(
-            f"  plan {ms(best)}   ({placed} placed at submit, {runtime} runtime, "
+            f"  plan {ms(results[n])}   ({placed} placed at submit, {runtime} runtime, "
             f"{n - placed - runtime} unplaceable)"
         )
         print(f"  plan + every candidate row built (the full preview body): {ms(full)}")

@@ -432,7 +432,9 @@ def test_the_example_is_what_karmada_manifests_prints_for_the_demo_fleet(setting
     out = StringIO()
     call_command("karmada_manifests", "--namespace-object", stdout=out)
     printed = [d for d in yaml.safe_load_all(out.getvalue()) if d]
-    assert printed == [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    assert printed == [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d], (
+        "the demo fleet or the manifests changed: regenerate the example (see its header)"
+    )
     kinds = [d["kind"] for d in printed]
     assert kinds.count("PropagationPolicy") == 4  # three sites and the fallback
     for doc in printed:

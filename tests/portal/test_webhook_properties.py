@@ -169,6 +169,9 @@ def check(raw: bytes, uid: str | None) -> None:
 def demo_run(db, settings):
     """The demo fleet and one run, so generated step labels can point at a real unit."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # Once here, not per example: every assignment on ``settings`` nests another override.
+    settings.PORTAL_WEBHOOK_TOKEN = TOKEN
+    settings.KARMADA_NAMESPACE = "portal"
     call_command("load_demo", stdout=StringIO())
     user = get_user_model().objects.get(username="scientist")
     run = services.run_submit(user=user, body=EO_PIPELINE.read_text())
@@ -208,8 +211,6 @@ def point_at(raw: bytes, run: Any, data: st.DataObject) -> bytes:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=reviews(), data=st.data())
-def test_any_body_gets_a_well_formed_answer_and_never_a_5xx(settings, demo_run, case, data):
-    settings.PORTAL_WEBHOOK_TOKEN = TOKEN
-    settings.KARMADA_NAMESPACE = "portal"
+def test_any_body_gets_a_well_formed_answer_and_never_a_5xx(demo_run, case, data):
     raw, uid = case
     check(point_at(raw, demo_run, data), uid)

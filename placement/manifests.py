@@ -635,6 +635,9 @@ def evaluate_when(
     )
     if missing:
         raise WhenError(f"unresolved: {', '.join(sorted(set(missing)))}")
+    if "{{" in text:
+        # {{=expr}} (Argo's expr language) and references Argo fills are not evaluated here.
+        raise WhenError(f"cannot evaluate {text.strip()[:80]!r} before Argo fills it")
     tokens: list[tuple[str, Any]] = []
     pos = 0
     while pos < len(text):

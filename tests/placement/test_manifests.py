@@ -365,7 +365,17 @@ def test_evaluate_when(expr: str, expected: bool) -> None:
     assert evaluate_when(expr, {"go": "true"}, outputs) is expected
 
 
-@pytest.mark.parametrize("expr", ["{{tasks.gone.outputs.result}} == x", "a ==", "(a", "a == b c"])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "{{tasks.gone.outputs.result}} == x",
+        "a ==",
+        "(a",
+        "a == b c",
+        "{{=asInt(tasks.a.outputs.result) > 2}}",
+        "{{inputs.parameters.x}} == y",
+    ],
+)
 def test_evaluate_when_refuses_what_it_cannot_decide(expr: str) -> None:
     with pytest.raises(WhenError):
         evaluate_when(expr, {}, {})

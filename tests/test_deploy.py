@@ -870,3 +870,22 @@ def test_every_link_in_the_guides_resolves(guide: Path) -> None:
         if not path.exists() or (anchor and path.suffix == ".md" and anchor not in anchors(path)):
             broken.append(target)
     assert broken == []
+
+
+def settings_names() -> set[str]:
+    """The variables .env.example documents (every one the settings read)."""
+    text = (REPO / ".env.example").read_text()
+    return set(re.findall(r"^([A-Z][A-Z0-9_]*)=", text, flags=re.M))
+
+
+def test_the_manifests_and_compose_set_only_settings_that_exist() -> None:
+    known = settings_names()
+    assert {"DATABASE_URL", "KARMADA_KUBECONFIG"} <= known
+    config = next(d for p, _, d in DOCUMENTS if p == "deploy/host/configmap.yaml")
+    assert set(config["data"]) - known == set()  # a typo would be silently ignored
+    compose_env = yaml.safe_load(COMPOSE.read_text())["x-portal"]["environment"]
+    assert set(compose_env) - known == set()
+    # The Secret the Deployments read (created by hand, see deploy/README.md).
+    readme = (DEPLOY / "README.md").read_text()
+    secret_keys = set(re.findall(r"--from-literal=([A-Z_]+)=", readme))
+    assert secret_keys and secret_keys - known == set()

@@ -272,7 +272,8 @@ def webhook_configuration(
         ],
         "failurePolicy": "Ignore",
         "matchPolicy": "Equivalent",
-        "sideEffects": "None",
+        # It records decisions, and records nothing on a dry run.
+        "sideEffects": "NoneOnDryRun",
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": timeout_seconds,
         "reinvocationPolicy": "Never",

@@ -680,8 +680,9 @@ def cluster_deleted(name: str) -> None:
 
 
 def policies_sync() -> dict[str, int]:
-    """Keep the per-site and fallback PropagationPolicies and the per-site OverridePolicies in
-    step with the inventory: create or update what should be there, delete what should not."""
+    """Keep the per-site and fallback PropagationPolicies, the per-site OverridePolicies and
+    (``PORTAL_WEBHOOK_REGISTER``) the webhook configuration in step with the inventory: create
+    or update what should be there, delete what should not."""
     ns = gateway.namespace()
     domain = settings.PORTAL_LABEL_DOMAIN
     prefix = settings.PORTAL_POLICY_PREFIX
@@ -697,6 +698,11 @@ def policies_sync() -> dict[str, int]:
     fb = manifests.fallback_policy(namespace=ns, domain=domain)
     wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
     counts = {"applied": 0, "deleted": 0}
+    if settings.PORTAL_WEBHOOK_REGISTER:
+        from portal.placement_runtime import webhook_register
+
+        webhook_register()
+        counts["applied"] += 1
     for (kind, _name), body in wanted.items():
         gateway.apply(gateway.BY_KIND[kind], body)
         counts["applied"] += 1

@@ -214,6 +214,9 @@ PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 PORTAL_STALE_SECONDS = envint("PORTAL_STALE_SECONDS", 20)
 PORTAL_WEBHOOK_URL = env("PORTAL_WEBHOOK_URL", "http://127.0.0.1:8000/webhooks/placement/")
 PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
+# The portal keeps its MutatingWebhookConfiguration on karmada-apiserver in step itself; turn
+# off when the platform team applies it from deploy/ (with its caBundle) instead.
+PORTAL_WEBHOOK_REGISTER = envbool("PORTAL_WEBHOOK_REGISTER", True)
 PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
 PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
 

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 # Fast enough for a suite, slow enough that a run is still running when a test interferes.
 TIME_SCALE = 20.0
+WEBHOOK_TOKEN = "stack-webhook-token"
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
@@ -113,7 +114,10 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(
-    tmp_path_factory: pytest.TempPathFactory, django_db_setup: Any, django_db_blocker: Any
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_server: Any,
 ) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
     sandbox = start_sandbox(workdir, time_scale=TIME_SCALE)
@@ -132,6 +136,9 @@ def stack(
         "PORTAL_STALE_SECONDS": "3",
         "KARMADA_REQUEST_TIMEOUT": "3",
         "PORTAL_VAR_DIR": str(workdir / "var"),
+        # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
+        "PORTAL_WEBHOOK_URL": f"{live_server.url}/webhooks/placement/",
+        "PORTAL_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
     }
     s = Stack(sandbox=sandbox, env=env, workdir=workdir, procs={})
     s.start("worker")
@@ -155,6 +162,8 @@ def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
     """Per test: the demo fleet in the database, the policies on the sandbox, no faults."""
     settings.KARMADA_KUBECONFIG = str(stack.sandbox.kubeconfig)
     settings.PORTAL_FAILOVER_GRACE_SECONDS = 2
+    settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
+    settings.PORTAL_WEBHOOK_URL = stack.env["PORTAL_WEBHOOK_URL"]
     gateway.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)

@@ -81,7 +81,12 @@ def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack) -> None:
     units = _units(run_id)
     assert units["ingest"].site == "site-a"
     assert units["inference"].site == "site-c"
-    assert units["preprocess"].site in {"site-a", "site-b"}
+    # preprocess was placed at admission by the webhook: site-a has no CPU free for it and the
+    # link from site-a to site-b is fast.
+    assert units["preprocess"].site == "site-b"
+    webhook = PlacementDecision.objects.get(unit=units["preprocess"], source="webhook")
+    assert webhook.site == "site-b" and webhook.timing == "runtime"
+    assert {c["site"] for c in webhook.candidates} == {"site-a", "site-b", "site-c"}
     assert all(u.phase == "Succeeded" for u in units.values())
 
     # inference received preprocess's output artifact, from where preprocess wrote it.
@@ -258,3 +263,44 @@ def test_readyz_reports_karmada(live: Stack, client: Any, settings: Any, tmp_pat
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "unreachable" in response.json()["checks"]["karmada"].lower()
+
+
+def test_with_the_webhook_down_the_fallback_policy_places_the_step(
+    live: Stack, settings: Any
+) -> None:
+    settings.PORTAL_WEBHOOK_TOKEN = "not-the-token-karmada-sends"  # every admission is refused
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=DEMO, project="eo-demo")
+    finished = _wait_finished(live, run.pk)
+    assert finished.status == "Succeeded"
+    pre = _units(run.pk)["preprocess"]
+    assert pre.site in {"site-a", "site-b", "site-c"}
+    assert PlacementDecision.objects.get(unit=pre).source == "fallback"
+
+
+def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Stack) -> None:
+    from portal import gateway
+
+    doc = yaml.safe_load(DEMO)
+    # Created with the argo CLI, say: no portal labels at all; the GPU step rules the whole.
+    body = {**doc, "metadata": {"name": "direct-eo", "namespace": "portal"}}
+    gateway.create(gateway.WORKFLOW, body)
+
+    def placed() -> str:
+        wf = gateway.get(gateway.WORKFLOW, "direct-eo")
+        return str(wf["metadata"].get("labels", {}).get("portal.multisite.io/site", ""))
+
+    site = wait_for(placed, 30, "the webhook's site label")
+    decision = PlacementDecision.objects.get(workflow_name="direct-eo")
+    assert decision.run is None and decision.source == "webhook"
+    assert decision.site == site == "site-c"  # the whole workflow needs the GPU site
+
+    def scheduled() -> list[dict[str, Any]]:
+        try:
+            rb = gateway.get(gateway.RESOURCE_BINDING, "direct-eo-workflow")
+        except gateway.NotFound:
+            return []
+        return list(rb["spec"].get("clusters") or [])
+
+    binding = wait_for(scheduled, 30, "Karmada to schedule the workflow")
+    assert binding[0]["name"] == "site-c"

@@ -11,17 +11,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from placement import manifests
+from portal.placement_runtime import webhook_url
 from sites.models import Site
-
-
-def webhook_url() -> str:
-    """The URL karmada-apiserver calls, with the shared token as the last path segment when
-    one is configured (karmada-apiserver cannot send custom headers to a URL webhook)."""
-    url = str(settings.PORTAL_WEBHOOK_URL)
-    token = str(settings.PORTAL_WEBHOOK_TOKEN)
-    if token:
-        url = url.rstrip("/") + f"/{token}/"
-    return url
 
 
 def expected_objects() -> list[dict[str, Any]]:

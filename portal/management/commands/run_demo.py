@@ -8,6 +8,7 @@ With ``KARMADA_KUBECONFIG`` set it uses that Karmada instead of starting the san
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -65,6 +66,11 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, stop_all)
 
         py = sys.executable
+        # The sandbox calls this portal's admission webhook, with a token only they share.
+        env.setdefault("PORTAL_WEBHOOK_URL", f"http://127.0.0.1:{port}/webhooks/placement/")
+        env.setdefault("PORTAL_WEBHOOK_TOKEN", secrets.token_urlsafe(24))
+        os.environ["PORTAL_WEBHOOK_URL"] = env["PORTAL_WEBHOOK_URL"]
+        os.environ["PORTAL_WEBHOOK_TOKEN"] = env["PORTAL_WEBHOOK_TOKEN"]
         if not _port_free(port):
             raise SystemExit(f"port {port} is in use: stop what runs there or pass --port")
         if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):

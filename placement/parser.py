@@ -17,12 +17,14 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
+import fastjsonschema
 import yaml
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
@@ -490,10 +492,62 @@ def _schema_message(err: ValidationError) -> str:
     return str(err.message)[:300]
 
 
+def _formats(node: Any, out: set[str]) -> set[str]:
+    if isinstance(node, dict):
+        if isinstance(node.get("format"), str):
+            out.add(node["format"])
+        for value in node.values():
+            _formats(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _formats(value, out)
+    return out
+
+
+_fast: dict[str, Callable[[Any], Any]] = {}
+_fast_lock = threading.Lock()
+_fast_started: set[str] = set()
+
+
+def _compile_fast(kind: str) -> None:
+    schema = dict(_schema())
+    schema["$ref"] = f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}"
+    # Like Draft7Validator without a format checker: formats are annotations, not checks.
+    formats = {name: (lambda _value: True) for name in _formats(schema, set())}
+    _fast[kind] = fastjsonschema.compile(schema, formats=formats)
+
+
+def _fast_validator(kind: str, wait: bool = False) -> Callable[[Any], Any] | None:
+    """The schema compiled to Python (about 7x faster than ``jsonschema`` on a valid document).
+    Compiling takes a second or two, so it happens once per process in the background; until it
+    is ready, callers use the full validator."""
+    validator = _fast.get(kind)
+    if validator is not None or (not wait and kind in _fast_started):
+        return validator
+    with _fast_lock:
+        if kind not in _fast_started:
+            _fast_started.add(kind)
+            if wait:
+                _compile_fast(kind)
+            else:
+                threading.Thread(target=_compile_fast, args=(kind,), daemon=True).start()
+    return _fast.get(kind)
+
+
 def schema_errors(
     doc: Mapping[str, Any], kind: str = "Workflow", limit: int = 200
 ) -> list[FieldError]:
-    """Structural problems of a Workflow/WorkflowTemplate against Argo's schema."""
+    """Structural problems of a Workflow/WorkflowTemplate against Argo's schema.
+
+    A valid document (the common case) is confirmed by the compiled validator; only an
+    invalid one pays for ``jsonschema``, which reports every problem with its path."""
+    fast = _fast_validator(kind)
+    if fast is not None:
+        try:
+            fast(doc)
+            return []
+        except Exception:  # noqa: BLE001 - any doubt: let the full validator speak
+            pass
     out: list[FieldError] = []
     try:
         for err in _validator(kind).iter_errors(doc):

@@ -459,6 +459,7 @@ class WorkflowRun:
     # -- lifecycle ----------------------------------------------------------------------------
     def touch(self) -> None:
         self.version += 1
+        self.sb.karmada.mark((self.namespace, self.name))
         self.sb.poke()
 
     def start(self) -> None:

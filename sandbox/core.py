@@ -32,7 +32,7 @@ class Config:
     default_duration: float = 10.0
     event_log_size: int = 2000
     bookmark_interval: float = 30.0
-    tick: float = 0.02
+    tick: float = 0.05
 
     def annotation(self, name: str) -> str:
         return f"{self.label_domain}/sandbox-{name}"
@@ -69,7 +69,11 @@ class Sandbox:
         obj.setdefault("spec", {"finalizers": ["kubernetes"]})
         self.store.update(NAMESPACE, obj, subresource="all", validate=False)
 
-    def poke(self) -> None:
+    def poke(self, everything: bool = False) -> None:
+        """Wake the controllers; `everything` when the change (a fault) may affect any
+        workflow, not only those events name."""
+        if everything:
+            self.karmada.mark_all()
         self._wake.set()
 
     async def admit_create(self, rtype: ResourceType, obj: Any, namespace: str | None) -> Obj:

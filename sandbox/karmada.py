@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import ssl
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,7 @@ from sandbox.resources import (
     ResourceType,
 )
 from sandbox.selectors import match_field_selector, match_label_selector
-from sandbox.store import Obj, clone, labels_of, now_iso
+from sandbox.store import Event, Obj, clone, labels_of, now_iso
 
 if TYPE_CHECKING:
     from sandbox.core import Sandbox
@@ -41,6 +42,7 @@ PP_NAME = "propagationpolicy.karmada.io/name"
 PP_NAMESPACE = "propagationpolicy.karmada.io/namespace"
 CPP_NAME = "clusterpropagationpolicy.karmada.io/name"
 APPLIED_OVERRIDES = "policy.karmada.io/applied-overrides"
+FULL_PASS_EVERY_S = 5.0
 NOT_READY_TAINT = {"key": "cluster.karmada.io/not-ready", "effect": "NoSchedule"}
 
 
@@ -333,14 +335,43 @@ class Karmada:
         self.sb = sandbox
         self.store = sandbox.store
         self.webhooks = Webhooks(sandbox)
-        # (namespace, name) -> (uid, generation) of the control-plane object last propagated.
-        self._propagated: dict[tuple[str, str], tuple[str, int, int]] = {}
+        # (namespace, name) -> (uid, resourceVersion) of the template last propagated.
+        self._propagated: dict[tuple[str, str], tuple[str, str]] = {}
         # RB key -> member status version last reflected.
         self._reflected: dict[tuple[str, str], int] = {}
+        self._frozen: set[str] = set()
+        # Workflows to look at in the next pass. Passes touch only these (and the ones waiting
+        # for a cluster), so a day of finished workflows costs nothing; a full pass now and
+        # then catches anything an event did not say.
+        self._dirty: set[tuple[str, str]] = set()
+        self._unscheduled: set[tuple[str, str]] = set()
+        self._all_dirty = True
+        self._last_full = 0.0
+        self.store.listeners.append(self._on_event)
 
     def reset(self) -> None:
         self._propagated.clear()
         self._reflected.clear()
+        self._unscheduled.clear()
+        self.mark_all()
+
+    def mark(self, key: tuple[str, str]) -> None:
+        self._dirty.add(key)
+
+    def mark_all(self) -> None:
+        self._all_dirty = True
+
+    def _on_event(self, ev: Event) -> None:
+        rtype = ev.rtype
+        if rtype is WORKFLOW:
+            meta = ev.obj["metadata"]
+            self._dirty.add((meta.get("namespace", ""), meta["name"]))
+        elif rtype is RESOURCE_BINDING:
+            res = (ev.obj.get("spec") or {}).get("resource") or {}
+            if res.get("kind") == "Workflow":
+                self._dirty.add((ev.obj["metadata"].get("namespace", ""), res.get("name", "")))
+        elif rtype is PROPAGATION_POLICY or rtype is CLUSTER_PROPAGATION_POLICY:
+            self._all_dirty = True
 
     # -- members ---------------------------------------------------------------------------
     def _sync_members(self) -> dict[str, Obj]:
@@ -439,38 +470,70 @@ class Karmada:
 
     # -- the loop --------------------------------------------------------------------------
     def reconcile(self) -> None:
-        clusters = self._sync_members(); self._update_clusters(clusters)  # noqa: E702
+        clusters = self._sync_members()
+        self._update_clusters(clusters)
+        # Sites whose status cannot reach the control plane right now; computed once per pass
+        # because the loop below may run over many Workflows.
+        frozen = {name for name in clusters
+                  if self.sb.faults.site_unreachable(name) or self.sb.faults.site_not_ready(name)}
+        if frozen != self._frozen:
+            # A site came back (or went away): its workflows' status must flow (or stop).
+            self._all_dirty = True
+        self._frozen = frozen
+        now = time.monotonic()
+        if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
+            self._all_dirty = False
+            self._last_full = now
+            keys = {(w["metadata"]["namespace"], w["metadata"]["name"])
+                    for w in self.store.all(WORKFLOW)}
+            keys |= {(rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get(
+                "name", "")) for rb in self.store.all(RESOURCE_BINDING)
+                if (rb["spec"].get("resource") or {}).get("kind") == "Workflow"}
+            for member in self.sb.members.values():
+                keys |= set(member.runs)
+        else:
+            keys = self._dirty | self._unscheduled
+        self._dirty = set()
+        if not keys:
+            return
         pps = list(self.store.all(PROPAGATION_POLICY))
         cpps = list(self.store.all(CLUSTER_PROPAGATION_POLICY))
-        live: set[tuple[str, str]] = set()
-        for wf in self.store.all(WORKFLOW):
-            meta = wf["metadata"]
-            key = (meta["namespace"], meta["name"])
-            live.add(key)
-            rb = self.store.find(RESOURCE_BINDING, key[0], f"{key[1]}-workflow")
-            if rb is not None and rb["spec"]["resource"].get("uid") != meta["uid"]:
+        for key in sorted(keys):
+            self._reconcile_one(key, pps, cpps)
+
+    def _reconcile_one(self, key: tuple[str, str], pps: list[Obj], cpps: list[Obj]) -> None:
+        wf = self.store.find(WORKFLOW, key[0], key[1])
+        rb = self.store.find(RESOURCE_BINDING, key[0], f"{key[1]}-workflow")
+        if rb is not None and (rb["spec"].get("resource") or {}).get("kind") != "Workflow":
+            rb = None
+        if wf is None:
+            self._unscheduled.discard(key)
+            if rb is not None:
                 self._remove(key, rb)
-                rb = None
-            if rb is None:
-                rb = self._bind(wf, pps, cpps)
-                if rb is None:
-                    continue
-            if not rb["spec"].get("clusters"):
-                rb = self._schedule_binding(wf, rb)
-                if not rb["spec"].get("clusters"):
-                    continue
-            cluster = rb["spec"]["clusters"][0]["name"]
-            self._propagate(wf, rb, cluster)
-            self._reflect(wf, rb, cluster)
-        for rb in list(self.store.all(RESOURCE_BINDING)):
-            res = rb["spec"].get("resource") or {}
-            key = (rb["metadata"]["namespace"], res.get("name", ""))
-            if res.get("kind") == "Workflow" and key not in live:
-                self._remove(key, rb)
-        for member in self.sb.members.values():
-            for key in member.orphans(live):
-                member.delete(*key)
+            else:
+                for member in self.sb.members.values():
+                    member.delete(*key)
                 self._propagated.pop(key, None)
+            return
+        meta = wf["metadata"]
+        if rb is not None and rb["spec"]["resource"].get("uid") != meta["uid"]:
+            self._remove(key, rb)
+            rb = None
+        if rb is None:
+            rb = self._bind(wf, pps, cpps)
+            if rb is None:
+                self._unscheduled.discard(key)
+                return
+            wf = self.store.find(WORKFLOW, key[0], key[1]) or wf
+        if not rb["spec"].get("clusters"):
+            rb = self._schedule_binding(wf, rb)
+            if not rb["spec"].get("clusters"):
+                self._unscheduled.add(key)
+                return
+        self._unscheduled.discard(key)
+        cluster = rb["spec"]["clusters"][0]["name"]
+        self._propagate(wf, rb, cluster)
+        self._reflect(wf, rb, cluster)
 
     def _remove(self, key: tuple[str, str], rb: Obj) -> None:
         for member in self.sb.members.values():
@@ -602,10 +665,9 @@ class Karmada:
     def _propagate(self, wf: Obj, rb: Obj, cluster: str) -> None:
         meta = wf["metadata"]
         key = (meta["namespace"], meta["name"])
-        # Labels and annotations propagate too, though they do not bump the generation.
-        stamp = (meta["uid"], int(meta.get("generation", 1)),
-                 hash(json.dumps([meta.get("labels"), meta.get("annotations")],
-                                 sort_keys=True)))
+        # Any change to the template (spec, labels, annotations) changes its resourceVersion;
+        # its status is never written on the control plane, so nothing else does.
+        stamp = (meta["uid"], str(meta["resourceVersion"]))
         if self._propagated.get(key) == stamp:
             return
         member = self.sb.members.get(cluster)
@@ -616,16 +678,15 @@ class Karmada:
 
     def _reflect(self, wf: Obj, rb: Obj, cluster: str) -> None:
         member = self.sb.members.get(cluster)
-        if member is None:
+        if member is None or cluster in self._frozen:
             return
-        if self.sb.faults.site_unreachable(cluster) or self.sb.faults.site_not_ready(cluster):
-            return
-        rb_key = (rb["metadata"]["namespace"], rb["metadata"]["name"])
         meta = wf["metadata"]
+        rb_key = (rb["metadata"]["namespace"], rb["metadata"]["name"])
         version = member.status_version(meta["namespace"], meta["name"])
-        applied_before = _condition(rb.get("status") or {}, "FullyApplied") is not None
-        if version is None or (self._reflected.get(rb_key) == version and applied_before):
+        # Reflecting always writes FullyApplied, so an unchanged version means nothing to do.
+        if version is None or self._reflected.get(rb_key) == version:
             return
+        applied_before = _condition(rb.get("status") or {}, "FullyApplied") is not None
         member_status = member.status_of(meta["namespace"], meta["name"]) or {}
         phase = member_status.get("phase")
         health = "Unhealthy" if not phase or phase in ("Error", "Failed") else "Healthy"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -17,11 +18,11 @@ class ResourceType:
     categories: tuple[str, ...] = ()
     printer_columns: tuple[tuple[str, str, str], ...] = field(default=())
 
-    @property
+    @cached_property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
-    @property
+    @cached_property
     def key(self) -> str:
         return f"{self.plural}.{self.group}" if self.group else self.plural
 

@@ -446,17 +446,17 @@ class Api:
                     raise ApiError.bad_request("fault must be an object")
                 fault = faults.add(body)
                 log.info("fault added: %s", fault.to_dict())
-                self.sb.poke()
+                self.sb.poke(everything=True)
                 return json_response(fault.to_dict(), 201)
             if m == "DELETE":
                 faults.clear()
                 log.info("faults cleared")
-                self.sb.poke()
+                self.sb.poke(everything=True)
                 return json_response({"status": "cleared"})
         if tail.startswith("faults/") and m == "DELETE":
             if not faults.remove(tail.split("/", 1)[1]):
                 raise ApiError(404, "NotFound", f"fault {tail.split('/', 1)[1]} not found")
-            self.sb.poke()
+            self.sb.poke(everything=True)
             return json_response({"status": "removed"})
         if tail == "reset" and m == "POST":
             self.sb.reset()

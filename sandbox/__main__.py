@@ -30,9 +30,12 @@ def write_kubeconfig(path: Path, url: str) -> None:
         "kind": "Config",
         "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
         "users": [{"name": "sandbox-admin", "user": {"token": "sandbox"}}],
-        "contexts": [{"name": "sandbox", "context": {"cluster": "sandbox",
-                                                     "user": "sandbox-admin",
-                                                     "namespace": "default"}}],
+        "contexts": [
+            {
+                "name": "sandbox",
+                "context": {"cluster": "sandbox", "user": "sandbox-admin", "namespace": "default"},
+            }
+        ],
         "current-context": "sandbox",
         "preferences": {},
     }
@@ -40,8 +43,9 @@ def write_kubeconfig(path: Path, url: str) -> None:
     path.write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-async def serve(config: Config, host: str, port: int, kubeconfig: Path | None,
-                server_url: str | None = None) -> None:
+async def serve(
+    config: Config, host: str, port: int, kubeconfig: Path | None, server_url: str | None = None
+) -> None:
     # Imported here so that `python -m sandbox fault ...` starts fast.
     from aiohttp import web
 
@@ -65,8 +69,11 @@ async def serve(config: Config, host: str, port: int, kubeconfig: Path | None,
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    print(f"sandbox fleet serving at {url} ({', '.join(sandbox.sites)}); "
-          f"time scale {config.time_scale}", flush=True)
+    print(
+        f"sandbox fleet serving at {url} ({', '.join(sandbox.sites)}); "
+        f"time scale {config.time_scale}",
+        flush=True,
+    )
     await stop.wait()
     controllers.cancel()
     # Open watches would hold the shutdown for their whole timeout; end them now.
@@ -79,36 +86,56 @@ async def serve(config: Config, host: str, port: int, kubeconfig: Path | None,
 
 
 def _serve_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m sandbox",
-                                description="Karmada + Argo sandbox fleet over HTTP")
+    p = argparse.ArgumentParser(
+        prog="python -m sandbox", description="Karmada + Argo sandbox fleet over HTTP"
+    )
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--fleet", type=Path, help="fleet YAML (default: the demo fleet)")
     p.add_argument("--kubeconfig", type=Path, help="write a kubeconfig here")
-    p.add_argument("--server-url",
-                   help="server address to write into the kubeconfig "
-                        "(default: http://HOST:PORT)")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="simulated seconds per real second (default 1)")
-    p.add_argument("--crds", type=Path, action="append", default=[],
-                   help="CRD file or folder to validate against (repeatable)")
+    p.add_argument(
+        "--server-url",
+        help="server address to write into the kubeconfig (default: http://HOST:PORT)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="simulated seconds per real second (default 1)",
+    )
+    p.add_argument(
+        "--crds",
+        type=Path,
+        action="append",
+        default=[],
+        help="CRD file or folder to validate against (repeatable)",
+    )
     p.add_argument("--label-domain", default="portal.multisite.io")
-    p.add_argument("--default-duration", type=float, default=10.0,
-                   help="simulated seconds a leaf runs without a duration annotation")
-    p.add_argument("--event-log", type=int, default=2000,
-                   help="events kept for watch resumption")
-    p.add_argument("--bookmark-interval", type=float, default=30.0,
-                   help="real seconds between watch BOOKMARKs")
+    p.add_argument(
+        "--default-duration",
+        type=float,
+        default=10.0,
+        help="simulated seconds a leaf runs without a duration annotation",
+    )
+    p.add_argument("--event-log", type=int, default=2000, help="events kept for watch resumption")
+    p.add_argument(
+        "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"
+    )
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     from sandbox.core import Config
 
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     config = Config(
-        fleet=args.fleet, time_scale=args.time_scale, crds=args.crds,
-        label_domain=args.label_domain, default_duration=args.default_duration,
-        event_log_size=args.event_log, bookmark_interval=args.bookmark_interval,
+        fleet=args.fleet,
+        time_scale=args.time_scale,
+        crds=args.crds,
+        label_domain=args.label_domain,
+        default_duration=args.default_duration,
+        event_log_size=args.event_log,
+        bookmark_interval=args.bookmark_interval,
     )
     asyncio.run(serve(config, args.host, args.port, args.kubeconfig, args.server_url))
     return 0
@@ -125,8 +152,9 @@ def _server_url(url: str | None, kubeconfig: Path | None) -> str:
 
 def _request(method: str, url: str, body: Any = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read() or b"null")
@@ -161,8 +189,18 @@ def _fault_main(argv: list[str]) -> int:
         out = _request("DELETE", f"{base}/{args.id}" if args.id else base)
     else:
         spec = {"type": args.action}
-        for key in ("site", "workflow", "namespace", "template", "status", "delay", "count",
-                    "duration", "path", "message"):
+        for key in (
+            "site",
+            "workflow",
+            "namespace",
+            "template",
+            "status",
+            "delay",
+            "count",
+            "duration",
+            "path",
+            "message",
+        ):
             value = getattr(args, key)
             if value is not None:
                 spec[key] = value

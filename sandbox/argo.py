@@ -220,8 +220,12 @@ def compare(a: Any, op: str, b: Any) -> bool:
     if op in ("=~", "!~"):
         found = re.search(str(b), as_param(a)) is not None
         return found if op == "=~" else not found
-    if isinstance(a, float | int) and isinstance(b, float | int) \
-            and not isinstance(a, bool) and not isinstance(b, bool):
+    if (
+        isinstance(a, float | int)
+        and isinstance(b, float | int)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
         x: Any = a
         y: Any = b
     else:
@@ -265,15 +269,22 @@ class Member:
     def for_cluster(cls, sb: Sandbox, name: str, site: Site | None, cluster: Obj) -> Member:
         if site is None:
             raw = (cluster["metadata"].get("annotations") or {}).get(
-                sb.config.annotation("capacity"))
+                sb.config.annotation("capacity")
+            )
             try:
                 cap = quantity.parse_map(json.loads(raw) if raw else DEFAULT_CAPACITY)
             except ValueError:
                 cap = quantity.parse_map(DEFAULT_CAPACITY)
             site = Site(name=name, capacity=cap, bucket=f"{name}-artifacts")
-        return cls(sb=sb, name=name, capacity=dict(site.capacity), baseline=dict(site.baseline),
-                   nodes=[f"{name}-node-{i}" for i in range(max(site.nodes, 1))],
-                   bucket=site.bucket, kubernetes_version=site.kubernetes_version)
+        return cls(
+            sb=sb,
+            name=name,
+            capacity=dict(site.capacity),
+            baseline=dict(site.baseline),
+            nodes=[f"{name}-node-{i}" for i in range(max(site.nodes, 1))],
+            bucket=site.bucket,
+            kubernetes_version=site.kubernetes_version,
+        )
 
     # capacity -------------------------------------------------------------------------------
     @property
@@ -312,10 +323,16 @@ class Member:
         req = dict(req, pods=req.get("pods", 0.0) + 1)
         if not self.waiters and self.fits(req):
             return self._grant(req)
-        short = [k for k, v in req.items()
-                 if v > self.capacity.get(k, 0.0) - self.allocated.get(k, 0.0) + 1e-9]
-        on_wait(f"Unschedulable: 0/{len(self.nodes)} nodes are available: "
-                + ", ".join(f"Insufficient {k}" for k in short or ["resources"]) + ".")
+        short = [
+            k
+            for k, v in req.items()
+            if v > self.capacity.get(k, 0.0) - self.allocated.get(k, 0.0) + 1e-9
+        ]
+        on_wait(
+            f"Unschedulable: 0/{len(self.nodes)} nodes are available: "
+            + ", ".join(f"Insufficient {k}" for k in short or ["resources"])
+            + "."
+        )
         fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.waiters.append((req, fut))
         self.sb.poke()
@@ -477,8 +494,11 @@ class WorkflowRun:
         else:
             self.unsuspended.set()
         shutdown = spec.get("shutdown")
-        if shutdown in ("Stop", "Terminate") and self.shutdown is None \
-                and self.phase in ("Pending", "Running"):
+        if (
+            shutdown in ("Stop", "Terminate")
+            and self.shutdown is None
+            and self.phase in ("Pending", "Running")
+        ):
             self.shutdown = shutdown
             if self.main is not None and not self.main.done():
                 self.main.cancel()
@@ -494,8 +514,7 @@ class WorkflowRun:
         count = 0
         for node_id, (event, _values) in self.resumes.items():
             n = self.nodes.get(node_id) or {}
-            if node in (None, n.get("name"), n.get("displayName"), node_id) \
-                    and not event.is_set():
+            if node in (None, n.get("name"), n.get("displayName"), node_id) and not event.is_set():
                 event.set()
                 count += 1
         if not self.unsuspended.is_set():
@@ -517,16 +536,23 @@ class WorkflowRun:
         self.touch()
         entry = spec.get("entrypoint") or ""
         scope = dict(self.global_scope)
-        args = {p["name"]: as_param(p["value"])
-                for p in (spec.get("arguments") or {}).get("parameters") or [] if "value" in p}
+        args = {
+            p["name"]: as_param(p["value"])
+            for p in (spec.get("arguments") or {}).get("parameters") or []
+            if "value" in p
+        }
         root: dict[str, Any] | None = None
         try:
             loop = asyncio.get_running_loop()
-            self.main = loop.create_task(self.execute(
-                entry, args, {}, self.name, self.name, Ctx(scope, None), parent=None))
+            self.main = loop.create_task(
+                self.execute(entry, args, {}, self.name, self.name, Ctx(scope, None), parent=None)
+            )
             deadline = spec.get("activeDeadlineSeconds")
-            timer = loop.call_later(float(deadline) / self.sb.config.time_scale,
-                                    self._deadline) if deadline is not None else None
+            timer = (
+                loop.call_later(float(deadline) / self.sb.config.time_scale, self._deadline)
+                if deadline is not None
+                else None
+            )
             try:
                 root = await self.main
             except asyncio.CancelledError:
@@ -547,19 +573,35 @@ class WorkflowRun:
                 self.message = (root or {}).get("message") or f"child '{self.name}' failed"
             on_exit = spec.get("onExit")
             if on_exit and self.shutdown != "Terminate":
-                exit_scope = dict(self.global_scope, **{
-                    "workflow.status": phase,
-                    "workflow.failures": json.dumps([
-                        {"displayName": n["displayName"], "message": n.get("message", ""),
-                         "templateName": n.get("templateName", ""), "phase": n["phase"],
-                         "podName": n["id"], "finishedAt": n.get("finishedAt", "")}
-                        for n in self.nodes.values()
-                        if n["type"] == "Pod" and n["phase"] in FAILED
-                    ]),
-                })
-                exit_node = await self.execute(on_exit, {}, {}, f"{self.name}.onExit",
-                                               f"{self.name}.onExit", Ctx(exit_scope, None),
-                                               parent=None)
+                exit_scope = dict(
+                    self.global_scope,
+                    **{
+                        "workflow.status": phase,
+                        "workflow.failures": json.dumps(
+                            [
+                                {
+                                    "displayName": n["displayName"],
+                                    "message": n.get("message", ""),
+                                    "templateName": n.get("templateName", ""),
+                                    "phase": n["phase"],
+                                    "podName": n["id"],
+                                    "finishedAt": n.get("finishedAt", ""),
+                                }
+                                for n in self.nodes.values()
+                                if n["type"] == "Pod" and n["phase"] in FAILED
+                            ]
+                        ),
+                    },
+                )
+                exit_node = await self.execute(
+                    on_exit,
+                    {},
+                    {},
+                    f"{self.name}.onExit",
+                    f"{self.name}.onExit",
+                    Ctx(exit_scope, None),
+                    parent=None,
+                )
                 if exit_node["phase"] in FAILED and phase == "Succeeded":
                     phase = "Failed"
                     self.message = exit_node.get("message") or "exit handler failed"
@@ -593,17 +635,27 @@ class WorkflowRun:
         if self.outputs:
             status["outputs"] = clone(self.outputs)
         if self.phase in DONE:
-            status["conditions"] = [{"type": "PodRunning", "status": "False"},
-                                    {"type": "Completed", "status": "True"}]
+            status["conditions"] = [
+                {"type": "PodRunning", "status": "False"},
+                {"type": "Completed", "status": "True"},
+            ]
         else:
             running = any(n["phase"] == "Running" for n in pods)
-            status["conditions"] = [{"type": "PodRunning",
-                                     "status": "True" if running else "False"}]
+            status["conditions"] = [
+                {"type": "PodRunning", "status": "True" if running else "False"}
+            ]
         cpu = sum(n.get("resourcesDuration", {}).get("cpu", 0) for n in pods)
         mem = sum(n.get("resourcesDuration", {}).get("memory", 0) for n in pods)
         status["resourcesDuration"] = {"cpu": cpu, "memory": mem}
-        status["artifactRepositoryRef"] = {"default": True, "artifactRepository": {"s3": {
-            "bucket": self.member.bucket, "endpoint": f"s3.{self.member.name}.sandbox.invalid"}}}
+        status["artifactRepositoryRef"] = {
+            "default": True,
+            "artifactRepository": {
+                "s3": {
+                    "bucket": self.member.bucket,
+                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
+                }
+            },
+        }
         self._rendered = (self.version, status)
         return status
 
@@ -611,13 +663,19 @@ class WorkflowRun:
     def node_id(self, name: str) -> str:
         return self.name if name == self.name else f"{self.name}-{fnv32a(name)}"
 
-    def new_node(self, name: str, display: str, ntype: str, tmpl_name: str,
-                 ctx: Ctx, parent: Parent) -> dict[str, Any]:
+    def new_node(
+        self, name: str, display: str, ntype: str, tmpl_name: str, ctx: Ctx, parent: Parent
+    ) -> dict[str, Any]:
         node_id = self.node_id(name)
         node: dict[str, Any] = {
-            "id": node_id, "name": name, "displayName": display, "type": ntype,
-            "templateName": tmpl_name, "templateScope": f"local/{self.name}",
-            "phase": "Pending", "startedAt": now_iso(),
+            "id": node_id,
+            "name": name,
+            "displayName": display,
+            "type": ntype,
+            "templateName": tmpl_name,
+            "templateScope": f"local/{self.name}",
+            "phase": "Pending",
+            "startedAt": now_iso(),
         }
         if ctx.boundary:
             node["boundaryID"] = ctx.boundary
@@ -642,22 +700,35 @@ class WorkflowRun:
 
     # -- execution ----------------------------------------------------------------------------
     async def execute(
-        self, tmpl_name: str, args: dict[str, str], art_args: dict[str, Any], name: str,
-        display: str, ctx: Ctx, parent: Parent, inline: dict[str, Any] | None = None,
+        self,
+        tmpl_name: str,
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+        inline: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         tmpl = inline or self.templates.get(tmpl_name)
         if tmpl is None or len(name) > MAX_NODE_NAME:
             node = self.new_node(name[:MAX_NODE_NAME], display, "Pod", tmpl_name, ctx, parent)
-            why = f"template {tmpl_name!r} not found" if tmpl is None else \
-                "nesting too deep (recursion without an end?)"
+            why = (
+                f"template {tmpl_name!r} not found"
+                if tmpl is None
+                else "nesting too deep (recursion without an end?)"
+            )
             if tmpl is None and not tmpl_name:
                 why = "templateRef / WorkflowTemplates are not simulated by the sandbox"
             return self.finish(node, "Error", why)
         strategy = tmpl.get("retryStrategy")
         if not strategy:
             return await self.execute_once(tmpl, args, art_args, name, display, ctx, parent)
-        limit = int(render(str(strategy.get("limit", 0)), ctx.scope) or 0) \
-            if str(strategy.get("limit", "")).strip().lstrip("-").isdigit() else 0
+        limit = (
+            int(render(str(strategy.get("limit", 0)), ctx.scope) or 0)
+            if str(strategy.get("limit", "")).strip().lstrip("-").isdigit()
+            else 0
+        )
         policy = strategy.get("retryPolicy") or "OnFailure"
         retry = self.new_node(name, display, "Retry", tmpl.get("name", tmpl_name), ctx, parent)
         retry["phase"] = "Running"
@@ -667,15 +738,24 @@ class WorkflowRun:
             for attempt in range(limit + 1):
                 sub = Ctx(dict(ctx.scope, retries=str(attempt)), ctx.boundary, attempt)
                 attempt_node = await self.execute_once(
-                    tmpl, args, art_args, f"{name}({attempt})", f"{display}({attempt})", sub,
-                    retry["id"])
+                    tmpl,
+                    args,
+                    art_args,
+                    f"{name}({attempt})",
+                    f"{display}({attempt})",
+                    sub,
+                    retry["id"],
+                )
                 phase = attempt_node["phase"]
                 if phase not in FAILED:
                     break
                 if policy == "OnError" and phase != "Error":
                     break
-                if policy in ("OnFailure", "OnTransientError") and phase == "Error" \
-                        and policy != "OnTransientError":
+                if (
+                    policy in ("OnFailure", "OnTransientError")
+                    and phase == "Error"
+                    and policy != "OnTransientError"
+                ):
                     break
                 if attempt < limit and backoff:
                     await asyncio.sleep(backoff / self.sb.config.time_scale)
@@ -689,11 +769,15 @@ class WorkflowRun:
     def _shutdown_message(self) -> str:
         if self.deadline_exceeded:
             return "Step exceeded its deadline"
-        return f"workflow shutdown with strategy:  {self.shutdown}" if self.shutdown \
+        return (
+            f"workflow shutdown with strategy:  {self.shutdown}"
+            if self.shutdown
             else "workflow deleted"
+        )
 
-    def _inputs(self, tmpl: dict[str, Any], args: dict[str, str], art_args: dict[str, Any],
-                ctx: Ctx) -> tuple[dict[str, Any], dict[str, Any]]:
+    def _inputs(
+        self, tmpl: dict[str, Any], args: dict[str, str], art_args: dict[str, Any], ctx: Ctx
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         scope = dict(self.global_scope)
         for k, v in ctx.scope.items():
             if k.startswith("workflow."):
@@ -728,8 +812,14 @@ class WorkflowRun:
         return inputs, scope
 
     async def execute_once(
-        self, tmpl: dict[str, Any], args: dict[str, str], art_args: dict[str, Any], name: str,
-        display: str, ctx: Ctx, parent: Parent,
+        self,
+        tmpl: dict[str, Any],
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
     ) -> dict[str, Any]:
         tname = tmpl.get("name", "")
         if "steps" in tmpl:
@@ -747,8 +837,9 @@ class WorkflowRun:
             return self.finish(node, "Error", str(exc))
         if inputs:
             node["inputs"] = inputs
-        body = render({k: v for k, v in tmpl.items()
-                       if k not in ("steps", "dag", "outputs")}, scope)
+        body = render(
+            {k: v for k, v in tmpl.items() if k not in ("steps", "dag", "outputs")}, scope
+        )
         scope["pod.name"] = node["id"]
         scope["node.name"] = name
         sub = Ctx(scope, ctx.boundary, ctx.attempt)
@@ -770,8 +861,9 @@ class WorkflowRun:
         return node
 
     # leaves ---------------------------------------------------------------------------------
-    def _leaf_outputs(self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any],
-                      failed: bool) -> None:
+    def _leaf_outputs(
+        self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any], failed: bool
+    ) -> None:
         given_raw = self.annotation(tmpl, "outputs")
         try:
             given = json.loads(given_raw) if given_raw else {}
@@ -792,8 +884,13 @@ class WorkflowRun:
                 value = as_param(render(vf["parameter"], scope))
             else:
                 value = f"{pname}-{node['id']}"
-            params.append({"name": pname, "value": value, **(
-                {"globalName": p["globalName"]} if p.get("globalName") else {})})
+            params.append(
+                {
+                    "name": pname,
+                    "value": value,
+                    **({"globalName": p["globalName"]} if p.get("globalName") else {}),
+                }
+            )
             if p.get("globalName"):
                 self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
         if params:
@@ -809,15 +906,18 @@ class WorkflowRun:
                 continue
             if a.get("from"):
                 ref = scope.get(str(a["from"]).strip("{} "))
-                art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) \
-                    else clone(a)
+                art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) else clone(a)
             else:
                 suffix = "" if (a.get("archive") or {}).get("none") is not None else ".tgz"
-                key = ((a.get("s3") or {}).get("key")
-                       or f"{self.name}/{node['id']}/{a['name']}{suffix}")
+                key = (a.get("s3") or {}).get(
+                    "key"
+                ) or f"{self.name}/{node['id']}/{a['name']}{suffix}"
                 art = {k: v for k, v in clone(a).items() if k not in ("s3", "archive")}
-                art["s3"] = {"bucket": self.member.bucket,
-                             "endpoint": f"s3.{self.member.name}.sandbox.invalid", "key": key}
+                art["s3"] = {
+                    "bucket": self.member.bucket,
+                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
+                    "key": key,
+                }
                 art["size"] = int(sizes.get(a["name"], 1048576))
             arts.append(art)
         if arts:
@@ -837,8 +937,9 @@ class WorkflowRun:
         node["outputs"] = outputs
 
     def _failure(self, tmpl: dict[str, Any], ctx: Ctx) -> str | None:
-        msg = self.sb.faults.workflow_failure(self.namespace, self.name) or \
-            self.sb.faults.template_failure(self.namespace, self.name, tmpl.get("name", ""))
+        msg = self.sb.faults.workflow_failure(
+            self.namespace, self.name
+        ) or self.sb.faults.template_failure(self.namespace, self.name, tmpl.get("name", ""))
         if msg:
             return msg
         fail = self.annotation(tmpl, "fail")
@@ -849,16 +950,18 @@ class WorkflowRun:
             return f"Error (exit code 1): failing attempt {ctx.attempt} of {attempts}"
         return None
 
-    async def run_leaf(self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any],
-                       ctx: Ctx) -> None:
+    async def run_leaf(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
         if self.parallel is not None:
             async with self.parallel:
                 await self._run_leaf(body, tmpl, node, ctx)
         else:
             await self._run_leaf(body, tmpl, node, ctx)
 
-    async def _run_leaf(self, body: dict[str, Any], tmpl: dict[str, Any],
-                        node: dict[str, Any], ctx: Ctx) -> None:
+    async def _run_leaf(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
         await self.unsuspended.wait()
         req = template_requests(body)
 
@@ -876,8 +979,10 @@ class WorkflowRun:
             self.touch()
             default = parse_duration(
                 (self.obj["metadata"].get("annotations") or {}).get(
-                    self.sb.config.annotation("duration")),
-                self.sb.config.default_duration)
+                    self.sb.config.annotation("duration")
+                ),
+                self.sb.config.default_duration,
+            )
             duration = parse_duration(self.annotation(tmpl, "duration"), default)
             await asyncio.sleep(duration / self.sb.config.time_scale)
         except asyncio.CancelledError:
@@ -894,13 +999,17 @@ class WorkflowRun:
             self.finish(node, "Succeeded")
 
     def _account(self, node: dict[str, Any], req: dict[str, float], started: float) -> None:
-        secs = max(1, int((asyncio.get_running_loop().time() - started)
-                          * self.sb.config.time_scale))
-        node["resourcesDuration"] = {"cpu": int(secs * max(req.get("cpu", 0.1), 0.001)) or 1,
-                                     "memory": int(secs * req.get("memory", 0) / 2**20) or 1}
+        secs = max(
+            1, int((asyncio.get_running_loop().time() - started) * self.sb.config.time_scale)
+        )
+        node["resourcesDuration"] = {
+            "cpu": int(secs * max(req.get("cpu", 0.1), 0.001)) or 1,
+            "memory": int(secs * req.get("memory", 0) / 2**20) or 1,
+        }
 
-    async def run_suspend(self, body: dict[str, Any], tmpl: dict[str, Any],
-                          node: dict[str, Any], ctx: Ctx) -> None:
+    async def run_suspend(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
         node["phase"] = "Running"
         self.touch()
         duration = (body.get("suspend") or {}).get("duration")
@@ -910,7 +1019,8 @@ class WorkflowRun:
         if duration not in (None, ""):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
-                    event.wait(), parse_duration(duration, 0.0) / self.sb.config.time_scale)
+                    event.wait(), parse_duration(duration, 0.0) / self.sb.config.time_scale
+                )
         else:
             await event.wait()
         self._leaf_outputs(tmpl, node, ctx.scope, failed=False)
@@ -932,8 +1042,9 @@ class WorkflowRun:
             try:
                 items = json.loads(raw)
             except ValueError as exc:
-                raise StepFailed(f"withParam value could not be parsed as a JSON list: "
-                                 f"{raw}") from exc
+                raise StepFailed(
+                    f"withParam value could not be parsed as a JSON list: {raw}"
+                ) from exc
             if not isinstance(items, list):
                 raise StepFailed(f"withParam value is not a JSON list: {raw}")
             return items
@@ -945,8 +1056,9 @@ class WorkflowRun:
                 nums = list(range(start, start + int(seq["count"])))
             else:
                 start, end = int(seq.get("start", 0)), int(seq.get("end", 0))
-                nums = list(range(start, end + 1)) if end >= start \
-                    else list(range(start, end - 1, -1))
+                nums = (
+                    list(range(start, end + 1)) if end >= start else list(range(start, end - 1, -1))
+                )
             return [fmt % n if fmt else str(n) for n in nums]
         return None
 
@@ -964,8 +1076,13 @@ class WorkflowRun:
             return ",".join(f"{k}:{as_param(v)}" for k, v in sorted(item.items()))
         return as_param(item)
 
-    def _record(self, scope: dict[str, Any], prefix: str, node: dict[str, Any],
-                group: list[dict[str, Any]] | None = None) -> None:
+    def _record(
+        self,
+        scope: dict[str, Any],
+        prefix: str,
+        node: dict[str, Any],
+        group: list[dict[str, Any]] | None = None,
+    ) -> None:
         """Make a finished step/task's results visible as {{steps.X...}} / {{tasks.X...}}."""
         scope[f"{prefix}.status"] = node["phase"]
         scope[f"{prefix}.id"] = node["id"]
@@ -982,9 +1099,15 @@ class WorkflowRun:
                     results.append(literal_json(outs["result"]))
             for pname, vals in values.items():
                 scope[f"{prefix}.outputs.parameters.{pname}"] = json.dumps(vals)
-            scope[f"{prefix}.outputs.parameters"] = json.dumps([
-                {p["name"]: p["value"] for p in (c.get("outputs") or {}).get("parameters") or []}
-                for c in group])
+            scope[f"{prefix}.outputs.parameters"] = json.dumps(
+                [
+                    {
+                        p["name"]: p["value"]
+                        for p in (c.get("outputs") or {}).get("parameters") or []
+                    }
+                    for c in group
+                ]
+            )
             scope[f"{prefix}.outputs.result"] = json.dumps(results)
             return
         outs = node.get("outputs") or {}
@@ -997,11 +1120,14 @@ class WorkflowRun:
         if "exitCode" in outs:
             scope[f"{prefix}.exitCode"] = outs["exitCode"]
 
-    def _call_args(self, call: dict[str, Any], scope: dict[str, Any]
-                   ) -> tuple[dict[str, str], dict[str, Any]]:
+    def _call_args(
+        self, call: dict[str, Any], scope: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         arguments = call.get("arguments") or {}
-        params = {p["name"]: as_param(render(p.get("value", ""), scope))
-                  for p in arguments.get("parameters") or []}
+        params = {
+            p["name"]: as_param(render(p.get("value", ""), scope))
+            for p in arguments.get("parameters") or []
+        }
         arts: dict[str, Any] = {}
         for a in arguments.get("artifacts") or []:
             ref = a.get("from")
@@ -1013,12 +1139,27 @@ class WorkflowRun:
             arts[a["name"]] = render(clone(a), scope)
         return params, arts
 
-    async def _call(self, call: dict[str, Any], name: str, display: str, scope: dict[str, Any],
-                    boundary: str, parent: Parent) -> dict[str, Any]:
+    async def _call(
+        self,
+        call: dict[str, Any],
+        name: str,
+        display: str,
+        scope: dict[str, Any],
+        boundary: str,
+        parent: Parent,
+    ) -> dict[str, Any]:
         params, arts = self._call_args(call, scope)
-        node = await self.execute(call.get("template", ""), params, arts, name, display,
-                                  Ctx(scope, boundary), parent, inline=call.get("inline"))
-        hook = ((call.get("hooks") or {}).get("exit") or {})
+        node = await self.execute(
+            call.get("template", ""),
+            params,
+            arts,
+            name,
+            display,
+            Ctx(scope, boundary),
+            parent,
+            inline=call.get("inline"),
+        )
+        hook = (call.get("hooks") or {}).get("exit") or {}
         exit_tmpl = hook.get("template") or call.get("onExit")
         if exit_tmpl:
             hook_scope = dict(scope)
@@ -1027,39 +1168,62 @@ class WorkflowRun:
             self._record(hook_scope, f"steps.{call.get('name')}", node)
             self._record(hook_scope, f"tasks.{call.get('name')}", node)
             hparams, harts = self._call_args(hook, hook_scope)
-            await self.execute(exit_tmpl, hparams, harts, f"{name}.onExit", f"{display}.onExit",
-                               Ctx(hook_scope, boundary), parent)
+            await self.execute(
+                exit_tmpl,
+                hparams,
+                harts,
+                f"{name}.onExit",
+                f"{display}.onExit",
+                Ctx(hook_scope, boundary),
+                parent,
+            )
         return node
 
-    async def _run_expanded(self, call: dict[str, Any], base: str, display: str,
-                            scope: dict[str, Any], boundary: str, parent: Parent,
-                            when_ok: Callable[[dict[str, Any]], bool]
-                            ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
+    async def _run_expanded(
+        self,
+        call: dict[str, Any],
+        base: str,
+        display: str,
+        scope: dict[str, Any],
+        boundary: str,
+        parent: Parent,
+        when_ok: Callable[[dict[str, Any]], bool],
+    ) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
         """One step or task, with its loop expanded; returns (node, loop children)."""
         items = self._expand(call, scope)
         if items is None:
             if not when_ok(scope):
-                skipped = self.new_node(base, display, "Skipped", call.get("template", ""),
-                                        Ctx(scope, boundary), parent)
-                return self.finish(skipped, "Skipped",
-                                   f"when '{render(call.get('when'), scope)}' evaluated false"
-                                   ), None
+                skipped = self.new_node(
+                    base, display, "Skipped", call.get("template", ""), Ctx(scope, boundary), parent
+                )
+                return self.finish(
+                    skipped, "Skipped", f"when '{render(call.get('when'), scope)}' evaluated false"
+                ), None
             return await self._call(call, base, display, scope, boundary, parent), None
-        group = self.new_node(base, display, "TaskGroup", call.get("template", ""),
-                              Ctx(scope, boundary), parent)
+        group = self.new_node(
+            base, display, "TaskGroup", call.get("template", ""), Ctx(scope, boundary), parent
+        )
         group["phase"] = "Running"
         coros = []
         for i, item in enumerate(items):
             item_scope = dict(scope, **self._item_scope(item))
             label = f"({i}:{self._item_label(item)})"
             if not when_ok(item_scope):
-                skipped = self.new_node(f"{base}{label}", f"{display}{label}", "Skipped",
-                                        call.get("template", ""), Ctx(item_scope, boundary),
-                                        group["id"])
+                skipped = self.new_node(
+                    f"{base}{label}",
+                    f"{display}{label}",
+                    "Skipped",
+                    call.get("template", ""),
+                    Ctx(item_scope, boundary),
+                    group["id"],
+                )
                 self.finish(skipped, "Skipped", "when evaluated false")
                 continue
-            coros.append(self._call(call, f"{base}{label}", f"{display}{label}", item_scope,
-                                    boundary, group["id"]))
+            coros.append(
+                self._call(
+                    call, f"{base}{label}", f"{display}{label}", item_scope, boundary, group["id"]
+                )
+            )
         children = list(await asyncio.gather(*coros))
         failed = [c for c in children if c["phase"] in FAILED]
         if failed:
@@ -1096,17 +1260,25 @@ class WorkflowRun:
         failed_msg = ""
         for i, group in enumerate(tmpl.get("steps") or []):
             gname = f"{node['name']}[{i}]"
-            gnode = self.new_node(gname, f"[{i}]", "StepGroup", tmpl.get("name", ""),
-                                  Ctx(scope, node["id"]), prev)
+            gnode = self.new_node(
+                gname, f"[{i}]", "StepGroup", tmpl.get("name", ""), Ctx(scope, node["id"]), prev
+            )
             gnode["phase"] = "Running"
             prev = gnode["id"]
             steps = group if isinstance(group, list) else [group]
 
-            async def one(step: dict[str, Any], gn: dict[str, Any] = gnode
-                          ) -> tuple[dict[str, Any], dict[str, Any], list[Any] | None]:
+            async def one(
+                step: dict[str, Any], gn: dict[str, Any] = gnode
+            ) -> tuple[dict[str, Any], dict[str, Any], list[Any] | None]:
                 n, children = await self._run_expanded(
-                    step, f"{gn['name']}.{step['name']}", step["name"], scope, node["id"],
-                    gn["id"], self._when(step))
+                    step,
+                    f"{gn['name']}.{step['name']}",
+                    step["name"],
+                    scope,
+                    node["id"],
+                    gn["id"],
+                    self._when(step),
+                )
                 return step, n, children
 
             try:
@@ -1118,7 +1290,7 @@ class WorkflowRun:
             bad = []
             for step, n, children in results:
                 self._record(scope, f"steps.{step['name']}", n, children)
-                cont = (step.get("continueOn") or {})
+                cont = step.get("continueOn") or {}
                 if n["phase"] == "Failed" and cont.get("failed"):
                     continue
                 if n["phase"] == "Error" and cont.get("error"):
@@ -1134,8 +1306,9 @@ class WorkflowRun:
         self._template_outputs(tmpl, node, scope)
         self.finish(node, "Succeeded")
 
-    def _template_outputs(self, tmpl: dict[str, Any], node: dict[str, Any],
-                          scope: dict[str, Any]) -> None:
+    def _template_outputs(
+        self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any]
+    ) -> None:
         outs = tmpl.get("outputs") or {}
         if not outs:
             return
@@ -1175,20 +1348,24 @@ class WorkflowRun:
         for tname, t in tasks.items():
             if t.get("depends"):
                 exprs[tname] = str(t["depends"])
-                deps[tname] = {w.split(".")[0] for w in
-                               re.findall(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", exprs[tname])
-                               if w.split(".")[0] in tasks}
+                deps[tname] = {
+                    w.split(".")[0]
+                    for w in re.findall(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", exprs[tname])
+                    if w.split(".")[0] in tasks
+                }
             else:
                 deps[tname] = set(t.get("dependencies") or [])
                 exprs[tname] = " && ".join(deps[tname])
         handled: set[str] = set()
         for expr in exprs.values():
             for ref, _suffix in re.findall(
-                    r"([A-Za-z0-9_-]+)\.(Failed|Errored|AnyFailed|AllFailed|Completed)", expr):
+                r"([A-Za-z0-9_-]+)\.(Failed|Errored|AnyFailed|AllFailed|Completed)", expr
+            ):
                 handled.add(ref)
         for tname, t in tasks.items():
             if (t.get("continueOn") or {}).get("failed") or (t.get("continueOn") or {}).get(
-                    "error"):
+                "error"
+            ):
                 handled.add(tname)
         results: dict[str, dict[str, Any]] = {}
         loops: dict[str, list[dict[str, Any]] | None] = {}
@@ -1248,33 +1425,53 @@ class WorkflowRun:
                         error = f"invalid depends of task {tname}: {exc}"
                         ok = False
                     if not ok or stop or error:
-                        omitted = self.new_node(f"{node['name']}.{tname}", tname, "Skipped",
-                                                t.get("template", ""), Ctx(scope, node["id"]),
-                                                parents(tname))
-                        results[tname] = self.finish(omitted, "Omitted",
-                                                     "omitted: depends condition not met")
+                        omitted = self.new_node(
+                            f"{node['name']}.{tname}",
+                            tname,
+                            "Skipped",
+                            t.get("template", ""),
+                            Ctx(scope, node["id"]),
+                            parents(tname),
+                        )
+                        results[tname] = self.finish(
+                            omitted, "Omitted", "omitted: depends condition not met"
+                        )
                         loops[tname] = None
                         continue
-                    running[tname] = asyncio.ensure_future(self._run_expanded(
-                        t, f"{node['name']}.{tname}", tname, scope, node["id"],
-                        parents(tname), self._when(t)))
+                    running[tname] = asyncio.ensure_future(
+                        self._run_expanded(
+                            t,
+                            f"{node['name']}.{tname}",
+                            tname,
+                            scope,
+                            node["id"],
+                            parents(tname),
+                            self._when(t),
+                        )
+                    )
                 if len(results) == len(tasks):
                     break
                 if not running:
                     break
-                done, _ = await asyncio.wait(running.values(),
-                                             return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
                 for tname in [n for n, tk in running.items() if tk in done]:
                     tk = running.pop(tname)
                     try:
                         tnode, children = tk.result()
                     except StepFailed as exc:
                         error = str(exc)
-                        tnode = self.finish(self.new_node(
-                            f"{node['name']}.{tname}", tname, "Pod",
-                            tasks[tname].get("template", ""), Ctx(scope, node["id"]),
-                            parents(tname)),
-                            "Error", str(exc))
+                        tnode = self.finish(
+                            self.new_node(
+                                f"{node['name']}.{tname}",
+                                tname,
+                                "Pod",
+                                tasks[tname].get("template", ""),
+                                Ctx(scope, node["id"]),
+                                parents(tname),
+                            ),
+                            "Error",
+                            str(exc),
+                        )
                         children = None
                     results[tname] = tnode
                     loops[tname] = children

@@ -19,8 +19,7 @@ from sandbox.store import Obj, Store, clone
 
 log = logging.getLogger("sandbox")
 
-DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "karmada-system",
-                      "karmada-cluster")
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "karmada-system", "karmada-cluster")
 
 
 @dataclass
@@ -108,8 +107,14 @@ class Sandbox:
                 if meta.get("finalizers"):
                     stripped = clone(obj)
                     stripped["metadata"]["finalizers"] = []
-                    self.store.update(rtype, stripped, meta.get("namespace"),
-                                      subresource="all", validate=False, check_rv=False)
+                    self.store.update(
+                        rtype,
+                        stripped,
+                        meta.get("namespace"),
+                        subresource="all",
+                        validate=False,
+                        check_rv=False,
+                    )
                 if self.store.find(rtype, meta.get("namespace"), meta["name"]) is not None:
                     self.store.delete(rtype, meta.get("namespace"), meta["name"])
         for obj in list(self.store.all(CLUSTER)):

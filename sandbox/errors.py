@@ -68,9 +68,7 @@ class ApiError(Exception):
         return cls(400, reason, message)
 
     @classmethod
-    def invalid(
-        cls, group: str, kind: str, name: str, causes: list[dict[str, str]]
-    ) -> ApiError:
+    def invalid(cls, group: str, kind: str, name: str, causes: list[dict[str, str]]) -> ApiError:
         what = f"{kind}.{group}" if group else kind
         summary = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
         return cls(

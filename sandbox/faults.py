@@ -85,8 +85,9 @@ class Faults:
 
     def active(self, ftype: str | None = None) -> list[Fault]:
         now = time.monotonic()
-        for fid in [f.id for f in self._faults.values()
-                    if f.expires_at is not None and f.expires_at <= now]:
+        for fid in [
+            f.id for f in self._faults.values() if f.expires_at is not None and f.expires_at <= now
+        ]:
             del self._faults[fid]
         return [f for f in self._faults.values() if ftype is None or f.type == ftype]
 
@@ -121,7 +122,10 @@ class Faults:
 
     def template_failure(self, namespace: str, workflow: str, template: str) -> str | None:
         for f in self.active("template-fail"):
-            if f.template == template and f.workflow in (None, workflow) \
-                    and f.namespace in (None, namespace):
+            if (
+                f.template == template
+                and f.workflow in (None, workflow)
+                and f.namespace in (None, namespace)
+            ):
                 return f.message or f"template {template} failed by sandbox fault"
         return None

@@ -67,8 +67,12 @@ class Webhooks:
             vals = rule.get(key) or []
             return "*" in vals or value in vals
 
-        return (has("operations", "CREATE") and has("apiGroups", rtype.group)
-                and has("apiVersions", rtype.version) and has("resources", rtype.plural))
+        return (
+            has("operations", "CREATE")
+            and has("apiGroups", rtype.group)
+            and has("apiVersions", rtype.version)
+            and has("resources", rtype.plural)
+        )
 
     async def admit(self, rtype: ResourceType, obj: Any, namespace: str | None) -> Obj:
         if not isinstance(obj, dict):
@@ -117,12 +121,17 @@ class Webhooks:
             "request": {
                 "uid": uid,
                 "kind": {"group": rtype.group, "version": rtype.version, "kind": rtype.kind},
-                "resource": {"group": rtype.group, "version": rtype.version,
-                             "resource": rtype.plural},
-                "requestKind": {"group": rtype.group, "version": rtype.version,
-                                "kind": rtype.kind},
-                "requestResource": {"group": rtype.group, "version": rtype.version,
-                                    "resource": rtype.plural},
+                "resource": {
+                    "group": rtype.group,
+                    "version": rtype.version,
+                    "resource": rtype.plural,
+                },
+                "requestKind": {"group": rtype.group, "version": rtype.version, "kind": rtype.kind},
+                "requestResource": {
+                    "group": rtype.group,
+                    "version": rtype.version,
+                    "resource": rtype.plural,
+                },
                 "name": meta.get("name", ""),
                 "namespace": meta.get("namespace", ""),
                 "operation": "CREATE",
@@ -135,8 +144,10 @@ class Webhooks:
         }
         try:
             if not url:
-                raise ValueError("webhook has no clientConfig.url (service references "
-                                 "cannot be resolved from karmada-apiserver)")
+                raise ValueError(
+                    "webhook has no clientConfig.url (service references "
+                    "cannot be resolved from karmada-apiserver)"
+                )
             ssl_ctx: ssl.SSLContext | bool = not url.startswith("https")
             async with self._session_get().post(
                 url, json=review, timeout=aiohttp.ClientTimeout(total=timeout), ssl=ssl_ctx
@@ -152,22 +163,24 @@ class Webhooks:
                 log.info("webhook %s failed (%s); failurePolicy Ignore", name, exc or "timeout")
                 return obj
             raise ApiError(
-                500, "InternalError",
+                500,
+                "InternalError",
                 f'Internal error occurred: failed calling webhook "{name}": {exc or "timeout"}',
             ) from exc
         if not response.get("allowed", False):
             status = response.get("status") or {}
             raise ApiError(
-                int(status.get("code") or 400), status.get("reason") or "BadRequest",
-                f'admission webhook "{name}" denied the request: '
-                f'{status.get("message", "")}',
+                int(status.get("code") or 400),
+                status.get("reason") or "BadRequest",
+                f'admission webhook "{name}" denied the request: {status.get("message", "")}',
             )
         if response.get("patch"):
             try:
                 ops = json.loads(base64.b64decode(response["patch"]))
             except ValueError as exc:
-                raise ApiError(500, "InternalError",
-                               f'webhook "{name}" returned an invalid patch: {exc}') from exc
+                raise ApiError(
+                    500, "InternalError", f'webhook "{name}" returned an invalid patch: {exc}'
+                ) from exc
             patched = patchlib.json_patch(obj, ops)
             if isinstance(patched, dict):
                 obj = patched
@@ -211,9 +224,7 @@ def choose_policy(store_pps: list[Obj], store_cpps: list[Obj], obj: Obj) -> Obj 
         return ranked[0][3] if ranked else None
 
     ns = obj["metadata"].get("namespace")
-    return pick([p for p in store_pps if p["metadata"].get("namespace") == ns]) or pick(
-        store_cpps
-    )
+    return pick([p for p in store_pps if p["metadata"].get("namespace") == ns]) or pick(store_cpps)
 
 
 # -- cluster selection ---------------------------------------------------------------------
@@ -255,8 +266,9 @@ def tolerated(cluster: Obj, tolerations: list[dict[str, Any]]) -> bool:
             if tol.get("operator") == "Exists":
                 ok = not tol.get("key") or tol["key"] == taint.get("key")
             else:
-                ok = tol.get("key") == taint.get("key") and \
-                    tol.get("value", "") == taint.get("value", "")
+                ok = tol.get("key") == taint.get("key") and tol.get("value", "") == taint.get(
+                    "value", ""
+                )
             if ok:
                 break
         if not ok:
@@ -265,8 +277,10 @@ def tolerated(cluster: Obj, tolerations: list[dict[str, Any]]) -> bool:
 
 
 # -- overrides -----------------------------------------------------------------------------
-_IMAGE_RE = re.compile(r"^(?:(?P<registry>[^/]+\.[^/]+|[^/]+:\d+|localhost)/)?"
-                       r"(?P<repository>[^:@]+)(?::(?P<tag>[^@]+))?(?P<digest>@.+)?$")
+_IMAGE_RE = re.compile(
+    r"^(?:(?P<registry>[^/]+\.[^/]+|[^/]+:\d+|localhost)/)?"
+    r"(?P<repository>[^:@]+)(?::(?P<tag>[^@]+))?(?P<digest>@.+)?$"
+)
 
 
 def override_image(image: str, overrider: dict[str, Any]) -> str:
@@ -302,12 +316,16 @@ def apply_overriders(obj: Obj, overriders: dict[str, Any]) -> Obj:
         obj = patched if isinstance(patched, dict) else obj
     for io in overriders.get("imageOverrider") or []:
         pred = (io.get("predicate") or {}).get("path")
-        paths = [pred] if pred else [
-            f"/spec/templates/{i}/{kind}/image"
-            for i, t in enumerate((obj.get("spec") or {}).get("templates") or [])
-            for kind in ("container", "script")
-            if isinstance(t.get(kind), dict) and t[kind].get("image")
-        ]
+        paths = (
+            [pred]
+            if pred
+            else [
+                f"/spec/templates/{i}/{kind}/image"
+                for i, t in enumerate((obj.get("spec") or {}).get("templates") or [])
+                for kind in ("container", "script")
+                if isinstance(t.get(kind), dict) and t[kind].get("image")
+            ]
+        )
         for path in paths:
             try:
                 image = patchlib.get_pointer(obj, path)
@@ -318,8 +336,7 @@ def apply_overriders(obj: Obj, overriders: dict[str, Any]) -> Obj:
                     obj, [{"op": "replace", "path": path, "value": override_image(image, io)}]
                 )
                 obj = patched if isinstance(patched, dict) else obj
-    for field_name, key in (("labelsOverrider", "labels"), ("annotationsOverrider",
-                                                            "annotations")):
+    for field_name, key in (("labelsOverrider", "labels"), ("annotationsOverrider", "annotations")):
         for lo in overriders.get(field_name) or []:
             target = obj["metadata"].setdefault(key, {})
             for k, v in (lo.get("value") or {}).items():
@@ -390,22 +407,31 @@ class Karmada:
         ready = not self.sb.faults.site_not_ready(member.name)
         prev = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), None)
         status_s = "True" if ready else "False"
-        transition = prev["lastTransitionTime"] if prev and prev.get("status") == status_s \
-            else now_iso()
+        transition = (
+            prev["lastTransitionTime"] if prev and prev.get("status") == status_s else now_iso()
+        )
         cond = {
-            "type": "Ready", "status": status_s,
+            "type": "Ready",
+            "status": status_s,
             "reason": "ClusterReady" if ready else "ClusterNotReady",
-            "message": "cluster is healthy and ready to accept workloads" if ready
+            "message": "cluster is healthy and ready to accept workloads"
+            if ready
             else "cluster is not reachable or not healthy",
             "lastTransitionTime": transition,
         }
         return {
             "kubernetesVersion": member.kubernetes_version,
-            "apiEnablements": [{"groupVersion": "argoproj.io/v1alpha1", "resources": [
-                {"name": "workflows", "kind": "Workflow"}]}],
+            "apiEnablements": [
+                {
+                    "groupVersion": "argoproj.io/v1alpha1",
+                    "resources": [{"name": "workflows", "kind": "Workflow"}],
+                }
+            ],
             "conditions": [cond],
-            "nodeSummary": {"totalNum": len(member.nodes),
-                            "readyNum": len(member.nodes) if ready else 0},
+            "nodeSummary": {
+                "totalNum": len(member.nodes),
+                "readyNum": len(member.nodes) if ready else 0,
+            },
             "resourceSummary": {
                 "allocatable": quantity.fmt_map(member.capacity),
                 "allocating": quantity.fmt_map(member.pending_requests()),
@@ -427,12 +453,14 @@ class Karmada:
                 new["status"] = status
                 if not_ready and not has_taint:
                     new.setdefault("spec", {})["taints"] = [
-                        *taints, dict(NOT_READY_TAINT, timeAdded=now_iso())]
+                        *taints,
+                        dict(NOT_READY_TAINT, timeAdded=now_iso()),
+                    ]
                 elif has_taint and not not_ready:
-                    new["spec"]["taints"] = [t for t in taints
-                                             if t.get("key") != NOT_READY_TAINT["key"]]
-                self.store.update(CLUSTER, new, subresource="all", validate=False,
-                                  check_rv=False)
+                    new["spec"]["taints"] = [
+                        t for t in taints if t.get("key") != NOT_READY_TAINT["key"]
+                    ]
+                self.store.update(CLUSTER, new, subresource="all", validate=False, check_rv=False)
 
     # -- scheduling ------------------------------------------------------------------------
     def schedule(self, wf: Obj, placement: dict[str, Any]) -> tuple[str | None, str]:
@@ -447,8 +475,9 @@ class Karmada:
                 name = c["metadata"]["name"]
                 member = self.sb.members.get(name)
                 if not affinity_matches(aff, c):
-                    reasons.setdefault(name, "cluster(s) did not match the placement cluster "
-                                             "affinity constraint")
+                    reasons.setdefault(
+                        name, "cluster(s) did not match the placement cluster affinity constraint"
+                    )
                 elif not cluster_ready(c):
                     reasons[name] = "cluster(s) were not ready"
                 elif not tolerated(c, tolerations):
@@ -474,8 +503,11 @@ class Karmada:
         self._update_clusters(clusters)
         # Sites whose status cannot reach the control plane right now; computed once per pass
         # because the loop below may run over many Workflows.
-        frozen = {name for name in clusters
-                  if self.sb.faults.site_unreachable(name) or self.sb.faults.site_not_ready(name)}
+        frozen = {
+            name
+            for name in clusters
+            if self.sb.faults.site_unreachable(name) or self.sb.faults.site_not_ready(name)
+        }
         if frozen != self._frozen:
             # A site came back (or went away): its workflows' status must flow (or stop).
             self._all_dirty = True
@@ -484,11 +516,15 @@ class Karmada:
         if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
             self._all_dirty = False
             self._last_full = now
-            keys = {(w["metadata"]["namespace"], w["metadata"]["name"])
-                    for w in self.store.all(WORKFLOW)}
-            keys |= {(rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get(
-                "name", "")) for rb in self.store.all(RESOURCE_BINDING)
-                if (rb["spec"].get("resource") or {}).get("kind") == "Workflow"}
+            keys = {
+                (w["metadata"]["namespace"], w["metadata"]["name"])
+                for w in self.store.all(WORKFLOW)
+            }
+            keys |= {
+                (rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get("name", ""))
+                for rb in self.store.all(RESOURCE_BINDING)
+                if (rb["spec"].get("resource") or {}).get("kind") == "Workflow"
+            }
             for member in self.sb.members.values():
                 keys |= set(member.runs)
         else:
@@ -551,8 +587,10 @@ class Karmada:
         meta = wf["metadata"]
         annotations: dict[str, str]
         if policy["kind"] == "PropagationPolicy":
-            annotations = {PP_NAME: policy["metadata"]["name"],
-                           PP_NAMESPACE: policy["metadata"]["namespace"]}
+            annotations = {
+                PP_NAME: policy["metadata"]["name"],
+                PP_NAMESPACE: policy["metadata"]["namespace"],
+            }
         else:
             annotations = {CPP_NAME: policy["metadata"]["name"]}
         if any((meta.get("annotations") or {}).get(k) != v for k, v in annotations.items()):
@@ -565,24 +603,36 @@ class Karmada:
             "metadata": {
                 "name": f"{meta['name']}-workflow",
                 "namespace": meta["namespace"],
-                "labels": {k.replace("/name", "/permanent-id").replace("/namespace", "/ns"):
-                           v for k, v in annotations.items() if k.endswith("/name")},
+                "labels": {
+                    k.replace("/name", "/permanent-id").replace("/namespace", "/ns"): v
+                    for k, v in annotations.items()
+                    if k.endswith("/name")
+                },
                 "annotations": annotations,
-                "ownerReferences": [{
-                    "apiVersion": WORKFLOW.api_version, "kind": "Workflow",
-                    "name": meta["name"], "uid": meta["uid"], "controller": True,
-                    "blockOwnerDeletion": True,
-                }],
+                "ownerReferences": [
+                    {
+                        "apiVersion": WORKFLOW.api_version,
+                        "kind": "Workflow",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
             },
             "spec": {
                 "resource": {
-                    "apiVersion": WORKFLOW.api_version, "kind": "Workflow",
-                    "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"],
+                    "apiVersion": WORKFLOW.api_version,
+                    "kind": "Workflow",
+                    "namespace": meta["namespace"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
                     "resourceVersion": meta["resourceVersion"],
                 },
                 "placement": clone((policy.get("spec") or {}).get("placement") or {}),
-                "schedulerName": (policy.get("spec") or {}).get("schedulerName",
-                                                                "default-scheduler"),
+                "schedulerName": (policy.get("spec") or {}).get(
+                    "schedulerName", "default-scheduler"
+                ),
                 "conflictResolution": "Abort",
             },
         }
@@ -597,35 +647,51 @@ class Karmada:
         new = clone(rb)
         status = new.setdefault("status", {})
         if target is None:
-            cond = {"type": "Scheduled", "status": "False", "reason": "NoClusterFit",
-                    "message": why}
+            cond = {
+                "type": "Scheduled",
+                "status": "False",
+                "reason": "NoClusterFit",
+                "message": why,
+            }
         else:
             new["spec"]["clusters"] = [{"name": target}]
-            cond = {"type": "Scheduled", "status": "True", "reason": "Success",
-                    "message": "Binding has been scheduled successfully."}
+            cond = {
+                "type": "Scheduled",
+                "status": "True",
+                "reason": "Success",
+                "message": "Binding has been scheduled successfully.",
+            }
             status["schedulerObservedGeneration"] = new["metadata"].get("generation", 1) + 1
         prev = _condition(status, "Scheduled")
         if prev is not None and {k: prev.get(k) for k in cond} == cond:
             return rb
         cond["lastTransitionTime"] = now_iso()
-        status["conditions"] = [c for c in status.get("conditions") or []
-                                if c.get("type") != "Scheduled"] + [cond]
+        status["conditions"] = [
+            c for c in status.get("conditions") or [] if c.get("type") != "Scheduled"
+        ] + [cond]
         wf_name = f"{wf['metadata']['namespace']}/{wf['metadata']['name']}"
         if target is None:
             log.info("workflow %s unschedulable: %s", wf_name, why)
         else:
-            log.info("workflow %s scheduled to %s (policy %s)", wf_name, target,
-                     (rb["metadata"].get("annotations") or {}).get(PP_NAME)
-                     or (rb["metadata"].get("annotations") or {}).get(CPP_NAME))
-        return self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False,
-                                 check_rv=False)
+            log.info(
+                "workflow %s scheduled to %s (policy %s)",
+                wf_name,
+                target,
+                (rb["metadata"].get("annotations") or {}).get(PP_NAME)
+                or (rb["metadata"].get("annotations") or {}).get(CPP_NAME),
+            )
+        return self.store.update(
+            RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False
+        )
 
     def _member_copy(self, wf: Obj, cluster: str) -> Obj:
         meta = wf["metadata"]
         obj: Obj = {
-            "apiVersion": wf["apiVersion"], "kind": wf["kind"],
+            "apiVersion": wf["apiVersion"],
+            "kind": wf["kind"],
             "metadata": {
-                "name": meta["name"], "namespace": meta["namespace"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
                 "labels": dict(meta.get("labels") or {}),
                 "annotations": dict(meta.get("annotations") or {}),
             },
@@ -634,32 +700,38 @@ class Karmada:
         obj["metadata"]["labels"]["karmada.io/managed"] = "true"
         applied = []
         cluster_obj = self.store.find(CLUSTER, None, cluster) or {"metadata": {"name": cluster}}
-        policies = sorted(self.store.all(CLUSTER_OVERRIDE_POLICY),
-                          key=lambda p: p["metadata"]["name"]) + sorted(
-            (p for p in self.store.all(OVERRIDE_POLICY)
-             if p["metadata"].get("namespace") == meta["namespace"]),
-            key=lambda p: p["metadata"]["name"])
+        policies = sorted(
+            self.store.all(CLUSTER_OVERRIDE_POLICY), key=lambda p: p["metadata"]["name"]
+        ) + sorted(
+            (
+                p
+                for p in self.store.all(OVERRIDE_POLICY)
+                if p["metadata"].get("namespace") == meta["namespace"]
+            ),
+            key=lambda p: p["metadata"]["name"],
+        )
         for policy in policies:
             spec = policy.get("spec") or {}
             if spec.get("resourceSelectors") and policy_precision(policy, wf) < 0:
                 continue
             rules = list(spec.get("overrideRules") or [])
             if spec.get("overriders"):
-                rules.append({"targetCluster": spec.get("targetCluster"),
-                              "overriders": spec["overriders"]})
+                rules.append(
+                    {"targetCluster": spec.get("targetCluster"), "overriders": spec["overriders"]}
+                )
             for rule in rules:
                 if not affinity_matches(rule.get("targetCluster"), cluster_obj):
                     continue
                 try:
                     obj = apply_overriders(obj, rule.get("overriders") or {})
                 except ApiError as exc:
-                    log.warning("override %s failed: %s", policy["metadata"]["name"],
-                                exc.message)
+                    log.warning("override %s failed: %s", policy["metadata"]["name"], exc.message)
                     continue
                 applied.append(policy["metadata"]["name"])
         if applied:
             obj["metadata"]["annotations"][APPLIED_OVERRIDES] = json.dumps(
-                [{"policyName": n} for n in applied])
+                [{"policyName": n} for n in applied]
+            )
         return obj
 
     def _propagate(self, wf: Obj, rb: Obj, cluster: str) -> None:
@@ -692,18 +764,26 @@ class Karmada:
         health = "Unhealthy" if not phase or phase in ("Error", "Failed") else "Healthy"
         new = clone(rb)
         status = new.setdefault("status", {})
-        status["aggregatedStatus"] = [{
-            "clusterName": cluster, "applied": True, "health": health,
-            "status": member_status,
-        }]
+        status["aggregatedStatus"] = [
+            {
+                "clusterName": cluster,
+                "applied": True,
+                "health": health,
+                "status": member_status,
+            }
+        ]
         if not applied_before:
-            status["conditions"] = [*(status.get("conditions") or []), {
-                "type": "FullyApplied", "status": "True", "reason": "FullyAppliedSuccess",
-                "message": "All works have been successfully applied",
-                "lastTransitionTime": now_iso(),
-            }]
-        self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False,
-                          check_rv=False)
+            status["conditions"] = [
+                *(status.get("conditions") or []),
+                {
+                    "type": "FullyApplied",
+                    "status": "True",
+                    "reason": "FullyAppliedSuccess",
+                    "message": "All works have been successfully applied",
+                    "lastTransitionTime": now_iso(),
+                },
+            ]
+        self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False)
         self._reflected[rb_key] = version
 
 

@@ -34,9 +34,7 @@ def _parent(doc: Any, tokens: list[str], pointer: str) -> Any:
         try:
             node = node[int(t)] if isinstance(node, list) else node[t]
         except (KeyError, IndexError, ValueError, TypeError) as exc:
-            raise ApiError(
-                422, "Invalid", f"jsonpatch: path {pointer!r} does not exist"
-            ) from exc
+            raise ApiError(422, "Invalid", f"jsonpatch: path {pointer!r} does not exist") from exc
     return node
 
 

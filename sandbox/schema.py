@@ -43,8 +43,11 @@ class SchemaRegistry:
         for path in paths:
             # Folders are searched recursively, so the whole reference folder can be given;
             # files that are not CRDs are skipped.
-            files = sorted(path.rglob("*.yaml")) + sorted(path.rglob("*.yml")) \
-                if path.is_dir() else [path]
+            files = (
+                sorted(path.rglob("*.yaml")) + sorted(path.rglob("*.yml"))
+                if path.is_dir()
+                else [path]
+            )
             for f in files:
                 for doc in _crd_documents(f):
                     self._add(doc)
@@ -96,8 +99,11 @@ def _crd_documents(path: Path) -> list[dict[str, Any]]:
         return []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        docs = [d for d in yaml.load_all(raw, Loader=loader)
-                if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+        docs = [
+            d
+            for d in yaml.load_all(raw, Loader=loader)
+            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"
+        ]
     except yaml.YAMLError as exc:
         # A folder may hold templates that are not plain YAML; they hold no CRD we can use.
         log.warning("skipping %s: %s", path, exc)
@@ -133,14 +139,19 @@ def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
         values: Any = error.validator_value
         allowed = ", ".join(json.dumps(v) for v in values)
         return {
-            "reason": "FieldValueNotSupported", "field": path,
+            "reason": "FieldValueNotSupported",
+            "field": path,
             "message": f"Unsupported value: {value}: supported values: {allowed}",
         }
     if error.validator == "type":
         return {
-            "reason": "FieldValueTypeInvalid", "field": path,
+            "reason": "FieldValueTypeInvalid",
+            "field": path,
             "message": f"Invalid value: {value}: {path} in body must be of type "
             f"{error.validator_value}",
         }
-    return {"reason": "FieldValueInvalid", "field": path,
-            "message": f"Invalid value: {value}: {error.message}"}
+    return {
+        "reason": "FieldValueInvalid",
+        "field": path,
+        "message": f"Invalid value: {value}: {error.message}",
+    }

@@ -92,9 +92,7 @@ def parse_field_selector(selector: str | None) -> Callable[[Mapping[str, Any]], 
             raise ApiError.bad_request(f"invalid field selector: {term.strip()!r}")
         path, op, value = m.groups()
         if path not in ("metadata.name", "metadata.namespace"):
-            raise ApiError.bad_request(
-                f'field label not supported: {path}', reason="BadRequest"
-            )
+            raise ApiError.bad_request(f"field label not supported: {path}", reason="BadRequest")
         field = path.split(".", 1)[1]
 
         def check(obj: Mapping[str, Any], f: str = field, v: str = value, o: str = op) -> bool:

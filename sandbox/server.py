@@ -81,10 +81,13 @@ class Api:
             if delay:
                 await asyncio.sleep(delay)
             if status is not None:
-                return error_response(ApiError(
-                    status, "InternalError" if status >= 500 else "BadRequest",
-                    f"Internal error occurred: injected sandbox fault ({status})",
-                ))
+                return error_response(
+                    ApiError(
+                        status,
+                        "InternalError" if status >= 500 else "BadRequest",
+                        f"Internal error occurred: injected sandbox fault ({status})",
+                    )
+                )
         try:
             return await handler(request)
         except ApiError as err:
@@ -100,20 +103,30 @@ class Api:
         resources = []
         for t in self.registry.in_group_version(group, version):
             entry = {
-                "name": t.plural, "singularName": t.singular, "namespaced": t.namespaced,
-                "kind": t.kind, "verbs": VERBS, "shortNames": list(t.short_names),
+                "name": t.plural,
+                "singularName": t.singular,
+                "namespaced": t.namespaced,
+                "kind": t.kind,
+                "verbs": VERBS,
+                "shortNames": list(t.short_names),
                 "storageVersionHash": "",
             }
             if t.categories:
                 entry["categories"] = list(t.categories)
             resources.append(entry)
             if t.kind != "MutatingWebhookConfiguration":
-                resources.append({
-                    "name": f"{t.plural}/status", "singularName": "", "namespaced": t.namespaced,
-                    "kind": t.kind, "verbs": ["get", "patch", "update"],
-                })
+                resources.append(
+                    {
+                        "name": f"{t.plural}/status",
+                        "singularName": "",
+                        "namespaced": t.namespaced,
+                        "kind": t.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
         return {
-            "kind": "APIResourceList", "apiVersion": "v1",
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
             "groupVersion": f"{group}/{version}" if group else version,
             "resources": resources,
         }
@@ -131,41 +144,45 @@ class Api:
         if p == "/openapi/v2":
             return web.Response(body=b"", content_type="application/octet-stream")
         if p.startswith("/openapi"):
-            return error_response(ApiError(404, "NotFound", "the server could not find the "
-                                                          "requested resource"))
+            return error_response(
+                ApiError(404, "NotFound", "the server could not find the requested resource")
+            )
         if p == "/api":
-            return json_response({
-                "kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [
-                    {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
-                ],
-            })
+            return json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": request.host}
+                    ],
+                }
+            )
         if p == "/api/v1":
             return json_response(self._resource_list("", "v1"))
         if p == "/apis":
-            return json_response({
-                "kind": "APIGroupList", "apiVersion": "v1",
-                "groups": [self._group(g, vs) for g, vs in self.registry.groups().items()],
-            })
+            return json_response(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [self._group(g, vs) for g, vs in self.registry.groups().items()],
+                }
+            )
         parts = p.strip("/").split("/")
         if parts[0] == "apis" and len(parts) == 2:
             versions = self.registry.groups().get(parts[1])
             if versions is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested "
-                                               "resource")
-            return json_response({"kind": "APIGroup", "apiVersion": "v1",
-                                  **self._group(parts[1], versions)})
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            return json_response(
+                {"kind": "APIGroup", "apiVersion": "v1", **self._group(parts[1], versions)}
+            )
         if parts[0] == "apis" and len(parts) == 3:
             if not self.registry.in_group_version(parts[1], parts[2]):
-                raise ApiError(404, "NotFound", "the server could not find the requested "
-                                               "resource")
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
             return json_response(self._resource_list(parts[1], parts[2]))
         return None
 
     # -- routing -------------------------------------------------------------------------
-    def _route(
-        self, path: str
-    ) -> tuple[ResourceType, str | None, str | None, str | None] | None:
+    def _route(self, path: str) -> tuple[ResourceType, str | None, str | None, str | None] | None:
         parts = [p for p in path.split("/") if p]
         if len(parts) >= 2 and parts[0] == "api" and parts[1] == "v1":
             group, version, rest = "", "v1", parts[2:]
@@ -217,9 +234,10 @@ class Api:
             if m == "DELETE":
                 lm = parse_label_selector(q.get("labelSelector"))
                 fm = parse_field_selector(q.get("fieldSelector"))
-                gone = [self.store.delete(rtype, o["metadata"].get("namespace"),
-                                          o["metadata"]["name"])
-                        for o in self.store.list_objects(rtype, namespace, lm, fm)]
+                gone = [
+                    self.store.delete(rtype, o["metadata"].get("namespace"), o["metadata"]["name"])
+                    for o in self.store.list_objects(rtype, namespace, lm, fm)
+                ]
                 return json_response(self._list_body(rtype, gone))
             raise ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
         if m == "GET":
@@ -269,8 +287,10 @@ class Api:
     # -- list / patch --------------------------------------------------------------------
     def _list_body(self, rtype: ResourceType, items: list[Obj]) -> dict[str, Any]:
         return {
-            "kind": f"{rtype.kind}List", "apiVersion": rtype.api_version,
-            "metadata": {"resourceVersion": str(self.store.rv)}, "items": items,
+            "kind": f"{rtype.kind}List",
+            "apiVersion": rtype.api_version,
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "items": items,
         }
 
     def list_view(self, request: web.Request, rtype: ResourceType, ns: str | None) -> web.Response:
@@ -282,7 +302,11 @@ class Api:
         return json_response(self._list_body(rtype, items))
 
     async def patch(
-        self, request: web.Request, rtype: ResourceType, ns: str | None, name: str,
+        self,
+        request: web.Request,
+        rtype: ResourceType,
+        ns: str | None,
+        name: str,
         sub: str | None,
     ) -> web.Response:
         ctype = request.content_type or ""
@@ -303,16 +327,19 @@ class Api:
                 raise ApiError.not_found(rtype.group, rtype.plural, name)
             if ctype == "application/json-patch+json":
                 new = patchlib.json_patch(current, body)
-            elif ctype in ("application/merge-patch+json",
-                           "application/strategic-merge-patch+json"):
+            elif ctype in (
+                "application/merge-patch+json",
+                "application/strategic-merge-patch+json",
+            ):
                 if not isinstance(body, dict):
-                    raise ApiError.bad_request(
-                        "the body of a merge patch must be a JSON object"
-                    )
+                    raise ApiError.bad_request("the body of a merge patch must be a JSON object")
                 new = patchlib.merge_patch(current, body)
             else:
-                raise ApiError(415, "UnsupportedMediaType",
-                               f"the body of the request was in an unknown format: {ctype}")
+                raise ApiError(
+                    415,
+                    "UnsupportedMediaType",
+                    f"the body of the request was in an unknown format: {ctype}",
+                )
         if not isinstance(new, dict):
             raise ApiError.bad_request("the patch result is not an object")
         new.setdefault("metadata", {})["name"] = name
@@ -324,13 +351,16 @@ class Api:
         return "as=Table" in request.headers.get("Accept", "")
 
     def _table(self, rtype: ResourceType, items: list[Obj], with_columns: bool = True) -> Obj:
-        cols = [{"name": "Name", "type": "string", "format": "name", "description": "",
-                 "priority": 0}]
+        cols = [
+            {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}
+        ]
         for header, _path, typ in rtype.printer_columns:
-            cols.append({"name": header, "type": typ, "format": "", "description": "",
-                         "priority": 0})
-        cols.append({"name": "Age", "type": "string", "format": "", "description": "",
-                     "priority": 0})
+            cols.append(
+                {"name": header, "type": typ, "format": "", "description": "", "priority": 0}
+            )
+        cols.append(
+            {"name": "Age", "type": "string", "format": "", "description": "", "priority": 0}
+        )
         rows = []
         for obj in items:
             cells: list[Any] = [obj["metadata"]["name"]]
@@ -339,8 +369,10 @@ class Api:
             cells.append(_age(obj["metadata"].get("creationTimestamp")))
             rows.append({"cells": cells, "object": obj})
         table: Obj = {
-            "kind": "Table", "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self.store.rv)}, "rows": rows,
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": str(self.store.rv)},
+            "rows": rows,
         }
         if with_columns:
             table["columnDefinitions"] = cols
@@ -351,8 +383,12 @@ class Api:
         self, request: web.Request, rtype: ResourceType, ns: str | None
     ) -> web.StreamResponse:
         q = request.query
-        watcher = Watcher(rtype, ns, parse_label_selector(q.get("labelSelector")),
-                          parse_field_selector(q.get("fieldSelector")))
+        watcher = Watcher(
+            rtype,
+            ns,
+            parse_label_selector(q.get("labelSelector")),
+            parse_field_selector(q.get("fieldSelector")),
+        )
         rv = q.get("resourceVersion", "")
         table = self._wants_table(request)
         try:
@@ -363,8 +399,12 @@ class Api:
         initial: list[tuple[str, Obj]] = []
         expired: ApiError | None = None
         if rv in ("", "0"):
-            initial = [("ADDED", o) for o in self.store.list_objects(rtype, ns, watcher.label_match,
-                                                             watcher.field_match)]
+            initial = [
+                ("ADDED", o)
+                for o in self.store.list_objects(
+                    rtype, ns, watcher.label_match, watcher.field_match
+                )
+            ]
         else:
             try:
                 start = int(rv)
@@ -412,10 +452,14 @@ class Api:
                     )
                 except TimeoutError:
                     if bookmarks and time.monotonic() < deadline:
-                        await send("BOOKMARK", {
-                            "kind": rtype.kind, "apiVersion": rtype.api_version,
-                            "metadata": {"resourceVersion": str(self.store.rv)},
-                        })
+                        await send(
+                            "BOOKMARK",
+                            {
+                                "kind": rtype.kind,
+                                "apiVersion": rtype.api_version,
+                                "metadata": {"resourceVersion": str(self.store.rv)},
+                            },
+                        )
                     if watcher.overflowed:
                         break
                     continue
@@ -475,8 +519,9 @@ class Api:
             return json_response({"ready": True})
         if tail == "resume" and m == "POST":
             body = await self._body(request)
-            count = self.sb.resume(str(body.get("namespace", "default")), str(body["name"]),
-                                   body.get("node"))
+            count = self.sb.resume(
+                str(body.get("namespace", "default")), str(body["name"]), body.get("node")
+            )
             return json_response({"resumed": count})
         parts = tail.split("/")
         if len(parts) == 3 and parts[0] == "members" and parts[2] == "workflows" and m == "GET":

@@ -155,21 +155,46 @@ class Store:
     def _check_meta(self, rtype: ResourceType, obj: Obj, namespace: str | None) -> None:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
-            raise ApiError.invalid(rtype.group, rtype.kind, "", [
-                {"reason": "FieldValueRequired", "field": "metadata", "message": "Required value"}
-            ])
+            raise ApiError.invalid(
+                rtype.group,
+                rtype.kind,
+                "",
+                [
+                    {
+                        "reason": "FieldValueRequired",
+                        "field": "metadata",
+                        "message": "Required value",
+                    }
+                ],
+            )
         name = meta.get("name", "")
         if not isinstance(name, str) or not name:
-            raise ApiError.invalid(rtype.group, rtype.kind, "", [{
-                "reason": "FieldValueRequired", "field": "metadata.name",
-                "message": "Required value: name or generateName is required",
-            }])
+            raise ApiError.invalid(
+                rtype.group,
+                rtype.kind,
+                "",
+                [
+                    {
+                        "reason": "FieldValueRequired",
+                        "field": "metadata.name",
+                        "message": "Required value: name or generateName is required",
+                    }
+                ],
+            )
         if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-            raise ApiError.invalid(rtype.group, rtype.kind, name, [{
-                "reason": "FieldValueInvalid", "field": "metadata.name",
-                "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
-                "consist of lower case alphanumeric characters, '-' or '.'",
-            }])
+            raise ApiError.invalid(
+                rtype.group,
+                rtype.kind,
+                name,
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "metadata.name",
+                        "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
+                        "consist of lower case alphanumeric characters, '-' or '.'",
+                    }
+                ],
+            )
         if rtype.namespaced:
             body_ns = meta.get("namespace")
             if namespace and body_ns and body_ns != namespace:
@@ -234,7 +259,9 @@ class Store:
         sent_rv = meta.get("resourceVersion")
         if check_rv and sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
             raise ApiError.conflict(
-                rtype.group, rtype.plural, name,
+                rtype.group,
+                rtype.plural,
+                name,
                 "the object has been modified; please apply your changes to the latest "
                 "version and try again",
             )
@@ -291,7 +318,9 @@ class Store:
                 want = preconditions.get(field_name)
                 if want and want != old["metadata"].get(field_name):
                     raise ApiError.conflict(
-                        rtype.group, rtype.plural, name,
+                        rtype.group,
+                        rtype.plural,
+                        name,
                         f"Precondition failed: {field_name} in precondition: {want}, "
                         f"{field_name} in object meta: {old['metadata'].get(field_name)}",
                     )
@@ -311,7 +340,7 @@ class Store:
         if rtype.kind == "Namespace":
             for t in self.registry.types:
                 if t.namespaced:
-                    for (ns, n) in [k for k in self.objects[t.key] if k[0] == name]:
+                    for ns, n in [k for k in self.objects[t.key] if k[0] == name]:
                         self.delete(t, ns, n)
         return gone
 
@@ -325,9 +354,7 @@ class Store:
             # Only possible with a version from another run of the sandbox.
             raise ApiError.expired(f"too large resource version: {rv}, current: {self.rv}")
         if rv < self.evicted_rv:
-            raise ApiError.expired(
-                f"too old resource version: {rv} ({self.evicted_rv + 1})"
-            )
+            raise ApiError.expired(f"too old resource version: {rv} ({self.evicted_rv + 1})")
         return [ev for ev in self.log if ev.rv > rv]
 
 

@@ -71,13 +71,20 @@ class SandboxServer:
         self._clients.append(client)
         return client
 
-    def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json", timeout: float = 30) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float = 30,
+    ) -> Any:
         data = None
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": content_type}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 raw = resp.read()
@@ -122,8 +129,9 @@ class SandboxServer:
         self.request("POST", "/_sandbox/compact")
 
     def member_workflows(self, cluster: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.request(
-            "GET", f"/_sandbox/members/{cluster}/workflows")["items"]
+        items: list[dict[str, Any]] = self.request("GET", f"/_sandbox/members/{cluster}/workflows")[
+            "items"
+        ]
         return items
 
     def resume(self, namespace: str, name: str, node: str | None = None) -> int:
@@ -137,8 +145,12 @@ class SandboxServer:
         return f"{self.label_domain}/sandbox-{name}"
 
     @staticmethod
-    def wait_for(predicate: Callable[[], T | None], timeout: float = 30.0,
-                 interval: float = 0.05, what: str = "condition") -> T:
+    def wait_for(
+        predicate: Callable[[], T | None],
+        timeout: float = 30.0,
+        interval: float = 0.05,
+        what: str = "condition",
+    ) -> T:
         """Poll until predicate returns something truthy; fail the test after timeout."""
         deadline = time.monotonic() + timeout
         last: Any = None
@@ -184,25 +196,50 @@ def _stop_quietly(process: subprocess.Popen[bytes]) -> None:
             process.wait(timeout=5)
 
 
-def start_sandbox(workdir: Path, time_scale: float = TIME_SCALE,
-                  extra_args: list[str] | None = None) -> SandboxServer:
+def start_sandbox(
+    workdir: Path, time_scale: float = TIME_SCALE, extra_args: list[str] | None = None
+) -> SandboxServer:
     port = free_port()
     kubeconfig = workdir / "kubeconfig"
     log_path = workdir / "sandbox.log"
     cmd = [
-        sys.executable, "-m", "sandbox", "--port", str(port), "--host", "127.0.0.1",
-        "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale),
-        "--bookmark-interval", "0.5", "--crds", str(KARMADA_CRDS), "--crds", str(ARGO_CRD),
+        sys.executable,
+        "-m",
+        "sandbox",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--time-scale",
+        str(time_scale),
+        "--bookmark-interval",
+        "0.5",
+        "--crds",
+        str(KARMADA_CRDS),
+        "--crds",
+        str(ARGO_CRD),
         *(extra_args or []),
     ]
     log = log_path.open("wb")
-    process = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
-                               preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+    process = subprocess.Popen(
+        cmd,
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+    )
     log.close()
     # Belt and braces: a session that ends without running fixture finalizers still stops it.
     atexit.register(_stop_quietly, process)
-    server = SandboxServer(url=f"http://127.0.0.1:{port}", kubeconfig=kubeconfig,
-                           log_path=log_path, process=process, time_scale=time_scale)
+    server = SandboxServer(
+        url=f"http://127.0.0.1:{port}",
+        kubeconfig=kubeconfig,
+        log_path=log_path,
+        process=process,
+        time_scale=time_scale,
+    )
     deadline = time.monotonic() + 60
     while True:
         if process.poll() is not None:

@@ -105,8 +105,7 @@ def client_phase(sandbox: SandboxServer, counter: Counter, n: int) -> dict[str, 
     return rates
 
 
-async def bulk_phase(sandbox: SandboxServer, counter: Counter, total: int,
-                     budget: float) -> float:
+async def bulk_phase(sandbox: SandboxServer, counter: Counter, total: int, budget: float) -> float:
     """Keep-alive connections with a minimal HTTP/1.1 client: aiohttp's client costs more CPU
     than the server on a two-core machine, which would measure the client, not the server."""
     host, port = sandbox.url.removeprefix("http://").split(":")
@@ -116,16 +115,22 @@ async def bulk_phase(sandbox: SandboxServer, counter: Counter, total: int,
     queue = iter(range(total - counter.requests))
 
     def request(method: str, url: str, body: bytes = b"") -> bytes:
-        head = (f"{method} {url} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n"
-                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")
+        head = (
+            f"{method} {url} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
         return head.encode() + body
 
     async def worker(wid: int) -> None:
         reader, writer = await asyncio.open_connection(host, int(port))
         create = request("POST", path, json.dumps(policy(f"b-{wid}")).encode())
-        batch = [request("GET", "/version"), request("GET", f"{path}/fixed-{wid % 20}"),
-                 request("GET", f"{path}?labelSelector=bench%3Dyes"), create,
-                 request("DELETE", f"{path}/b-{wid}")]
+        batch = [
+            request("GET", "/version"),
+            request("GET", f"{path}/fixed-{wid % 20}"),
+            request("GET", f"{path}?labelSelector=bench%3Dyes"),
+            create,
+            request("DELETE", f"{path}/b-{wid}"),
+        ]
         step = 0
         try:
             # Each connection keeps its own cycle, so its DELETE follows its own CREATE.
@@ -167,11 +172,15 @@ def main() -> None:
     print("sandbox fleet benchmark; rates with the kubernetes client, one connection:")
     for label, value in rates.items():
         print(f"  {label:32s} {value:8.0f} req/s")
-    print(f"  bulk mix, {CONCURRENCY} keep-alive connections"
-          f" (version/get/list/create/delete) {bulk:8.0f} req/s")
+    print(
+        f"  bulk mix, {CONCURRENCY} keep-alive connections"
+        f" (version/get/list/create/delete) {bulk:8.0f} req/s"
+    )
     if counter.requests < TOTAL:
-        print(f"  (time budget of {BUDGET_S:.0f}s reached at {counter.requests:,} requests:"
-              " the machine is busier than the benchmark assumes)")
+        print(
+            f"  (time budget of {BUDGET_S:.0f}s reached at {counter.requests:,} requests:"
+            " the machine is busier than the benchmark assumes)"
+        )
     print(f"server RSS at start             {rss_start:8.1f} MiB")
     print(f"server RSS after {requests_1k:>7,} requests {rss_1k:8.1f} MiB")
     print(

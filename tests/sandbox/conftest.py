@@ -37,36 +37,54 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def site_policy(site: str, name: str | None = None, priority: int | None = None,
-                **placement: Any) -> dict[str, Any]:
+def site_policy(
+    site: str, name: str | None = None, priority: int | None = None, **placement: Any
+) -> dict[str, Any]:
     """A per-site PropagationPolicy as the portal writes it."""
     spec: dict[str, Any] = {
-        "resourceSelectors": [{
-            "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-            "labelSelector": {"matchLabels": {SITE_LABEL: site}},
-        }],
+        "resourceSelectors": [
+            {
+                "apiVersion": "argoproj.io/v1alpha1",
+                "kind": "Workflow",
+                "labelSelector": {"matchLabels": {SITE_LABEL: site}},
+            }
+        ],
         "placement": placement or {"clusterAffinity": {"clusterNames": [site]}},
     }
     if priority is not None:
         spec["priority"] = priority
-    return {"apiVersion": "policy.karmada.io/v1alpha1", "kind": "PropagationPolicy",
-            "metadata": {"name": name or f"portal-site-{site}"}, "spec": spec}
-
-
-def workflow(name: str, templates: list[dict[str, Any]], entrypoint: str | None = None,
-             labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
-             **spec: Any) -> dict[str, Any]:
     return {
-        "apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-        "spec": {"entrypoint": entrypoint or templates[0]["name"], "templates": templates,
-                 **spec},
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name or f"portal-site-{site}"},
+        "spec": spec,
     }
 
 
-def leaf(name: str, duration: str | None = None, cpu: str | None = None,
-         gpu: str | None = None, annotations: dict[str, str] | None = None,
-         **extra: Any) -> dict[str, Any]:
+def workflow(
+    name: str,
+    templates: list[dict[str, Any]],
+    entrypoint: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": {"entrypoint": entrypoint or templates[0]["name"], "templates": templates, **spec},
+    }
+
+
+def leaf(
+    name: str,
+    duration: str | None = None,
+    cpu: str | None = None,
+    gpu: str | None = None,
+    annotations: dict[str, str] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     container: dict[str, Any] = {"image": "busybox", "command": ["echo", name]}
     requests = {}
     if cpu:
@@ -93,25 +111,28 @@ class Fleet:
 
     def create_policy(self, body: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
         result: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            "policy.karmada.io", "v1alpha1", namespace, "propagationpolicies", body)
+            "policy.karmada.io", "v1alpha1", namespace, "propagationpolicies", body
+        )
         return result
 
     def create_cluster_policy(self, body: dict[str, Any]) -> dict[str, Any]:
         body = dict(body, kind="ClusterPropagationPolicy")
         result: dict[str, Any] = self.custom.create_cluster_custom_object(
-            "policy.karmada.io", "v1alpha1", "clusterpropagationpolicies", body)
+            "policy.karmada.io", "v1alpha1", "clusterpropagationpolicies", body
+        )
         return result
 
     def create_workflow(self, body: dict[str, Any], namespace: str = NS) -> dict[str, Any]:
         result: dict[str, Any] = self.custom.create_namespaced_custom_object(
-            "argoproj.io", "v1alpha1", namespace, "workflows", body)
+            "argoproj.io", "v1alpha1", namespace, "workflows", body
+        )
         return result
 
     def binding(self, name: str, namespace: str = NS) -> dict[str, Any] | None:
         try:
             result: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                "work.karmada.io", "v1alpha2", namespace, "resourcebindings",
-                f"{name}-workflow")
+                "work.karmada.io", "v1alpha2", namespace, "resourcebindings", f"{name}-workflow"
+            )
             return result
         except client.ApiException as exc:
             if exc.status == 404:
@@ -120,7 +141,8 @@ class Fleet:
 
     def cluster(self, name: str) -> dict[str, Any]:
         result: dict[str, Any] = self.custom.get_cluster_custom_object(
-            "cluster.karmada.io", "v1alpha1", "clusters", name)
+            "cluster.karmada.io", "v1alpha1", "clusters", name
+        )
         return result
 
     def scheduled_to(self, name: str, timeout: float = 20) -> str:
@@ -128,6 +150,7 @@ class Fleet:
             rb = self.binding(name)
             clusters = (rb or {}).get("spec", {}).get("clusters") or []
             return clusters[0]["name"] if clusters else None
+
         return self.sandbox.wait_for(check, timeout, what=f"{name} scheduled")
 
     def member_status(self, name: str) -> dict[str, Any]:
@@ -136,11 +159,16 @@ class Fleet:
         status: dict[str, Any] = agg[0].get("status") or {}
         return status
 
-    def wait_phase(self, name: str, phases: tuple[str, ...] = ("Succeeded", "Failed", "Error"),
-                   timeout: float = 30) -> dict[str, Any]:
+    def wait_phase(
+        self,
+        name: str,
+        phases: tuple[str, ...] = ("Succeeded", "Failed", "Error"),
+        timeout: float = 30,
+    ) -> dict[str, Any]:
         def check() -> dict[str, Any] | None:
             st = self.member_status(name)
             return st if st.get("phase") in phases else None
+
         return self.sandbox.wait_for(check, timeout, what=f"{name} in {phases}")
 
     def live_status(self, cluster: str, name: str) -> dict[str, Any]:

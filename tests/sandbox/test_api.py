@@ -31,8 +31,13 @@ def test_it_serves_discovery_with_and_without_trailing_slash(sandbox: SandboxSer
     assert core["groupVersion"] == "v1"
     assert {r["name"] for r in core["resources"]} >= {"namespaces", "namespaces/status"}
     groups = {g["name"] for g in sandbox.request("GET", "/apis/")["groups"]}
-    assert groups >= {"cluster.karmada.io", "policy.karmada.io", "work.karmada.io",
-                      "argoproj.io", "admissionregistration.k8s.io"}
+    assert groups >= {
+        "cluster.karmada.io",
+        "policy.karmada.io",
+        "work.karmada.io",
+        "argoproj.io",
+        "admissionregistration.k8s.io",
+    }
     group = sandbox.request("GET", "/apis/argoproj.io/")
     assert group["preferredVersion"]["groupVersion"] == "argoproj.io/v1alpha1"
     resources = sandbox.request("GET", "/apis/argoproj.io/v1alpha1/")["resources"]
@@ -66,8 +71,7 @@ def test_it_fills_metadata_on_create(custom: client.CustomObjectsApi) -> None:
     assert meta["generation"] == 1 and int(meta["resourceVersion"]) > 0
 
 
-def test_it_answers_not_found_already_exists_and_conflict(
-        custom: client.CustomObjectsApi) -> None:
+def test_it_answers_not_found_already_exists_and_conflict(custom: client.CustomObjectsApi) -> None:
     with pytest.raises(client.ApiException) as err:
         custom.get_namespaced_custom_object(*PP, NS, "propagationpolicies", "nope")
     assert err.value.status == 404
@@ -83,8 +87,7 @@ def test_it_answers_not_found_already_exists_and_conflict(
 
     name = first["metadata"]["name"]
     first["spec"]["priority"] = 5
-    updated = custom.replace_namespaced_custom_object(*PP, NS, "propagationpolicies", name,
-                                                      first)
+    updated = custom.replace_namespaced_custom_object(*PP, NS, "propagationpolicies", name, first)
     assert updated["metadata"]["generation"] == 2
     first["spec"]["priority"] = 6  # still carries the old resourceVersion
     with pytest.raises(client.ApiException) as err:
@@ -113,33 +116,46 @@ def test_it_rejects_objects_that_fail_the_crd_schema(custom: client.CustomObject
 
 
 def test_it_rejects_an_invalid_workflow(custom: client.CustomObjectsApi) -> None:
-    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-          "metadata": {"name": unique("badwf")},
-          "spec": {"entrypoint": "main", "templates": [{"name": "main", "parallelism": "x"}]}}
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": unique("badwf")},
+        "spec": {"entrypoint": "main", "templates": [{"name": "main", "parallelism": "x"}]},
+    }
     with pytest.raises(client.ApiException) as err:
         custom.create_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", wf)
     assert err.value.status == 422
-    assert status_of(err.value)["details"]["causes"][0]["field"] == \
-        "spec.templates[0].parallelism"
+    assert status_of(err.value)["details"]["causes"][0]["field"] == "spec.templates[0].parallelism"
 
 
 def test_it_refuses_a_namespace_that_does_not_exist(custom: client.CustomObjectsApi) -> None:
     with pytest.raises(client.ApiException) as err:
-        custom.create_namespaced_custom_object(*PP, "missing-ns", "propagationpolicies",
-                                               site_policy("site-a"))
+        custom.create_namespaced_custom_object(
+            *PP, "missing-ns", "propagationpolicies", site_policy("site-a")
+        )
     assert err.value.status == 404
 
 
 def test_it_lists_with_kind_resource_version_and_selectors(core: client.CoreV1Api) -> None:
-    for name, labels in (("sel-a", {"team": "x", "tier": "1"}), ("sel-b", {"team": "y"}),
-                         ("sel-c", {"tier": "2"})):
-        core.create_namespace(client.V1Namespace(
-            metadata=client.V1ObjectMeta(name=name, labels=labels)))
-    raw = core.api_client.call_api("/api/v1/namespaces", "GET", response_type="object",
-                                   _return_http_data_only=True, auth_settings=["BearerToken"])
+    for name, labels in (
+        ("sel-a", {"team": "x", "tier": "1"}),
+        ("sel-b", {"team": "y"}),
+        ("sel-c", {"tier": "2"}),
+    ):
+        core.create_namespace(
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels))
+        )
+    raw = core.api_client.call_api(
+        "/api/v1/namespaces",
+        "GET",
+        response_type="object",
+        _return_http_data_only=True,
+        auth_settings=["BearerToken"],
+    )
     assert raw["kind"] == "NamespaceList" and raw["apiVersion"] == "v1"
     assert int(raw["metadata"]["resourceVersion"]) >= max(
-        int(i["metadata"]["resourceVersion"]) for i in raw["items"])
+        int(i["metadata"]["resourceVersion"]) for i in raw["items"]
+    )
 
     def names(selector: str) -> set[str]:
         items = core.list_namespace(label_selector=selector).items
@@ -163,48 +179,67 @@ def test_status_is_a_subresource(custom: client.CustomObjectsApi) -> None:
     body["status"] = {"ignored": True}
     created = custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies", body)
     created["status"] = {"note": "main endpoint"}
-    after_main = custom.replace_namespaced_custom_object(*PP, NS, "propagationpolicies", name,
-                                                         created)
+    after_main = custom.replace_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", name, created
+    )
     assert "note" not in (after_main.get("status") or {})
     after_main["status"] = {"note": "via status"}
     after_main["spec"]["priority"] = 99
     after_status = custom.replace_namespaced_custom_object_status(
-        *PP, NS, "propagationpolicies", name, after_main)
+        *PP, NS, "propagationpolicies", name, after_main
+    )
     assert after_status["status"] == {"note": "via status"}
     assert after_status["spec"].get("priority") is None
 
 
 def test_it_patches_merge_json_strategic_and_apply(
-        sandbox: SandboxServer, custom: client.CustomObjectsApi) -> None:
+    sandbox: SandboxServer, custom: client.CustomObjectsApi
+) -> None:
     name = unique("patch")
-    custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                           site_policy("site-a", name=name))
+    custom.create_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", site_policy("site-a", name=name)
+    )
     path = f"/apis/policy.karmada.io/v1alpha1/namespaces/{NS}/propagationpolicies/{name}"
     merged = custom.patch_namespaced_custom_object(
-        *PP, NS, "propagationpolicies", name, {"metadata": {"labels": {"a": "1"}}})
+        *PP, NS, "propagationpolicies", name, {"metadata": {"labels": {"a": "1"}}}
+    )
     assert merged["metadata"]["labels"] == {"a": "1"}
     # CustomObjectsApi always sends merge-patch (a list body is then a 400, as upstream), so
     # a JSON patch goes through call_api with its content type.
     jsonp = custom.api_client.call_api(
-        path, "PATCH", header_params={"Content-Type": "application/json-patch+json",
-                                      "Accept": "application/json"},
-        body=[{"op": "add", "path": "/spec/priority", "value": 7}], response_type="object",
-        auth_settings=["BearerToken"], _return_http_data_only=True)
+        path,
+        "PATCH",
+        header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
+        body=[{"op": "add", "path": "/spec/priority", "value": 7}],
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
     assert jsonp["spec"]["priority"] == 7
-    strategic = sandbox.request("PATCH", path, {"metadata": {"labels": {"b": "2"}}},
-                                "application/strategic-merge-patch+json")
+    strategic = sandbox.request(
+        "PATCH",
+        path,
+        {"metadata": {"labels": {"b": "2"}}},
+        "application/strategic-merge-patch+json",
+    )
     assert strategic["metadata"]["labels"] == {"a": "1", "b": "2"}
     with pytest.raises(SandboxHTTPError) as err:
         sandbox.request("PATCH", path, ["not", "an", "object"], "application/merge-patch+json")
     assert err.value.status == 400
     applied = sandbox.request(
-        "PATCH", path + "?fieldManager=test",
-        b"spec:\n  priority: 8\n", "application/apply-patch+yaml")
+        "PATCH",
+        path + "?fieldManager=test",
+        b"spec:\n  priority: 8\n",
+        "application/apply-patch+yaml",
+    )
     assert applied["spec"]["priority"] == 8 and applied["spec"]["resourceSelectors"]
     new_path = path.rsplit("/", 1)[0] + "/" + name + "-ssa"
-    created = sandbox.request("PATCH", new_path + "?fieldManager=test", json.dumps(
-        dict(site_policy("site-c"), metadata={"name": name + "-ssa"})).encode(),
-        "application/apply-patch+yaml")
+    created = sandbox.request(
+        "PATCH",
+        new_path + "?fieldManager=test",
+        json.dumps(dict(site_policy("site-c"), metadata={"name": name + "-ssa"})).encode(),
+        "application/apply-patch+yaml",
+    )
     assert created["metadata"]["uid"]
 
 
@@ -216,27 +251,35 @@ def test_delete_honours_finalizers(custom: client.CustomObjectsApi) -> None:
     custom.delete_namespaced_custom_object(*PP, NS, "propagationpolicies", name)
     held = custom.get_namespaced_custom_object(*PP, NS, "propagationpolicies", name)
     assert held["metadata"]["deletionTimestamp"]
-    custom.patch_namespaced_custom_object(*PP, NS, "propagationpolicies", name,
-                                          {"metadata": {"finalizers": None}})
+    custom.patch_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", name, {"metadata": {"finalizers": None}}
+    )
     with pytest.raises(client.ApiException) as err:
         custom.get_namespaced_custom_object(*PP, NS, "propagationpolicies", name)
     assert err.value.status == 404
 
 
-def test_watch_streams_changes_from_a_resource_version(
-        custom: client.CustomObjectsApi) -> None:
+def test_watch_streams_changes_from_a_resource_version(custom: client.CustomObjectsApi) -> None:
     listed = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")
     rv = listed["metadata"]["resourceVersion"]
     name = unique("w")
-    custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                           site_policy("site-a", name=name))
-    custom.patch_namespaced_custom_object(*PP, NS, "propagationpolicies", name,
-                                          {"spec": {"priority": 3}})
+    custom.create_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", site_policy("site-a", name=name)
+    )
+    custom.patch_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", name, {"spec": {"priority": 3}}
+    )
     custom.delete_namespaced_custom_object(*PP, NS, "propagationpolicies", name)
     seen = []
     w = watch.Watch()
-    for event in w.stream(custom.list_namespaced_custom_object, *PP, NS,
-                          "propagationpolicies", resource_version=rv, timeout_seconds=5):
+    for event in w.stream(
+        custom.list_namespaced_custom_object,
+        *PP,
+        NS,
+        "propagationpolicies",
+        resource_version=rv,
+        timeout_seconds=5,
+    ):
         seen.append((event["type"], event["object"]["metadata"]["name"]))
         if event["type"] == "DELETED":
             w.stop()
@@ -244,42 +287,68 @@ def test_watch_streams_changes_from_a_resource_version(
 
 
 def test_watch_without_resource_version_starts_with_synthetic_added(
-        custom: client.CustomObjectsApi) -> None:
+    custom: client.CustomObjectsApi,
+) -> None:
     name = unique("syn")
-    custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                           site_policy("site-a", name=name))
+    custom.create_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", site_policy("site-a", name=name)
+    )
     w = watch.Watch()
-    first = next(iter(w.stream(custom.list_namespaced_custom_object, *PP, NS,
-                               "propagationpolicies", timeout_seconds=2)))
+    first = next(
+        iter(
+            w.stream(
+                custom.list_namespaced_custom_object,
+                *PP,
+                NS,
+                "propagationpolicies",
+                timeout_seconds=2,
+            )
+        )
+    )
     w.stop()
     assert first["type"] == "ADDED" and first["object"]["metadata"]["name"] == name
 
 
 def test_watch_from_an_expired_resource_version_answers_410(
-        sandbox: SandboxServer, custom: client.CustomObjectsApi) -> None:
-    rv = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")[
-        "metadata"]["resourceVersion"]
-    custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                           site_policy("site-a", name=unique("exp")))
+    sandbox: SandboxServer, custom: client.CustomObjectsApi
+) -> None:
+    rv = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")["metadata"][
+        "resourceVersion"
+    ]
+    custom.create_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", site_policy("site-a", name=unique("exp"))
+    )
     sandbox.compact()
     w = watch.Watch()
     with pytest.raises(client.ApiException) as err:
-        for _event in w.stream(custom.list_namespaced_custom_object, *PP, NS,
-                               "propagationpolicies", resource_version=rv, timeout_seconds=5):
+        for _event in w.stream(
+            custom.list_namespaced_custom_object,
+            *PP,
+            NS,
+            "propagationpolicies",
+            resource_version=rv,
+            timeout_seconds=5,
+        ):
             pass
     assert err.value.status == 410
 
 
 def test_watch_honours_label_selector_and_timeout(
-        sandbox: SandboxServer, core: client.CoreV1Api) -> None:
+    sandbox: SandboxServer, core: client.CoreV1Api
+) -> None:
     rv = core.list_namespace().metadata.resource_version
-    core.create_namespace(client.V1Namespace(
-        metadata=client.V1ObjectMeta(name="watch-other", labels={"w": "no"})))
-    core.create_namespace(client.V1Namespace(
-        metadata=client.V1ObjectMeta(name="watch-me", labels={"w": "yes"})))
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name="watch-other", labels={"w": "no"}))
+    )
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name="watch-me", labels={"w": "yes"}))
+    )
     started = time.monotonic()
-    events = list(watch.Watch().stream(core.list_namespace, label_selector="w=yes",
-                                       resource_version=rv, timeout_seconds=1))
+    events = list(
+        watch.Watch().stream(
+            core.list_namespace, label_selector="w=yes", resource_version=rv, timeout_seconds=1
+        )
+    )
     assert [e["object"].metadata.name for e in events] == ["watch-me"]
     assert time.monotonic() - started >= 0.9  # the stream ended because of timeoutSeconds
 
@@ -290,7 +359,8 @@ def test_watch_sends_bookmarks_when_allowed(sandbox: SandboxServer) -> None:
     with socket.create_connection((host, int(port)), timeout=10) as sock:
         sock.sendall(
             f"GET /api/v1/namespaces?watch=true&allowWatchBookmarks=true&resourceVersion={rv}"
-            f"&timeoutSeconds=3 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            f"&timeoutSeconds=3 HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+        )
         data = b""
         while b"BOOKMARK" not in data:
             chunk = sock.recv(4096)
@@ -310,9 +380,14 @@ def test_a_watch_sees_changes_made_while_it_is_open(custom: client.CustomObjects
 
     def watch_it() -> None:
         w = watch.Watch()
-        for event in w.stream(custom.list_namespaced_custom_object, *PP, NS,
-                              "propagationpolicies", field_selector=f"metadata.name={name}",
-                              timeout_seconds=10):
+        for event in w.stream(
+            custom.list_namespaced_custom_object,
+            *PP,
+            NS,
+            "propagationpolicies",
+            field_selector=f"metadata.name={name}",
+            timeout_seconds=10,
+        ):
             if event["type"] == "ADDED" and event["object"]["metadata"]["name"] == name:
                 found.set()
                 w.stop()
@@ -320,19 +395,22 @@ def test_a_watch_sees_changes_made_while_it_is_open(custom: client.CustomObjects
     t = threading.Thread(target=watch_it)
     t.start()
     time.sleep(0.3)
-    custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                           site_policy("site-a", name=name))
+    custom.create_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", site_policy("site-a", name=name)
+    )
     t.join(15)
     assert found.is_set()
 
 
-def test_delete_collection_honours_the_label_selector(core: client.CoreV1Api,
-                                                      custom: client.CustomObjectsApi) -> None:
+def test_delete_collection_honours_the_label_selector(
+    core: client.CoreV1Api, custom: client.CustomObjectsApi
+) -> None:
     for name, team in (("dc-a", "x"), ("dc-b", "x"), ("dc-c", "y")):
         body = site_policy("site-a", name=name)
         body["metadata"]["labels"] = {"team": team}
         custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies", body)
-    custom.delete_collection_namespaced_custom_object(*PP, NS, "propagationpolicies",
-                                                      label_selector="team=x")
+    custom.delete_collection_namespaced_custom_object(
+        *PP, NS, "propagationpolicies", label_selector="team=x"
+    )
     left = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")["items"]
     assert [p["metadata"]["name"] for p in left] == ["dc-c"]

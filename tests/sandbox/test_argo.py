@@ -17,18 +17,24 @@ RunOn = Callable[..., dict[str, Any]]
 
 def diamond(duration: str) -> list[dict[str, Any]]:
     return [
-        {"name": "main", "dag": {"tasks": [
-            {"name": "A", "template": "work"},
-            {"name": "B", "template": "work", "depends": "A"},
-            {"name": "C", "template": "work", "depends": "A"},
-            {"name": "D", "template": "work", "depends": "B && C"},
-        ]}},
+        {
+            "name": "main",
+            "dag": {
+                "tasks": [
+                    {"name": "A", "template": "work"},
+                    {"name": "B", "template": "work", "depends": "A"},
+                    {"name": "C", "template": "work", "depends": "A"},
+                    {"name": "D", "template": "work", "depends": "B && C"},
+                ]
+            },
+        },
         leaf("work", duration=duration),
     ]
 
 
 def test_dag_runs_in_dependency_order_with_parallel_branches(
-        sandbox: SandboxServer, fleet: Fleet, run_on: RunOn) -> None:
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
     name = unique("order")
     # 300 simulated seconds per task: long enough to observe each phase between polls.
     run_on("site-b", workflow(name, diamond(f"{0.3 * sandbox.time_scale:.0f}s")))
@@ -36,8 +42,11 @@ def test_dag_runs_in_dependency_order_with_parallel_branches(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         status = fleet.live_status("site-b", name)
-        phases = {n["displayName"]: n["phase"]
-                  for n in (status.get("nodes") or {}).values() if n["type"] == "Pod"}
+        phases = {
+            n["displayName"]: n["phase"]
+            for n in (status.get("nodes") or {}).values()
+            if n["type"] == "Pod"
+        }
         snapshots.append(phases)
         if status.get("phase") == "Succeeded":
             break
@@ -48,8 +57,9 @@ def test_dag_runs_in_dependency_order_with_parallel_branches(
             assert snap["A"] == "Succeeded", snap
         if "D" in snap:
             assert snap["B"] == snap["C"] == "Succeeded", snap
-    assert any(s.get("B") == "Running" and s.get("C") == "Running" for s in snapshots), \
+    assert any(s.get("B") == "Running" and s.get("C") == "Running" for s in snapshots), (
         "B and C never ran at the same time"
+    )
 
 
 def test_status_is_shaped_like_argo(fleet: Fleet, run_on: RunOn) -> None:
@@ -76,44 +86,78 @@ def test_status_is_shaped_like_argo(fleet: Fleet, run_on: RunOn) -> None:
 def test_outputs_flow_between_steps(fleet: Fleet, run_on: RunOn) -> None:
     name = unique("outs")
     templates = [
-        {"name": "main", "steps": [
-            [{"name": "produce", "template": "produce"}],
-            [{"name": "consume", "template": "consume", "arguments": {
-                "parameters": [{"name": "given", "value":
-                                "{{steps.produce.outputs.parameters.given}}"},
-                               {"name": "fallback", "value":
-                                "{{steps.produce.outputs.parameters.fallback}}"}],
-                "artifacts": [{"name": "data",
-                               "from": "{{steps.produce.outputs.artifacts.data}}"}]}}],
-        ]},
-        leaf("produce", annotations={
-            f"{DOMAIN}/sandbox-outputs": json.dumps({"given": "42"}),
-            f"{DOMAIN}/sandbox-artifact-sizes": json.dumps({"data": 5000})},
-            outputs={"parameters": [
-                {"name": "given", "valueFrom": {"path": "/tmp/given"}},
-                {"name": "fallback", "valueFrom": {"path": "/tmp/x", "default": "dflt"}}],
-                "artifacts": [{"name": "data", "path": "/tmp/data"}]}),
-        leaf("consume", inputs={"parameters": [{"name": "given"}, {"name": "fallback"}],
-                                "artifacts": [{"name": "data", "path": "/in"}]}),
+        {
+            "name": "main",
+            "steps": [
+                [{"name": "produce", "template": "produce"}],
+                [
+                    {
+                        "name": "consume",
+                        "template": "consume",
+                        "arguments": {
+                            "parameters": [
+                                {
+                                    "name": "given",
+                                    "value": "{{steps.produce.outputs.parameters.given}}",
+                                },
+                                {
+                                    "name": "fallback",
+                                    "value": "{{steps.produce.outputs.parameters.fallback}}",
+                                },
+                            ],
+                            "artifacts": [
+                                {"name": "data", "from": "{{steps.produce.outputs.artifacts.data}}"}
+                            ],
+                        },
+                    }
+                ],
+            ],
+        },
+        leaf(
+            "produce",
+            annotations={
+                f"{DOMAIN}/sandbox-outputs": json.dumps({"given": "42"}),
+                f"{DOMAIN}/sandbox-artifact-sizes": json.dumps({"data": 5000}),
+            },
+            outputs={
+                "parameters": [
+                    {"name": "given", "valueFrom": {"path": "/tmp/given"}},
+                    {"name": "fallback", "valueFrom": {"path": "/tmp/x", "default": "dflt"}},
+                ],
+                "artifacts": [{"name": "data", "path": "/tmp/data"}],
+            },
+        ),
+        leaf(
+            "consume",
+            inputs={
+                "parameters": [{"name": "given"}, {"name": "fallback"}],
+                "artifacts": [{"name": "data", "path": "/in"}],
+            },
+        ),
     ]
     run_on("site-c", workflow(name, templates))
     status = fleet.wait_phase(name)
     assert status["phase"] == "Succeeded"
     nodes = fleet.nodes_by_display(status)
     produced = nodes["produce"]["outputs"]
-    assert produced["parameters"] == [{"name": "given", "value": "42"},
-                                      {"name": "fallback", "value": "dflt"}]
+    assert produced["parameters"] == [
+        {"name": "given", "value": "42"},
+        {"name": "fallback", "value": "dflt"},
+    ]
     art = produced["artifacts"][0]
     assert art["s3"]["bucket"] == "site-c-artifacts" and art["size"] == 5000
     assert art["s3"]["key"].startswith(f"{name}/")
     consumed = nodes["consume"]["inputs"]
-    assert consumed["parameters"] == [{"name": "given", "value": "42"},
-                                      {"name": "fallback", "value": "dflt"}]
+    assert consumed["parameters"] == [
+        {"name": "given", "value": "42"},
+        {"name": "fallback", "value": "dflt"},
+    ]
     assert consumed["artifacts"][0]["s3"]["key"] == art["s3"]["key"]
 
 
 def test_a_failing_leaf_fails_the_workflow_and_omits_dependents(
-        fleet: Fleet, run_on: RunOn) -> None:
+    fleet: Fleet, run_on: RunOn
+) -> None:
     name = unique("fail")
     templates = diamond("1s")
     templates.append(leaf("bad", annotations={f"{DOMAIN}/sandbox-fail": "true"}))
@@ -130,19 +174,24 @@ def test_a_failing_leaf_fails_the_workflow_and_omits_dependents(
 
 def test_retry_strategy_limit_is_honoured(fleet: Fleet, run_on: RunOn) -> None:
     flaky = unique("retry-ok")
-    flaky_leaf = leaf("main", annotations={f"{DOMAIN}/sandbox-fail-attempts": "2"},
-                      retryStrategy={"limit": "3"})
+    flaky_leaf = leaf(
+        "main", annotations={f"{DOMAIN}/sandbox-fail-attempts": "2"}, retryStrategy={"limit": "3"}
+    )
     run_on("site-b", workflow(flaky, [flaky_leaf]))
     status = fleet.wait_phase(flaky)
     assert status["phase"] == "Succeeded"
     root = status["nodes"][flaky]
     assert root["type"] == "Retry" and len(root["children"]) == 3
     assert [status["nodes"][c]["phase"] for c in root["children"]] == [
-        "Failed", "Failed", "Succeeded"]
+        "Failed",
+        "Failed",
+        "Succeeded",
+    ]
 
     hopeless = unique("retry-no")
-    bad_leaf = leaf("main", annotations={f"{DOMAIN}/sandbox-fail": "true"},
-                    retryStrategy={"limit": 1})
+    bad_leaf = leaf(
+        "main", annotations={f"{DOMAIN}/sandbox-fail": "true"}, retryStrategy={"limit": 1}
+    )
     run_on("site-b", workflow(hopeless, [bad_leaf]))
     status = fleet.wait_phase(hopeless)
     assert status["phase"] == "Failed"
@@ -152,15 +201,29 @@ def test_retry_strategy_limit_is_honoured(fleet: Fleet, run_on: RunOn) -> None:
 def test_when_conditions_skip_steps(fleet: Fleet, run_on: RunOn) -> None:
     name = unique("when")
     templates = [
-        {"name": "main", "steps": [
-            [{"name": "flip", "template": "flip"}],
-            [{"name": "heads", "template": "work",
-              "when": "{{steps.flip.outputs.result}} == heads"},
-             {"name": "tails", "template": "work",
-              "when": "{{steps.flip.outputs.result}} == tails"}],
-        ]},
-        {"name": "flip", "metadata": {"annotations": {f"{DOMAIN}/sandbox-result": "tails"}},
-         "script": {"image": "python", "source": "print('tails')"}},
+        {
+            "name": "main",
+            "steps": [
+                [{"name": "flip", "template": "flip"}],
+                [
+                    {
+                        "name": "heads",
+                        "template": "work",
+                        "when": "{{steps.flip.outputs.result}} == heads",
+                    },
+                    {
+                        "name": "tails",
+                        "template": "work",
+                        "when": "{{steps.flip.outputs.result}} == tails",
+                    },
+                ],
+            ],
+        },
+        {
+            "name": "flip",
+            "metadata": {"annotations": {f"{DOMAIN}/sandbox-result": "tails"}},
+            "script": {"image": "python", "source": "print('tails')"},
+        },
         leaf("work"),
     ]
     run_on("site-b", workflow(name, templates))
@@ -173,13 +236,18 @@ def test_when_conditions_skip_steps(fleet: Fleet, run_on: RunOn) -> None:
 
 
 def test_leaves_wait_pending_while_the_cluster_is_full(
-        sandbox: SandboxServer, fleet: Fleet, run_on: RunOn) -> None:
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
     summary = fleet.cluster("site-a")["status"]["resourceSummary"]
     free = int(summary["allocatable"]["cpu"]) - int(summary["allocated"]["cpu"])
     name = unique("queue")
     templates = [
-        {"name": "main", "dag": {"tasks": [{"name": "one", "template": "hog"},
-                                            {"name": "two", "template": "hog"}]}},
+        {
+            "name": "main",
+            "dag": {
+                "tasks": [{"name": "one", "template": "hog"}, {"name": "two", "template": "hog"}]
+            },
+        },
         leaf("hog", cpu=str(free), duration="1h"),
     ]
     run_on("site-a", workflow(name, templates))
@@ -193,19 +261,28 @@ def test_leaves_wait_pending_while_the_cluster_is_full(
     pending = next(n for n in nodes.values() if n["phase"] == "Pending")
     assert "Insufficient cpu" in pending["message"]
     # The Cluster shows the queued request as allocating (it is written a tick later).
-    sandbox.wait_for(lambda: fleet.cluster("site-a")["status"]["resourceSummary"][
-        "allocating"].get("cpu") == str(free), what="allocating cpu on site-a")
+    sandbox.wait_for(
+        lambda: fleet.cluster("site-a")["status"]["resourceSummary"]["allocating"].get("cpu")
+        == str(free),
+        what="allocating cpu on site-a",
+    )
 
 
-def test_terminate_stops_running_work(fleet: Fleet, custom: client.CustomObjectsApi,
-                                      sandbox: SandboxServer, run_on: RunOn) -> None:
+def test_terminate_stops_running_work(
+    fleet: Fleet, custom: client.CustomObjectsApi, sandbox: SandboxServer, run_on: RunOn
+) -> None:
     name = unique("term")
-    run_on("site-b", workflow(name, [leaf("main", duration="1h"), leaf("cleanup")],
-                              onExit="cleanup"))
-    sandbox.wait_for(lambda: fleet.nodes_by_display(fleet.live_status("site-b", name))
-                     .get(name, {}).get("phase") == "Running", what="running")
-    custom.patch_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name,
-                                          {"spec": {"shutdown": "Terminate"}})
+    run_on(
+        "site-b", workflow(name, [leaf("main", duration="1h"), leaf("cleanup")], onExit="cleanup")
+    )
+    sandbox.wait_for(
+        lambda: fleet.nodes_by_display(fleet.live_status("site-b", name)).get(name, {}).get("phase")
+        == "Running",
+        what="running",
+    )
+    custom.patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", name, {"spec": {"shutdown": "Terminate"}}
+    )
     status = fleet.wait_phase(name)
     assert status["phase"] == "Failed"
     assert status["message"] == "Stopped with strategy 'Terminate'"
@@ -213,15 +290,21 @@ def test_terminate_stops_running_work(fleet: Fleet, custom: client.CustomObjects
     assert f"{name}.onExit" not in {n["name"] for n in status["nodes"].values()}
 
 
-def test_stop_runs_the_exit_handler(fleet: Fleet, custom: client.CustomObjectsApi,
-                                    sandbox: SandboxServer, run_on: RunOn) -> None:
+def test_stop_runs_the_exit_handler(
+    fleet: Fleet, custom: client.CustomObjectsApi, sandbox: SandboxServer, run_on: RunOn
+) -> None:
     name = unique("stop")
-    run_on("site-b", workflow(name, [leaf("main", duration="1h"), leaf("cleanup")],
-                              onExit="cleanup"))
-    sandbox.wait_for(lambda: fleet.nodes_by_display(fleet.live_status("site-b", name))
-                     .get(name, {}).get("phase") == "Running", what="running")
-    custom.patch_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name,
-                                          {"spec": {"shutdown": "Stop"}})
+    run_on(
+        "site-b", workflow(name, [leaf("main", duration="1h"), leaf("cleanup")], onExit="cleanup")
+    )
+    sandbox.wait_for(
+        lambda: fleet.nodes_by_display(fleet.live_status("site-b", name)).get(name, {}).get("phase")
+        == "Running",
+        what="running",
+    )
+    custom.patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", name, {"spec": {"shutdown": "Stop"}}
+    )
     status = fleet.wait_phase(name)
     assert status["phase"] == "Failed"
     assert status["message"] == "Stopped with strategy 'Stop'"
@@ -229,18 +312,25 @@ def test_stop_runs_the_exit_handler(fleet: Fleet, custom: client.CustomObjectsAp
     assert exit_node["phase"] == "Succeeded"
 
 
-def test_suspend_waits_for_resume(sandbox: SandboxServer, fleet: Fleet,
-                                  run_on: RunOn) -> None:
+def test_suspend_waits_for_resume(sandbox: SandboxServer, fleet: Fleet, run_on: RunOn) -> None:
     name = unique("susp")
     templates = [
-        {"name": "main", "steps": [[{"name": "approve", "template": "approve"}],
-                                   [{"name": "after", "template": "work"}]]},
+        {
+            "name": "main",
+            "steps": [
+                [{"name": "approve", "template": "approve"}],
+                [{"name": "after", "template": "work"}],
+            ],
+        },
         {"name": "approve", "suspend": {}},
         leaf("work"),
     ]
     run_on("site-b", workflow(name, templates))
-    sandbox.wait_for(lambda: fleet.nodes_by_display(fleet.member_status(name))
-                     .get("approve", {}).get("phase") == "Running", what="suspended")
+    sandbox.wait_for(
+        lambda: fleet.nodes_by_display(fleet.member_status(name)).get("approve", {}).get("phase")
+        == "Running",
+        what="suspended",
+    )
     assert fleet.member_status(name)["phase"] == "Running"
     assert "after" not in fleet.nodes_by_display(fleet.member_status(name))
     assert sandbox.resume(NS, name) >= 1
@@ -248,7 +338,8 @@ def test_suspend_waits_for_resume(sandbox: SandboxServer, fleet: Fleet,
 
 
 def test_active_deadline_fails_a_workflow_that_runs_too_long(
-        sandbox: SandboxServer, fleet: Fleet, run_on: RunOn) -> None:
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
     name = unique("deadline")
     run_on("site-b", workflow(name, [leaf("main", duration="1h")], activeDeadlineSeconds=30))
     status = fleet.wait_phase(name)
@@ -257,18 +348,20 @@ def test_active_deadline_fails_a_workflow_that_runs_too_long(
     assert status["nodes"][name]["message"] == "Step exceeded its deadline"
 
 
-def test_label_changes_reach_the_member_copy(sandbox: SandboxServer, fleet: Fleet,
-                                             custom: client.CustomObjectsApi,
-                                             run_on: RunOn) -> None:
+def test_label_changes_reach_the_member_copy(
+    sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi, run_on: RunOn
+) -> None:
     name = unique("relabel")
     run_on("site-b", workflow(name, [leaf("main")]))
     fleet.scheduled_to(name)
-    custom.patch_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name,
-                                          {"metadata": {"labels": {"extra": "yes"}}})
+    custom.patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", name, {"metadata": {"labels": {"extra": "yes"}}}
+    )
 
     def relabelled() -> bool:
-        return any(w["metadata"]["name"] == name
-                   and w["metadata"]["labels"].get("extra") == "yes"
-                   for w in sandbox.member_workflows("site-b"))
+        return any(
+            w["metadata"]["name"] == name and w["metadata"]["labels"].get("extra") == "yes"
+            for w in sandbox.member_workflows("site-b")
+        )
 
     sandbox.wait_for(relabelled, what="label on the member copy")

@@ -41,54 +41,58 @@ def load(name: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def submit(fleet: Fleet, run_on: Callable[..., dict[str, Any]]
-           ) -> Callable[[str, str], str]:
+def submit(fleet: Fleet, run_on: Callable[..., dict[str, Any]]) -> Callable[[str, str], str]:
     def go(example: str, site: str = "site-b") -> str:
         return str(run_on(site, load(example))["metadata"]["name"])
+
     return go
 
 
 @pytest.mark.parametrize("example", SUCCEEDING)
-def test_example_succeeds(example: str, fleet: Fleet,
-                          submit: Callable[..., str]) -> None:
+def test_example_succeeds(example: str, fleet: Fleet, submit: Callable[..., str]) -> None:
     name = submit(example)
     status = fleet.wait_phase(name)
     assert status["phase"] == "Succeeded", status.get("message")
     done, total = status["progress"].split("/")
     assert done == total and int(total) >= 1
-    assert all(n["phase"] in ("Succeeded", "Skipped", "Omitted")
-               for n in status["nodes"].values())
+    assert all(n["phase"] in ("Succeeded", "Skipped", "Omitted") for n in status["nodes"].values())
 
 
-def test_example_output_parameter_passes_the_default(fleet: Fleet,
-                                                     submit: Callable[..., str]) -> None:
+def test_example_output_parameter_passes_the_default(
+    fleet: Fleet, submit: Callable[..., str]
+) -> None:
     status = fleet.wait_phase(submit("output-parameter.yaml"))
     consume = fleet.nodes_by_display(status)["consume-parameter"]
     assert consume["inputs"]["parameters"] == [{"name": "message", "value": "Foobar"}]
 
 
-def test_example_loops_sequence_expands_every_item(fleet: Fleet,
-                                                   submit: Callable[..., str]) -> None:
+def test_example_loops_sequence_expands_every_item(
+    fleet: Fleet, submit: Callable[..., str]
+) -> None:
     status = fleet.wait_phase(submit("loops-sequence.yaml"))
     names = {n["displayName"] for n in status["nodes"].values() if n["type"] == "Pod"}
     assert any(d.startswith("sequence-count(4:") for d in names)
 
 
 def test_example_suspend_template_runs_until_resumed(
-        sandbox: SandboxServer, fleet: Fleet, submit: Callable[..., str]) -> None:
+    sandbox: SandboxServer, fleet: Fleet, submit: Callable[..., str]
+) -> None:
     name = submit("suspend-template.yaml")
-    sandbox.wait_for(lambda: fleet.nodes_by_display(fleet.member_status(name))
-                     .get("approve", {}).get("phase") == "Running", what="approve suspended")
+    sandbox.wait_for(
+        lambda: fleet.nodes_by_display(fleet.member_status(name)).get("approve", {}).get("phase")
+        == "Running",
+        what="approve suspended",
+    )
     assert fleet.member_status(name)["phase"] == "Running"
     sandbox.resume(NS, name, "approve")
     assert fleet.wait_phase(name)["phase"] == "Succeeded"
 
 
 def test_example_fails_when_its_template_is_made_to_fail(
-        sandbox: SandboxServer, fleet: Fleet, submit: Callable[..., str]) -> None:
+    sandbox: SandboxServer, fleet: Fleet, submit: Callable[..., str]
+) -> None:
     sandbox.fault("template-fail", template="echo", message="injected")
     status = fleet.wait_phase(submit("dag-nested.yaml"))
     assert status["phase"] == "Failed"
-    failed = [n for n in status["nodes"].values() if n["type"] == "Pod"
-              and n["phase"] == "Failed"]
+    failed = [n for n in status["nodes"].values() if n["type"] == "Pod" and n["phase"] == "Failed"]
     assert failed and all(n["message"] == "injected" for n in failed)

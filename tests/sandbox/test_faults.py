@@ -24,7 +24,8 @@ def ready(fleet: Fleet, site: str) -> str:
 
 
 def test_a_not_ready_site_is_reported_and_not_scheduled_to(
-        sandbox: SandboxServer, fleet: Fleet) -> None:
+    sandbox: SandboxServer, fleet: Fleet
+) -> None:
     fault = sandbox.fault("site-not-ready", site="site-b")
     sandbox.wait_for(lambda: ready(fleet, "site-b") == "False", what="site-b NotReady")
     taints = fleet.cluster("site-b")["spec"]["taints"]
@@ -41,17 +42,19 @@ def test_a_not_ready_site_is_reported_and_not_scheduled_to(
     assert fleet.scheduled_to(name) == "site-b"
 
 
-def test_an_unreachable_site_stops_reporting(sandbox: SandboxServer, fleet: Fleet,
-                                             run_on: RunOn) -> None:
+def test_an_unreachable_site_stops_reporting(
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
     name = unique("unr")
     run_on("site-c", workflow(name, [leaf("main", duration="300s")]))
-    sandbox.wait_for(lambda: fleet.member_status(name).get("phase") == "Running",
-                     what="running")
+    sandbox.wait_for(lambda: fleet.member_status(name).get("phase") == "Running", what="running")
     sandbox.fault("site-unreachable", site="site-c")
     frozen_rv = fleet.cluster("site-c")["metadata"]["resourceVersion"]
     # The member finishes the work, but nothing of it reaches the control plane.
-    sandbox.wait_for(lambda: fleet.live_status("site-c", name).get("phase") == "Succeeded",
-                     what="member finished")
+    sandbox.wait_for(
+        lambda: fleet.live_status("site-c", name).get("phase") == "Succeeded",
+        what="member finished",
+    )
     assert fleet.member_status(name)["phase"] == "Running"
     assert fleet.cluster("site-c")["metadata"]["resourceVersion"] == frozen_rv
     sandbox.clear_faults()
@@ -59,7 +62,8 @@ def test_an_unreachable_site_stops_reporting(sandbox: SandboxServer, fleet: Flee
 
 
 def test_the_api_answers_500_for_a_number_of_requests(
-        sandbox: SandboxServer, core: client.CoreV1Api) -> None:
+    sandbox: SandboxServer, core: client.CoreV1Api
+) -> None:
     sandbox.fault("api-error", status=500, count=2)
     for _ in range(2):
         with pytest.raises(client.ApiException) as err:
@@ -69,8 +73,7 @@ def test_the_api_answers_500_for_a_number_of_requests(
     assert core.list_namespace().items
 
 
-def test_the_api_answers_slowly_for_a_while(sandbox: SandboxServer,
-                                            core: client.CoreV1Api) -> None:
+def test_the_api_answers_slowly_for_a_while(sandbox: SandboxServer, core: client.CoreV1Api) -> None:
     sandbox.fault("api-slow", delay=0.5, duration=30)
     started = time.monotonic()
     core.list_namespace()
@@ -102,8 +105,21 @@ def test_unknown_faults_are_rejected(sandbox: SandboxServer) -> None:
 def test_the_cli_injects_lists_and_clears_faults(sandbox: SandboxServer) -> None:
     def cli(*args: str) -> Any:
         out = subprocess.run(
-            [sys.executable, "-m", "sandbox", "fault", "--kubeconfig", str(sandbox.kubeconfig),
-             *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=True)
+            [
+                sys.executable,
+                "-m",
+                "sandbox",
+                "fault",
+                "--kubeconfig",
+                str(sandbox.kubeconfig),
+                *args,
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         return json.loads(out.stdout)
 
     added = cli("site-unreachable", "--site", "site-a", "--duration", "60")

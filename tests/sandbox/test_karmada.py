@@ -21,38 +21,41 @@ from tests.fixtures_sandbox import KARMADA_CRDS, SandboxServer, free_port
 from tests.sandbox.conftest import NS, SITE_LABEL, Fleet, leaf, site_policy, unique, workflow
 
 
-def any_workflow_policy(name: str, priority: int | None = None, **placement: Any
-                        ) -> dict[str, Any]:
+def any_workflow_policy(name: str, priority: int | None = None, **placement: Any) -> dict[str, Any]:
     body = site_policy("x", name=name, priority=priority, **placement)
-    body["spec"]["resourceSelectors"] = [{"apiVersion": "argoproj.io/v1alpha1",
-                                          "kind": "Workflow"}]
+    body["spec"]["resourceSelectors"] = [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}]
     return body
 
 
 def test_explicit_priority_wins_over_precision(fleet: Fleet) -> None:
     name = unique("prio")
     by_name = site_policy("site-a", name="by-name", priority=1)
-    by_name["spec"]["resourceSelectors"] = [{"apiVersion": "argoproj.io/v1alpha1",
-                                             "kind": "Workflow", "name": name}]
+    by_name["spec"]["resourceSelectors"] = [
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": name}
+    ]
     fleet.create_policy(by_name)
-    fleet.create_policy(any_workflow_policy(
-        "catch-all-high", priority=10, clusterAffinity={"clusterNames": ["site-c"]}))
+    fleet.create_policy(
+        any_workflow_policy(
+            "catch-all-high", priority=10, clusterAffinity={"clusterNames": ["site-c"]}
+        )
+    )
     fleet.create_workflow(workflow(name, [leaf("main")]))
     assert fleet.scheduled_to(name) == "site-c"
     rb = fleet.binding(name)
     assert rb is not None
-    assert rb["metadata"]["annotations"]["propagationpolicy.karmada.io/name"] == \
-        "catch-all-high"
+    assert rb["metadata"]["annotations"]["propagationpolicy.karmada.io/name"] == "catch-all-high"
 
 
 def test_the_more_precise_selector_wins_at_equal_priority(fleet: Fleet) -> None:
     name = unique("prec")
-    fleet.create_policy(any_workflow_policy(
-        "aaa-any", clusterAffinity={"clusterNames": ["site-a"]}))
+    fleet.create_policy(
+        any_workflow_policy("aaa-any", clusterAffinity={"clusterNames": ["site-a"]})
+    )
     fleet.create_policy(site_policy("site-c", name="zzz-labelled"))
     named = site_policy("site-b", name="zzz-named")
-    named["spec"]["resourceSelectors"] = [{"apiVersion": "argoproj.io/v1alpha1",
-                                           "kind": "Workflow", "name": name}]
+    named["spec"]["resourceSelectors"] = [
+        {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": name}
+    ]
     fleet.create_policy(named)
     fleet.create_workflow(workflow(name, [leaf("main")], labels={SITE_LABEL: "site-c"}))
     assert fleet.scheduled_to(name) == "site-b"
@@ -62,11 +65,11 @@ def test_the_more_precise_selector_wins_at_equal_priority(fleet: Fleet) -> None:
 
 
 def test_a_namespaced_policy_wins_over_a_cluster_policy(fleet: Fleet) -> None:
-    cpp = any_workflow_policy("cluster-wide", priority=100,
-                              clusterAffinity={"clusterNames": ["site-c"]})
+    cpp = any_workflow_policy(
+        "cluster-wide", priority=100, clusterAffinity={"clusterNames": ["site-c"]}
+    )
     fleet.create_cluster_policy(cpp)
-    fleet.create_policy(any_workflow_policy("local", clusterAffinity={
-        "clusterNames": ["site-a"]}))
+    fleet.create_policy(any_workflow_policy("local", clusterAffinity={"clusterNames": ["site-a"]}))
     name = unique("nsfirst")
     fleet.create_workflow(workflow(name, [leaf("main")]))
     assert fleet.scheduled_to(name) == "site-a"
@@ -83,15 +86,26 @@ def test_an_unmatched_workflow_gets_no_binding(sandbox: SandboxServer, fleet: Fl
 
 
 def test_spread_constraints_choose_exactly_one_ready_untainted_cluster(
-        sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi) -> None:
+    sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi
+) -> None:
     custom.patch_cluster_custom_object(
-        "cluster.karmada.io", "v1alpha1", "clusters", "site-b",
-        {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}})
+        "cluster.karmada.io",
+        "v1alpha1",
+        "clusters",
+        "site-b",
+        {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}},
+    )
     sandbox.fault("site-not-ready", site="site-c")
-    sandbox.wait_for(lambda: fleet.cluster("site-c")["status"]["conditions"][0]["status"]
-                     == "False", what="site-c NotReady")
-    fleet.create_policy(any_workflow_policy("spread", spreadConstraints=[
-        {"spreadByField": "cluster", "maxGroups": 1, "minGroups": 1}]))
+    sandbox.wait_for(
+        lambda: fleet.cluster("site-c")["status"]["conditions"][0]["status"] == "False",
+        what="site-c NotReady",
+    )
+    fleet.create_policy(
+        any_workflow_policy(
+            "spread",
+            spreadConstraints=[{"spreadByField": "cluster", "maxGroups": 1, "minGroups": 1}],
+        )
+    )
     name = unique("spread")
     fleet.create_workflow(workflow(name, [leaf("main")]))
     assert fleet.scheduled_to(name) == "site-a"
@@ -99,14 +113,21 @@ def test_spread_constraints_choose_exactly_one_ready_untainted_cluster(
     assert rb is not None and len(rb["spec"]["clusters"]) == 1
 
 
-def test_a_tolerated_taint_does_not_exclude(fleet: Fleet,
-                                            custom: client.CustomObjectsApi) -> None:
+def test_a_tolerated_taint_does_not_exclude(fleet: Fleet, custom: client.CustomObjectsApi) -> None:
     custom.patch_cluster_custom_object(
-        "cluster.karmada.io", "v1alpha1", "clusters", "site-b",
-        {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}})
-    fleet.create_policy(site_policy("site-b", clusterAffinity={"clusterNames": ["site-b"]},
-                                    clusterTolerations=[{"key": "maintenance",
-                                                         "operator": "Exists"}]))
+        "cluster.karmada.io",
+        "v1alpha1",
+        "clusters",
+        "site-b",
+        {"spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}},
+    )
+    fleet.create_policy(
+        site_policy(
+            "site-b",
+            clusterAffinity={"clusterNames": ["site-b"]},
+            clusterTolerations=[{"key": "maintenance", "operator": "Exists"}],
+        )
+    )
     name = unique("tol")
     fleet.create_workflow(workflow(name, [leaf("main")], labels={SITE_LABEL: "site-b"}))
     assert fleet.scheduled_to(name) == "site-b"
@@ -119,9 +140,15 @@ def free_cpu(fleet: Fleet, site: str) -> int:
 
 def test_full_clusters_are_skipped_and_gpus_go_to_the_gpu_site(fleet: Fleet) -> None:
     # Ordered affinity groups: site-a is preferred whenever it can take the workflow.
-    fleet.create_policy(any_workflow_policy("a-then-c", clusterAffinities=[
-        {"affinityName": "data-site", "clusterNames": ["site-a"]},
-        {"affinityName": "gpu-site", "clusterNames": ["site-c"]}]))
+    fleet.create_policy(
+        any_workflow_policy(
+            "a-then-c",
+            clusterAffinities=[
+                {"affinityName": "data-site", "clusterNames": ["site-a"]},
+                {"affinityName": "gpu-site", "clusterNames": ["site-c"]},
+            ],
+        )
+    )
     big = unique("big")
     # More than site-a has free: the scheduler must skip it.
     fleet.create_workflow(workflow(big, [leaf("main", cpu=str(free_cpu(fleet, "site-a") + 1))]))
@@ -135,17 +162,25 @@ def test_full_clusters_are_skipped_and_gpus_go_to_the_gpu_site(fleet: Fleet) -> 
 
 
 def test_no_fitting_cluster_leaves_the_binding_unscheduled(
-        sandbox: SandboxServer, fleet: Fleet) -> None:
+    sandbox: SandboxServer, fleet: Fleet
+) -> None:
     fleet.create_policy(site_policy("site-a"))
     name = unique("nofit")
     too_much = str(free_cpu(fleet, "site-a") + 1)
-    fleet.create_workflow(workflow(name, [leaf("main", cpu=too_much)],
-                                   labels={SITE_LABEL: "site-a"}))
+    fleet.create_workflow(
+        workflow(name, [leaf("main", cpu=too_much)], labels={SITE_LABEL: "site-a"})
+    )
 
     def unscheduled() -> dict[str, Any] | None:
         rb = fleet.binding(name) or {}
-        cond = next((c for c in (rb.get("status") or {}).get("conditions") or []
-                     if c["type"] == "Scheduled"), None)
+        cond = next(
+            (
+                c
+                for c in (rb.get("status") or {}).get("conditions") or []
+                if c["type"] == "Scheduled"
+            ),
+            None,
+        )
         return cond if cond and cond["status"] == "False" else None
 
     cond = sandbox.wait_for(unscheduled, what="Scheduled=False")
@@ -155,7 +190,8 @@ def test_no_fitting_cluster_leaves_the_binding_unscheduled(
 
 
 def test_binding_records_site_and_member_status_and_validates(
-        fleet: Fleet, run_on: Callable[..., dict[str, Any]]) -> None:
+    fleet: Fleet, run_on: Callable[..., dict[str, Any]]
+) -> None:
     name = unique("rb")
     run_on("site-b", workflow(name, [leaf("main")]))
     status = fleet.wait_phase(name)
@@ -168,7 +204,8 @@ def test_binding_records_site_and_member_status_and_validates(
     assert conds == {"Scheduled": "True", "FullyApplied": "True"}
     agg = rb["status"]["aggregatedStatus"]
     assert [(a["clusterName"], a["applied"], a["health"]) for a in agg] == [
-        ("site-b", True, "Healthy")]
+        ("site-b", True, "Healthy")
+    ]
     assert agg[0]["status"]["nodes"][name]["phase"] == "Succeeded"
     schemas = SchemaRegistry()
     schemas.load([Path(KARMADA_CRDS)])
@@ -176,75 +213,119 @@ def test_binding_records_site_and_member_status_and_validates(
 
 
 def test_deleting_the_workflow_removes_member_copy_and_binding(
-        sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi,
-        run_on: Callable[..., dict[str, Any]]) -> None:
+    sandbox: SandboxServer,
+    fleet: Fleet,
+    custom: client.CustomObjectsApi,
+    run_on: Callable[..., dict[str, Any]],
+) -> None:
     name = unique("del")
     run_on("site-b", workflow(name, [leaf("main", duration="1h")]))
-    sandbox.wait_for(lambda: fleet.live_status("site-b", name).get("phase") == "Running",
-                     what="running in site-b")
+    sandbox.wait_for(
+        lambda: fleet.live_status("site-b", name).get("phase") == "Running",
+        what="running in site-b",
+    )
     custom.delete_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name)
-    sandbox.wait_for(lambda: not any(w["metadata"]["name"] == name
-                                     for w in sandbox.member_workflows("site-b")),
-                     what="member copy gone")
+    sandbox.wait_for(
+        lambda: not any(w["metadata"]["name"] == name for w in sandbox.member_workflows("site-b")),
+        what="member copy gone",
+    )
     sandbox.wait_for(lambda: fleet.binding(name) is None, what="binding gone")
 
 
 def test_cluster_resource_summary_follows_running_work(
-        sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi,
-        run_on: Callable[..., dict[str, Any]]) -> None:
+    sandbox: SandboxServer,
+    fleet: Fleet,
+    custom: client.CustomObjectsApi,
+    run_on: Callable[..., dict[str, Any]],
+) -> None:
     before = fleet.cluster("site-b")["status"]["resourceSummary"]
     assert before["allocatable"]["cpu"] == "64"
     idle = int(before["allocated"]["cpu"])
     name = unique("cap")
     run_on("site-b", workflow(name, [leaf("main", cpu="8", duration="1h")]))
-    sandbox.wait_for(lambda: fleet.cluster("site-b")["status"]["resourceSummary"][
-        "allocated"]["cpu"] == str(idle + 8), what="8 CPUs allocated")
-    custom.patch_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name,
-                                          {"spec": {"shutdown": "Terminate"}})
-    sandbox.wait_for(lambda: fleet.cluster("site-b")["status"]["resourceSummary"][
-        "allocated"]["cpu"] == str(idle), what="CPUs released")
+    sandbox.wait_for(
+        lambda: fleet.cluster("site-b")["status"]["resourceSummary"]["allocated"]["cpu"]
+        == str(idle + 8),
+        what="8 CPUs allocated",
+    )
+    custom.patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", name, {"spec": {"shutdown": "Terminate"}}
+    )
+    sandbox.wait_for(
+        lambda: fleet.cluster("site-b")["status"]["resourceSummary"]["allocated"]["cpu"]
+        == str(idle),
+        what="CPUs released",
+    )
     summary = fleet.cluster("site-b")["status"]["nodeSummary"]
     assert summary == {"totalNum": 8, "readyNum": 8}
 
 
 def test_override_policies_change_the_member_copy(
-        sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi,
-        run_on: Callable[..., dict[str, Any]]) -> None:
-    custom.create_namespaced_custom_object("policy.karmada.io", "v1alpha1", NS,
-                                           "overridepolicies", {
-        "apiVersion": "policy.karmada.io/v1alpha1", "kind": "OverridePolicy",
-        "metadata": {"name": "site-b-overrides"},
-        "spec": {
-            "resourceSelectors": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}],
-            "overrideRules": [{
-                "targetCluster": {"clusterNames": ["site-b"]},
-                "overriders": {
-                    "plaintext": [{"path": "/spec/serviceAccountName", "operator": "add",
-                                   "value": "site-b-runner"}],
-                    "imageOverrider": [{"component": "Registry", "operator": "replace",
-                                        "value": "mirror.site-b.example"}],
-                },
-            }, {
-                "targetCluster": {"clusterNames": ["site-c"]},
-                "overriders": {"plaintext": [{"path": "/spec/serviceAccountName",
-                                              "operator": "add", "value": "wrong"}]},
-            }],
+    sandbox: SandboxServer,
+    fleet: Fleet,
+    custom: client.CustomObjectsApi,
+    run_on: Callable[..., dict[str, Any]],
+) -> None:
+    custom.create_namespaced_custom_object(
+        "policy.karmada.io",
+        "v1alpha1",
+        NS,
+        "overridepolicies",
+        {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "OverridePolicy",
+            "metadata": {"name": "site-b-overrides"},
+            "spec": {
+                "resourceSelectors": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}],
+                "overrideRules": [
+                    {
+                        "targetCluster": {"clusterNames": ["site-b"]},
+                        "overriders": {
+                            "plaintext": [
+                                {
+                                    "path": "/spec/serviceAccountName",
+                                    "operator": "add",
+                                    "value": "site-b-runner",
+                                }
+                            ],
+                            "imageOverrider": [
+                                {
+                                    "component": "Registry",
+                                    "operator": "replace",
+                                    "value": "mirror.site-b.example",
+                                }
+                            ],
+                        },
+                    },
+                    {
+                        "targetCluster": {"clusterNames": ["site-c"]},
+                        "overriders": {
+                            "plaintext": [
+                                {
+                                    "path": "/spec/serviceAccountName",
+                                    "operator": "add",
+                                    "value": "wrong",
+                                }
+                            ]
+                        },
+                    },
+                ],
+            },
         },
-    })
+    )
     name = unique("ovr")
     run_on("site-b", workflow(name, [leaf("main")]))
     fleet.scheduled_to(name)
 
     def member_copy() -> dict[str, Any] | None:
-        return next((w for w in sandbox.member_workflows("site-b")
-                     if w["metadata"]["name"] == name), None)
+        return next(
+            (w for w in sandbox.member_workflows("site-b") if w["metadata"]["name"] == name), None
+        )
 
     copy = sandbox.wait_for(member_copy, what="member copy")
     assert copy["spec"]["serviceAccountName"] == "site-b-runner"
-    assert copy["spec"]["templates"][0]["container"]["image"] == \
-        "mirror.site-b.example/busybox"
-    original = custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", NS,
-                                                   "workflows", name)
+    assert copy["spec"]["templates"][0]["container"]["image"] == "mirror.site-b.example/busybox"
+    original = custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", NS, "workflows", name)
     assert "serviceAccountName" not in original["spec"]
 
 
@@ -256,13 +337,25 @@ class _Webhook(BaseHTTPRequestHandler):
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         time.sleep(type(self).delay)
         type(self).reviews.append(review)
-        patch = [{"op": "add", "path": f"/metadata/labels/{SITE_LABEL.replace('/', '~1')}",
-                  "value": "site-c"}]
-        body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                           "response": {"uid": review["request"]["uid"], "allowed": True,
-                                        "patchType": "JSONPatch",
-                                        "patch": base64.b64encode(
-                                            json.dumps(patch).encode()).decode()}}).encode()
+        patch = [
+            {
+                "op": "add",
+                "path": f"/metadata/labels/{SITE_LABEL.replace('/', '~1')}",
+                "value": "site-c",
+            }
+        ]
+        body = json.dumps(
+            {
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {
+                    "uid": review["request"]["uid"],
+                    "allowed": True,
+                    "patchType": "JSONPatch",
+                    "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+                },
+            }
+        ).encode()
         # The sandbox may have given up on a slow answer already.
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.send_response(200)
@@ -287,32 +380,49 @@ def webhook_url() -> Iterator[str]:
     server.server_close()
 
 
-def register_webhook(custom: client.CustomObjectsApi, url: str, policy: str,
-                     timeout: int = 3) -> None:
+def register_webhook(
+    custom: client.CustomObjectsApi, url: str, policy: str, timeout: int = 3
+) -> None:
     custom.create_cluster_custom_object(
-        "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", {
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": "portal-placement"},
-            "webhooks": [{
-                "name": "runtime.placement.portal.multisite.io",
-                "clientConfig": {"url": url},
-                "rules": [{"operations": ["CREATE"], "apiGroups": ["argoproj.io"],
-                           "apiVersions": ["v1alpha1"], "resources": ["workflows"]}],
-                "objectSelector": {"matchLabels": {"portal.multisite.io/placement": "runtime"}},
-                "failurePolicy": policy, "timeoutSeconds": timeout,
-                "sideEffects": "None", "admissionReviewVersions": ["v1"],
-            }],
-        })
+            "webhooks": [
+                {
+                    "name": "runtime.placement.portal.multisite.io",
+                    "clientConfig": {"url": url},
+                    "rules": [
+                        {
+                            "operations": ["CREATE"],
+                            "apiGroups": ["argoproj.io"],
+                            "apiVersions": ["v1alpha1"],
+                            "resources": ["workflows"],
+                        }
+                    ],
+                    "objectSelector": {"matchLabels": {"portal.multisite.io/placement": "runtime"}},
+                    "failurePolicy": policy,
+                    "timeoutSeconds": timeout,
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                }
+            ],
+        },
+    )
 
 
 def test_the_webhook_patch_is_applied_on_create(
-        fleet: Fleet, custom: client.CustomObjectsApi, webhook_url: str) -> None:
+    fleet: Fleet, custom: client.CustomObjectsApi, webhook_url: str
+) -> None:
     register_webhook(custom, webhook_url, "Fail")
     fleet.create_policy(site_policy("site-c"))
     name = unique("hook")
-    created = fleet.create_workflow(workflow(
-        name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"}))
+    created = fleet.create_workflow(
+        workflow(name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"})
+    )
     assert created["metadata"]["labels"][SITE_LABEL] == "site-c"
     assert fleet.scheduled_to(name) == "site-c"
     request = _Webhook.reviews[0]["request"]
@@ -324,32 +434,39 @@ def test_the_webhook_patch_is_applied_on_create(
 
 
 def test_failure_policy_ignore_admits_when_the_webhook_is_down(
-        fleet: Fleet, custom: client.CustomObjectsApi) -> None:
+    fleet: Fleet, custom: client.CustomObjectsApi
+) -> None:
     register_webhook(custom, f"http://127.0.0.1:{free_port()}/down", "Ignore")
     name = unique("ign")
-    created = fleet.create_workflow(workflow(
-        name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"}))
+    created = fleet.create_workflow(
+        workflow(name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"})
+    )
     assert SITE_LABEL not in created["metadata"]["labels"]
 
 
 def test_failure_policy_fail_rejects_when_the_webhook_is_down(
-        fleet: Fleet, custom: client.CustomObjectsApi) -> None:
+    fleet: Fleet, custom: client.CustomObjectsApi
+) -> None:
     register_webhook(custom, f"http://127.0.0.1:{free_port()}/down", "Fail")
     name = unique("failp")
     with pytest.raises(client.ApiException) as err:
-        fleet.create_workflow(workflow(
-            name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"}))
+        fleet.create_workflow(
+            workflow(name, [leaf("main")], labels={"portal.multisite.io/placement": "runtime"})
+        )
     assert err.value.status == 500
     assert "failed calling webhook" in json.loads(err.value.body)["message"]
 
 
 def test_a_webhook_slower_than_its_timeout_counts_as_failed(
-        fleet: Fleet, custom: client.CustomObjectsApi, webhook_url: str) -> None:
+    fleet: Fleet, custom: client.CustomObjectsApi, webhook_url: str
+) -> None:
     _Webhook.delay = 2.5
     register_webhook(custom, webhook_url, "Fail", timeout=1)
     with pytest.raises(client.ApiException) as err:
-        fleet.create_workflow(workflow(
-            unique("slow"), [leaf("main")],
-            labels={"portal.multisite.io/placement": "runtime"}))
+        fleet.create_workflow(
+            workflow(
+                unique("slow"), [leaf("main")], labels={"portal.multisite.io/placement": "runtime"}
+            )
+        )
     assert err.value.status == 500
     assert "failed calling webhook" in json.loads(err.value.body)["message"]

@@ -33,11 +33,17 @@ spec:
 """
 
 
-def kubectl(sandbox: SandboxServer, *args: str, stdin: str | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    sandbox: SandboxServer, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     assert KUBECTL is not None
-    proc = subprocess.run([KUBECTL, "--kubeconfig", str(sandbox.kubeconfig), *args],
-                          input=stdin, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(sandbox.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
     return proc
@@ -52,8 +58,9 @@ def test_kubectl_gets_clusters_and_api_resources(sandbox: SandboxServer) -> None
     resources = kubectl(sandbox, "api-resources").stdout
     for plural in ("propagationpolicies", "resourcebindings", "workflows", "clusters"):
         assert plural in resources
-    name = kubectl(sandbox, "get", "cluster", "site-c", "-o",
-                   "jsonpath={.metadata.labels.accelerator}").stdout
+    name = kubectl(
+        sandbox, "get", "cluster", "site-c", "-o", "jsonpath={.metadata.labels.accelerator}"
+    ).stdout
     assert name == "nvidia-a100"
 
 
@@ -69,16 +76,36 @@ def test_kubectl_create_apply_patch_delete(sandbox: SandboxServer, tmp_path: Pat
     assert "configured" in kubectl(sandbox, "apply", "-f", str(manifest)).stdout
     assert kubectl(sandbox, "get", "pp", name, "-o", "jsonpath={.spec.priority}").stdout == "2"
     manifest.write_text(POLICY.format(name=name, team="x", priority=3))
-    assert "serverside-applied" in kubectl(sandbox, "apply", "--server-side", "-f",
-                                           str(manifest)).stdout
+    assert (
+        "serverside-applied"
+        in kubectl(sandbox, "apply", "--server-side", "-f", str(manifest)).stdout
+    )
     assert kubectl(sandbox, "get", "pp", name, "-o", "jsonpath={.spec.priority}").stdout == "3"
 
-    kubectl(sandbox, "patch", "pp", name, "--type", "merge", "-p",
-            '{"metadata":{"labels":{"team":"y"}}}')
-    kubectl(sandbox, "patch", "pp", name, "--type", "json", "-p",
-            '[{"op":"replace","path":"/spec/priority","value":4}]')
-    assert kubectl(sandbox, "get", "pp", "-l", "team=y", "-o", "name").stdout.strip() == \
-        f"propagationpolicy.policy.karmada.io/{name}"
+    kubectl(
+        sandbox,
+        "patch",
+        "pp",
+        name,
+        "--type",
+        "merge",
+        "-p",
+        '{"metadata":{"labels":{"team":"y"}}}',
+    )
+    kubectl(
+        sandbox,
+        "patch",
+        "pp",
+        name,
+        "--type",
+        "json",
+        "-p",
+        '[{"op":"replace","path":"/spec/priority","value":4}]',
+    )
+    assert (
+        kubectl(sandbox, "get", "pp", "-l", "team=y", "-o", "name").stdout.strip()
+        == f"propagationpolicy.policy.karmada.io/{name}"
+    )
     assert kubectl(sandbox, "get", "pp", "-l", "team=x", "-o", "name").stdout.strip() == ""
     assert kubectl(sandbox, "get", "pp", name, "-o", "jsonpath={.spec.priority}").stdout == "4"
 
@@ -91,8 +118,10 @@ def test_kubectl_apply_server_side_creates(sandbox: SandboxServer, tmp_path: Pat
     name = unique("ssa")
     manifest = tmp_path / "pp.yaml"
     manifest.write_text(POLICY.format(name=name, team="z", priority=1))
-    assert "serverside-applied" in kubectl(sandbox, "apply", "--server-side", "-f",
-                                           str(manifest)).stdout
+    assert (
+        "serverside-applied"
+        in kubectl(sandbox, "apply", "--server-side", "-f", str(manifest)).stdout
+    )
     assert kubectl(sandbox, "get", "pp", name, "-o", "name").stdout.strip()
 
 
@@ -107,8 +136,19 @@ def test_kubectl_reports_invalid_objects(sandbox: SandboxServer, tmp_path: Path)
 def test_kubectl_watch_prints_new_workflows(sandbox: SandboxServer, tmp_path: Path) -> None:
     assert KUBECTL is not None
     watcher = subprocess.Popen(
-        [KUBECTL, "--kubeconfig", str(sandbox.kubeconfig), "get", "workflows", "-w",
-         "--request-timeout=30s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            KUBECTL,
+            "--kubeconfig",
+            str(sandbox.kubeconfig),
+            "get",
+            "workflows",
+            "-w",
+            "--request-timeout=30s",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(1.0)
         name = unique("wwf")
@@ -116,7 +156,8 @@ def test_kubectl_watch_prints_new_workflows(sandbox: SandboxServer, tmp_path: Pa
         manifest.write_text(
             "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\n"
             f"metadata: {{name: {name}}}\n"
-            "spec: {entrypoint: main, templates: [{name: main, container: {image: busybox}}]}\n")
+            "spec: {entrypoint: main, templates: [{name: main, container: {image: busybox}}]}\n"
+        )
         kubectl(sandbox, "create", "-f", str(manifest))
         assert watcher.stdout is not None
         line = ""
@@ -130,12 +171,17 @@ def test_kubectl_watch_prints_new_workflows(sandbox: SandboxServer, tmp_path: Pa
 
 
 def test_kubectl_watch_from_an_expired_version_is_gone(sandbox: SandboxServer) -> None:
-    rv = json.loads(kubectl(sandbox, "get", "--raw", "/api/v1/namespaces").stdout)[
-        "metadata"]["resourceVersion"]
+    rv = json.loads(kubectl(sandbox, "get", "--raw", "/api/v1/namespaces").stdout)["metadata"][
+        "resourceVersion"
+    ]
     assert int(rv) > 0
     kubectl(sandbox, "create", "namespace", unique("gone"))
     sandbox.compact()
-    proc = kubectl(sandbox, "get", "--raw",
-                   f"/api/v1/namespaces?watch=true&resourceVersion={rv}&timeoutSeconds=2",
-                   check=False)
+    proc = kubectl(
+        sandbox,
+        "get",
+        "--raw",
+        f"/api/v1/namespaces?watch=true&resourceVersion={rv}&timeoutSeconds=2",
+        check=False,
+    )
     assert '"code":410' in proc.stdout and '"reason":"Expired"' in proc.stdout

@@ -39,16 +39,24 @@ def test_merge_patch_with_itself_is_identity_when_no_nulls(doc: dict[str, object
 
 
 def test_merge_patch_deletes_with_null_and_replaces_lists() -> None:
-    assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}, "l": [1]},
-                       {"b": {"c": None}, "l": [2]}) == {"a": 1, "b": {"d": 3}, "l": [2]}
+    assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}, "l": [1]}, {"b": {"c": None}, "l": [2]}) == {
+        "a": 1,
+        "b": {"d": 3},
+        "l": [2],
+    }
 
 
 def test_json_patch_ops_and_errors() -> None:
     doc = {"a": {"b": [1, 2]}, "x/y": 1}
-    out = json_patch(doc, [{"op": "add", "path": "/a/b/-", "value": 3},
-                           {"op": "replace", "path": "/x~1y", "value": 2},
-                           {"op": "remove", "path": "/a/b/0"},
-                           {"op": "test", "path": "/a/b/0", "value": 2}])
+    out = json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a/b/-", "value": 3},
+            {"op": "replace", "path": "/x~1y", "value": 2},
+            {"op": "remove", "path": "/a/b/0"},
+            {"op": "test", "path": "/a/b/0", "value": 2},
+        ],
+    )
     assert out == {"a": {"b": [2, 3]}, "x/y": 2}
     assert doc == {"a": {"b": [1, 2]}, "x/y": 1}
     with pytest.raises(ApiError) as err:
@@ -56,11 +64,19 @@ def test_json_patch_ops_and_errors() -> None:
     assert err.value.code == 422
 
 
-@pytest.mark.parametrize(("selector", "labels", "expected"), [
-    ("a=1", {"a": "1"}, True), ("a==1", {"a": "2"}, False), ("a!=1", {}, True),
-    ("a in (1, 2)", {"a": "2"}, True), ("a notin (1,2)", {"a": "2"}, False),
-    ("a", {"a": ""}, True), ("!a", {"a": "1"}, False), ("a=1,b", {"a": "1"}, False),
-])
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("a=1", {"a": "1"}, True),
+        ("a==1", {"a": "2"}, False),
+        ("a!=1", {}, True),
+        ("a in (1, 2)", {"a": "2"}, True),
+        ("a notin (1,2)", {"a": "2"}, False),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": "1"}, False),
+        ("a=1,b", {"a": "1"}, False),
+    ],
+)
 def test_label_selectors(selector: str, labels: dict[str, str], expected: bool) -> None:
     assert parse_label_selector(selector)(labels) is expected
 
@@ -71,11 +87,18 @@ def test_a_bad_label_selector_is_a_bad_request() -> None:
     assert err.value.code == 400
 
 
-@pytest.mark.parametrize(("expr", "expected"), [
-    ("heads == heads", True), ("heads == tails", False), ("5 < 10", True),
-    ("'a b' == 'a b'", True), ("true && !false", True), ("(1 > 2) || hello =~ 'ell'", True),
-    ("10 >= 9 && 2 != 2", False),
-])
+@pytest.mark.parametrize(
+    ("expr", "expected"),
+    [
+        ("heads == heads", True),
+        ("heads == tails", False),
+        ("5 < 10", True),
+        ("'a b' == 'a b'", True),
+        ("true && !false", True),
+        ("(1 > 2) || hello =~ 'ell'", True),
+        ("10 >= 9 && 2 != 2", False),
+    ],
+)
 def test_when_expressions(expr: str, expected: bool) -> None:
     assert evaluate(expr) is expected
 
@@ -94,25 +117,39 @@ def test_quantities_round_trip() -> None:
 
 def test_image_overrider_components() -> None:
     over = {"component": "Registry", "operator": "replace", "value": "mirror.io"}
-    assert override_image("docker.io/library/busybox:1.36", over) == \
-        "mirror.io/library/busybox:1.36"
-    assert override_image("busybox", {"component": "Tag", "operator": "replace",
-                                      "value": "v2"}) == "busybox:v2"
+    assert (
+        override_image("docker.io/library/busybox:1.36", over) == "mirror.io/library/busybox:1.36"
+    )
+    assert (
+        override_image("busybox", {"component": "Tag", "operator": "replace", "value": "v2"})
+        == "busybox:v2"
+    )
 
 
-def _policy(name: str, ns: str | None, priority: int, selector: dict[str, object]
-            ) -> dict[str, object]:
+def _policy(
+    name: str, ns: str | None, priority: int, selector: dict[str, object]
+) -> dict[str, object]:
     meta: dict[str, object] = {"name": name}
     if ns:
         meta["namespace"] = ns
-    return {"kind": "PropagationPolicy" if ns else "ClusterPropagationPolicy", "metadata": meta,
-            "spec": {"priority": priority, "resourceSelectors": [
-                {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", **selector}]}}
+    return {
+        "kind": "PropagationPolicy" if ns else "ClusterPropagationPolicy",
+        "metadata": meta,
+        "spec": {
+            "priority": priority,
+            "resourceSelectors": [
+                {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", **selector}
+            ],
+        },
+    }
 
 
 def test_policy_choice_orders_priority_precision_then_name() -> None:
-    wf = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow",
-          "metadata": {"name": "w", "namespace": "ns", "labels": {"x": "1"}}}
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "ns", "labels": {"x": "1"}},
+    }
     by_label = _policy("b-label", "ns", 0, {"labelSelector": {"matchLabels": {"x": "1"}}})
     by_name = _policy("c-name", "ns", 0, {"name": "w"})
     catch_all = _policy("a-all", "ns", 0, {})
@@ -147,8 +184,11 @@ def test_the_whole_reference_folder_can_be_given_as_crds() -> None:
     schemas = SchemaRegistry()
     schemas.load([REFERENCE])
     kinds = {(g, k) for g, _v, k in schemas.kinds()}
-    assert {("argoproj.io", "Workflow"), ("policy.karmada.io", "PropagationPolicy"),
-            ("work.karmada.io", "ResourceBinding")} <= kinds
+    assert {
+        ("argoproj.io", "Workflow"),
+        ("policy.karmada.io", "PropagationPolicy"),
+        ("work.karmada.io", "ResourceBinding"),
+    } <= kinds
 
 
 def test_versions_from_another_run_of_the_sandbox_expire() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -206,3 +207,39 @@ def test_versions_from_another_run_of_the_sandbox_expire() -> None:
         assert later.events_since(later.rv) == []
 
     asyncio.run(scenario())
+
+
+def test_a_fleet_file_describes_sites_and_their_clusters(tmp_path: Path) -> None:
+    from sandbox.fleet import load_fleet
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(
+        "sites:\n"
+        "  - name: edge-1\n"
+        "    region: us-east\n"
+        "    zone: us-east-1a\n"
+        "    provider: edge\n"
+        "    syncMode: Pull\n"
+        "    labels: {tier: edge}\n"
+        "    taints: [{key: flaky, effect: NoSchedule}]\n"
+        "    nodes: 3\n"
+        "    capacity: {cpu: '2', memory: 4Gi, pods: '30', nvidia.com/gpu: '1'}\n"
+    )
+    (site,) = load_fleet(path)
+    assert site.capacity == {"cpu": 2.0, "memory": 4 * 2**30, "pods": 30.0, "nvidia.com/gpu": 1.0}
+    cluster = site.cluster_object()
+    assert cluster["spec"]["syncMode"] == "Pull" and cluster["spec"]["region"] == "us-east"
+    assert cluster["spec"]["taints"] == [{"key": "flaky", "effect": "NoSchedule"}]
+    assert cluster["metadata"]["labels"]["tier"] == "edge"
+    assert cluster["metadata"]["labels"]["topology.kubernetes.io/zone"] == "us-east-1a"
+
+
+def test_the_demo_fleet_matches_the_design() -> None:
+    from sandbox.fleet import load_fleet
+
+    sites = {s.name: s for s in load_fleet()}
+    assert set(sites) == {"site-a", "site-b", "site-c"}
+    a, b, c = sites["site-a"], sites["site-b"], sites["site-c"]
+    assert a.capacity["cpu"] - a.baseline["cpu"] < b.capacity["cpu"] - b.baseline["cpu"]
+    assert c.capacity.get("nvidia.com/gpu", 0) > 0 and "nvidia.com/gpu" not in b.capacity
+    assert c.labels["accelerator"].startswith("nvidia")

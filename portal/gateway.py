@@ -392,25 +392,33 @@ def delete(resource: Resource, name: str, ns: str | None = None) -> bool:
 
 def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
     """Create the object, or bring an existing one in line with ``body`` (labels,
-    annotations and spec), writing nothing when it already matches."""
+    annotations and spec), writing nothing when it already matches. Several processes may
+    apply the same object at once: a Conflict means another won, so read again and retry."""
     name = body["metadata"]["name"]
     try:
         return create(resource, body, ns)
     except AlreadyExists:
         pass
-    current = get(resource, name, ns)
-    meta, want = current.get("metadata", {}), body.get("metadata", {})
-    same = (
-        current.get("spec") == body.get("spec")
-        and all(meta.get("labels", {}).get(k) == v for k, v in want.get("labels", {}).items())
-        and all(
-            meta.get("annotations", {}).get(k) == v for k, v in want.get("annotations", {}).items()
+    for attempt in range(5):
+        current = get(resource, name, ns)
+        meta, want = current.get("metadata", {}), body.get("metadata", {})
+        same = (
+            current.get("spec") == body.get("spec")
+            and all(meta.get("labels", {}).get(k) == v for k, v in want.get("labels", {}).items())
+            and all(
+                meta.get("annotations", {}).get(k) == v
+                for k, v in want.get("annotations", {}).items()
+            )
         )
-    )
-    if same:
-        return current
-    updated = {**body, "metadata": {**want, "resourceVersion": meta.get("resourceVersion")}}
-    return replace(resource, name, updated, ns)
+        if same:
+            return current
+        updated = {**body, "metadata": {**want, "resourceVersion": meta.get("resourceVersion")}}
+        try:
+            return replace(resource, name, updated, ns)
+        except Conflict:
+            if attempt == 4:
+                raise
+    raise AssertionError("unreachable")
 
 
 def watch(
@@ -468,16 +476,28 @@ def watch(
 
 @retrying()
 def apply_mutating_webhook(body: dict[str, Any]) -> None:
+    """Create or update the webhook configuration; unchanged means no write, and a Conflict
+    (another process applied it meanwhile) means read again and retry."""
     api = k8s.AdmissionregistrationV1Api(_api_client())
     name = body["metadata"]["name"]
     try:
         api.create_mutating_webhook_configuration(body, _request_timeout=_timeout())
+        return
     except ApiException as exc:
         if exc.status != 409:
             raise
-        current = api.read_mutating_webhook_configuration(name, _request_timeout=_timeout())
-        body = {
-            **body,
-            "metadata": {**body["metadata"], "resourceVersion": current.metadata.resource_version},
-        }
-        api.replace_mutating_webhook_configuration(name, body, _request_timeout=_timeout())
+    for attempt in range(5):
+        current = api.api_client.sanitize_for_serialization(
+            api.read_mutating_webhook_configuration(name, _request_timeout=_timeout())
+        )
+        if current.get("webhooks") == body.get("webhooks"):
+            return
+        meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}
+        try:
+            api.replace_mutating_webhook_configuration(
+                name, {**body, "metadata": meta}, _request_timeout=_timeout()
+            )
+            return
+        except ApiException as exc:
+            if exc.status != 409 or attempt == 4:
+                raise

@@ -178,7 +178,8 @@ def run_submit(
         raise WorkflowInvalid(
             [FieldError(f"units.{d.unit}", f"no site can run it: {d.reason}") for d in unplaceable]
         )
-    manifest = parser.decode_document(body, parser_limits())
+    # The document as parsed (arguments applied): what runs is what is stored.
+    manifest = dict(parsed.document)
     with transaction.atomic():
         run = WorkflowRun.objects.create(
             name=_unique_run_name(parsed),

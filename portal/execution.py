@@ -447,15 +447,9 @@ def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
         },
     )
     if created:
-        PlacementDecision.objects.create(
-            run=run,
-            unit=row,
-            source=DecisionSource.RULE,
-            timing=UnitTiming.SUBMIT,
-            site=decision.site or "",
-            reason=row.reason,
-            candidates=[c.as_dict() for c in decision.candidates],
-        )
+        PlacementDecision.from_plan(
+            decision, reason=row.reason, run=run, unit=row, source=DecisionSource.RULE
+        ).save()
         _event(run.pk, "exit-handler", f"all units ended ({status}); running onExit", row)
         if decision.site is None:
             _unit_set(row, UnitPhase.ERROR, message=f"no site can run it: {decision.reason}")
@@ -768,16 +762,14 @@ def _failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], re
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
         unit.reason = f"failover from {lost}: {decision.reason}"
-        PlacementDecision.objects.create(
+        PlacementDecision.from_plan(
+            decision,
+            reason=unit.reason,
             run=run,
             unit=unit,
             attempt=unit.attempt,
             source=DecisionSource.FAILOVER,
-            timing=UnitTiming.SUBMIT,
-            site=decision.site,
-            reason=unit.reason,
-            candidates=[c.as_dict() for c in decision.candidates],
-        )
+        ).save()
         _event(
             run.pk,
             "failover",

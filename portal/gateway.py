@@ -242,23 +242,23 @@ def ensure_namespace(name: str) -> None:
                 raise
 
 
+def _call(verb: str, resource: Resource, ns: str | None, *args: Any, **kwargs: Any) -> Any:
+    """``<verb>_namespaced_custom_object`` or ``<verb>_cluster_custom_object``, as the
+    resource's scope says, with the portal's timeout."""
+    api = _custom()
+    kwargs.setdefault("_request_timeout", _timeout())
+    if resource.namespaced:
+        fn = getattr(api, f"{verb}_namespaced_custom_object")
+        return fn(
+            resource.group, resource.version, ns or namespace(), resource.plural, *args, **kwargs
+        )
+    fn = getattr(api, f"{verb}_cluster_custom_object")
+    return fn(resource.group, resource.version, resource.plural, *args, **kwargs)
+
+
 @retrying()
 def get(resource: Resource, name: str, ns: str | None = None) -> dict[str, Any]:
-    api = _custom()
-    if resource.namespaced:
-        obj = api.get_namespaced_custom_object(
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-            name,
-            _request_timeout=_timeout(),
-        )
-    else:
-        obj = api.get_cluster_custom_object(
-            resource.group, resource.version, resource.plural, name, _request_timeout=_timeout()
-        )
-    return dict(obj)
+    return dict(_call("get", resource, ns, name))
 
 
 @retrying()
@@ -266,44 +266,13 @@ def list_objects(
     resource: Resource, ns: str | None = None, label_selector: str = ""
 ) -> tuple[list[dict[str, Any]], str]:
     """Items and the list's resourceVersion (to start a watch from)."""
-    api = _custom()
-    if resource.namespaced:
-        out = api.list_namespaced_custom_object(
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-            label_selector=label_selector,
-            _request_timeout=_timeout(),
-        )
-    else:
-        out = api.list_cluster_custom_object(
-            resource.group,
-            resource.version,
-            resource.plural,
-            label_selector=label_selector,
-            _request_timeout=_timeout(),
-        )
+    out = _call("list", resource, ns, label_selector=label_selector)
     return list(out.get("items", [])), str(out.get("metadata", {}).get("resourceVersion", ""))
 
 
 @retrying()
 def create(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
-    api = _custom()
-    if resource.namespaced:
-        obj = api.create_namespaced_custom_object(
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-            body,
-            _request_timeout=_timeout(),
-        )
-    else:
-        obj = api.create_cluster_custom_object(
-            resource.group, resource.version, resource.plural, body, _request_timeout=_timeout()
-        )
-    return dict(obj)
+    return dict(_call("create", resource, ns, body))
 
 
 @retrying()
@@ -311,78 +280,21 @@ def patch(
     resource: Resource, name: str, body: dict[str, Any], ns: str | None = None
 ) -> dict[str, Any]:
     """A JSON merge patch (RFC 7386)."""
-    api = _custom()
-    if resource.namespaced:
-        obj = api.patch_namespaced_custom_object(
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-            name,
-            body,
-            _request_timeout=_timeout(),
-        )
-    else:
-        obj = api.patch_cluster_custom_object(
-            resource.group,
-            resource.version,
-            resource.plural,
-            name,
-            body,
-            _request_timeout=_timeout(),
-        )
-    return dict(obj)
+    return dict(_call("patch", resource, ns, name, body))
 
 
 @retrying()
 def replace(
     resource: Resource, name: str, body: dict[str, Any], ns: str | None = None
 ) -> dict[str, Any]:
-    api = _custom()
-    if resource.namespaced:
-        obj = api.replace_namespaced_custom_object(
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-            name,
-            body,
-            _request_timeout=_timeout(),
-        )
-    else:
-        obj = api.replace_cluster_custom_object(
-            resource.group,
-            resource.version,
-            resource.plural,
-            name,
-            body,
-            _request_timeout=_timeout(),
-        )
-    return dict(obj)
+    return dict(_call("replace", resource, ns, name, body))
 
 
 @retrying()
 def delete(resource: Resource, name: str, ns: str | None = None) -> bool:
     """Delete; ``False`` when it was already gone (deleting twice is fine)."""
-    api = _custom()
     try:
-        if resource.namespaced:
-            api.delete_namespaced_custom_object(
-                resource.group,
-                resource.version,
-                ns or namespace(),
-                resource.plural,
-                name,
-                _request_timeout=_timeout(),
-            )
-        else:
-            api.delete_cluster_custom_object(
-                resource.group,
-                resource.version,
-                resource.plural,
-                name,
-                _request_timeout=_timeout(),
-            )
+        _call("delete", resource, ns, name)
     except ApiException as exc:
         if exc.status == 404:
             return False
@@ -442,17 +354,10 @@ def watch(
         "label_selector": label_selector,
         "_request_timeout": (_timeout(), timeout_seconds + 30),
     }
-    if resource.namespaced:
-        func: Any = api.list_namespaced_custom_object
-        args: tuple[Any, ...] = (
-            resource.group,
-            resource.version,
-            ns or namespace(),
-            resource.plural,
-        )
-    else:
-        func = api.list_cluster_custom_object
-        args = (resource.group, resource.version, resource.plural)
+    scope = "namespaced" if resource.namespaced else "cluster"
+    func: Any = getattr(api, f"list_{scope}_custom_object")
+    args: tuple[Any, ...] = (resource.group, resource.version)
+    args += (ns or namespace(), resource.plural) if resource.namespaced else (resource.plural,)
     try:
         for event in w.stream(func, *args, **kwargs):
             kind = event.get("type", "")
@@ -487,9 +392,11 @@ def apply_mutating_webhook(body: dict[str, Any]) -> None:
         if exc.status != 409:
             raise
     for attempt in range(5):
-        current = api.api_client.sanitize_for_serialization(
-            api.read_mutating_webhook_configuration(name, _request_timeout=_timeout())
+        # Raw JSON: the typed model refuses objects another client left half-filled.
+        raw = api.read_mutating_webhook_configuration(
+            name, _request_timeout=_timeout(), _preload_content=False
         )
+        current = json.loads(raw.data)
         if current.get("webhooks") == body.get("webhooks"):
             return
         meta = {**body["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -132,6 +134,19 @@ class PlacementDecision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow_name or self.unit} → {self.site or '(none)'}"
+
+    @classmethod
+    def from_plan(
+        cls, decision: Any, *, reason: str | None = None, **fields: Any
+    ) -> PlacementDecision:
+        """An unsaved record of a planner ``Decision`` (site, reason, the candidate table);
+        ``fields`` say whose and from where (run, unit, source, timing, attempt...)."""
+        return cls(
+            site=decision.site or "",
+            reason=decision.reason if reason is None else reason,
+            candidates=[c.as_dict() for c in decision.candidates],
+            **fields,
+        )
 
 
 class RunEvent(models.Model):

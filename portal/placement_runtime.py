@@ -345,17 +345,15 @@ def _admit_step(
                 )
                 if not updated:
                     raise _Skip(f"attempt {attempt} was superseded while deciding")
-            PlacementDecision.objects.create(
+            PlacementDecision.from_plan(
+                decision,
                 run_id=run_id,
                 unit_id=unit.pk,
                 workflow_name=name,
                 attempt=attempt,
                 source=DecisionSource.WEBHOOK,
                 timing=UnitTiming.RUNTIME,
-                site=decision.site or "",
-                reason=decision.reason,
-                candidates=[c.as_dict() for c in decision.candidates],
-            )
+            ).save()
             # Past the budget now, Karmada may have given up on us: roll back, so the
             # database never says a site the Workflow did not get.
             deadline.check("recording")
@@ -442,16 +440,12 @@ def _admit_direct(
         )
         deadline.check("deciding")
         if not dry_run:
-            PlacementDecision.objects.create(
-                run=None,
-                unit=None,
+            PlacementDecision.from_plan(
+                decision,
                 workflow_name=name,
                 source=DecisionSource.WEBHOOK,
                 timing=UnitTiming.RUNTIME,
-                site=decision.site or "",
-                reason=decision.reason,
-                candidates=[c.as_dict() for c in decision.candidates],
-            )
+            ).save()
             deadline.check("recording")
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")

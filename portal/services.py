@@ -215,14 +215,12 @@ def run_submit(
         by_name = {u.name: u for u in UnitRun.objects.filter(run=run)}
         PlacementDecision.objects.bulk_create(
             [
-                PlacementDecision(
+                PlacementDecision.from_plan(
+                    d,
                     run=run,
                     unit=by_name[d.unit],
                     source=DecisionSource.RULE,
                     timing=UnitTiming.SUBMIT,
-                    site=d.site or "",
-                    reason=d.reason,
-                    candidates=[c.as_dict() for c in d.candidates],
                 )
                 for d in plan.decisions
                 if d.timing == "submit"

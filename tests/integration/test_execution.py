@@ -304,3 +304,43 @@ def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Sta
 
     binding = wait_for(scheduled, 30, "Karmada to schedule the workflow")
     assert binding[0]["name"] == "site-c"
+
+
+EXIT_WORKFLOW = """
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: with-exit-
+spec:
+  entrypoint: main
+  onExit: notify
+  templates:
+    - name: main
+      dag:
+        tasks:
+          - name: work
+            template: work
+    - name: work
+      container:
+        image: busybox
+        command: [sh, -c, "echo work"]
+    - name: notify
+      container:
+        image: busybox
+        command: [sh, -c, "echo run ended: {{workflow.status}}"]
+"""
+
+
+def test_on_exit_runs_after_the_units_with_the_run_status(live: Stack) -> None:
+    user = User.objects.get(username="scientist")
+    run = services.run_submit(user=user, body=EXIT_WORKFLOW, project="eo-demo")
+    finished = _wait_finished(live, run.pk)
+    assert finished.status == "Succeeded", finished.message
+    units = _units(run.pk)
+    assert units["work"].finished_at is not None
+    exit_unit = units["onExit"]
+    assert exit_unit.phase == "Succeeded"
+    assert exit_unit.started_at is None or exit_unit.started_at >= units["work"].finished_at
+    wf = next(w for w in live.workflows(run.pk) if w["metadata"]["name"] == exit_unit.workflow_name)
+    notify = next(t for t in wf["spec"]["templates"] if t["name"] == wf["spec"]["entrypoint"])
+    assert notify["container"]["command"][-1] == "echo run ended: Succeeded"

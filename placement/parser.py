@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import json
 import math
+import os
 import re
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -506,7 +509,7 @@ def _formats(node: Any, out: set[str]) -> set[str]:
 
 _fast: dict[str, Callable[[Any], Any]] = {}
 _fast_lock = threading.Lock()
-_fast_started: set[str] = set()
+_fast_started: set[tuple[str, int]] = set()
 
 
 def _compile_fast(kind: str) -> None:
@@ -514,7 +517,31 @@ def _compile_fast(kind: str) -> None:
     schema["$ref"] = f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}"
     # Like Draft7Validator without a format checker: formats are annotations, not checks.
     formats = {name: (lambda _value: True) for name in _formats(schema, set())}
-    _fast[kind] = fastjsonschema.compile(schema, formats=formats)
+    code = fastjsonschema.compile_to_code(schema, formats=formats)
+    # The generated module is about 1 MB of Python: compiling it costs seconds, so it is kept
+    # in a cache folder (keyed by its content) where Python keeps its bytecode too, and every
+    # later process loads it in a fraction of that.
+    digest = hashlib.sha256(code.encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("PORTAL_SCHEMA_CACHE") or tempfile.gettempdir())
+    folder = folder / "portal-schema-cache"
+    name = f"argo_{kind.lower()}_{digest}"
+    path = folder / f"{name}.py"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            partial = folder / f".{name}.{os.getpid()}.tmp"
+            partial.write_text(code)
+            partial.replace(path)
+        spec = importlib.util.spec_from_file_location(f"_portal_{name}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        validate = module.validate
+    except OSError:  # no writable cache: compile in memory
+        validate = fastjsonschema.compile(schema, formats=formats)
+        _fast[kind] = validate
+        return
+    _fast[kind] = lambda data: validate(data, formats)
 
 
 def _fast_validator(kind: str, wait: bool = False) -> Callable[[Any], Any] | None:
@@ -522,11 +549,13 @@ def _fast_validator(kind: str, wait: bool = False) -> Callable[[Any], Any] | Non
     Compiling takes a second or two, so it happens once per process in the background; until it
     is ready, callers use the full validator."""
     validator = _fast.get(kind)
-    if validator is not None or (not wait and kind in _fast_started):
+    # Keyed by process: a thread started before a fork does not run in the child.
+    started = (kind, os.getpid())
+    if validator is not None or (not wait and started in _fast_started):
         return validator
     with _fast_lock:
-        if kind not in _fast_started:
-            _fast_started.add(kind)
+        if started not in _fast_started:
+            _fast_started.add(started)
             if wait:
                 _compile_fast(kind)
             else:

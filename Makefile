@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
 	$(PY) manage.py check
-	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/portal} $(PY) manage.py makemigrations --check --dry-run
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(PY) manage.py makemigrations --check --dry-run
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

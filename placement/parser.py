@@ -13,6 +13,7 @@ order. Every problem found is reported at once in ``WorkflowInvalid.errors`` as
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import importlib.util
 import json
@@ -1784,6 +1785,17 @@ class _UnitBuilder:
         path: str,
     ) -> list[Unit]:
         task = str(call["name"])
+        # Every unit of this call shares these; only name, item and withParam differ.
+        make = functools.partial(
+            self.make,
+            kind=kind,
+            task=task,
+            key=key,
+            call=call,
+            upstream=upstream,
+            depends=depends,
+            root=root,
+        )
         items = call.get("withItems")
         seq = call.get("withSequence")
         param = call.get("withParam")
@@ -1795,19 +1807,7 @@ class _UnitBuilder:
             values = items if isinstance(items, list) else _sequence_items(seq or {})
             if values is None:
                 # A templated sequence: only known at run time, like withParam.
-                return [
-                    self.make(
-                        name=task,
-                        kind=kind,
-                        task=task,
-                        key=key,
-                        call=call,
-                        upstream=upstream,
-                        depends=depends,
-                        with_param=json.dumps(seq),
-                        root=root,
-                    )
-                ]
+                return [make(name=task, with_param=json.dumps(seq))]
             if len(values) > self.p.limits.max_units:
                 self.p.err(
                     _join(path, "withItems" if items is not None else "withSequence"),
@@ -1815,46 +1815,12 @@ class _UnitBuilder:
                 )
                 return []
             return [
-                self.make(
-                    name=f"{task}({i}:{item_label(v)})",
-                    kind=kind,
-                    task=task,
-                    key=key,
-                    call=call,
-                    upstream=upstream,
-                    depends=depends,
-                    item=v,
-                    item_index=i,
-                    root=root,
-                )
+                make(name=f"{task}({i}:{item_label(v)})", item=v, item_index=i)
                 for i, v in enumerate(values)
             ]
         if isinstance(param, str) and param.strip():
-            return [
-                self.make(
-                    name=task,
-                    kind=kind,
-                    task=task,
-                    key=key,
-                    call=call,
-                    upstream=upstream,
-                    depends=depends,
-                    with_param=param,
-                    root=root,
-                )
-            ]
-        return [
-            self.make(
-                name=task,
-                kind=kind,
-                task=task,
-                key=key,
-                call=call,
-                upstream=upstream,
-                depends=depends,
-                root=root,
-            )
-        ]
+            return [make(name=task, with_param=param)]
+        return [make(name=task)]
 
     def known_at_submit(self, param: Any) -> list[Any] | None:
         """The list a ``withParam`` names when it only uses workflow parameters (the

@@ -1039,6 +1039,24 @@ def parse_workflow_template(
     return CatalogueEntry(name=name, kind=str(kind), document=doc)
 
 
+_REF_KEYS = frozenset({"templateRef", "workflowTemplateRef"})
+
+
+def uses_catalogue(doc: Any) -> bool:
+    """Whether a document can reach the catalogue at all (a ``templateRef`` or
+    ``workflowTemplateRef`` anywhere): callers skip loading the catalogue when it cannot."""
+    stack = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            if not _REF_KEYS.isdisjoint(node.keys()):
+                return True
+            stack.extend(v for v in node.values() if isinstance(v, (Mapping, list)))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, (Mapping, list)))
+    return False
+
+
 def parse_workflow(
     raw: bytes | str | Mapping[str, Any],
     catalogue: Mapping[str, Mapping[str, Any] | CatalogueEntry] | None = None,

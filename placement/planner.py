@@ -425,6 +425,9 @@ def template_display_name(key: str) -> str:
 # Datasets
 
 
+MATCH_CACHE_MAX = 4096
+
+
 class DataCatalogue:
     """Datasets indexed for matching a unit's dataset names and data references."""
 
@@ -458,6 +461,9 @@ class DataCatalogue:
                     found[ds.name] = ds
                     break
         result = tuple(sorted(found.values(), key=lambda d: d.name))
+        if len(self._cache) >= MATCH_CACHE_MAX:
+            # A catalogue may live as long as its tables are unchanged: bound the memo.
+            self._cache.clear()
         self._cache[key] = result
         return result
 

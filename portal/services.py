@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from placement import codec, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from placement.selectors import planner_inputs
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
 from portal.selectors import projects_of
@@ -76,7 +77,7 @@ def workflow_parse(
     doc = _apply_arguments(doc, arguments)
     return parser.parse_workflow(
         doc,
-        _catalogue(),
+        _catalogue() if parser.uses_catalogue(doc) else {},
         limits=parser_limits(),
         domain=settings.PORTAL_LABEL_DOMAIN,
     )
@@ -85,21 +86,21 @@ def workflow_parse(
 def _project_for(user: Any, project: Project | str | None) -> Project | None:
     if project is None or project == "":
         return None
-    if isinstance(project, Project):
-        obj: Project | None = project
-    else:
-        obj = Project.objects.filter(name=project).first()
-    if obj is None or not projects_of(user).filter(pk=obj.pk).exists():
+    # One query: the project by name among the user's own (unknown and not-yours look alike).
+    key: dict[str, Any] = {"pk": project.pk} if isinstance(project, Project) else {"name": project}
+    obj = projects_of(user).filter(**key).first()
+    if obj is None:
         raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
     return obj
 
 
 def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
+    inputs = planner_inputs()
     return planner.plan(
         parsed,
-        fleet_state(),
-        rule_inputs(),
-        dataset_inputs(),
+        inputs.fleet,
+        inputs.rules,
+        inputs.datasets,
         project=project.name if project else None,
     )
 
@@ -125,14 +126,20 @@ class Submission:
     project: Project | None
 
 
-def _unique_run_name(parsed: ParsedWorkflow) -> str:
+NAME_ATTEMPTS = 8
+
+
+def _run_names(parsed: ParsedWorkflow) -> Iterator[str]:
+    """Names to try for a new run: ``metadata.name`` as given, then ``<base>-<6 hex>``.
+
+    Not checked beforehand: the unique constraint decides, and ``run_submit`` tries the next
+    name when the insert collides (one query fewer per submission, and no race between a check
+    and the insert)."""
     base = (parsed.name or (parsed.generate_name or "workflow")).rstrip("-")[:40].rstrip("-")
-    if parsed.name and not WorkflowRun.objects.filter(name=base).exists():
-        return base
-    while True:
-        candidate = f"{base}-{secrets.token_hex(3)}"
-        if not WorkflowRun.objects.filter(name=candidate).exists():
-            return candidate
+    if parsed.name:
+        yield base
+    for _ in range(NAME_ATTEMPTS):
+        yield f"{base}-{secrets.token_hex(3)}"
 
 
 def _compiled(parsed: ParsedWorkflow) -> dict[str, Any]:
@@ -180,14 +187,57 @@ def run_submit(
         )
     # The document as parsed (arguments applied): what runs is what is stored.
     manifest = dict(parsed.document)
+    compiled = _compiled(parsed)
+    for name in _run_names(parsed):
+        try:
+            return _store_run(
+                name=name,
+                user=user,
+                project=proj,
+                manifest=manifest,
+                compiled=compiled,
+                arguments=arguments or {},
+                parsed=parsed,
+                plan=plan,
+                resubmitted_from=resubmitted_from,
+            )
+        except IntegrityError as exc:
+            if not _is_name_clash(exc):
+                raise
+    raise WorkflowInvalid([FieldError("metadata.name", "no free run name; try again")])
+
+
+def _is_name_clash(exc: IntegrityError) -> bool:
+    """The run name's unique constraint, and not some other integrity failure."""
+    cause = exc.__cause__
+    diag = getattr(cause, "diag", None)
+    constraint = getattr(diag, "constraint_name", None) or ""
+    text = f"{constraint} {exc}"
+    return "portal_workflowrun_name" in text or "portal_workflowrun.name" in text
+
+
+def _store_run(
+    *,
+    name: str,
+    user: Any,
+    project: Project | None,
+    manifest: dict[str, Any],
+    compiled: dict[str, Any],
+    arguments: dict[str, str],
+    parsed: ParsedWorkflow,
+    plan: planner.Plan,
+    resubmitted_from: WorkflowRun | None,
+) -> WorkflowRun:
+    """One transaction: the run, its units, its submission decisions and the first event; the
+    run is enqueued once committed. The returned run carries its units (no re-read)."""
     with transaction.atomic():
         run = WorkflowRun.objects.create(
-            name=_unique_run_name(parsed),
-            project=proj,
+            name=name,
+            project=project,
             owner=user,
             manifest=manifest,
-            arguments=arguments or {},
-            compiled=_compiled(parsed),
+            arguments=arguments,
+            compiled=compiled,
             resubmitted_from=resubmitted_from,
         )
         decisions = plan.by_unit()
@@ -212,7 +262,9 @@ def run_submit(
                 )
             )
         UnitRun.objects.bulk_create(units)
-        by_name = {u.name: u for u in UnitRun.objects.filter(run=run)}
+        if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
+            units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
+        by_name = {u.name: u for u in units}
         PlacementDecision.objects.bulk_create(
             [
                 PlacementDecision.from_plan(
@@ -232,6 +284,8 @@ def run_submit(
             message=f"Submitted by {user.get_username()}: {len(units)} units",
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
+    # What a prefetch of ``units`` would give, so the response needs no second read.
+    run._prefetched_objects_cache = {"units": units}  # type: ignore[attr-defined]
     return run
 
 

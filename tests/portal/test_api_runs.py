@@ -247,3 +247,51 @@ def test_actions_that_the_state_does_not_allow_are_409(sci: APIClient) -> None:
     assert sci.post(f"/api/v1/runs/{run_id}/stop/").status_code == 200
     assert sci.post(f"/api/v1/runs/{run_id}/stop/").status_code == 409
     assert WorkflowRun.objects.get(pk=run_id).status == "Stopped"
+
+
+def test_every_change_to_the_planner_tables_is_seen_by_the_next_plan(sci: APIClient) -> None:
+    """The planner inputs are reused while their tables are unchanged; any write (an update,
+    even a second one to the same row in the same transaction; a delete; an insert) is seen."""
+    from placement import selectors
+    from placement.models import PlacementRule
+
+    def ingest_site() -> str | None:
+        return {u["name"]: u for u in preview(sci, DEMO).json()["units"]}["ingest"]["site"]
+
+    assert ingest_site() == "site-a"
+    first = selectors.planner_inputs()
+    assert selectors.planner_inputs() is first  # nothing changed: reused
+    Site.objects.filter(name="site-a").update(cordoned=True)
+    assert ingest_site() != "site-a"
+    Site.objects.filter(name="site-a").update(cordoned=False)
+    assert ingest_site() == "site-a"
+    Site.objects.filter(name="site-a").update(cordoned=True)  # same row, same transaction
+    assert ingest_site() != "site-a"
+    Site.objects.filter(name="site-a").update(cordoned=False)
+    rules = PlacementRule.objects.count()
+    PlacementRule.objects.all().delete()
+    assert len(selectors.planner_inputs().rules.rules) == 0 < rules
+
+
+def test_a_named_workflow_submitted_twice_gets_a_second_name(sci: APIClient) -> None:
+    doc = yaml.safe_load(DEMO)
+    doc["metadata"] = {"name": "named-run"}
+    body = json.dumps(doc)
+    names = []
+    for _ in range(2):
+        response = sci.post(
+            "/api/v1/runs/?project=eo-demo", data=body, content_type="application/json"
+        )
+        assert response.status_code == 201, response.content
+        names.append(response.json()["name"])
+    assert names[0] == "named-run"
+    assert names[1].startswith("named-run-") and len(names[1]) == len("named-run-") + 6
+    assert WorkflowRun.objects.count() == 2
+    assert UnitRun.objects.filter(run__name=names[1]).count() == 3
+
+
+def test_the_submit_answer_matches_the_stored_run(sci: APIClient) -> None:
+    response = sci.post("/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml")
+    assert response.status_code == 201
+    fresh = sci.get(f"/api/v1/runs/{response.json()['id']}/").json()
+    assert response.json() == fresh

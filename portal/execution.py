@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -116,14 +117,34 @@ def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutput
     return out
 
 
-def _site_overrides(site: str) -> dict[str, Any]:
-    row = Site.objects.filter(name=site).values_list("overrides", flat=True).first()
-    return row or {}
+@dataclass(frozen=True)
+class SiteState:
+    usable: bool  # ready and not cordoned
+    overrides: Mapping[str, Any]
 
 
-def step_workflow_for(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> dict[str, Any]:
+def sites_state() -> dict[str, SiteState]:
+    """Every site's usability and overrides in one query (a fleet has few sites; one read per
+    advance instead of two per unit submitted)."""
+    return {
+        name: SiteState(ready and not cordoned, overrides or {})
+        for name, ready, cordoned, overrides in Site.objects.order_by().values_list(
+            "name", "ready", "cordoned", "overrides"
+        )
+    }
+
+
+def step_workflow_for(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None = None,
+) -> dict[str, Any]:
     site = unit.site or None
-    mirror = _site_overrides(site).get("image_registry_mirror") if site else None
+    mirror = None
+    if site:
+        state = (sites if sites is not None else sites_state()).get(site)
+        mirror = state.overrides.get("image_registry_mirror") if state else None
     body = manifests.step_workflow(
         parsed_of(run),
         codec.unit_from_dict(unit.spec),
@@ -156,11 +177,16 @@ def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
     )
 
 
-def submit_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> bool:
+def submit_unit(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None = None,
+) -> bool:
     """Create the unit's step workflow (idempotent). False when the API refused it for good:
     the unit is then in Error with the API's message."""
     try:
-        body = step_workflow_for(run, unit, units)
+        body = step_workflow_for(run, unit, units, sites)
     except manifests.Unresolved as exc:
         _unit_set(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
         return False
@@ -317,6 +343,7 @@ def run_advance(run_id: int) -> None:
     if run.status not in ACTIVE_RUN:
         return
     units = list(run.units.order_by("position", "id"))
+    sites: dict[str, SiteState] | None = None
     progressed = True
     while progressed:
         progressed = False
@@ -354,14 +381,17 @@ def run_advance(run_id: int) -> None:
                 units.extend(new)
                 progressed = True
                 continue
+            if sites is None:
+                sites = sites_state()
             if (
                 unit.timing == UnitTiming.SUBMIT
-                and not _site_usable(unit.site)
+                and not _site_usable(unit.site, sites)
                 and _failover_unit(run, unit, units, reason=f"site {unit.site} is not ready")
             ):
                 progressed = True
+                sites = None  # failover may have read newer state; read again when needed
                 continue
-            submit_unit(run, unit, units)
+            submit_unit(run, unit, units, sites)
         if (
             not progressed
             and _exit_pending(run, units)
@@ -372,7 +402,16 @@ def run_advance(run_id: int) -> None:
                 units.append(exit_unit)
                 progressed = True
     _settle_groups(units)
-    run_refresh_status(run.pk)
+    if (
+        run.status == RunStatus.PENDING
+        and any(u.workflow_name for u in units)
+        and not all(u.phase in FINAL_UNIT for u in units)
+    ):
+        # The common first advance: a step workflow exists and the run cannot have ended, so
+        # Pending → Running needs no second read (the update is conditional on Pending anyway).
+        _mark_running(run.pk)
+    else:
+        run_refresh_status(run.pk)
 
 
 EXIT_UNIT = "onExit"
@@ -456,8 +495,18 @@ def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
     return row
 
 
-def _site_usable(site: str) -> bool:
-    return Site.objects.filter(name=site, ready=True, cordoned=False).exists()
+def _site_usable(site: str, sites: Mapping[str, SiteState] | None = None) -> bool:
+    state = (sites if sites is not None else sites_state()).get(site)
+    return bool(state and state.usable)
+
+
+def _mark_running(run_id: int) -> bool:
+    now = timezone.now()
+    return bool(
+        WorkflowRun.objects.filter(pk=run_id, status=RunStatus.PENDING).update(
+            status=RunStatus.RUNNING, started_at=now, updated_at=now
+        )
+    )
 
 
 def run_refresh_status(run_id: int) -> str:
@@ -487,9 +536,7 @@ def run_refresh_status(run_id: int) -> str:
             )
         return new if changed else run.status
     if run.status == RunStatus.PENDING and any(u.workflow_name for u in units):
-        WorkflowRun.objects.filter(pk=run.pk, status=RunStatus.PENDING).update(
-            status=RunStatus.RUNNING, started_at=now, updated_at=now
-        )
+        _mark_running(run.pk)
         return RunStatus.RUNNING
     return run.status
 

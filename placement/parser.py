@@ -364,10 +364,17 @@ def _to_json(value: Any, path: str, errors: list[FieldError], depth: int, limits
     return None
 
 
+class JsonDocument(dict[str, Any]):
+    """A document ``decode_document`` already turned into plain JSON types within the limits:
+    handed back to it (as ``parse_workflow`` does), it is not walked and copied again."""
+
+
 def decode_document(
     raw: bytes | str | Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
 ) -> dict[str, Any]:
     """Decode one YAML or JSON document into plain JSON types, or raise ``WorkflowInvalid``."""
+    if isinstance(raw, JsonDocument):
+        return raw
     if isinstance(raw, Mapping):
         errors: list[FieldError] = []
         try:
@@ -377,7 +384,7 @@ def decode_document(
         if errors:
             raise WorkflowInvalid(errors[: limits.max_errors])
         assert isinstance(doc, dict)
-        return doc
+        return JsonDocument(doc)
     if isinstance(raw, str):
         size = len(raw.encode("utf-8", "surrogatepass"))
     elif isinstance(raw, bytes | bytearray | memoryview):
@@ -436,7 +443,7 @@ def decode_document(
     if errors:
         raise WorkflowInvalid(errors[: limits.max_errors])
     assert isinstance(out, dict)
-    return out
+    return JsonDocument(out)
 
 
 def _type_name(value: Any) -> str:

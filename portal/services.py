@@ -284,8 +284,13 @@ def _store_run(
             message=f"Submitted by {user.get_username()}: {len(units)} units",
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
-    # What a prefetch of ``units`` would give, so the response needs no second read.
-    run._prefetched_objects_cache = {"units": units}  # type: ignore[attr-defined]
+    # What ``prefetch_related("units")`` would give (a queryset holding its results, as
+    # Django's prefetch builds it), so the response needs no second read; any further
+    # filtering of ``run.units`` still queries.
+    prefetched = UnitRun.objects.filter(run=run).order_by("position", "id")
+    prefetched._result_cache = units
+    prefetched._prefetch_done = True  # type: ignore[attr-defined]
+    run._prefetched_objects_cache = {"units": prefetched}  # type: ignore[attr-defined]
     return run
 
 

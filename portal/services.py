@@ -284,9 +284,21 @@ def _store_run(
             message=f"Submitted by {user.get_username()}: {len(units)} units",
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
-    # What ``prefetch_related("units")`` would give (a queryset holding its results, as
-    # Django's prefetch builds it), so the response needs no second read; any further
-    # filtering of ``run.units`` still queries.
+    # The units as stored, for an answer built without reading them again (``with_units``).
+    run.stored_units = units  # type: ignore[attr-defined]
+    return run
+
+
+def with_units(run: WorkflowRun) -> WorkflowRun | None:
+    """The run just submitted, with ``run.units`` answering from the units it stored, as
+    ``prefetch_related("units")`` would (a queryset holding its results, built the way
+    Django's prefetch builds it); None when the run does not carry them.
+
+    For the submitting view's answer only: a prefetch is a snapshot, and code that later
+    changes the units would read stale rows from it, so ``run_submit`` does not set it."""
+    units = getattr(run, "stored_units", None)
+    if units is None:
+        return None
     prefetched = UnitRun.objects.filter(run=run).order_by("position", "id")
     prefetched._result_cache = units
     prefetched._prefetch_done = True  # type: ignore[attr-defined]

@@ -122,8 +122,9 @@ class WorkflowRunViewSet(
         except WorkflowInvalid as exc:
             return errors_response(exc.as_dicts())
         if isinstance(result, WorkflowRun):
-            # run_submit hands back the run with its units: answered without reading it again.
-            return Response(WorkflowRunSerializer(result).data, status=code)
+            # A run just submitted carries its units: answered without reading it again.
+            run = services.with_units(result) or self.get_queryset().get(pk=result.pk)
+            return Response(WorkflowRunSerializer(run).data, status=code)
         return Response(result, status=code)
 
     @extend_schema(

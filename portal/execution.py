@@ -29,7 +29,7 @@ from django.utils.dateparse import parse_datetime
 from placement import codec, manifests, parser, planner
 from placement.parser import ParsedWorkflow, Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
-from portal import gateway, labels
+from portal import gateway, labels, placement_runtime
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from sites.choices import SyncMode
@@ -159,6 +159,14 @@ def step_workflow_for(
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
     )
+    if not site:
+        context = placement_runtime.context_annotation(
+            project=run.project.name if run.project_id and run.project else None,
+            unit_spec=unit.spec,
+            units=units,
+        )
+        if context is not None:
+            body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
     if unit.spec.get("kind") == "exit":
         # Inside the step workflow Argo would answer with the step workflow's own status.
         text = json.dumps(body["spec"]["templates"]).replace(
@@ -620,7 +628,20 @@ def binding_observe(binding: Mapping[str, Any]) -> int | None:
 
 def _unit_placed(unit: UnitRun, site: str) -> None:
     """Karmada scheduled the step workflow. A runtime unit that the webhook did not place
-    (unreachable, too slow) was placed by the fallback policy: record that decision."""
+    (unreachable, too slow) was placed by the fallback policy: record that decision.
+
+    The webhook queues its decision before it answers, so before the binding exists: the queue
+    is written first, and then a webhook decision is in the database if there was one."""
+    queue_read = True
+    if unit.timing == UnitTiming.RUNTIME:
+        try:
+            placement_runtime.decisions_flush(wait=True)
+        except placement_runtime.QueueUnavailable as exc:
+            queue_read = False
+            log.warning("%s: decision queue unreadable (%s)", unit.workflow_name, exc)
+        unit.refresh_from_db(fields=["site", "reason"])
+        if unit.site == site:
+            return  # placed by the webhook, as its decision says
     changed = UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, site=unit.site).update(
         site=site, updated_at=timezone.now()
     )
@@ -630,7 +651,10 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit=unit, attempt=unit.attempt, site=site
     ).exists()
     unit.site = site
-    if not had_decision:
+    if not had_decision and not queue_read:
+        # A webhook decision may still be queued: do not call it the fallback policy's.
+        log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)
+    elif not had_decision:
         reason = "fallback policy: Karmada chose a ready site (the placement webhook did not)"
         PlacementDecision.objects.create(
             run_id=unit.run_id,

@@ -18,3 +18,6 @@ SITE = "site"  # the site, when placed at submission (or patched in by the webho
 PLACEMENT = "placement"  # "runtime" when the webhook must place it
 REASON = "reason"  # annotation: one line saying why
 DATASETS = "datasets"  # annotation on submitted workflows: datasets a unit reads
+# annotation on runtime step workflows: what the webhook decides from (the unit's needs, where
+# its upstream units ran and what they produced), so the admission reads no database
+PLACEMENT_CONTEXT = "placement-context"

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from sites.models import Project
@@ -127,10 +128,21 @@ class PlacementDecision(models.Model):
     site = models.CharField(max_length=63, blank=True)
     reason = models.TextField(blank=True)
     candidates = models.JSONField(default=list, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The AdmissionReview's uid for webhook decisions: written from a queue, a decision may be
+    # written twice after a crash, and this keeps one.
+    admission_uid = models.CharField(max_length=256, blank=True)
+    # When it was decided (a queued webhook decision is written a moment later).
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["admission_uid"],
+                condition=~models.Q(admission_uid=""),
+                name="decision_admission_uid_unique",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.workflow_name or self.unit} → {self.site or '(none)'}"

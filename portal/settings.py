@@ -219,6 +219,10 @@ PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
 PORTAL_WEBHOOK_REGISTER = envbool("PORTAL_WEBHOOK_REGISTER", True)
 PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
 PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
+# Where the webhook queues its decisions for the watcher to record (a Redis list), so the
+# admission itself writes nothing to PostgreSQL. Empty: recorded synchronously.
+PORTAL_DECISION_QUEUE_URL = env("PORTAL_DECISION_QUEUE_URL", REDIS_URL)
+PORTAL_DECISION_QUEUE_KEY = env("PORTAL_DECISION_QUEUE_KEY", "portal:webhook-decisions")
 
 LOGGING = {
     "version": 1,

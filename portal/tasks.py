@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import shared_task
 
-from portal import execution, gateway
+from portal import execution, gateway, placement_runtime
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,12 @@ def resync() -> None:
     if gateway.configured():
         sites_sync.delay()
         bindings_resync.delay()
+    # The watcher writes the webhook's queued decisions every second; this is for when it
+    # does not run.
+    try:
+        placement_runtime.decisions_flush()
+    except placement_runtime.QueueUnavailable as exc:
+        log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
         run_advance.delay(run_id)
     for run_id in execution.stale_runs():

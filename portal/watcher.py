@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from portal import execution, gateway
+from portal import execution, gateway, placement_runtime
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,23 @@ def on_binding(kind: str, obj: dict[str, Any]) -> None:
         tasks.run_advance.delay(run_id)
 
 
+DRAIN_INTERVAL_S = 1.0
+
+
+def drain_decisions(stop: threading.Event, interval: float = DRAIN_INTERVAL_S) -> None:
+    """Write the webhook's queued decisions every ``interval`` (direct Workflows, and runtime
+    units whose binding has not been seen yet)."""
+    while not stop.wait(interval):
+        try:
+            placement_runtime.decisions_flush()
+        except placement_runtime.QueueUnavailable as exc:
+            log.warning("webhook decisions stay queued: %s", exc)
+        except Exception:  # the next round tries again
+            log.exception("writing the webhook's queued decisions failed")
+        finally:
+            close_old_connections()
+
+
 def run_forever(stop: threading.Event, watch_timeout: int = 300) -> list[Loop]:
     loops = [
         Loop(gateway.CLUSTER, on_cluster, stop, watch_timeout),
@@ -116,6 +133,9 @@ def run_forever(stop: threading.Event, watch_timeout: int = 300) -> list[Loop]:
         threading.Thread(target=loop.run, name=f"watch-{loop.resource.plural}", daemon=True)
         for loop in loops
     ]
+    threads.append(
+        threading.Thread(target=drain_decisions, args=(stop,), name="drain-decisions", daemon=True)
+    )
     for t in threads:
         t.start()
     return loops

@@ -13,7 +13,9 @@
 # ``operator_api``, ``scientist_api``, ``outsider_api``, ``staff_api`` are ready-made ones.
 
 
-from collections.abc import Callable
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -32,6 +34,22 @@ pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
 def _fast_password_hashing(settings) -> None:
     """Every persona has a password; the production hasher would cost most of each test."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _own_decision_queue(settings) -> Iterator[None]:
+    """Each test queues the webhook's decisions in a list of its own, so what one test leaves
+    queued is never written into another test's database."""
+    settings.PORTAL_DECISION_QUEUE_KEY = f"test:webhook-decisions:{uuid.uuid4().hex}"
+    yield
+    from portal import placement_runtime
+
+    if placement_runtime._clients:  # only tests that used the queue
+        key = settings.PORTAL_DECISION_QUEUE_KEY
+        with contextlib.suppress(Exception):
+            client = placement_runtime._queue()
+            if client is not None:
+                client.delete(key, f"{key}:drain-lock")
 
 
 @pytest.fixture

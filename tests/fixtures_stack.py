@@ -27,6 +27,7 @@ T = TypeVar("T")
 # Fast enough for a suite, slow enough that a run is still running when a test interferes.
 TIME_SCALE = 20.0
 WEBHOOK_TOKEN = "stack-webhook-token"
+STACK_QUEUE_KEY = "stack:webhook-decisions"
 
 
 def wait_for(predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
@@ -139,6 +140,8 @@ def stack(
         # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
         "PORTAL_WEBHOOK_URL": f"{live_server.url}/webhooks/placement/",
         "PORTAL_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+        # The webhook (the live server, in this process) queues decisions the watcher writes.
+        "PORTAL_DECISION_QUEUE_KEY": STACK_QUEUE_KEY,
     }
     s = Stack(sandbox=sandbox, env=env, workdir=workdir, procs={})
     s.start("worker")
@@ -164,6 +167,7 @@ def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
     settings.PORTAL_FAILOVER_GRACE_SECONDS = 2
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
     settings.PORTAL_WEBHOOK_URL = stack.env["PORTAL_WEBHOOK_URL"]
+    settings.PORTAL_DECISION_QUEUE_KEY = STACK_QUEUE_KEY
     gateway.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)

@@ -35,6 +35,7 @@ def _webhook_settings(settings):
     settings.KARMADA_NAMESPACE = "portal"
     settings.PORTAL_WEBHOOK_BUDGET_MS = 500
     placement_runtime.snapshot_clear()
+    assert placement_runtime._queue() is not None, "these tests run with the queue (REDIS_URL)"
     yield
     placement_runtime.snapshot_clear()
 
@@ -74,10 +75,16 @@ def review(
     }
 
 
-def post(client: Client, body: Any, *, path: str | None = None, auth: bool = True):
+def post(
+    client: Client, body: Any, *, path: str | None = None, auth: bool = True, flush: bool = True
+):
+    """POST to the webhook; ``flush``: then write the queued decisions as the watcher would."""
     headers = {"Authorization": f"Bearer {TOKEN}"} if auth else {}
     data = body if isinstance(body, bytes | str) else json.dumps(body)
-    return client.post(path or URL, data=data, content_type="application/json", headers=headers)
+    response = client.post(path or URL, data=data, content_type="application/json", headers=headers)
+    if flush:
+        placement_runtime.decisions_flush()
+    return response
 
 
 def answer(response) -> tuple[dict[str, Any], list[dict[str, Any]] | None]:
@@ -461,14 +468,14 @@ def test_it_only_accepts_post(client, db):
 # The hot path's queries
 
 
-def test_it_reads_and_writes_in_a_fixed_small_number_of_queries(
+def test_without_a_context_it_reads_in_a_fixed_small_number_of_queries(
     client, demo_run, django_assert_max_num_queries
 ):
     placement_runtime.snapshot_get()  # warm, as under load
     body = review(step_workflow(demo_run))
-    # savepoint, statement timeout, unit, upstream units, conditional update, decision, release
-    with django_assert_max_num_queries(7):
-        _, patch = answer(post(client, body))
+    # savepoint, statement timeout, unit, upstream units, release; the decision is queued
+    with django_assert_max_num_queries(5):
+        _, patch = answer(post(client, body, flush=False))
     assert patch is not None
 
 
@@ -478,7 +485,7 @@ def test_its_query_count_does_not_grow_with_the_fleet(client, demo_run):
     def count() -> int:
         placement_runtime.snapshot_clear()
         with CaptureQueriesContext(connection) as ctx:
-            answer(post(client, body))
+            answer(post(client, body, flush=False))
         return len(ctx.captured_queries)
 
     small = count()
@@ -487,7 +494,260 @@ def test_its_query_count_does_not_grow_with_the_fleet(client, demo_run):
 
 
 # --------------------------------------------------------------------------------------------
+# The placement context and the decision queue
+
+
+def real_step_workflow(run: WorkflowRun, unit: str = "preprocess") -> dict[str, Any]:
+    """The step workflow exactly as the worker would create it (with its placement context)."""
+    from portal import execution
+
+    units = list(run.units.order_by("position", "id"))
+    target = next(u for u in units if u.name == unit)
+    return execution.step_workflow_for(run, target, units)
+
+
+def context_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(obj["metadata"]["annotations"][f"{D}/placement-context"])
+
+
+def test_a_runtime_step_workflow_carries_its_placement_context(demo_run):
+    obj = real_step_workflow(demo_run)
+
+    context = context_of(obj)
+    assert context["project"] is None
+    assert context["unit"]["name"] == "preprocess"
+    assert context["unit"]["resources"]["cpu_millicores"] == 8000
+    assert context["upstream"] == {"ingest": ["site-a", 20 * GB]}
+    # A unit placed at submission has a site and no context: nothing to decide at admission.
+    placed = real_step_workflow(demo_run, "ingest")
+    assert f"{D}/placement-context" not in placed["metadata"]["annotations"]
+
+
+def test_with_its_context_an_admission_reads_and_writes_no_database(client, demo_run):
+    placement_runtime.snapshot_get()  # warm, as under load
+    body = review(real_step_workflow(demo_run), uid="ctx-1")
+
+    with CaptureQueriesContext(connection) as ctx:
+        _, patch = answer(post(client, body, flush=False))
+
+    assert ctx.captured_queries == []
+    assert patch is not None
+    assert patched_labels(patch)[f"/metadata/labels/{D}~1site"] == "site-b"
+    # Queued, not yet written; the drain writes it with its candidates and places the unit.
+    assert not PlacementDecision.objects.filter(source=DecisionSource.WEBHOOK).exists()
+    assert placement_runtime.decisions_flush() == 1
+    decision = PlacementDecision.objects.get(source=DecisionSource.WEBHOOK)
+    assert decision.admission_uid == "ctx-1"
+    assert decision.unit == demo_run.units.get(name="preprocess")
+    assert {c["site"] for c in decision.candidates} == {"site-a", "site-b", "site-c"}
+    assert demo_run.units.get(name="preprocess").site == "site-b"
+
+
+def test_the_context_decides_like_the_database_would(client, demo_run):
+    obj = real_step_workflow(demo_run)
+    bare = json.loads(json.dumps(obj))
+    del bare["metadata"]["annotations"][f"{D}/placement-context"]
+    with_context = answer(post(client, review(obj, uid="a")))[1]
+    from_database = answer(post(client, review(bare, uid="b")))[1]
+
+    assert with_context == from_database
+    a, b = PlacementDecision.objects.filter(source=DecisionSource.WEBHOOK).order_by("id")
+    assert a.candidates == b.candidates
+
+
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda c: "not json",
+        lambda c: json.dumps({**c, "v": 99}),
+        lambda c: json.dumps({**c, "unit": {"oops": 1}}),
+        lambda c: json.dumps({**c, "upstream": {"ingest": "site-a"}}),
+        lambda c: json.dumps({**c, "upstream": {"ingest": ["site-a", "many"]}}),
+        lambda c: json.dumps({**c, "project": 7}),
+        lambda c: json.dumps([c]),
+        lambda c: json.dumps({**c, "unit": {**c["unit"], "slug": "ingest"}}),
+        lambda c: json.dumps({**c, "unit": {**c["unit"], "labels": {"tier": 1}}}),
+        lambda c: json.dumps({**c, "unit": {**c["unit"], "resources": {"gpus": -1}}}),
+        lambda c: json.dumps({**c, "unit": {**c["unit"], "kind": "pod"}}),
+        lambda c: json.dumps({**c, "unit": {**c["unit"], "images": "busybox"}}),
+    ],
+)
+def test_a_malformed_context_falls_back_to_the_database(client, demo_run, mangle):
+    obj = real_step_workflow(demo_run)
+    key = f"{D}/placement-context"
+    obj["metadata"]["annotations"][key] = mangle(context_of(obj))
+    placement_runtime.snapshot_get()
+
+    with CaptureQueriesContext(connection) as ctx:
+        _, patch = answer(post(client, review(obj), flush=False))
+
+    assert any("portal_unitrun" in q["sql"] for q in ctx.captured_queries)
+    assert patched_labels(patch or [])[f"/metadata/labels/{D}~1site"] == "site-b"
+
+
+def test_the_drain_writes_each_decision_once_even_when_run_again(client, demo_run):
+    queue = placement_runtime._queue()
+    answer(post(client, review(real_step_workflow(demo_run), uid="once"), flush=False))
+    pending = queue.lrange(placement_runtime._queue_key(), 0, -1)
+
+    assert placement_runtime.decisions_flush() == 1
+    # A drainer that wrote its batch and died before trimming leaves the entry behind:
+    queue.rpush(placement_runtime._queue_key(), *pending)
+    assert placement_runtime.decisions_flush() == 1
+    assert placement_runtime.decisions_flush() == 0
+    assert PlacementDecision.objects.filter(admission_uid="once").count() == 1
+
+
+def test_an_entry_the_database_refuses_does_not_block_the_queue(client, demo_run):
+    queue = placement_runtime._queue()
+    queue.rpush(placement_runtime._queue_key(), b"not json", json.dumps({"uid": "x" * 300}))
+    answer(post(client, review(real_step_workflow(demo_run), uid="after"), flush=False))
+
+    placement_runtime.decisions_flush()
+
+    assert queue.llen(placement_runtime._queue_key()) == 0
+    assert PlacementDecision.objects.filter(admission_uid="after").exists()
+
+
+@pytest.mark.parametrize("queue_url", ["", "redis://127.0.0.1:9/0"])
+def test_without_a_reachable_queue_the_decision_is_written_at_once(
+    client, demo_run, settings, queue_url
+):
+    settings.PORTAL_DECISION_QUEUE_URL = queue_url
+    _, patch = answer(post(client, review(real_step_workflow(demo_run), uid="now"), flush=False))
+
+    assert patch is not None
+    decision = PlacementDecision.objects.get(admission_uid="now")
+    assert decision.site == "site-b"
+    assert demo_run.units.get(name="preprocess").site == "site-b"
+
+
+def test_a_queued_decision_is_not_mistaken_for_the_fallback_policy(client, demo_run):
+    """The watcher may see the binding before any drain ran: it writes the queue first."""
+    from portal import execution
+
+    obj = real_step_workflow(demo_run)
+    answer(post(client, review(obj, uid="race"), flush=False))
+    unit = demo_run.units.get(name="preprocess")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=obj["metadata"]["name"])
+    binding = {
+        "spec": {
+            "resource": {"kind": "Workflow", "name": obj["metadata"]["name"]},
+            "clusters": [{"name": "site-b"}],
+        }
+    }
+
+    execution.binding_observe(binding)
+
+    sources = set(PlacementDecision.objects.filter(unit=unit).values_list("source", flat=True))
+    assert sources == {DecisionSource.WEBHOOK}
+    assert demo_run.units.get(name="preprocess").site == "site-b"
+
+
+def test_a_superseded_attempt_keeps_its_decision_but_not_the_unit(client, demo_run):
+    answer(post(client, review(real_step_workflow(demo_run), uid="old"), flush=False))
+    UnitRun.objects.filter(run=demo_run, name="preprocess").update(attempt=2)
+
+    placement_runtime.decisions_flush()
+
+    assert PlacementDecision.objects.get(admission_uid="old").attempt == 1
+    assert demo_run.units.get(name="preprocess").site == ""
+
+
+def test_a_drain_never_trims_while_another_drainer_holds_the_lock(client, demo_run):
+    queue = placement_runtime._queue()
+    key = placement_runtime._queue_key()
+    answer(post(client, review(real_step_workflow(demo_run), uid="held"), flush=False))
+    queue.set(f"{key}:drain-lock", "someone-else")
+
+    assert placement_runtime.decisions_flush() == 0
+    assert queue.llen(key) == 1
+    assert not PlacementDecision.objects.filter(admission_uid="held").exists()
+    queue.delete(f"{key}:drain-lock")
+    assert placement_runtime.decisions_flush() == 1
+
+
+def test_a_drain_with_redis_down_says_so_and_loses_nothing(client, demo_run, settings):
+    answer(post(client, review(real_step_workflow(demo_run), uid="kept"), flush=False))
+    settings.PORTAL_DECISION_QUEUE_URL = "redis://127.0.0.1:9/0"
+    with pytest.raises(placement_runtime.QueueUnavailable):
+        placement_runtime.decisions_flush()
+    settings.PORTAL_DECISION_QUEUE_URL = settings.REDIS_URL
+    assert placement_runtime.decisions_flush() == 1
+
+
+def test_a_direct_workflow_decision_is_queued_too(client, demo_run):
+    placement_runtime.snapshot_get()  # warm, as under load
+    with CaptureQueriesContext(connection) as ctx:
+        _, patch = answer(post(client, review(direct_workflow(), namespace="argo"), flush=False))
+    assert patch is not None
+    assert ctx.captured_queries == []  # no templateRef: no catalogue to read
+    assert not PlacementDecision.objects.filter(workflow_name="hello-x7k2p").exists()
+    assert placement_runtime.decisions_flush() == 1
+    assert PlacementDecision.objects.get(workflow_name="hello-x7k2p").run is None
+
+
+def test_the_resync_writes_queued_decisions_when_no_watcher_runs(client, demo_run):
+    from portal import tasks
+
+    answer(post(client, review(real_step_workflow(demo_run), uid="beat"), flush=False))
+    tasks.resync()
+    assert PlacementDecision.objects.filter(admission_uid="beat").exists()
+
+
+def test_the_fallback_policy_is_still_recorded_when_the_webhook_did_not_place(demo_run):
+    from portal import execution
+
+    obj = real_step_workflow(demo_run)
+    unit = demo_run.units.get(name="preprocess")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=obj["metadata"]["name"])
+    execution.binding_observe(
+        {
+            "spec": {
+                "resource": {"kind": "Workflow", "name": obj["metadata"]["name"]},
+                "clusters": [{"name": "site-c"}],
+            }
+        }
+    )
+    decision = PlacementDecision.objects.get(unit=unit)
+    assert decision.source == DecisionSource.FALLBACK
+    assert decision.site == "site-c"
+
+
+# --------------------------------------------------------------------------------------------
 # Pieces
+
+
+def test_concurrent_pushes_all_land_and_share_round_trips():
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = placement_runtime._queue()
+    key = placement_runtime._queue_key()
+    texts = [f"entry-{i}" for i in range(300)]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda t: placement_runtime._group_push(client, key, t), texts))
+    assert sorted(x.decode() for x in client.lrange(key, 0, -1)) == sorted(texts)
+    assert not placement_runtime._pushes.pending and not placement_runtime._pushes.busy
+
+
+def test_a_failed_push_fails_every_entry_it_carried():
+    from concurrent.futures import ThreadPoolExecutor
+
+    import redis
+
+    dead = redis.Redis.from_url("redis://127.0.0.1:9/0", socket_connect_timeout=0.25)
+
+    def push(i: int) -> BaseException | None:
+        try:
+            placement_runtime._group_push(dead, "k", str(i))
+        except redis.RedisError as exc:
+            return exc
+        return None
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(push, range(40)))
+    assert all(isinstance(o, redis.RedisError) for o in outcomes)
+    assert not placement_runtime._pushes.pending and not placement_runtime._pushes.busy
 
 
 def test_json_pointer_escapes_tilde_and_slash():

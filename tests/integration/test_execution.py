@@ -291,7 +291,12 @@ def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Sta
         return str(wf["metadata"].get("labels", {}).get("portal.multisite.io/site", ""))
 
     site = wait_for(placed, 30, "the webhook's site label")
-    decision = PlacementDecision.objects.get(workflow_name="direct-eo")
+    # The admission queues its decision; the watcher writes it within a second or so.
+    decision = wait_for(
+        lambda: PlacementDecision.objects.filter(workflow_name="direct-eo").first(),
+        30,
+        "the watcher to write the webhook's decision",
+    )
     assert decision.run is None and decision.source == "webhook"
     assert decision.site == site == "site-c"  # the whole workflow needs the GPU site
 

@@ -25,9 +25,20 @@ from rest_framework.test import APIClient
 from sites.models import Project, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import ProjectFactory, SiteFactory, UserFactory
+from tests.fixtures_stack import end_other_sessions
 
 # The sandbox fleet over HTTP, and the whole stack (worker, watcher) for integration tests.
 pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """pytest-django's test database, and at the end no stray session left on it: a process a
+    test stopped may still hold a connection for a moment, and PostgreSQL will not drop a
+    database in use."""
+    yield
+    with django_db_blocker.unblock():
+        end_other_sessions()
 
 
 @pytest.fixture(autouse=True)

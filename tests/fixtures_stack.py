@@ -113,6 +113,16 @@ class Stack:
         return items
 
 
+def end_other_sessions() -> None:
+    """End every other session on the test database (PostgreSQL will not drop one in use)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+
 @pytest.fixture(scope="module")
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
@@ -152,12 +162,8 @@ def stack(
         s.stop_all()
         sandbox.stop()
         # Anything of theirs still connected would keep the test database from being dropped.
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                [db["NAME"]],
-            )
+        with django_db_blocker.unblock():
+            end_other_sessions()
 
 
 @pytest.fixture

@@ -113,14 +113,24 @@ class Stack:
         return items
 
 
-def end_other_sessions() -> None:
-    """End every other session on the test database (PostgreSQL will not drop one in use)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+STACK_APP_NAME = "portal-test-stack"
+
+
+def end_other_sessions(application_name: str | None = None) -> None:
+    """End the other sessions on the test database (PostgreSQL will not drop one in use): all
+    of them, or those of one application name only. (This process may hold more than one: a
+    connection is per thread and per context.)"""
+    if connection.vendor != "postgresql":
+        return
+    sql = (
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    with connection.cursor() as cursor:
+        if application_name is None:
+            cursor.execute(sql)
+        else:
+            cursor.execute(sql + " AND application_name = %s", [application_name])
 
 
 @pytest.fixture(scope="module")
@@ -141,6 +151,8 @@ def stack(
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
         f"{db['PORT'] or 5432}/{db['NAME']}",
         "REDIS_URL": redis_url,
+        # libpq names the stack's sessions, so that only they are ended when it stops.
+        "PGAPPNAME": STACK_APP_NAME,
         "KARMADA_KUBECONFIG": str(sandbox.kubeconfig),
         "PORTAL_RESYNC_SECONDS": "1",
         "PORTAL_FAILOVER_GRACE_SECONDS": "2",
@@ -163,7 +175,7 @@ def stack(
         sandbox.stop()
         # Anything of theirs still connected would keep the test database from being dropped.
         with django_db_blocker.unblock():
-            end_other_sessions()
+            end_other_sessions(STACK_APP_NAME)
 
 
 @pytest.fixture

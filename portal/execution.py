@@ -585,15 +585,36 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     return outputs
 
 
-def binding_observe(binding: Mapping[str, Any]) -> int | None:
-    """Fold a ResourceBinding's state into its unit. Returns the run id when the unit ended
-    (the caller enqueues the run's next step), else None."""
+def _bound_workflow(binding: Mapping[str, Any]) -> str:
+    """The name of the Workflow a ResourceBinding binds ('' for any other kind)."""
+    resource = (binding.get("spec") or {}).get("resource") or {}
+    return str(resource.get("name") or "") if resource.get("kind") == "Workflow" else ""
+
+
+def bindings_observe(bindings: Iterable[Mapping[str, Any]]) -> set[int]:
+    """``binding_observe`` for a whole list (the resync's): their units in one query. Returns
+    the runs with a unit that ended."""
+    bindings = list(bindings)
+    names = {n for n in map(_bound_workflow, bindings) if n}
+    rows = UnitRun.objects.filter(workflow_name__in=names).order_by("-pk")  # lowest pk wins
+    units = {u.workflow_name: u for u in rows}
+    ended = set()
+    for binding in bindings:
+        unit = units.get(_bound_workflow(binding))
+        if unit is not None and (run_id := binding_observe(binding, unit)) is not None:
+            ended.add(run_id)
+    return ended
+
+
+def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> int | None:
+    """Fold a ResourceBinding's state into its unit (read by name unless given). Returns the
+    run id when the unit ended (the caller enqueues the run's next step), else None."""
     spec = binding.get("spec") or {}
-    resource = spec.get("resource") or {}
-    if resource.get("kind") != "Workflow":
+    name = _bound_workflow(binding)
+    if not name:
         return None
-    name = resource.get("name") or ""
-    unit = UnitRun.objects.filter(workflow_name=name).first()
+    if unit is None:
+        unit = UnitRun.objects.filter(workflow_name=name).order_by("pk").first()
     if unit is None:
         return None
     clusters = spec.get("clusters") or []

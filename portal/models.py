@@ -100,7 +100,9 @@ class UnitRun(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        ordering = ["run", "position", "id"]
+        # By the run's id, not the run (which would join to order by its created_at): newest
+        # runs first, as before, and no join on the watcher's and the worker's hot reads.
+        ordering = ["-run_id", "position", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="unitrun_unique_name")]
         indexes = [models.Index(fields=["workflow_name"]), models.Index(fields=["site", "phase"])]
 

@@ -54,10 +54,8 @@ def sites_sync() -> None:
 def bindings_resync() -> None:
     """One list of the step workflows' bindings catches anything a watch missed."""
     items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-    for binding in items:
-        run_id = execution.binding_observe(binding)
-        if run_id is not None:
-            run_advance.delay(run_id)
+    for run_id in sorted(execution.bindings_observe(items)):
+        run_advance.delay(run_id)
 
 
 @shared_task

@@ -25,7 +25,6 @@ from rest_framework.test import APIClient
 from sites.models import Project, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import ProjectFactory, SiteFactory, UserFactory
-from tests.fixtures_stack import end_other_sessions
 
 # The sandbox fleet over HTTP, and the whole stack (worker, watcher) for integration tests.
 pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
@@ -37,6 +36,9 @@ def django_db_setup(django_db_setup, django_db_blocker) -> Iterator[None]:
     test stopped may still hold a connection for a moment, and PostgreSQL will not drop a
     database in use."""
     yield
+    # Imported here: a plugin module imported by conftest loses pytest's assertion rewriting.
+    from tests.fixtures_stack import end_other_sessions
+
     with django_db_blocker.unblock():
         end_other_sessions()
 

@@ -1,0 +1,62 @@
+"""The resync's pass over every ResourceBinding: what a dropped watch missed is folded in, and
+the units are read once for the whole list, however many bindings there are."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from portal import execution
+from portal.choices import UnitPhase
+from portal.models import UnitRun
+from tests.portal.helpers import make_run
+
+
+def binding(name: str, site: str, phase: str | None, kind: str = "Workflow") -> dict[str, Any]:
+    member = {"phase": phase, "startedAt": "2026-12-03T07:00:00Z"} if phase else None
+    if phase == "Succeeded":
+        member = {**(member or {}), "finishedAt": "2026-12-03T07:05:00Z"}
+    return {
+        "spec": {"resource": {"kind": kind, "name": name}, "clusters": [{"name": site}]},
+        "status": {"aggregatedStatus": [{"clusterName": site, "status": member}]},
+    }
+
+
+def test_missed_changes_are_folded_in_and_the_ended_runs_returned(scientist) -> None:
+    run = make_run(scientist)
+    other = make_run(scientist)
+    for r in (run, other):
+        for unit in r.units.all():
+            UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{r.pk}-{unit.name}")
+    items = [
+        binding(f"r{run.pk}-preprocess", "site-b", "Succeeded"),  # ended while unwatched
+        binding(f"r{other.pk}-preprocess", "site-b", "Running"),  # no change
+        binding(f"r{other.pk}-inference", "site-c", None),  # scheduled, no status yet
+        binding("not-ours", "site-a", "Succeeded"),
+        binding(f"r{run.pk}-ingest", "site-a", "Succeeded", kind="ConfigMap"),
+    ]
+
+    ended = execution.bindings_observe(items)
+
+    assert ended == {run.pk}
+    assert run.units.get(name="preprocess").phase == UnitPhase.SUCCEEDED
+    assert other.units.get(name="preprocess").phase == UnitPhase.RUNNING
+    assert other.units.get(name="inference").site == "site-c"
+
+
+def test_the_units_are_read_in_one_query_whatever_the_number_of_bindings(scientist) -> None:
+    runs = [make_run(scientist) for _ in range(6)]
+    items = []
+    for r in runs:
+        for unit in r.units.all():
+            UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{r.pk}-{unit.name}")
+            # What the database already knows: nothing to write.
+            items.append(binding(f"r{r.pk}-{unit.name}", unit.site or "site-c", None))
+
+    with CaptureQueriesContext(connection) as queries:
+        assert execution.bindings_observe(items) == set()
+
+    unit_reads = [q for q in queries if 'FROM "portal_unitrun"' in q["sql"]]
+    assert len(unit_reads) == 1, [q["sql"] for q in queries]

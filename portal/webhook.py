@@ -39,7 +39,7 @@ def _authorised(request: HttpRequest, path_token: str | None) -> int | None:
     expected = settings.PORTAL_WEBHOOK_TOKEN
     given = path_token
     if given is None:
-        header = request.headers.get("Authorization", "")
+        header = request.META.get("HTTP_AUTHORIZATION", "")  # not request.headers: see below
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             given = value.strip()

@@ -4,7 +4,7 @@ Prints the webhook's p50/p99 latency under 100 concurrent clients beside a no-op
 the same way in the same run: ``POST /bench/noop/`` with the same body, through the same
 gunicorn, middleware and settings (``tests/bench/bench_settings.py`` only mounts it), and
 ``/healthz`` as a second reference. Every admission has its own uid, as Karmada sends them.
-Floor, reference and webhook run in interleaved rounds (``BENCH_WEBHOOK_ROUNDS``, 3) whose
+Floor, reference and webhook run in interleaved rounds (``BENCH_WEBHOOK_ROUNDS``, 6) whose
 latencies are pooled, so one stall of the machine does not decide a p99; the server's CPU per
 request (gunicorn workers and Redis) is printed beside, as the cost the latency ratio follows
 under saturation. Also printed: the database queries and Redis commands one admission

@@ -342,7 +342,14 @@ def _settle_groups(units: list[UnitRun]) -> None:
 def run_advance(run_id: int) -> None:
     """Move a run on: skip or omit what can no longer run, expand withParam, create the step
     workflows of every unit whose dependencies are done, and settle the run's status."""
-    run = WorkflowRun.objects.select_related("project").filter(pk=run_id).first()
+    # The manifest as submitted is for people; advancing reads the compiled form only.
+    run = (
+        WorkflowRun.objects.select_related("project")
+        .defer("manifest")
+        .filter(pk=run_id)
+        .order_by()
+        .first()
+    )
     if run is None:
         return
     if run.status == RunStatus.STOPPED:

@@ -9,3 +9,7 @@ application = get_wsgi_application()
 from placement.parser import _fast_validator  # noqa: E402
 
 _fast_validator("Workflow")
+
+# And load what a submission enqueues with (the tasks, the execution engine, the kubernetes
+# client: about half a second), so that the first submission a process serves does not pay it.
+import portal.tasks  # noqa: E402, F401

@@ -601,13 +601,12 @@ def _bound_workflow(binding: Mapping[str, Any]) -> str:
 def bindings_observe(bindings: Iterable[Mapping[str, Any]]) -> set[int]:
     """``binding_observe`` for a whole list (the resync's): their units in one query. Returns
     the runs with a unit that ended."""
-    bindings = list(bindings)
-    names = {n for n in map(_bound_workflow, bindings) if n}
-    rows = UnitRun.objects.filter(workflow_name__in=names).order_by("-pk")  # lowest pk wins
-    units = {u.workflow_name: u for u in rows}
+    named = [(b, name) for b in bindings if (name := _bound_workflow(b))]
+    rows = UnitRun.objects.filter(workflow_name__in={name for _, name in named})
+    units = {u.workflow_name: u for u in rows.order_by("-pk")}  # the lowest pk wins
     ended = set()
-    for binding in bindings:
-        unit = units.get(_bound_workflow(binding))
+    for binding, name in named:
+        unit = units.get(name)
         if unit is not None and (run_id := binding_observe(binding, unit)) is not None:
             ended.add(run_id)
     return ended

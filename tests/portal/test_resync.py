@@ -52,7 +52,7 @@ def test_the_units_are_read_in_one_query_whatever_the_number_of_bindings(scienti
     for r in runs:
         for unit in r.units.all():
             UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{r.pk}-{unit.name}")
-            # What the database already knows: nothing to write.
+            # No status yet: nothing to record beyond a pending unit's site.
             items.append(binding(f"r{r.pk}-{unit.name}", unit.site or "site-c", None))
 
     with CaptureQueriesContext(connection) as queries:

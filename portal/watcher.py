@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,11 @@ from django.db import close_old_connections
 from portal import execution, gateway, placement_runtime
 
 log = logging.getLogger(__name__)
+
+# How often a loop lets Django check its database connection (``close_old_connections``):
+# every check costs a ``SELECT 1`` on the next query, and a busy watch sees many events a
+# second. After a failure the check is immediate.
+CONNECTION_CHECK_S = 1.0
 
 
 class Loop:
@@ -39,6 +45,7 @@ class Loop:
         self.resource_version = ""
         self.lists = 0
         self.watches = 0
+        self._checked_at = 0.0
 
     def relist(self) -> None:
         items, rv = gateway.list_objects(self.resource)
@@ -50,12 +57,16 @@ class Loop:
         self.resource_version = rv
 
     def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        failed = False
         try:
             self.on_object(kind, obj)
         except Exception:  # one bad object must not stop the watcher
+            failed = True
             log.exception("%s: failed to handle %s", self.resource.kind, kind)
-        finally:
+        now = time.monotonic()
+        if failed or now - self._checked_at >= CONNECTION_CHECK_S:
             close_old_connections()
+            self._checked_at = now
 
     def run(self) -> None:
         delay = 0.5

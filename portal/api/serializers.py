@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from rest_framework import serializers
@@ -8,7 +9,25 @@ from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 
 
-class UnitRunSerializer(serializers.ModelSerializer[UnitRun]):
+class PrototypeFieldsMixin:
+    """Builds a ModelSerializer's fields once per class and gives each instance a deep copy.
+
+    ``ModelSerializer.get_fields`` inspects the model and builds every field again for each
+    instance (about 0.5 ms here for a run, as much again for its units), and every submission
+    answers with one. The fields of these serializers depend on their class alone (no
+    ``depth``, nothing taken from the context), so a copy of the first build is the same
+    build; a copy is what DRF itself makes of declared fields."""
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        cls = type(self)
+        built = cls.__dict__.get("_prototype_fields")
+        if built is None:
+            built = super().get_fields()  # type: ignore[misc]
+            cls._prototype_fields = built  # type: ignore[attr-defined]
+        return copy.deepcopy(built)
+
+
+class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRun]):
     class Meta:
         model = UnitRun
         fields = [
@@ -30,7 +49,7 @@ class UnitRunSerializer(serializers.ModelSerializer[UnitRun]):
         read_only_fields = fields
 
 
-class WorkflowRunSerializer(serializers.ModelSerializer[WorkflowRun]):
+class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[WorkflowRun]):
     """A run with its units (DESIGN section 9)."""
 
     project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(

@@ -295,3 +295,23 @@ def test_the_submit_answer_matches_the_stored_run(sci: APIClient) -> None:
     assert response.status_code == 201
     fresh = sci.get(f"/api/v1/runs/{response.json()['id']}/").json()
     assert response.json() == fresh
+
+
+def test_run_serializers_built_once_per_class_answer_as_a_fresh_build(sci: APIClient) -> None:
+    from rest_framework import serializers
+
+    from portal.api.serializers import UnitRunSerializer, WorkflowRunSerializer
+
+    for _ in range(2):  # generateName: two runs with two names
+        sci.post("/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml")
+    first, second = WorkflowRun.objects.order_by("pk")
+    a, b = WorkflowRunSerializer(first), WorkflowRunSerializer(second)
+    # Each instance owns its fields, bound to it, even when built from the class's prototype.
+    assert a.fields["name"] is not b.fields["name"]
+    assert a.fields["name"].parent is a and b.fields["units"].parent is b
+    assert a.data["name"] != b.data["name"]
+    for cls, run in ((WorkflowRunSerializer, first), (UnitRunSerializer, first.units.first())):
+        fresh = serializers.ModelSerializer.get_fields(cls(run))
+        cached = cls(run).get_fields()
+        assert {k: type(v) for k, v in cached.items()} == {k: type(v) for k, v in fresh.items()}
+        assert {k: v.source for k, v in cached.items()} == {k: v.source for k, v in fresh.items()}

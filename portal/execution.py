@@ -619,16 +619,18 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     name = _bound_workflow(binding)
     if not name:
         return None
+    clusters = spec.get("clusters") or []
+    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
+    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
+    member = (aggregated[0] or {}).get("status") if aggregated else None
+    if not site and not isinstance(member, dict):
+        return None  # created, not scheduled yet: nothing to fold in, so nothing to read
     if unit is None:
         unit = UnitRun.objects.filter(workflow_name=name).order_by("pk").first()
     if unit is None:
         return None
-    clusters = spec.get("clusters") or []
-    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
     if site and site != unit.site:
         _unit_placed(unit, site)
-    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
-    member = (aggregated[0] or {}).get("status") if aggregated else None
     if not isinstance(member, dict):
         return None
     phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)

@@ -60,3 +60,15 @@ def test_the_units_are_read_in_one_query_whatever_the_number_of_bindings(scienti
 
     unit_reads = [q for q in queries if 'FROM "portal_unitrun"' in q["sql"]]
     assert len(unit_reads) == 1, [q["sql"] for q in queries]
+
+
+def test_a_binding_not_scheduled_yet_is_not_looked_up(scientist, django_assert_num_queries) -> None:
+    run = make_run(scientist)
+    unit = run.units.get(name="ingest")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-ingest")
+    created = {"spec": {"resource": {"kind": "Workflow", "name": f"r{run.pk}-ingest"}}}
+    # Karmada creates every binding before it schedules it: the watcher sees that first.
+    with django_assert_num_queries(0):
+        assert execution.binding_observe(created) is None
+    with django_assert_num_queries(1):
+        assert execution.binding_observe(binding(f"r{run.pk}-ingest", "site-a", None)) is None

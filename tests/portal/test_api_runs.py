@@ -315,3 +315,25 @@ def test_run_serializers_built_once_per_class_answer_as_a_fresh_build(sci: APICl
         cached = cls(run).get_fields()
         assert {k: type(v) for k, v in cached.items()} == {k: type(v) for k, v in fresh.items()}
         assert {k: v.source for k, v in cached.items()} == {k: v.source for k, v in fresh.items()}
+
+
+def test_a_submission_inserts_its_units_and_decisions_as_rows(sci: APIClient) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        response = sci.post(
+            "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
+        )
+    assert response.status_code == 201
+    inserts = [q["sql"] for q in queries if q["sql"].startswith("INSERT")]
+    bulk = [
+        sql for sql in inserts if '"portal_unitrun"' in sql or '"portal_placementdecision"' in sql
+    ]
+    assert len(bulk) == 2
+    # VALUES rows, not UNNEST arrays: psycopg escapes JSON into array literals in Python.
+    assert all(" VALUES " in sql and "UNNEST" not in sql for sql in bulk), bulk
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    spec = run.units.get(name="ingest").spec
+    assert spec["name"] == "ingest" and isinstance(spec["upstream"], list)
+    assert all(d.candidates for d in PlacementDecision.objects.filter(run=run))

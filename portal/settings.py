@@ -146,9 +146,11 @@ CSRF_COOKIE_SECURE = envbool("CSRF_COOKIE_SECURE", not DEBUG)
 X_FRAME_OPTIONS = "DENY"
 
 # --- REST API -------------------------------------------------------------------------------
+# How long a process trusts an API token it has checked (portal/api/authentication.py).
+PORTAL_TOKEN_CACHE_SECONDS = envint("PORTAL_TOKEN_CACHE_SECONDS", 10)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.api.authentication.CachedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

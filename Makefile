@@ -36,7 +36,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# Each benchmark prints its figures beside a floor measured in the same run.
+# Each benchmark prints its figures beside a floor measured in the same run. Every
+# tests/bench/bench_*.py is run as a script: helper modules there are named otherwise.
 bench: $(STAMP)
 	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
 

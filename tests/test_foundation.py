@@ -143,3 +143,12 @@ def test_swagger_ui_is_served_without_a_cdn(django_user_model):
     schema = c.get("/api/schema/")
     assert schema.status_code == 200
     assert b"openapi" in schema.content
+
+
+def test_every_script_make_bench_runs_is_a_benchmark() -> None:
+    # `make bench` runs each tests/bench/bench_*.py as a script; a helper module named so
+    # (settings, URLs) failed it.
+    scripts = sorted((ROOT / "tests" / "bench").glob("bench_*.py"))
+    assert scripts
+    for script in scripts:
+        assert 'if __name__ == "__main__":' in script.read_text(), script.name

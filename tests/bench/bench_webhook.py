@@ -2,7 +2,7 @@
 
 Prints the webhook's p50/p99 latency under 100 concurrent clients beside a no-op view served
 the same way in the same run: ``POST /bench/noop/`` with the same body, through the same
-gunicorn, middleware and settings (``tests/bench/bench_settings.py`` only mounts it), and
+gunicorn, middleware and settings (``tests/bench/noop_settings.py`` only mounts it), and
 ``/healthz`` as a second reference. Every admission has its own uid, as Karmada sends them.
 Floor, reference and webhook run in interleaved rounds (``BENCH_WEBHOOK_ROUNDS``, 6) whose
 latencies are pooled, so one stall of the machine does not decide a p99; the server's CPU per
@@ -48,7 +48,7 @@ REDIS = "redis://127.0.0.1:6379/13"
 
 os.environ.update(
     {
-        "DJANGO_SETTINGS_MODULE": "tests.bench.bench_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.bench.noop_settings",
         "DATABASE_URL": f"{PG}/{DB}",
         "REDIS_URL": REDIS,
         "SECURE_SSL_REDIRECT": "0",

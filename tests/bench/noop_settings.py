@@ -3,4 +3,4 @@ beside every real URL, so the floor is served by the same server, middleware and
 
 from portal.settings import *  # noqa: F403
 
-ROOT_URLCONF = "tests.bench.bench_urls"
+ROOT_URLCONF = "tests.bench.noop_urls"

@@ -31,7 +31,7 @@ from placement.parser import ParsedWorkflow, Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, placement_runtime
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
+from portal.models import BULK_ROWS, PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from sites.choices import SyncMode
 from sites.models import Site
 
@@ -313,7 +313,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
             pk=unit.pk, phase=UnitPhase.PENDING, spec__expanded__isnull=True
         ).exists():
             return []
-        UnitRun.objects.bulk_create(rows, ignore_conflicts=True)
+        UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
         unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
         UnitRun.objects.filter(pk=unit.pk).update(
             spec=unit.spec, phase=UnitPhase.RUNNING, started_at=timezone.now()

@@ -11,6 +11,11 @@ from django.utils import timezone
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from sites.models import Project
 
+# Rows per INSERT when bulk-inserting models with an InlineJSONField: each statement stays a
+# few hundred KB, and under PostgreSQL's 65,535 bind parameters should server-side binding
+# ever be turned on (Django's client-side binding, the default, has no such limit).
+BULK_ROWS = 500
+
 
 class InlineJSONField(models.JSONField):
     """A JSONField whose bulk inserts are written as VALUES rows, not UNNEST arrays.

@@ -18,7 +18,14 @@ from placement import codec, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
+from portal.models import (
+    BULK_ROWS,
+    PlacementDecision,
+    RunEvent,
+    UnitRun,
+    WorkflowRun,
+    WorkflowTemplate,
+)
 from portal.selectors import projects_of
 from sites.models import Project
 
@@ -261,7 +268,7 @@ def _store_run(
                     spec=codec.unit_to_dict(unit),
                 )
             )
-        UnitRun.objects.bulk_create(units)
+        UnitRun.objects.bulk_create(units, batch_size=BULK_ROWS)
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}
@@ -276,7 +283,8 @@ def _store_run(
                 )
                 for d in plan.decisions
                 if d.timing == "submit"
-            ]
+            ],
+            batch_size=BULK_ROWS,
         )
         RunEvent.objects.create(
             run=run,

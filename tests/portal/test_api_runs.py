@@ -11,9 +11,13 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.api.serializers import UnitRunSerializer, WorkflowRunSerializer
+from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -298,10 +302,6 @@ def test_the_submit_answer_matches_the_stored_run(sci: APIClient) -> None:
 
 
 def test_run_serializers_built_once_per_class_answer_as_a_fresh_build(sci: APIClient) -> None:
-    from rest_framework import serializers
-
-    from portal.api.serializers import UnitRunSerializer, WorkflowRunSerializer
-
     for _ in range(2):  # generateName: two runs with two names
         sci.post("/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml")
     first, second = WorkflowRun.objects.order_by("pk")
@@ -318,9 +318,6 @@ def test_run_serializers_built_once_per_class_answer_as_a_fresh_build(sci: APICl
 
 
 def test_a_submission_inserts_its_units_and_decisions_as_rows(sci: APIClient) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
     with CaptureQueriesContext(connection) as queries:
         response = sci.post(
             "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
@@ -340,11 +337,6 @@ def test_a_submission_inserts_its_units_and_decisions_as_rows(sci: APIClient) ->
 
 
 def test_a_large_submission_is_inserted_in_bounded_statements(sci: APIClient) -> None:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    from portal.models import BULK_ROWS
-
     n = 2 * BULK_ROWS + 1
     tasks = [{"name": f"t{i}", "template": "c"} for i in range(n)]
     doc = {

@@ -326,10 +326,7 @@ def _check_expansion(root: Any, max_nodes: int, max_depth: int) -> None:
 _STR_TAG = "tag:yaml.org,2002:str"
 # What a plain scalar may resolve to without leaving the fast path (merge keys, ``=`` and
 # anything else go to the full loader).
-_PLAIN_TAGS = frozenset(
-    {_STR_TAG, "tag:yaml.org,2002:null", "tag:yaml.org,2002:bool", "tag:yaml.org,2002:int"}
-    | {"tag:yaml.org,2002:float"}
-)
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "null", "bool", "int", "float"))
 
 
 _NO_KEY = object()  # a mapping waiting for its next key
@@ -351,10 +348,10 @@ def _reader() -> Any:
     return reader
 
 
-def _load_plain(text: str, limits: Limits) -> list[Any] | None:
-    """The documents of ``text`` in plain JSON types, in one pass over libyaml's events; None
-    when the document needs the full loader (anchors, aliases, explicit tags, merge keys,
-    keys that are not strings, non-finite numbers).
+def _load_plain(text: str, limits: Limits) -> list[Any]:
+    """The documents of ``text`` in plain JSON types, in one pass over libyaml's events; raises
+    ``_NeedsFullLoader`` when the document needs the full loader (anchors, aliases, explicit
+    collection tags, merge keys, keys that are not strings, non-finite numbers).
 
     Most submissions use none of those, and for them this does the work of ``_prescan``,
     the composer, ``_check_expansion``, the constructor and ``_to_json`` at once: the same
@@ -508,12 +505,9 @@ def decode_document(
         raise WorkflowInvalid([FieldError("", "empty document")])
     try:
         try:
-            docs = _load_plain(text, limits)
+            docs, plain = _load_plain(text, limits), True
         except _NeedsFullLoader:
-            docs = None
-        plain = docs is not None
-        if docs is None:
-            docs = _load_yaml(text, limits)
+            docs, plain = _load_yaml(text, limits), False
     except _YamlTooLarge as exc:
         raise WorkflowInvalid([FieldError("", f"refused: {exc}")]) from None
     except yaml.YAMLError as exc:

@@ -39,7 +39,9 @@ def _authorised(request: HttpRequest, path_token: str | None) -> int | None:
     expected = settings.PORTAL_WEBHOOK_TOKEN
     given = path_token
     if given is None:
-        header = request.META.get("HTTP_AUTHORIZATION", "")  # not request.headers: see below
+        # request.META, not request.headers: that builds a dict of every header on first use,
+        # and this is the admission's hot path.
+        header = request.META.get("HTTP_AUTHORIZATION", "")
         scheme, _, value = header.partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             given = value.strip()

@@ -22,7 +22,7 @@ from django.db import connection
 from portal import gateway
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 # Fast enough for a suite, slow enough that a run is still running when a test interferes.
 TIME_SCALE = 20.0

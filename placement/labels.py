@@ -15,8 +15,10 @@ RUN = "run"  # the WorkflowRun id
 UNIT = "unit"  # the unit's slug
 ATTEMPT = "attempt"  # the UnitRun attempt number
 SITE = "site"  # the site, when placed at submission (or patched in by the webhook)
-PLACEMENT = "placement"  # "runtime" when the webhook must place it
+PLACEMENT = "placement"  # RUNTIME when the webhook must place it
 GPU = "gpu"  # "true" on step workflows that request GPUs: the GPU node-selector override
+# The value of PLACEMENT that the webhook registration selects.
+RUNTIME = "runtime"
 
 # Annotations.
 REASON = "reason"  # one line saying why the step workflow is where it is

@@ -206,7 +206,7 @@ def webhook_configuration(
                 "name": f"runtime.placement.{domain}",
                 **copy.deepcopy(common),
                 "objectSelector": {
-                    "matchLabels": {labels.key(domain, labels.PLACEMENT): "runtime"}
+                    "matchLabels": {labels.key(domain, labels.PLACEMENT): labels.RUNTIME}
                 },
             },
             {

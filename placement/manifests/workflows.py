@@ -225,7 +225,7 @@ def _step_labels(
     if site:
         out[labels.key(domain, labels.SITE)] = label_value(site)
     else:
-        out[labels.key(domain, labels.PLACEMENT)] = "runtime"
+        out[labels.key(domain, labels.PLACEMENT)] = labels.RUNTIME
     if unit.resources.gpus:
         out[labels.key(domain, labels.GPU)] = "true"
     return out

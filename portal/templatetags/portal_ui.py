@@ -16,6 +16,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString, mark_safe
 
+from placement import units
 from portal.dag import UNPLACED, depends_names, layout
 
 register = template.Library()
@@ -228,12 +229,8 @@ def timeline_svg(
 def human_bytes(value: Any) -> str:
     if value is None or value == "":
         return "—"
-    n = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} PiB"
+    # The planner's reasons use the same function: one size reads the same across a page.
+    return units.human_bytes(float(value))
 
 
 @register.filter

@@ -53,7 +53,7 @@ def test_it_places_ingest_at_the_data_site(demo_plan: dict[str, Decision]) -> No
     ingest = demo_plan["ingest"]
     assert ingest.site == "site-a"
     assert ingest.timing == "submit"
-    assert ingest.reason == "data locality: dataset sentinel2-l1c (120 GB) is at site-a"
+    assert ingest.reason == "data locality: dataset sentinel2-l1c (112 GiB) is at site-a"
     assert ingest.datasets == ("sentinel2-l1c",)
     a, b = candidate(ingest, "site-a"), candidate(ingest, "site-b")
     assert a.bytes_to_move == 0 and a.est_transfer_s == 0
@@ -106,7 +106,7 @@ def test_ingest_follows_the_dataset_when_it_moves() -> None:
     decisions = by_unit(plan(eo_pipeline(), FLEET, RULES, (dataset_at("site-b"),)).decisions)
     assert decisions["ingest"].site == "site-b"
     assert (
-        decisions["ingest"].reason == "data locality: dataset sentinel2-l1c (120 GB) is at site-b"
+        decisions["ingest"].reason == "data locality: dataset sentinel2-l1c (112 GiB) is at site-b"
     )
 
 
@@ -296,11 +296,11 @@ def test_several_upstream_outputs_are_summed_in_one_note() -> None:
     )
     b = candidate(d, "site-b")
     assert b.bytes_to_move == 5 * GB
-    assert "upstream outputs 5.0 GB from 2 other sites" in b.why
+    assert "upstream outputs 4.7 GiB from 2 other sites" in b.why
     # 2 GB over 10 Gbit/s plus 3 GB over 1 Gbit/s.
     assert b.est_transfer_s == pytest.approx(1.6 + 24.0)
     a = candidate(d, "site-a")
-    assert a.bytes_to_move == 3 * GB and "upstream output 3.0 GB from site-c" in a.why
+    assert a.bytes_to_move == 3 * GB and "upstream output 2.8 GiB from site-c" in a.why
 
 
 def test_decisions_against_a_reused_fleet_match_a_fresh_one() -> None:

@@ -1,0 +1,102 @@
+"""Compile plans to Karmada and Argo objects (DESIGN section 3), and run-time helpers.
+
+Pure package: plain dicts in, plain dicts out; nothing here talks to a cluster or imports Django.
+
+* ``policies``: ``propagation_policy(site)``, ``fallback_policy()``,
+  ``override_policies(site, overrides)``, ``webhook_configuration(url)`` and
+  ``karmada_manifests(...)``: the objects the portal keeps on karmada-apiserver.
+* ``workflows``: ``step_workflow(parsed, unit, ...)``, the Argo Workflow that runs one unit.
+* ``images``: ``mirror_images`` / ``image_mirror_patch``, a site's registry mirror.
+* ``substitution``: ``substitute`` / ``resolve_arguments`` fill ``{{workflow.parameters.x}}``,
+  ``{{tasks.X.outputs...}}``, ``{{steps.X.outputs...}}`` and ``{{item}}`` from known values.
+* ``conditions``: ``evaluate_depends`` / ``evaluate_when`` decide whether a unit runs.
+* ``names``: API versions, policy names, DNS-1123 names and label values.
+
+The label keys are ``placement.labels``. Site ``overrides`` (operator-set,
+``sites.Site.overrides``)::
+
+    {
+      "artifact_repository": {"configMap": "artifact-repositories", "key": "site-a-s3"},
+      "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
+      "image_registry_mirror": "mirror.site-a.example.org"
+    }
+
+Callers import from the package (``from placement import manifests``); the modules are its
+sections.
+"""
+
+from __future__ import annotations
+
+from placement.manifests.conditions import (
+    FINAL_PHASES,
+    WhenError,
+    evaluate_depends,
+    evaluate_when,
+)
+from placement.manifests.images import image_mirror_patch, image_paths, mirror_images
+from placement.manifests.names import (
+    API_VERSION,
+    DEFAULT_POLICY_PREFIX,
+    FALLBACK_POLICY,
+    FALLBACK_POLICY_PRIORITY,
+    LABEL_VALUE,
+    NAME_MAX,
+    POLICY_API,
+    SITE_POLICY_PRIORITY,
+    WEBHOOK_NAME,
+    dns_name,
+    label_value,
+)
+from placement.manifests.policies import (
+    fallback_policy,
+    karmada_manifests,
+    override_policies,
+    propagation_policy,
+    webhook_configuration,
+)
+from placement.manifests.substitution import (
+    TaskOutputs,
+    Unresolved,
+    aggregate_outputs,
+    resolve_arguments,
+    substitute,
+)
+from placement.manifests.workflows import (
+    emitted_template_names,
+    step_workflow,
+    step_workflow_name,
+)
+
+__all__ = [
+    "API_VERSION",
+    "DEFAULT_POLICY_PREFIX",
+    "FALLBACK_POLICY",
+    "FALLBACK_POLICY_PRIORITY",
+    "FINAL_PHASES",
+    "LABEL_VALUE",
+    "NAME_MAX",
+    "POLICY_API",
+    "SITE_POLICY_PRIORITY",
+    "WEBHOOK_NAME",
+    "TaskOutputs",
+    "Unresolved",
+    "WhenError",
+    "aggregate_outputs",
+    "dns_name",
+    "emitted_template_names",
+    "evaluate_depends",
+    "evaluate_when",
+    "fallback_policy",
+    "image_mirror_patch",
+    "image_paths",
+    "karmada_manifests",
+    "label_value",
+    "mirror_images",
+    "override_policies",
+    "propagation_policy",
+    "resolve_arguments",
+    "step_workflow",
+    "step_workflow_name",
+    "substitute",
+    "webhook_configuration",
+]

@@ -1,0 +1,226 @@
+"""Template substitution: fill ``{{workflow.parameters.x}}``, ``{{tasks.X.outputs...}}``,
+``{{steps.X.outputs...}}`` and ``{{item}}`` from values the portal knows; everything else
+(``{{inputs...}}``, ``{{pod.name}}``, ``{{=expr}}``) is left for Argo to fill."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement.parser import Arguments, Artifact
+
+
+@dataclass(frozen=True)
+class TaskOutputs:
+    """What a finished upstream unit produced, as the portal read it back from Argo's status.
+    ``artifacts`` are Argo artifact objects (``{"name", "s3": {...}}`` ...) keyed by name."""
+
+    phase: str = "Succeeded"
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    result: str | None = None
+    artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    exit_code: str | None = None
+    # Other node facts Argo exposes as {{tasks.X.<field>}}: ip, id, startedAt, finishedAt, ...
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+
+class Unresolved(ValueError):
+    """Some ``{{...}}`` references could not be filled (an upstream output missing)."""
+
+    def __init__(self, references: Sequence[str]) -> None:
+        self.references = list(references)
+        super().__init__("unresolved: " + ", ".join(self.references))
+
+
+_REF = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
+# What the portal fills; everything else ({{inputs...}}, {{pod.name}}, {{=expr}}) is Argo's.
+_PORTAL_REFS = ("workflow.parameters.", "tasks.", "steps.")
+
+
+def aggregate_outputs(expanded: Sequence[TaskOutputs]) -> TaskOutputs:
+    """Outputs of an expanded task (withItems/withParam) as Argo shows them downstream:
+    each output parameter becomes a JSON list of the items' values."""
+    names = sorted({n for o in expanded for n in o.parameters})
+    phases = [o.phase for o in expanded]
+    phase = "Succeeded" if all(p in ("Succeeded", "Skipped") for p in phases) else "Failed"
+    return TaskOutputs(
+        phase=phase,
+        parameters={n: json.dumps([o.parameters.get(n) for o in expanded]) for n in names},
+        result=json.dumps([o.result for o in expanded]),
+    )
+
+
+def _lookup(
+    ref: str,
+    workflow_parameters: Mapping[str, str],
+    outputs: Mapping[str, TaskOutputs],
+    item: Any,
+    has_item: bool,
+    current: str | None = None,
+) -> tuple[bool, Any]:
+    """(found, value) for one reference; found False means "not ours" or "missing"."""
+    if ref.startswith("workflow.parameters."):
+        name = ref[len("workflow.parameters.") :]
+        if name in workflow_parameters:
+            return True, workflow_parameters[name]
+        return False, None
+    if ref == "item" or ref.startswith("item."):
+        if not has_item:
+            return False, None
+        v: Any = item
+        for part in ref.split(".")[1:]:
+            if isinstance(v, Mapping) and part in v:
+                v = v[part]
+            else:
+                return False, None
+        return True, v
+    head, _, rest = ref.partition(".")
+    if head not in ("tasks", "steps"):
+        return False, None
+    if rest == "name" and current is not None:
+        return True, current
+    task, _, what = rest.partition(".")
+    out = outputs.get(task)
+    if out is None:
+        return False, None
+    if what == "outputs.result":
+        return out.result is not None, out.result
+    if what.startswith("outputs.parameters."):
+        name = what[len("outputs.parameters.") :]
+        return name in out.parameters, out.parameters.get(name)
+    if what.startswith("outputs.artifacts."):
+        name = what[len("outputs.artifacts.") :]
+        return name in out.artifacts, out.artifacts.get(name)
+    if what == "status":
+        return True, out.phase
+    if what == "exitCode":
+        return out.exit_code is not None, out.exit_code
+    if what == "outputs.parameters":
+        return True, json.dumps(dict(out.parameters), sort_keys=True)
+    return what in out.extra, out.extra.get(what)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, sort_keys=True)
+
+
+def substitute(
+    text: str,
+    workflow_parameters: Mapping[str, str] | None = None,
+    outputs: Mapping[str, TaskOutputs] | None = None,
+    *,
+    item: Any = None,
+    has_item: bool = False,
+    missing: list[str] | None = None,
+    current: str | None = None,
+) -> str:
+    """Fill the portal's references in ``text``; ``{{inputs...}}`` and other references Argo
+    fills inside the step workflow stay as they are. References to workflow parameters, upstream
+    tasks/steps or the loop item that cannot be filled are appended to ``missing``."""
+    wp = workflow_parameters or {}
+    outs = outputs if outputs is not None else {}
+
+    def one(m: re.Match[str]) -> str:
+        ref = m.group(1)
+        found, value = _lookup(ref, wp, outs, item, has_item, current)
+        if found:
+            return _as_text(value)
+        ours = ref.startswith(_PORTAL_REFS) or ref == "item" or ref.startswith("item.")
+        ours = ours and not (ref in ("tasks.name", "steps.name") and current is None)
+        if ours and missing is not None:
+            missing.append(ref)
+        return m.group(0)
+
+    return _REF.sub(one, text) if "{{" in text else text
+
+
+def resolve_arguments(
+    arguments: Arguments,
+    workflow_parameters: Mapping[str, str] | None = None,
+    outputs: Mapping[str, TaskOutputs] | None = None,
+    *,
+    item: Any = None,
+    has_item: bool = False,
+    strict: bool = True,
+    current: str | None = None,
+) -> dict[str, Any]:
+    """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
+    parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
+    the upstream artifact's location. ``strict`` raises ``Unresolved`` for anything missing."""
+    missing: list[str] = []
+    params: list[dict[str, Any]] = []
+    for p in arguments.parameters:
+        entry: dict[str, Any] = {"name": p.name}
+        if p.value is not None:
+            entry["value"] = substitute(
+                p.value,
+                workflow_parameters,
+                outputs,
+                item=item,
+                has_item=has_item,
+                missing=missing,
+                current=current,
+            )
+        elif p.default is not None:
+            entry["value"] = p.default
+        if p.value_from is not None and p.value is None:
+            entry["valueFrom"] = dict(p.value_from)
+        params.append(entry)
+    arts: list[dict[str, Any]] = []
+    for a in arguments.artifacts:
+        arts.append(_resolve_artifact(a, workflow_parameters, outputs, item, has_item, missing))
+    if strict and missing:
+        raise Unresolved(sorted(set(missing)))
+    out: dict[str, Any] = {}
+    if params:
+        out["parameters"] = params
+    if arts:
+        out["artifacts"] = arts
+    return out
+
+
+def _resolve_artifact(
+    a: Artifact,
+    workflow_parameters: Mapping[str, str] | None,
+    outputs: Mapping[str, TaskOutputs] | None,
+    item: Any,
+    has_item: bool,
+    missing: list[str],
+) -> dict[str, Any]:
+    raw = {k: v for k, v in a.raw.items() if k != "from"}
+    if a.from_:
+        m = _REF.fullmatch(a.from_.strip())
+        found, value = (False, None)
+        if m:
+            found, value = _lookup(
+                m.group(1),
+                workflow_parameters or {},
+                (outputs if outputs is not None else {}),
+                item,
+                has_item,
+            )
+        if found and isinstance(value, Mapping):
+            # The upstream artifact's location, under this argument's name.
+            loc = {
+                k: copy.deepcopy(v)
+                for k, v in value.items()
+                if k not in ("name", "path", "mode", "from")
+            }
+            return {**raw, **loc, "name": a.name}
+        if m and m.group(1).startswith(("tasks.", "steps.")):
+            missing.append(m.group(1))
+        return {**raw, "from": a.from_}
+    text = json.dumps(raw)
+    filled = substitute(
+        text, workflow_parameters, outputs, item=item, has_item=has_item, missing=missing
+    )
+    resolved: dict[str, Any] = json.loads(filled) if filled != text else raw
+    return resolved

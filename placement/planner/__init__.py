@@ -1,0 +1,96 @@
+"""The placement planner (DESIGN section 5): pure code, plain typed inputs, explained output.
+
+Inputs are frozen dataclasses the service layer builds from the database (``SiteState`` from
+``sites.Site``, ``Link`` from ``SiteLink``, ``DatasetInfo`` from ``Dataset`` + ready
+``DatasetReplica`` rows, ``Rule`` from ``placement.PlacementRule``). ``plan()`` decides every unit
+of a parsed workflow in topological order; ``decide()`` decides one unit (the webhook, failover).
+No Django import anywhere in the package.
+
+How a decision is made, per unit:
+
+1. **Filter** (hard): site ready; not cordoned; not in ``exclude_sites``; enough free GPUs for the
+   unit's ``nvidia.com/gpu`` request; CPU/memory request no larger than the site's *allocatable*
+   (it could never run there); inside every read dataset's residency regions; and the
+   ``pin`` / ``require_labels`` / ``require_capabilities`` / ``exclude`` rules that match the
+   unit. With ``strict_capacity=True`` (the webhook, deciding *now*) free CPU and memory must fit
+   too; at submission they only score, since the unit runs later, when capacity has changed
+   (the demo's site-a is busy but still the right place for ingest: its data is there).
+2. **Score** (soft) the rest: data locality ``1 - t/(t + 60 s)`` where ``t`` is the estimated
+   transfer time of everything the unit must pull to that site (datasets not replicated there,
+   upstream outputs that landed elsewhere), weight 1 plus the weights of matching
+   ``prefer_data_locality`` rules; free capacity (mean free fraction of CPU, memory and GPUs
+   after the unit's request, 0 if it does not fit now), weight 0.25 plus the weights of matching
+   ``prefer_free_capacity`` rules.
+3. **Choose** the highest score; ties go to fewer bytes to move, then the site name.
+
+Modules (callers import from the package: ``from placement import planner``):
+
+* ``inputs``: the input dataclasses, ``Fleet``, ``Upstream``, and the scoring constants;
+* ``outputs``: ``Candidate``, ``Decision``, ``Plan``;
+* ``rules``: ``RuleBook`` (rules compiled once) and ``template_display_name``;
+* ``catalogue``: ``DataCatalogue`` (which datasets a unit reads);
+* ``filters``: the hard filters (why a site is ineligible);
+* ``scoring``: transfer costs, free capacity, and the pick of the best site;
+* ``context``: the per-plan caches shared by its decisions;
+* ``table``: a decision's candidate table, its rows built on first access;
+* ``reasons``: the one-line why of a decision;
+* ``planning``: ``decide`` and ``plan``.
+"""
+
+from __future__ import annotations
+
+from placement.planner.catalogue import MATCH_CACHE_MAX, DataCatalogue
+from placement.planner.inputs import (
+    ASSUMED_UPSTREAM_BYTES,
+    CAPACITY_WEIGHT,
+    DATA_WEIGHT,
+    DEFAULT_BANDWIDTH_MBPS,
+    HARD_EFFECTS,
+    TRANSFER_HALF_SCORE_S,
+    DatasetInfo,
+    Effect,
+    Fleet,
+    Link,
+    Replica,
+    Rule,
+    Selector,
+    SiteState,
+    Timing,
+    Upstream,
+    UpstreamArg,
+)
+from placement.planner.outputs import Candidate, Decision, Plan
+from placement.planner.planning import decide, plan
+from placement.planner.rules import RuleBook, template_display_name
+from placement.units import human_bytes, human_seconds
+
+__all__ = [
+    "ASSUMED_UPSTREAM_BYTES",
+    "CAPACITY_WEIGHT",
+    "DATA_WEIGHT",
+    "DEFAULT_BANDWIDTH_MBPS",
+    "HARD_EFFECTS",
+    "MATCH_CACHE_MAX",
+    "TRANSFER_HALF_SCORE_S",
+    "Candidate",
+    "DataCatalogue",
+    "DatasetInfo",
+    "Decision",
+    "Effect",
+    "Fleet",
+    "Link",
+    "Plan",
+    "Replica",
+    "Rule",
+    "RuleBook",
+    "Selector",
+    "SiteState",
+    "Timing",
+    "Upstream",
+    "UpstreamArg",
+    "decide",
+    "human_bytes",
+    "human_seconds",
+    "plan",
+    "template_display_name",
+]

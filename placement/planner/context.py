@@ -1,0 +1,182 @@
+"""What one plan (or one ``decide`` call) computes once and shares between its decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from placement.parser import Resources
+from placement.planner.catalogue import DataCatalogue
+from placement.planner.filters import _Eligibility, _exclusions, _ineligible
+from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, Fleet, Rule
+from placement.planner.rules import RuleBook
+from placement.planner.scoring import (
+    _capacity,
+    _Costs,
+    _dataset_cost,
+    _dataset_note,
+    _memo_note,
+    _no_note,
+)
+from placement.units import human_bytes, human_seconds
+
+if TYPE_CHECKING:
+    from placement.planner.table import _Table
+
+
+_T = TypeVar("_T")
+
+_COMPILED: dict[tuple[Any, ...], tuple[tuple[Any, ...], Any]] = {}
+
+
+def _compiled(items: Sequence[Any], build: Callable[[Sequence[Any]], _T]) -> _T:
+    """``build(items)``, reused while the same (immutable) input objects come again: the webhook
+    passes one snapshot's rules and datasets to every decision. The entry keeps the inputs
+    alive, so their ids cannot be reused by other objects while it exists."""
+    items = tuple(items)
+    key = (build, *map(id, items))
+    hit = _COMPILED.get(key)
+    if hit is not None:
+        # The key holds ``build``, so the value is what ``build`` returned.
+        return cast("_T", hit[1])
+    if len(_COMPILED) >= 32:
+        _COMPILED.clear()
+    value = build(items)
+    _COMPILED[key] = (items, value)
+    return value
+
+
+class _Context:
+    """Everything computed once per plan (or per decide call) and shared by its decisions:
+    compiled rules, the dataset index, and per-site vectors (eligibility, capacity, data
+    costs) keyed by what they depend on, so units that repeat a template cost little."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        rules: Sequence[Rule] | RuleBook,
+        datasets: Sequence[DatasetInfo] | DataCatalogue,
+        project: str | None,
+    ) -> None:
+        self.fleet = fleet
+        self.rulebook = rules if isinstance(rules, RuleBook) else _compiled(rules, RuleBook)
+        self.data = (
+            datasets if isinstance(datasets, DataCatalogue) else _compiled(datasets, DataCatalogue)
+        )
+        self.project = project
+        self.sites = fleet.ordered_sites
+        self.bandwidth = fleet.bandwidth
+        self.memo: dict[Any, tuple[_Table, str | None, str]] = {}
+        self.memo_hits = 0
+        self.caches = fleet.caches
+        self.nothing = _Costs([0] * len(self.sites), [0.0] * len(self.sites), _no_note)
+
+    def hard_exclusions(self, rule: Rule) -> dict[str, str]:
+        """Sites a hard rule removes, with the why."""
+        key = self.rulebook.key(rule)
+        cached = self.caches.exclusions.get(key)
+        if cached is None:
+            cached = self.caches.exclusions.put(key, _exclusions(rule, self.sites))
+        return cached
+
+    def transfer(self, source: str, target: str, nbytes: int) -> tuple[float, bool]:
+        """Seconds to move ``nbytes`` source → target, and whether a link was known."""
+        if source == target or nbytes <= 0:
+            return 0.0, True
+        bw = self.bandwidth.get((source, target))
+        known = bw is not None
+        mbps = bw if bw is not None else DEFAULT_BANDWIDTH_MBPS
+        return nbytes * 8 / (mbps * 1e6), known
+
+    def eligibility(
+        self,
+        hard: Sequence[Rule],
+        reads: Sequence[DatasetInfo],
+        req: Resources,
+        exclude: frozenset[str],
+        strict: bool,
+    ) -> _Eligibility:
+        """Per site (by name): why it is ineligible, or None."""
+        residency = [(d, d.residency) for d in reads if d.residency]
+        key = (
+            tuple(self.rulebook.key(r) for r in hard),
+            tuple((d.name, regions) for d, regions in residency),
+            req,
+            exclude,
+            strict,
+        )
+        cached = self.caches.eligibility.get(key)
+        if cached is None:
+            hard_out = [self.hard_exclusions(r) for r in hard]
+            whys = [_ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
+            cached = self.caches.eligibility.put(key, _Eligibility(whys))
+        return cached
+
+    def capacity(self, req: Resources) -> tuple[list[float], list[str]]:
+        """Per site: the free-capacity score for this request, and the row's capacity note."""
+        cached = self.caches.capacity.get(req)
+        if cached is None:
+            fractions, notes = [], []
+            for s, note in zip(self.sites, self.fleet.free_notes, strict=True):
+                fraction, fits = _capacity(s, req)
+                fractions.append(fraction)
+                notes.append(note if fits else f"{note} (request does not fit now: would queue)")
+            cached = self.caches.capacity.put(req, (fractions, notes))
+        return cached
+
+    def dataset_costs(self, reads: Sequence[DatasetInfo]) -> _Costs:
+        key = tuple(reads)
+        cached = self.caches.datasets.get(key)
+        if cached is None:
+            sites = self.sites
+
+            def note(i: int) -> str:
+                return "; ".join(_dataset_note(self, d, sites[i].name) for d in reads)
+
+            cached = _Costs([], [], _memo_note(note, len(sites)))
+            for s in sites:
+                nbytes, seconds = 0, 0.0
+                for d in reads:
+                    b, t, _src, _known = _dataset_cost(self, d, s.name)
+                    nbytes += b
+                    seconds += t
+                cached.bytes.append(nbytes)
+                cached.seconds.append(seconds)
+            self.caches.datasets.put(key, cached)
+        return cached
+
+    def link_row(self, source: str) -> tuple[list[float], list[bool]]:
+        """From ``source`` to each site (by name): seconds per byte, and whether a link is
+        known (no link: the slow default). Zero to itself."""
+        cached = self.caches.links.get(source)
+        if cached is None:
+            default = 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
+            per_byte, known = [], []
+            for s in self.sites:
+                mbps = self.bandwidth.get((source, s.name))
+                per_byte.append(0.0 if s.name == source else 8 / (mbps * 1e6) if mbps else default)
+                known.append(s.name == source or mbps is not None)
+            cached = self.caches.links.put(source, (per_byte, known))
+        return cached
+
+    def upstream_costs(self, source: str, nbytes: int, assumed: bool) -> _Costs:
+        key = (source, nbytes, assumed)
+        cached = self.caches.upstream.get(key)
+        if cached is None:
+            sites = self.sites
+            per_byte, known = self.link_row(source)
+            size = f"~{human_bytes(nbytes)} (assumed)" if assumed else human_bytes(nbytes)
+            seconds = [nbytes * f for f in per_byte]
+            no_link = f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
+
+            def note(i: int) -> str:
+                if sites[i].name == source:
+                    return ""
+                link = "" if known[i] else no_link
+                return f"upstream output {size} from {source} ({human_seconds(seconds[i])}{link})"
+
+            moved = [0 if s.name == source else nbytes for s in sites]
+            cached = self.caches.upstream.put(
+                key, _Costs(moved, seconds, _memo_note(note, len(sites)))
+            )
+        return cached

@@ -1,0 +1,223 @@
+"""What the planner decides from: sites, links, datasets, rules, and where upstream units ran.
+
+Frozen dataclasses the service layer builds from the database (``SiteState`` from
+``sites.Site``, ``Link`` from ``SiteLink``, ``DatasetInfo`` from ``Dataset`` + ready
+``DatasetReplica`` rows, ``Rule`` from ``placement.PlacementRule``), and the constants of the
+scoring model they feed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from placement.units import human_bytes
+
+if TYPE_CHECKING:
+    from placement.parser import Resources
+    from placement.planner.filters import _Eligibility
+    from placement.planner.scoring import _Costs
+
+Timing = Literal["submit", "runtime"]
+Effect = Literal[
+    "pin",
+    "require_labels",
+    "require_capabilities",
+    "exclude",
+    "prefer_data_locality",
+    "prefer_free_capacity",
+]
+HARD_EFFECTS = frozenset({"pin", "require_labels", "require_capabilities", "exclude"})
+
+DEFAULT_BANDWIDTH_MBPS = 100.0  # assumed when no SiteLink exists: slow on purpose
+TRANSFER_HALF_SCORE_S = 60.0  # transfer time at which the locality score is halved
+# Output size assumed for an upstream unit that has not run yet: enough for link speed to matter.
+ASSUMED_UPSTREAM_BYTES = 10**9
+DATA_WEIGHT = 1.0
+CAPACITY_WEIGHT = 0.25
+
+
+@dataclass(frozen=True)
+class SiteState:
+    """One site (Karmada member cluster) as the planner sees it. CPU in millicores, memory in
+    bytes; ``*_allocated`` is what running pods already requested."""
+
+    name: str
+    region: str = ""
+    zone: str = ""
+    provider: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    capabilities: frozenset[str] = frozenset()
+    ready: bool = True
+    cordoned: bool = False
+    cpu_allocatable: int = 0
+    cpu_allocated: int = 0
+    memory_allocatable: int = 0
+    memory_allocated: int = 0
+    gpu_allocatable: int = 0
+    gpu_allocated: int = 0
+    pods_allocatable: int = 0
+    pods_allocated: int = 0
+
+    @property
+    def cpu_free(self) -> int:
+        return max(self.cpu_allocatable - self.cpu_allocated, 0)
+
+    @property
+    def memory_free(self) -> int:
+        return max(self.memory_allocatable - self.memory_allocated, 0)
+
+    @property
+    def gpu_free(self) -> int:
+        return max(self.gpu_allocatable - self.gpu_allocated, 0)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed path ``source → target``: bandwidth in Mbit/s, cost per GB, latency in ms."""
+
+    source: str
+    target: str
+    bandwidth_mbps: float
+    cost_per_gb: float = 0.0
+    latency_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class Replica:
+    site: str
+    uri: str = ""
+    bytes: int = 0
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A registered dataset. ``residency``: regions it may be read in (empty: anywhere);
+    ``replicas``: where a ready copy is (bytes 0 → the dataset's ``bytes``)."""
+
+    name: str
+    uri_prefix: str = ""
+    bytes: int = 0
+    residency: frozenset[str] = frozenset()
+    replicas: tuple[Replica, ...] = ()
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which units a rule applies to; every given field must match (globs are fnmatch-style,
+    case-sensitive; ``labels`` must all be present on the unit; ``image`` matches any image)."""
+
+    template: str | None = None
+    task: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    image: str | None = None
+    project: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Selector:
+        labels = data.get("labels")
+        return cls(
+            template=data.get("template") or None,
+            task=data.get("task") or None,
+            labels=dict(labels) if isinstance(labels, Mapping) else {},
+            image=data.get("image") or None,
+            project=data.get("project") or None,
+        )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An admin placement rule. ``params`` by effect: ``pin`` / ``exclude``:
+    ``{"sites": [...]}``; ``require_labels``: ``{"labels": {k: v}}`` (a value ``"*"`` or ``None``
+    only asks for the key); ``require_capabilities``: ``{"capabilities": [...]}``; the ``prefer_*``
+    effects take no params and add ``weight`` to their score term."""
+
+    id: int | str
+    name: str
+    effect: Effect
+    selector: Selector = field(default_factory=Selector)
+    timing: Timing = "submit"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    weight: float = 1.0
+    order: int = 100
+    enabled: bool = True
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class _Bounded(dict[_K, _V]):
+    """A dict that forgets everything when it grows past ``limit`` (keys such as real upstream
+    output sizes are unbounded over a long-lived snapshot)."""
+
+    limit = 4096
+
+    def put(self, key: _K, value: _V) -> _V:
+        if len(self) >= self.limit:
+            self.clear()
+        self[key] = value
+        return value
+
+
+class _FleetCaches:
+    """Per-site vectors derived from one Fleet, by what they depend on."""
+
+    def __init__(self) -> None:
+        self.exclusions: _Bounded[tuple[Any, ...], dict[str, str]] = _Bounded()
+        self.eligibility: _Bounded[tuple[Any, ...], _Eligibility] = _Bounded()
+        self.capacity: _Bounded[Resources, tuple[list[float], list[str]]] = _Bounded()
+        self.datasets: _Bounded[tuple[DatasetInfo, ...], _Costs] = _Bounded()
+        self.links: _Bounded[str, tuple[list[float], list[bool]]] = _Bounded()
+        self.upstream: _Bounded[tuple[str, int, bool], _Costs] = _Bounded()
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """The sites and the links between them. Lookup tables are built once per Fleet object."""
+
+    sites: tuple[SiteState, ...]
+    links: tuple[Link, ...] = ()
+
+    @cached_property
+    def site_by_name(self) -> dict[str, SiteState]:
+        return {s.name: s for s in self.sites}
+
+    @cached_property
+    def ordered_sites(self) -> tuple[SiteState, ...]:
+        return tuple(sorted(self.sites, key=lambda s: s.name))
+
+    @cached_property
+    def free_notes(self) -> tuple[str, ...]:
+        """ "free 12 CPU, 40 GB, 8 GPU" per site (ordered by name), shown in candidate rows."""
+        out = []
+        for s in self.ordered_sites:
+            gpu = f", {s.gpu_free} GPU" if s.gpu_allocatable else ""
+            out.append(f"free {s.cpu_free / 1000:g} CPU, {human_bytes(s.memory_free)}{gpu}")
+        return tuple(out)
+
+    @cached_property
+    def caches(self) -> _FleetCaches:
+        """Per-site vectors the planner derived from this fleet (it never changes), reused by
+        every decision made against the same Fleet object: the webhook's snapshot pays once."""
+        return _FleetCaches()
+
+    @cached_property
+    def bandwidth(self) -> dict[tuple[str, str], float]:
+        return {
+            (ln.source, ln.target): ln.bandwidth_mbps for ln in self.links if ln.bandwidth_mbps > 0
+        }
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where an upstream unit's outputs are, and their size in bytes: ``None`` when not known
+    yet (at plan time), then ``ASSUMED_UPSTREAM_BYTES`` is used so a fast link still counts."""
+
+    site: str
+    bytes: int | None = None
+
+
+UpstreamArg = Mapping[str, "str | Upstream | None"] | None

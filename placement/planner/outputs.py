@@ -1,0 +1,85 @@
+"""What the planner returns: a ``Decision`` per unit with its candidate table, and a ``Plan``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from placement.planner.inputs import Timing
+    from placement.planner.table import _Table
+
+
+class Candidate(NamedTuple):
+    """One row of a decision's candidate table (the REST shape of DESIGN section 9)."""
+
+    site: str
+    eligible: bool
+    why: str
+    score: float | None
+    bytes_to_move: int
+    est_transfer_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "eligible": self.eligible,
+            "why": self.why,
+            "score": self.score,
+            "bytes_to_move": self.bytes_to_move,
+            "est_transfer_s": self.est_transfer_s,
+        }
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where one unit goes. ``site`` is None when the unit is left to runtime (``timing`` runtime,
+    in a plan) or when no site is eligible (``timing`` submit: unplaceable).
+
+    ``candidates`` has one row per site, by site name. Scores, bytes and times are computed when
+    the decision is made; the rows (and their ``why`` text) are built on first access, because a
+    plan of thousands of units is mostly read for its chosen sites.
+    """
+
+    unit: str
+    template: str
+    depends: str
+    timing: Timing
+    site: str | None
+    reason: str
+    table: _Table = field(repr=False)
+    rules: tuple[str, ...] = ()
+    datasets: tuple[str, ...] = ()
+    # For a runtime unit in a plan: where it would go if decided now (later units plan with it).
+    runtime_hint: str | None = None
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        return self.table.rows()
+
+    @property
+    def unplaceable(self) -> bool:
+        return self.site is None and self.runtime_hint is None and not self.table.any_eligible
+
+    def as_dict(self) -> dict[str, Any]:
+        """The REST shape of one unit in ``POST /api/v1/runs/preview/`` (DESIGN section 9)."""
+        return {
+            "name": self.unit,
+            "template": self.template,
+            "depends": self.depends,
+            "timing": self.timing,
+            "site": self.site,
+            "reason": self.reason,
+            "candidates": [c.as_dict() for c in self.candidates],
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    decisions: tuple[Decision, ...]
+
+    def by_unit(self) -> dict[str, Decision]:
+        return {d.unit: d for d in self.decisions}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"units": [d.as_dict() for d in self.decisions]}

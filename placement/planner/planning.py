@@ -1,0 +1,235 @@
+"""Deciding: ``decide`` (one unit, now) and ``plan`` (every unit of a workflow, in order)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+from placement.parser import ParsedWorkflow, Resources, Unit
+from placement.planner.catalogue import DataCatalogue
+from placement.planner.context import _Context
+from placement.planner.inputs import (
+    ASSUMED_UPSTREAM_BYTES,
+    CAPACITY_WEIGHT,
+    DATA_WEIGHT,
+    HARD_EFFECTS,
+    TRANSFER_HALF_SCORE_S,
+    DatasetInfo,
+    Fleet,
+    Rule,
+    Timing,
+    Upstream,
+    UpstreamArg,
+)
+from placement.planner.outputs import Decision, Plan
+from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.rules import RuleBook, template_display_name
+from placement.planner.scoring import _best
+from placement.planner.table import _Table
+
+
+def decide(
+    unit: Unit,
+    fleet: Fleet,
+    rules: Sequence[Rule] | RuleBook,
+    datasets: Sequence[DatasetInfo] | DataCatalogue,
+    project: str | None = None,
+    upstream_sites: UpstreamArg = None,
+    exclude_sites: Iterable[str] = (),
+    *,
+    timing: Timing | None = None,
+    strict_capacity: bool = False,
+) -> Decision:
+    """Decide one unit now (the webhook, failover, or a re-plan).
+
+    ``upstream_sites`` maps upstream unit names to where they ran (a site name, or an
+    ``Upstream(site, bytes)`` when the size of their outputs is known). ``exclude_sites`` are
+    removed with the reason "excluded by caller" (a lost site during failover). ``timing`` is
+    reported as given (default: the timing the matching rules ask for); the site is always
+    chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
+    """
+    with _gc_paused():
+        ctx = _Context(fleet, rules, datasets, project)
+        where = _normalise_upstream(upstream_sites, unit.upstream)
+        decision = _decide(
+            ctx, unit, where, frozenset(exclude_sites), timing, strict_capacity, force_site=True
+        )
+        # One unit: its caller records the candidate table, so build the rows now.
+        decision.table.rows()
+    return decision
+
+
+def plan(
+    parsed_or_units: ParsedWorkflow | Sequence[Unit],
+    fleet: Fleet,
+    rules: Sequence[Rule] | RuleBook,
+    datasets: Sequence[DatasetInfo] | DataCatalogue,
+    project: str | None = None,
+    upstream_sites: UpstreamArg = None,
+) -> Plan:
+    """Plan every unit in topological order (the order ``ParsedWorkflow.units`` has).
+
+    A unit whose matching rules include one with timing ``runtime`` gets ``site=None`` and
+    ``timing="runtime"``; its candidate table is still computed, as if its upstream units ran
+    where they are planned. ``upstream_sites`` pre-seeds known locations (e.g. a re-plan of a
+    run in progress: units that already ran).
+    """
+    units = (
+        parsed_or_units.units
+        if isinstance(parsed_or_units, ParsedWorkflow)
+        else tuple(parsed_or_units)
+    )
+    ctx = _Context(fleet, rules, datasets, project)
+    where = _normalise_upstream(upstream_sites)
+    decisions: list[Decision] = []
+    with _gc_paused():
+        for unit in units:
+            ups = {u: where[u] for u in unit.upstream if u in where}
+            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
+            decisions.append(d)
+            # Later units plan with the site a runtime decision would choose today.
+            planned = d.site or d.runtime_hint
+            if planned is not None and unit.name not in where:
+                where[unit.name] = Upstream(planned)
+    return Plan(tuple(decisions))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Deciding allocates many small acyclic objects; the cyclic collector would walk them (and
+    everything else alive) again and again for nothing, which shows as latency spikes. Paused
+    for the computation only, and restored even on error."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _normalise_upstream(
+    upstream_sites: UpstreamArg, only: Sequence[str] | None = None
+) -> dict[str, Upstream]:
+    """Upstream locations as ``Upstream`` objects; with ``only``, just those units (a caller may
+    pass where every unit of the run is: only the unit's own upstream feed it)."""
+    out: dict[str, Upstream] = {}
+    source = upstream_sites or {}
+    names = source.keys() if only is None else (n for n in only if n in source)
+    for name in names:
+        where = source[name]
+        if isinstance(where, Upstream):
+            out[name] = where
+        elif isinstance(where, str) and where:
+            out[name] = Upstream(where)
+    return out
+
+
+def _decide(
+    ctx: _Context,
+    unit: Unit,
+    upstream: Mapping[str, Upstream],
+    exclude: frozenset[str],
+    timing: Timing | None,
+    strict_capacity: bool,
+    force_site: bool,
+) -> Decision:
+    matched = ctx.rulebook.matching(unit, ctx.project)
+    reads = ctx.data.read_by(unit)
+    rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
+    effective: Timing = timing or rule_timing
+    moving = tuple(
+        sorted(
+            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.bytes is None)
+            for u in upstream.values()
+            if u.bytes is None or u.bytes > 0
+        )
+    )
+    # Units with the same rules, data, requests and upstream locations share one evaluation.
+    memo_key = (
+        tuple(r.id for r in matched),
+        tuple(d.name for d in reads),
+        unit.resources,
+        moving,
+        exclude,
+        strict_capacity,
+    )
+    memo = ctx.memo.get(memo_key)
+    if memo is None:
+        memo = _evaluate(ctx, unit.resources, matched, reads, moving, exclude, strict_capacity)
+        ctx.memo[memo_key] = memo
+    else:
+        ctx.memo_hits += 1
+    table, best, reason = memo
+    site = best
+    hint = None
+    if effective == "runtime" and not force_site:
+        site, hint = None, best
+        reason = f"placed at runtime by rule '{_first_runtime(matched)}'; now it would be: {reason}"
+    return Decision(
+        unit=unit.name,
+        template=template_display_name(unit.template),
+        depends=unit.depends,
+        timing=effective,
+        site=site,
+        reason=reason,
+        table=table,
+        rules=tuple(r.name for r in matched),
+        datasets=tuple(d.name for d in reads),
+        runtime_hint=hint,
+    )
+
+
+def _evaluate(
+    ctx: _Context,
+    req: Resources,
+    matched: Sequence[Rule],
+    reads: Sequence[DatasetInfo],
+    moving: Sequence[tuple[str, int, bool]],
+    exclude: frozenset[str],
+    strict_capacity: bool,
+) -> tuple[_Table, str | None, str]:
+    hard = [r for r in matched if r.effect in HARD_EFFECTS]
+    locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
+    capacity_w = CAPACITY_WEIGHT + sum(
+        r.weight for r in matched if r.effect == "prefer_free_capacity"
+    )
+    elig = ctx.eligibility(hard, reads, req, exclude, strict_capacity)
+    capacity = ctx.capacity(req)
+    costs = [ctx.dataset_costs(reads)] if reads else []
+    costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
+    # The hot path: only eligible sites, in list comprehensions. Scores are rounded when rows
+    # are built; ranking uses the exact values.
+    idx = elig.idx
+    if not costs:
+        seconds = [0.0] * len(idx)
+    else:
+        first = costs[0].seconds
+        seconds = [first[i] for i in idx]
+        for more in costs[1:]:
+            vector = more.seconds
+            seconds = [t + vector[i] for t, i in zip(seconds, idx, strict=True)]
+    fractions = capacity[0]
+    lw, cw, half = locality_w, capacity_w, TRANSFER_HALF_SCORE_S
+    scores = [
+        lw * (1.0 - t / (t + half)) + cw * fractions[i] for t, i in zip(seconds, idx, strict=True)
+    ]
+    best = _best(scores, idx, costs, skip=-1)
+    second = _best(scores, idx, costs, skip=best) if best >= 0 else -1
+
+    table = _Table(
+        ctx.sites,
+        elig.whys,
+        capacity,
+        costs,
+        idx,
+        scores,
+        seconds,
+        bool(reads or moving),
+        n_data=1 if reads else 0,
+    )
+    if best < 0:
+        return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"
+    reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
+    return table, ctx.sites[idx[best]].name, reason

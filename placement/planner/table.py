@@ -1,0 +1,129 @@
+"""A decision's candidate table: the numbers now, the rows (with their words) on first access."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from placement.planner.outputs import Candidate
+from placement.units import human_bytes, human_seconds
+
+if TYPE_CHECKING:
+    from placement.planner.inputs import SiteState
+    from placement.planner.scoring import _Costs
+
+
+class _Table:
+    """A decision's candidate table: numbers now (for eligible sites: positions ``idx`` in the
+    site list, their ``scores`` and transfer ``seconds``), rows with their text on first access."""
+
+    __slots__ = (
+        "_rows",
+        "cap_notes",
+        "capacity",
+        "costs",
+        "elig",
+        "has_inputs",
+        "idx",
+        "n_data",
+        "scores",
+        "seconds",
+        "sites",
+    )
+
+    def __init__(
+        self,
+        sites: Sequence[SiteState],
+        elig: list[str | None],
+        capacity: tuple[list[float], list[str]],
+        costs: Sequence[_Costs],
+        idx: list[int],
+        scores: list[float],
+        seconds: list[float],
+        has_inputs: bool,
+        n_data: int = 0,
+    ) -> None:
+        self.sites = sites
+        self.n_data = n_data  # how many of ``costs`` (first) are dataset costs: 0 or 1
+        self.elig = elig
+        self.capacity, self.cap_notes = capacity
+        self.costs = costs
+        self.idx = idx
+        self.scores = scores
+        self.seconds = seconds
+        self.has_inputs = has_inputs
+        self._rows: tuple[Candidate, ...] | None = None
+
+    @property
+    def any_eligible(self) -> bool:
+        return bool(self.idx)
+
+    def bytes_at(self, i: int) -> int:
+        return sum(c.bytes[i] for c in self.costs)
+
+    def rows(self) -> tuple[Candidate, ...]:
+        if self._rows is None:
+            numbers = dict(zip(self.idx, zip(self.scores, self.seconds, strict=True), strict=True))
+            fallback = "data local" if self.has_inputs else "no input data"
+            costs = self.costs
+            cap_notes = self.cap_notes
+            # tuple.__new__ skips NamedTuple's Python-level __new__: rows are built by the
+            # hundred thousand for a large preview.
+            new, cls = tuple.__new__, Candidate
+            rows = []
+            for i, s in enumerate(self.sites):
+                why = self.elig[i]
+                if why is not None:
+                    rows.append(new(cls, (s.name, False, why, None, 0, 0.0)))
+                    continue
+                score, seconds = numbers[i]
+                if not costs:
+                    notes, moved = fallback, 0
+                elif len(costs) == 1:
+                    notes, moved = costs[0].note(i) or fallback, costs[0].bytes[i]
+                else:
+                    notes, moved = self._combined(i, fallback)
+                rows.append(
+                    new(
+                        cls,
+                        (
+                            s.name,
+                            True,
+                            f"{cap_notes[i]}; {notes}",
+                            round(score, 4),
+                            moved,
+                            round(seconds, 1),
+                        ),
+                    )
+                )
+            self._rows = tuple(rows)
+        return self._rows
+
+    def _combined(self, i: int, fallback: str) -> tuple[str, int]:
+        """Notes and bytes for a site when several inputs move: the dataset note as is, the
+        upstream outputs summed into one note (one line per upstream would be long and slow)."""
+        data = self.costs[: self.n_data]
+        ups = self.costs[self.n_data :]
+        parts = [data[0].note(i)] if data else []
+        moved_up = 0
+        seconds_up = 0.0
+        moving = [c for c in ups if c.bytes[i]]
+        for c in moving:
+            moved_up += c.bytes[i]
+            seconds_up += c.seconds[i]
+        sources = len(moving)
+        if sources == 1:
+            parts.append(moving[0].note(i))
+        elif sources:
+            parts.append(
+                f"upstream outputs {human_bytes(moved_up)} from {sources} other sites "
+                f"({human_seconds(seconds_up)})"
+            )
+        moved = moved_up + (data[0].bytes[i] if data else 0)
+        return "; ".join([p for p in parts if p]) or fallback, moved
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Table) and self.rows() == other.rows()
+
+    def __hash__(self) -> int:
+        return hash(self.rows())

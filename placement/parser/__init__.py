@@ -34,7 +34,7 @@ from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
 
 DEFAULT_DOMAIN = "portal.multisite.io"
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "argo-workflow.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "argo-workflow.json"
 API_VERSION = "argoproj.io/v1alpha1"
 
 # Kubernetes and Argo name rules.

@@ -12,9 +12,10 @@ picture.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from placement.parser import DependsSyntaxError, depends_tasks
 
 NODE_W = 150
 NODE_H = 30
@@ -183,18 +184,22 @@ def layout(
 # --------------------------------------------------------------------------------------------
 # Reading Argo dependencies
 
-_DEPENDS_TOKEN = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_]*(?:\([^)]*\))?(?:\.[A-Za-z]+)?")
-
 
 def depends_names(
     depends: str | Sequence[str] | None, known: Iterable[str] | frozenset[str]
 ) -> list[str]:
-    """The unit names an Argo ``depends`` expression (or a plain list of names) refers to."""
+    """The unit names an Argo ``depends`` expression (or a plain list of names) refers to.
+
+    Expressions are read by the parser's grammar, so the page draws the edges the run follows;
+    one the parser refuses (it never stores one) draws none."""
     known_set = known if isinstance(known, frozenset | set) else set(known)
     if not depends:
         return []
     if isinstance(depends, str):
-        candidates = [tok.split(".")[0] for tok in _DEPENDS_TOKEN.findall(depends)]
+        try:
+            candidates: Sequence[str] = depends_tasks(depends)
+        except DependsSyntaxError:
+            return []
     else:
         candidates = [str(d) for d in depends]
     return [c for c in dict.fromkeys(candidates) if c in known_set]

@@ -11,8 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement import parser
 from placement.parser import DEFAULT_LIMITS, Limits, WorkflowInvalid
+from placement.parser import decode as parser
 from tests.placement.schemas import EXAMPLES, need_reference
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from placement import parser
 from portal.dag import PALETTE, depends_names, layout, site_colours
 
 
@@ -138,3 +140,26 @@ def test_site_colours_are_stable_and_distinct() -> None:
     assert set(colours.values()) <= set(PALETTE)
     many = site_colours(f"site-{i}" for i in range(len(PALETTE)))
     assert len(set(many.values())) == len(PALETTE)
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "a",
+        "a && b",
+        "c || (a.Failed && !b.Succeeded)",
+        "b.AnySucceeded || a.AllFailed || b",
+        "(a||b)&&c.Errored",
+    ],
+)
+def test_depends_names_reads_what_the_parser_reads(expr: str) -> None:
+    known = {"a", "b", "c"}
+    assert depends_names(expr, known) == list(parser.depends_tasks(expr))
+    assert set(depends_names(expr, known)) == parser.parse_depends(expr).tasks()
+
+
+def test_depends_names_draws_nothing_for_an_expression_the_parser_refuses() -> None:
+    for bad in ("a &&", "a.Unknown || b", "(a"):
+        with pytest.raises(parser.DependsSyntaxError):
+            parser.parse_depends(bad)
+        assert depends_names(bad, {"a", "b"}) == []

@@ -1,0 +1,124 @@
+"""What the parser returns: placement units, the parsed workflow, catalogue entries."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+UnitKind = Literal["task", "step", "workflow"]
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """A workflow argument or a task argument parameter, with its raw (unresolved) value."""
+
+    name: str
+    value: str | None = None
+    default: str | None = None
+    enum: tuple[str, ...] = ()
+    description: str | None = None
+    value_from: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """An argument artifact: ``from_`` is a ``{{...}}`` reference, ``locations`` the URIs of an
+    inline location (``s3://bucket/key``, ``gs://...``, ``https://...``), ``raw`` the source."""
+
+    name: str
+    from_: str | None
+    locations: tuple[str, ...]
+    raw: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Arguments:
+    parameters: tuple[Parameter, ...] = ()
+    artifacts: tuple[Artifact, ...] = ()
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one pod of the unit asks for at most. CPU in millicores, memory in bytes."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A placement unit (DESIGN section 4): one DAG task, one step, or the whole entrypoint.
+
+    ``template`` and ``templates`` are keys into ``ParsedWorkflow.templates``: a local template
+    name, ``"ref:<workflowtemplate>/<template>"`` or ``"cref:<clusterworkflowtemplate>/<template>"``
+    for a ``templateRef``, or ``"inline:<task>"`` for an inline template. ``upstream`` names
+    units of this workflow; ``depends`` is the Argo expression over *task* names (for
+    ``dependencies`` lists it is the equivalent ``A && B``); ``with_param`` is set when the unit
+    must be expanded at run time (see ``expand_with_param``).
+    """
+
+    name: str
+    slug: str
+    kind: UnitKind
+    task: str
+    template: str
+    templates: tuple[str, ...]
+    upstream: tuple[str, ...]
+    depends: str
+    when: str | None
+    arguments: Arguments
+    labels: Mapping[str, str]
+    images: tuple[str, ...]
+    resources: Resources
+    datasets: tuple[str, ...]
+    data_refs: tuple[str, ...]
+    item: Any = None
+    item_index: int | None = None
+    with_param: str | None = None
+    continue_on_failed: bool = False
+
+    @property
+    def runtime_expansion(self) -> bool:
+        return self.with_param is not None
+
+
+@dataclass(frozen=True)
+class ParsedWorkflow:
+    """A validated Workflow. ``spec`` is the (merged, for workflowTemplateRef) spec as given."""
+
+    name: str | None
+    generate_name: str | None
+    namespace: str | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    arguments: Arguments
+    entrypoint: str
+    on_exit: str | None
+    templates: Mapping[str, Mapping[str, Any]]
+    template_scopes: Mapping[str, str]
+    units: tuple[Unit, ...]
+    spec: Mapping[str, Any]
+    document: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def display_name(self) -> str:
+        return self.name or (self.generate_name or "workflow").rstrip("-")
+
+    def workflow_parameters(self) -> dict[str, str]:
+        """Workflow parameter values as submitted (value, else default; missing → "")."""
+        out: dict[str, str] = {}
+        for p in self.arguments.parameters:
+            v = p.value if p.value is not None else p.default
+            out[p.name] = v if v is not None else ""
+        return out
+
+
+@dataclass(frozen=True)
+class CatalogueEntry:
+    """A WorkflowTemplate (or ClusterWorkflowTemplate) as stored in the portal's catalogue."""
+
+    name: str
+    kind: str
+    document: Mapping[str, Any]

@@ -1,0 +1,322 @@
+"""Placement units: one per DAG task, step, or loop item of the entrypoint, with what each
+runs, reads and asks for."""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from placement import labels
+from placement.parser.arguments import (
+    _scalar_str,
+    _substitute_wf_params,
+    artifact_locations,
+    parse_arguments,
+)
+from placement.parser.depends import parse_depends
+from placement.parser.errors import _join
+from placement.parser.expansion import _sequence_items, parse_with_param_value, substitute_item
+from placement.parser.names import item_label, slugify
+from placement.parser.references import _TemplateIndex
+from placement.parser.resources import _max, template_images, template_pod_resources
+from placement.parser.results import Resources, Unit, UnitKind
+
+
+def _topological(units: Sequence[Unit]) -> list[Unit] | None:
+    """Kahn's algorithm, stable: among ready units the one given first goes first."""
+    by_name = {u.name: u for u in units}
+    position = {u.name: i for i, u in enumerate(units)}
+    pending = {u.name: sum(1 for d in set(u.upstream) if d in by_name) for u in units}
+    children: dict[str, list[str]] = {u.name: [] for u in units}
+    for u in units:
+        for d in set(u.upstream):
+            if d in children:
+                children[d].append(u.name)
+    ready = [(position[n], n) for n, c in pending.items() if c == 0]
+    heapq.heapify(ready)
+    out: list[Unit] = []
+    while ready:
+        _, n = heapq.heappop(ready)
+        out.append(by_name[n])
+        for c in children[n]:
+            pending[c] -= 1
+            if pending[c] == 0:
+                heapq.heappush(ready, (position[c], c))
+    return out if len(out) == len(units) else None
+
+
+class _UnitBuilder:
+    """Units of the entrypoint of a workflow whose templates ``parser`` has resolved."""
+
+    def __init__(
+        self,
+        parser: _TemplateIndex,
+        spec: Mapping[str, Any],
+        wf_labels: Mapping[str, str],
+        wf_annotations: Mapping[str, str],
+        wf_params: Mapping[str, str],
+        domain: str,
+    ) -> None:
+        self.p = parser
+        self.spec = spec
+        self.wf_labels = wf_labels
+        self.wf_params = wf_params
+        self.annotation_key = labels.key(domain, labels.DATASETS)
+        # Workflow-level annotation: "name" applies to root units, "task=name" to that task.
+        self.root_datasets: list[str] = []
+        self.task_datasets: dict[str, list[str]] = {}
+        for item in (wf_annotations.get(self.annotation_key) or "").split(","):
+            item = item.strip()
+            if not item:
+                continue
+            if "=" in item:
+                task, _, ds = item.partition("=")
+                self.task_datasets.setdefault(task.strip(), []).append(ds.strip())
+            else:
+                self.root_datasets.append(item)
+        self._facts_cache: dict[
+            str, tuple[Resources, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+        ] = {}
+
+    def template_facts(
+        self, key: str
+    ) -> tuple[Resources, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """(resources, images, dataset names, data refs) of everything a template can run."""
+        cached = self._facts_cache.get(key)
+        if cached is not None:
+            return cached
+        pods: list[Resources] = []
+        images: list[str] = []
+        datasets: list[str] = []
+        refs: list[str] = []
+        wf_patch = self.spec.get("podSpecPatch")
+        for k in self.p.reachable(key):
+            t = self.p.templates[k]
+            pods.append(template_pod_resources(t, wf_patch, self.spec.get("podResources")))
+            images += template_images(t)
+            meta = t.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+            if isinstance(ann, Mapping) and isinstance(ann.get(self.annotation_key), str):
+                datasets += [d.strip() for d in ann[self.annotation_key].split(",") if d.strip()]
+            inputs = t.get("inputs")
+            if isinstance(inputs, Mapping):
+                for a in inputs.get("artifacts") or []:
+                    if isinstance(a, Mapping):
+                        refs += artifact_locations(a)
+                for prm in inputs.get("parameters") or []:
+                    if isinstance(prm, Mapping):
+                        for fld in ("value", "default"):
+                            v = _scalar_str(prm.get(fld))
+                            if v:
+                                refs.append(_substitute_wf_params(v, self.wf_params))
+        facts = (
+            _max(pods),
+            tuple(dict.fromkeys(images)),
+            tuple(dict.fromkeys(datasets)),
+            tuple(dict.fromkeys(refs)),
+        )
+        self._facts_cache[key] = facts
+        return facts
+
+    def make(
+        self,
+        *,
+        name: str,
+        kind: UnitKind,
+        task: str,
+        key: str,
+        call: Mapping[str, Any],
+        upstream: tuple[str, ...],
+        depends: str,
+        item: Any = None,
+        item_index: int | None = None,
+        with_param: str | None = None,
+        root: bool = False,
+    ) -> Unit:
+        resources, images, datasets, refs = self.template_facts(key)
+        arguments = parse_arguments(call.get("arguments"))
+        if item_index is not None:
+            arguments = substitute_item(arguments, item)
+        data_refs = list(refs)
+        for prm in arguments.parameters:
+            if prm.value:
+                data_refs.append(_substitute_wf_params(prm.value, self.wf_params))
+        for art in arguments.artifacts:
+            data_refs += art.locations
+        if kind == "workflow":
+            # The whole workflow is one unit: its own arguments are what it reads.
+            data_refs += [v for v in self.wf_params.values() if v]
+        ds = list(datasets) + self.task_datasets.get(task, [])
+        if root or kind == "workflow":
+            ds += self.root_datasets
+        t = self.p.templates.get(key, {})
+        meta = t.get("metadata")
+        labels = dict(self.wf_labels)
+        if isinstance(meta, Mapping) and isinstance(meta.get("labels"), Mapping):
+            labels.update({k: v for k, v in meta["labels"].items() if isinstance(v, str)})
+        when = call.get("when")
+        continue_on = call.get("continueOn")
+        return Unit(
+            name=name,
+            slug=slugify(name),
+            kind=kind,
+            task=task,
+            template=key,
+            templates=self.p.reachable(key),
+            upstream=upstream,
+            depends=depends,
+            when=when if isinstance(when, str) and when.strip() else None,
+            arguments=arguments,
+            labels=labels,
+            images=images,
+            resources=resources,
+            datasets=tuple(dict.fromkeys(ds)),
+            # Still-templated values ({{tasks...}}) cannot name a dataset before run time.
+            data_refs=tuple(dict.fromkeys(r for r in data_refs if r and "{{" not in r)),
+            item=item,
+            item_index=item_index,
+            with_param=with_param,
+            continue_on_failed=bool(isinstance(continue_on, Mapping) and continue_on.get("failed")),
+        )
+
+    def expand(
+        self,
+        *,
+        kind: UnitKind,
+        call: Mapping[str, Any],
+        key: str,
+        upstream: tuple[str, ...],
+        depends: str,
+        root: bool,
+        path: str,
+    ) -> list[Unit]:
+        task = str(call["name"])
+        # Every unit of this call shares these; only name, item and withParam differ.
+        make = functools.partial(
+            self.make,
+            kind=kind,
+            task=task,
+            key=key,
+            call=call,
+            upstream=upstream,
+            depends=depends,
+            root=root,
+        )
+        items = call.get("withItems")
+        seq = call.get("withSequence")
+        param = call.get("withParam")
+        known = self.known_at_submit(param)
+        if known is not None:
+            # withParam over the run's own parameters is known now: expand like withItems.
+            items, param = known, None
+        if isinstance(items, list) or isinstance(seq, Mapping):
+            values = items if isinstance(items, list) else _sequence_items(seq or {})
+            if values is None:
+                # A templated sequence: only known at run time, like withParam.
+                return [make(name=task, with_param=json.dumps(seq))]
+            if len(values) > self.p.limits.max_units:
+                self.p.err(
+                    _join(path, "withItems" if items is not None else "withSequence"),
+                    f"{len(values)} items; the limit is {self.p.limits.max_units} units",
+                )
+                return []
+            return [
+                make(name=f"{task}({i}:{item_label(v)})", item=v, item_index=i)
+                for i, v in enumerate(values)
+            ]
+        if isinstance(param, str) and param.strip():
+            return [make(name=task, with_param=param)]
+        return [make(name=task)]
+
+    def known_at_submit(self, param: Any) -> list[Any] | None:
+        """The list a ``withParam`` names when it only uses workflow parameters (the
+        entrypoint's inputs are the workflow's arguments), else None (expanded at run time)."""
+        if not isinstance(param, str) or "{{" not in param:
+            return None
+        entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
+        text = _substitute_wf_params(param, self.wf_params)
+        text = re.sub(
+            r"\{\{\s*(inputs\.parameters\.[-\w.]+)\s*\}\}",
+            lambda m: entry_inputs.get(m.group(1), m.group(0)),
+            text,
+        )
+        if "{{" in text:
+            return None
+        try:
+            return parse_with_param_value(text)
+        except ValueError:
+            return None
+
+    def from_dag(self, dag: Mapping[str, Any], path: str) -> list[Unit]:
+        tasks = [t for t in dag.get("tasks") or [] if isinstance(t, Mapping)]
+        # Keys resolved during the walk; resolving again is cheap and keeps paths right.
+        expanded: dict[str, list[Unit]] = {}
+        specs: list[tuple[Mapping[str, Any], str, tuple[str, ...], str, int]] = []
+        for i, t in enumerate(tasks):
+            tpath = f"{path}.tasks[{i}]"
+            key = self.p._resolve_call(t, "", tpath)
+            deps = t.get("dependencies")
+            depends = t.get("depends")
+            if isinstance(depends, str) and depends.strip():
+                expr = depends.strip()
+                up = tuple(sorted(parse_depends(expr).tasks()))
+            elif isinstance(deps, list) and deps:
+                up = tuple(str(d) for d in deps)
+                expr = " && ".join(up)
+            else:
+                up, expr = (), ""
+            if key is not None:
+                specs.append((t, key, up, expr, i))
+        for t, key, up, expr, i in specs:
+            expanded[str(t["name"])] = self.expand(
+                kind="task",
+                call=t,
+                key=key,
+                upstream=up,
+                depends=expr,
+                root=not up,
+                path=f"{path}.tasks[{i}]",
+            )
+        out: list[Unit] = []
+        for units in expanded.values():
+            for u in units:
+                names = tuple(n.name for d in u.upstream for n in expanded.get(d, ()))
+                out.append(replace(u, upstream=names))
+        return out
+
+    def from_steps(self, steps: Sequence[Any], path: str) -> list[Unit]:
+        out: list[Unit] = []
+        previous: list[Unit] = []
+        previous_tasks: list[str] = []
+        for g, group in enumerate(steps):
+            current: list[Unit] = []
+            for s, step in enumerate(group if isinstance(group, list) else []):
+                if not isinstance(step, Mapping):
+                    continue
+                spath = f"{path}[{g}][{s}]"
+                key = self.p._resolve_call(step, "", spath)
+                if key is None:
+                    continue
+                # Each group starts when the previous group is complete (any outcome that lets
+                # Argo go on: a failed step stops the workflow unless continueOn says otherwise).
+                depends = " && ".join(dict.fromkeys(previous_tasks))
+                units = self.expand(
+                    kind="step",
+                    call=step,
+                    key=key,
+                    upstream=tuple(u.name for u in previous),
+                    depends=depends,
+                    root=not previous,
+                    path=spath,
+                )
+                current += units
+            if current:
+                out += current
+                previous = current
+                previous_tasks = [u.task for u in current]
+        return out

@@ -1,0 +1,280 @@
+"""The parser proper: a Workflow document in, a ``ParsedWorkflow`` with its units out."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from placement import labels
+from placement.parser.arguments import parse_arguments
+from placement.parser.catalogue import _Catalogue
+from placement.parser.decode import decode_document
+from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid, _join
+from placement.parser.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, _dedupe_slugs
+from placement.parser.references import _check_template, _TemplateIndex
+from placement.parser.results import CatalogueEntry, ParsedWorkflow, Unit
+from placement.parser.schema import schema_errors
+from placement.parser.units import _topological, _UnitBuilder
+
+# The label domain of DESIGN section 3 when the settings name none.
+DEFAULT_DOMAIN = labels.DEFAULT_DOMAIN
+API_VERSION = "argoproj.io/v1alpha1"
+
+
+def parse_workflow_template(
+    raw: bytes | str | Mapping[str, Any], limits: Limits = DEFAULT_LIMITS
+) -> CatalogueEntry:
+    """Validate a WorkflowTemplate or ClusterWorkflowTemplate for the catalogue."""
+    doc = decode_document(raw, limits)
+    kind = doc.get("kind")
+    errors: list[FieldError] = []
+    if kind not in ("WorkflowTemplate", "ClusterWorkflowTemplate"):
+        raise WorkflowInvalid(
+            [
+                FieldError(
+                    "kind",
+                    "expected WorkflowTemplate or ClusterWorkflowTemplate, "
+                    f"found {json.dumps(kind)}",
+                )
+            ]
+        )
+    check = dict(doc)
+    check["kind"] = "WorkflowTemplate"  # same schema; the trimmed file carries only one of them
+    errors += schema_errors(check, "WorkflowTemplate", limits.max_errors)
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(name, str) or not DNS1123_SUBDOMAIN.match(name) or len(name) > 253:
+        errors.append(FieldError("metadata.name", "a WorkflowTemplate needs a DNS-1123 name"))
+    if not errors:
+        spec = doc["spec"]
+        seen: set[str] = set()
+        for i, t in enumerate(spec.get("templates") or []):
+            errors += _check_template(t, f"spec.templates[{i}]", seen)
+    if errors:
+        raise WorkflowInvalid(errors[: limits.max_errors])
+    assert isinstance(name, str)
+    return CatalogueEntry(name=name, kind=str(kind), document=doc)
+
+
+def parse_workflow(
+    raw: bytes | str | Mapping[str, Any],
+    catalogue: Mapping[str, Mapping[str, Any] | CatalogueEntry] | None = None,
+    *,
+    cluster_catalogue: Mapping[str, Mapping[str, Any] | CatalogueEntry] | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    domain: str = DEFAULT_DOMAIN,
+) -> ParsedWorkflow:
+    """Decode, validate and split a Workflow into placement units.
+
+    ``catalogue`` maps WorkflowTemplate names to their documents (as stored by the portal);
+    ``cluster_catalogue`` does the same for ClusterWorkflowTemplates. Raises ``WorkflowInvalid``
+    with every problem found; never anything else for bad input.
+    """
+    doc = decode_document(raw, limits)
+    try:
+        return _Parser(doc, _Catalogue(catalogue, cluster_catalogue), limits, domain).run()
+    except RecursionError:
+        raise WorkflowInvalid([FieldError("", "document nested too deeply")]) from None
+
+
+class _Parser(_TemplateIndex):
+    """One Workflow document through structure, names, references, and into units."""
+
+    def __init__(
+        self, doc: dict[str, Any], catalogue: _Catalogue, limits: Limits, domain: str
+    ) -> None:
+        super().__init__(catalogue, limits)
+        self.doc = doc
+        self.domain = domain
+
+    def run(self) -> ParsedWorkflow:
+        doc = self.doc
+        self._check_kind(doc.get("kind"))
+        self.errors += schema_errors(doc, "Workflow", self.limits.max_errors)
+        self.fail_if_errors()
+
+        meta: Mapping[str, Any] = doc["metadata"]
+        name, generate_name, namespace = self._check_names(meta)
+        labels, annotations = self._metadata_maps(meta)
+        spec = self._merge_workflow_template_ref(dict(doc["spec"]))
+        self._add_local_templates(spec)
+        arguments = parse_arguments(spec.get("arguments"))
+        self._check_parameter_names(spec.get("arguments"), "spec.arguments")
+        entrypoint, on_exit = self._check_entrypoint(spec)
+
+        # Resolve every reference in every local template, pulling in catalogue templates.
+        for key in list(self.templates):
+            self._walk_template(key, self.template_paths[key])
+        self.fail_if_errors()
+
+        assert isinstance(entrypoint, str)
+        wf_params = {
+            p.name: (p.value if p.value is not None else p.default) or ""
+            for p in arguments.parameters
+        }
+        units = self._units(entrypoint, spec, labels, annotations, wf_params)
+        self.fail_if_errors()
+        return ParsedWorkflow(
+            name=name,
+            generate_name=generate_name,
+            namespace=namespace,
+            labels=labels,
+            annotations=annotations,
+            arguments=arguments,
+            entrypoint=entrypoint,
+            on_exit=on_exit or None,
+            templates=self.templates,
+            template_scopes=self.scopes,
+            units=units,
+            spec=spec,
+            document=doc,
+        )
+
+    def _check_kind(self, kind: Any) -> None:
+        if kind != "Workflow":
+            hint = (
+                " (store WorkflowTemplates in the catalogue instead)"
+                if kind in ("WorkflowTemplate", "ClusterWorkflowTemplate")
+                else ""
+            )
+            self.err("kind", f"expected Workflow, found {json.dumps(kind)}{hint}")
+            self.fail_if_errors()
+
+    def _check_names(self, meta: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+        """(name, generateName, namespace) as given, each checked."""
+        name = meta.get("name")
+        generate_name = meta.get("generateName")
+        if not name and not generate_name:
+            self.err("metadata", "needs a name or a generateName")
+        if name and (len(name) > 253 or not DNS1123_SUBDOMAIN.match(name)):
+            self.err(
+                "metadata.name",
+                f"{name!r} is not a valid name (lower-case letters, digits, '-' and '.')",
+            )
+        if generate_name and (
+            len(generate_name) > 248
+            or not DNS1123_SUBDOMAIN.match(generate_name.rstrip("-") or "-")
+        ):
+            self.err("metadata.generateName", f"{generate_name!r} is not a valid name prefix")
+        namespace = meta.get("namespace")
+        if namespace is not None and not DNS1123_LABEL.match(namespace):
+            self.err("metadata.namespace", f"{namespace!r} is not a valid namespace")
+        return name, generate_name, namespace
+
+    def _metadata_maps(self, meta: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+        """(labels, annotations) with string values; a label that is not a string is an error."""
+        labels = {k: v for k, v in (meta.get("labels") or {}).items() if isinstance(v, str)}
+        annotations = {
+            k: v for k, v in (meta.get("annotations") or {}).items() if isinstance(v, str)
+        }
+        for k, v in (meta.get("labels") or {}).items():
+            if not isinstance(v, str):
+                self.err(_join("metadata.labels", k), "label values must be strings")
+        return labels, annotations
+
+    def _add_local_templates(self, spec: Mapping[str, Any]) -> None:
+        local_seen: set[str] = set()
+        for i, t in enumerate(spec.get("templates") or []):
+            path = f"spec.templates[{i}]"
+            problems = _check_template(t, path, local_seen)
+            self.errors += problems
+            if (
+                isinstance(t, Mapping)
+                and isinstance(t.get("name"), str)
+                and t["name"] not in self.templates
+            ):
+                self.templates[t["name"]] = t
+                self.scopes[t["name"]] = ""
+                self.template_paths[t["name"]] = path
+
+    def _check_entrypoint(self, spec: Mapping[str, Any]) -> tuple[Any, Any]:
+        """(entrypoint, onExit) as given, each checked, and the workflow's hooks resolved."""
+        entrypoint = spec.get("entrypoint")
+        ref_failed = bool(spec.get("workflowTemplateRef"))  # error already reported
+        if not entrypoint and ref_failed:
+            pass
+        elif not entrypoint:
+            self.err("spec.entrypoint", "required: the template to start from")
+        elif entrypoint not in self.templates:
+            self.err("spec.entrypoint", f"no template named {entrypoint!r}")
+        on_exit = spec.get("onExit")
+        if on_exit and on_exit not in self.templates:
+            self.err("spec.onExit", f"no template named {on_exit!r}")
+        for hook_name, hook in (spec.get("hooks") or {}).items():
+            self._resolve_call(hook, "", _join("spec.hooks", hook_name), optional=False)
+        return entrypoint, on_exit
+
+    def _merge_workflow_template_ref(self, spec: dict[str, Any]) -> dict[str, Any]:
+        ref = spec.get("workflowTemplateRef")
+        if not isinstance(ref, Mapping):
+            return spec
+        name = ref.get("name")
+        cluster = bool(ref.get("clusterScope"))
+        source = self.catalogue.cluster if cluster else self.catalogue.namespaced
+        wft = source.get(name) if isinstance(name, str) else None
+        if wft is None:
+            what = "ClusterWorkflowTemplate" if cluster else "WorkflowTemplate"
+            self.err("spec.workflowTemplateRef.name", f"no {what} named {name!r} in the catalogue")
+            return spec
+        base = wft.get("spec") if isinstance(wft.get("spec"), Mapping) else {}
+        assert isinstance(base, Mapping)
+        # Argo merges the workflow over the referenced template's spec; arguments by name.
+        merged: dict[str, Any] = {
+            **copy.deepcopy(dict(base)),
+            **{k: v for k, v in spec.items() if k != "workflowTemplateRef"},
+        }
+        base_args = base.get("arguments") if isinstance(base.get("arguments"), Mapping) else {}
+        own_args = spec.get("arguments") if isinstance(spec.get("arguments"), Mapping) else {}
+        assert isinstance(base_args, Mapping) and isinstance(own_args, Mapping)
+        args: dict[str, Any] = {}
+        for kind in ("parameters", "artifacts"):
+            by_name: dict[str, Any] = {}
+            for item in list(base_args.get(kind) or []) + list(own_args.get(kind) or []):
+                if isinstance(item, Mapping) and isinstance(item.get("name"), str):
+                    by_name[item["name"]] = {**by_name.get(item["name"], {}), **item}
+            if by_name:
+                args[kind] = list(by_name.values())
+        if args:
+            merged["arguments"] = args
+        return merged
+
+    def _units(
+        self,
+        entrypoint: str,
+        spec: Mapping[str, Any],
+        wf_labels: Mapping[str, str],
+        wf_annotations: Mapping[str, str],
+        wf_params: Mapping[str, str],
+    ) -> tuple[Unit, ...]:
+        entry = self.templates[entrypoint]
+        builder = _UnitBuilder(self, spec, wf_labels, wf_annotations, wf_params, self.domain)
+        if isinstance(entry.get("dag"), Mapping):
+            units = builder.from_dag(entry["dag"], f"{self.template_paths[entrypoint]}.dag")
+        elif isinstance(entry.get("steps"), list):
+            units = builder.from_steps(entry["steps"], f"{self.template_paths[entrypoint]}.steps")
+        else:
+            units = [
+                builder.make(
+                    name=entrypoint,
+                    kind="workflow",
+                    task=entrypoint,
+                    key=entrypoint,
+                    call={},
+                    upstream=(),
+                    depends="",
+                )
+            ]
+        if len(units) > self.limits.max_units:
+            self.err(
+                "spec",
+                f"the workflow expands to {len(units)} placement units; "
+                f"the limit is {self.limits.max_units}",
+            )
+            return ()
+        ordered = _topological(units)
+        if ordered is None:  # checked per DAG already; a safety net for steps/expansions
+            self.err("spec", "dependency cycle between units")
+            return ()
+        return tuple(_dedupe_slugs(ordered))

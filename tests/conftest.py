@@ -3,7 +3,9 @@
 # Personas (as healthchecks' ``hc/test.py`` has owner/member/outsider):
 #
 # * ``operator``: ``is_staff``, in the ``operators`` group, operates ``operated_site`` only.
-# * ``scientist``: member of ``project``; operates nothing.
+# * ``scientist``: the owner: member of ``project``, owns the runs the tests make; operates
+#   nothing.
+# * ``member``: another member of ``project``: sees the scientist's runs, owns none.
 # * ``outsider``: authenticated, in no project, operates nothing.
 # * ``staff``: fleet staff (``is_staff``, not a scoped operator); sees and edits everything.
 # * ``rule_editor``: in the ``rule editors`` group.
@@ -92,6 +94,13 @@ def project(db) -> Project:
 @pytest.fixture
 def scientist(db, project: Project) -> User:
     user = UserFactory(username="scientist")
+    project.members.add(user)
+    return user
+
+
+@pytest.fixture
+def member(db, project: Project) -> User:
+    user = UserFactory(username="member")
     project.members.add(user)
     return user
 

@@ -7,16 +7,19 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from placement.models import PlacementRule
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import WorkflowRun
 from sites.models import Dataset, DatasetReplica, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import (
     DatasetFactory,
     DatasetReplicaFactory,
+    PlacementDecisionFactory,
     PlacementRuleFactory,
     ProjectFactory,
     SiteLinkFactory,
+    UnitRunFactory,
     UserFactory,
+    WorkflowRunFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -458,10 +461,9 @@ def test_the_rule_form_applies_the_model_checks(superuser_admin: Client):
 
 @pytest.fixture
 def run(scientist: User, project) -> WorkflowRun:
-    run = WorkflowRun.objects.create(name="eo-run-1", project=project, owner=scientist, manifest={})
-    unit = UnitRun.objects.create(run=run, name="ingest", slug="ingest", template="ingest")
-    PlacementDecision.objects.create(
-        run=run, unit=unit, source="rule", site="site-op", reason="data locality"
+    run = WorkflowRunFactory(name="eo-run-1", project=project, owner=scientist, status="Pending")
+    PlacementDecisionFactory(
+        unit=UnitRunFactory(run=run, name="ingest", planned_site="site-op"), reason="data locality"
     )
     return run
 

@@ -18,7 +18,6 @@ from tests.factories import (
     DatasetReplicaFactory,
     SiteFactory,
     SiteLinkFactory,
-    UserFactory,
 )
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 
@@ -101,9 +100,7 @@ def test_an_outsider_cannot_act_on_someone_elses_run(
     assert WorkflowRun.objects.count() == 1
 
 
-def test_a_project_member_and_staff_see_the_run(run: WorkflowRun, project: Project, staff) -> None:
-    member = UserFactory(username="colleague")
-    project.members.add(member)
+def test_a_project_member_and_staff_see_the_run(run: WorkflowRun, member: User, staff) -> None:
     assert client_for(member).get(reverse("ui-run-detail", args=[run.pk])).status_code == 200
     assert client_for(staff).get(reverse("ui-run-detail", args=[run.pk])).status_code == 200
 

@@ -21,6 +21,8 @@ from sites.choices import ReplicaState, SyncMode
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 
 User = get_user_model()
+# Every user the factory makes can log in with it (the browser tests do).
+PASSWORD = "pw"
 
 
 class UserFactory(DjangoModelFactory):
@@ -31,7 +33,7 @@ class UserFactory(DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
-    password = factory.PostGenerationMethodCall("set_password", "pw")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
     def groups(self, create: bool, extracted, **kwargs) -> None:

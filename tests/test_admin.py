@@ -28,20 +28,14 @@ SITES = "/admin/sites/site/"
 RULES = "/admin/placement/placementrule/"
 
 
-def admin_client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+@pytest.fixture
+def operator_admin(client_for, operator: User) -> Client:
+    return client_for(operator)
 
 
 @pytest.fixture
-def operator_admin(operator: User) -> Client:
-    return admin_client(operator)
-
-
-@pytest.fixture
-def superuser_admin(superuser: User) -> Client:
-    return admin_client(superuser)
+def superuser_admin(client_for, superuser: User) -> Client:
+    return client_for(superuser)
 
 
 def changelist_names(response) -> list[str]:
@@ -83,8 +77,8 @@ def test_the_rule_editors_group_may_edit_rules():
     assert {"add_placementrule", "change_placementrule", "delete_placementrule"} <= perms
 
 
-def test_users_who_are_not_staff_cannot_open_the_admin(scientist: User):
-    response = admin_client(scientist).get(SITES)
+def test_users_who_are_not_staff_cannot_open_the_admin(client_for, scientist: User):
+    response = client_for(scientist).get(SITES)
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
 
@@ -393,13 +387,13 @@ def test_an_operator_views_rules_but_cannot_edit_them(operator_admin: Client):
     assert rule.order == 5
 
 
-def test_a_rule_editor_reorders_and_disables_rules_from_the_list(db):
+def test_a_rule_editor_reorders_and_disables_rules_from_the_list(client_for):
     editor = UserFactory(
         username="editor", is_staff=True, groups=[Group.objects.get(name=RULE_EDITORS_GROUP)]
     )
     first = PlacementRuleFactory(name="first", order=1)
     second = PlacementRuleFactory(name="second", order=2)
-    response = admin_client(editor).post(
+    response = client_for(editor).post(
         RULES,
         {
             "form-TOTAL_FORMS": "2",

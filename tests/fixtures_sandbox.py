@@ -4,9 +4,11 @@ Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
 
 * ``sandbox_server`` (session): starts ``python -m sandbox`` on a free port with a high time
   scale and the reference CRDs, writes a kubeconfig, waits until it answers, and stops it at
-  the end of the session. Its log goes to a file (``sandbox_server.log_path``).
+  the end of the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
+  its own, at start or later, the session fails with its exit code and log tail.
 * ``sandbox`` (function): the same server, reset to the demo fleet before the test and with
-  faults cleared after it, so tests do not leak into each other.
+  faults cleared after it, so tests do not leak into each other; a test during which it died
+  fails with its log tail.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ class SandboxServer:
         return self.process.log_tail(lines)
 
     def stop(self) -> None:
-        """Stop the server; raises ``ProcessExited`` (once it is cleaned up) if it had exited
+        """Stop the server; raises ``ProcessFailed`` (once it is cleaned up) if it had exited
         before."""
         for client in self._clients:
             with contextlib.suppress(Exception):
@@ -177,7 +177,7 @@ class SandboxServer:
 def start_sandbox(
     workdir: Path, time_scale: float = TIME_SCALE, extra_args: list[str] | None = None
 ) -> SandboxServer:
-    """Start the sandbox; raises ``ProcessExited`` with its log tail if it exits or never
+    """Start the sandbox; raises ``ProcessFailed`` with its log tail if it exits or never
     answers."""
     port = free_port()
     kubeconfig = workdir / "kubeconfig"

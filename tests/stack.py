@@ -39,8 +39,8 @@ WATCHER_READY = "watching Clusters and ResourceBindings"
 WORKER_READY = " ready."
 
 
-class ProcessExited(RuntimeError):
-    """A process of the stack is not running although nobody stopped it."""
+class ProcessFailed(RuntimeError):
+    """A process exited although nobody stopped it, or never became ready."""
 
 
 def free_port() -> int:
@@ -86,8 +86,8 @@ class Process:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
-    def exited(self, when: str) -> ProcessExited:
-        return ProcessExited(
+    def exited(self, when: str) -> ProcessFailed:
+        return ProcessFailed(
             f"{self.name} (pid {self.pid}) exited {when} with exit code {self.popen.returncode}"
             f"\n--- last lines of {self.log_path.name}:\n{self.log_tail()}"
         )
@@ -96,11 +96,11 @@ class Process:
         if not self.alive():
             raise self.exited(when)
 
-    def stop(self, sig: int = signal.SIGTERM, *, expect_alive: bool = True) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         """Stop the process and its group (a Celery worker's pool processes hold database
-        sessions too). Raises ``ProcessExited``, once it is cleaned up, if it had already
-        exited and ``expect_alive``."""
-        error = None if self.alive() or not expect_alive else self.exited("before it was stopped")
+        sessions too). Raises ``ProcessFailed``, once the group is cleaned up, if it had
+        exited before."""
+        error = None if self.alive() else self.exited("before it was stopped")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, sig)
         try:
@@ -129,7 +129,7 @@ def launch(
     timeout: float = START_TIMEOUT_S,
 ) -> Process:
     """Start ``argv`` from the repository root, its output into ``log_path``; wait until
-    ``ready`` says so, then a settle, and raise ``ProcessExited`` if it exits meanwhile."""
+    ``ready`` says so, then a settle, and raise ``ProcessFailed`` if it exits meanwhile."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     offset = log_path.stat().st_size if log_path.exists() else 0
     with log_path.open("ab") as log:
@@ -151,7 +151,7 @@ def launch(
         process.check("while starting")
         if time.monotonic() > deadline:
             process.stop(signal.SIGKILL)
-            raise ProcessExited(
+            raise ProcessFailed(
                 f"{name} was not ready after {timeout:.0f}s"
                 f"\n--- last lines of {log_path.name}:\n{process.log_tail()}"
             )
@@ -203,11 +203,11 @@ class Processes:
         self.running.pop(name).stop(sig)
 
     def check(self) -> None:
-        """Raise ``ProcessExited`` for every process that exited while nobody stopped it."""
+        """Raise ``ProcessFailed`` for every process that exited while nobody stopped it."""
         when = "while it should be running"
         dead = [str(p.exited(when)) for p in self.running.values() if not p.alive()]
         if dead:
-            raise ProcessExited("\n\n".join(dead))
+            raise ProcessFailed("\n\n".join(dead))
 
     def stop_all(self) -> None:
         """Stop every process, the last started first; then raise for those that had exited
@@ -216,10 +216,10 @@ class Processes:
         for name in reversed(list(self.running)):
             try:
                 self.stop(name)
-            except ProcessExited as exc:
+            except ProcessFailed as exc:
                 errors.append(str(exc))
         if errors:
-            raise ProcessExited("\n\n".join(errors))
+            raise ProcessFailed("\n\n".join(errors))
 
     def log(self, name: str, lines: int = 60) -> str:
         path = self.workdir / f"{name}.log"

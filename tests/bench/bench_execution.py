@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
     WATCHER_READY,
     Processes,
-    ProcessExited,
+    ProcessFailed,
     answers,
     free_port,
     gunicorn_argv,
@@ -110,7 +110,7 @@ class Stack:
             )
         except BaseException:
             # What did start is stopped, and the database dropped, before the error shows.
-            with contextlib.suppress(ProcessExited):
+            with contextlib.suppress(ProcessFailed):
                 self.stop()
             raise
 

@@ -3,12 +3,15 @@
 # Personas (as healthchecks' ``hc/test.py`` has owner/member/outsider):
 #
 # * ``operator``: ``is_staff``, in the ``operators`` group, operates ``operated_site`` only.
-# * ``scientist``: member of ``project``; operates nothing.
+# * ``scientist``: the owner: member of ``project``, owns the runs the tests make; operates
+#   nothing.
+# * ``member``: another member of ``project``: sees the scientist's runs, owns none.
 # * ``outsider``: authenticated, in no project, operates nothing.
 # * ``staff``: fleet staff (``is_staff``, not a scoped operator); sees and edits everything.
 # * ``rule_editor``: in the ``rule editors`` group.
 #
-# ``other_site`` is a site none of them operates. ``api_client`` has no credentials;
+# ``other_site`` is a site none of them operates. ``client_for(user)`` gives a browser session
+# logged in as ``user``. ``api_client`` has no credentials;
 # ``api_client_for(user)`` gives a client authenticated with ``Authorization: Token ...``, and
 # ``operator_api``, ``scientist_api``, ``outsider_api``, ``staff_api`` are ready-made ones.
 
@@ -19,6 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -97,6 +101,13 @@ def scientist(db, project: Project) -> User:
 
 
 @pytest.fixture
+def member(db, project: Project) -> User:
+    user = UserFactory(username="member")
+    project.members.add(user)
+    return user
+
+
+@pytest.fixture
 def outsider(db) -> User:
     return UserFactory(username="outsider")
 
@@ -114,6 +125,18 @@ def superuser(db) -> User:
 @pytest.fixture
 def rule_editor(db) -> User:
     return UserFactory(username="rule-editor", groups=[Group.objects.get(name=RULE_EDITORS_GROUP)])
+
+
+@pytest.fixture
+def client_for(db) -> Callable[[User], Client]:
+    """``client_for(user)``: a browser session logged in as ``user``."""
+
+    def make(user: User) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
 
 
 @pytest.fixture

@@ -6,16 +6,23 @@ objects can be made in one test without collisions.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import factory
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 from factory.django import DjangoModelFactory
 
 from placement.choices import Effect, Timing
 from placement.models import PlacementRule
+from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.choices import ReplicaState, SyncMode
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 
 User = get_user_model()
+# Every user the factory makes can log in with it (the browser tests do).
+PASSWORD = "pw"
 
 
 class UserFactory(DjangoModelFactory):
@@ -26,7 +33,7 @@ class UserFactory(DjangoModelFactory):
 
     username = factory.Sequence(lambda n: f"user{n}")
     email = factory.LazyAttribute(lambda u: f"{u.username}@example.org")
-    password = factory.PostGenerationMethodCall("set_password", "pw")
+    password = factory.PostGenerationMethodCall("set_password", PASSWORD)
 
     @factory.post_generation
     def groups(self, create: bool, extracted, **kwargs) -> None:
@@ -128,3 +135,75 @@ class PlacementRuleFactory(DjangoModelFactory):
     effect = Effect.PREFER_FREE_CAPACITY
     parameters = factory.LazyFunction(dict)
     weight = 1.0
+
+
+RUN_ENDED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
+UNIT_WAITING = (UnitPhase.PENDING,)
+UNIT_OPEN = (UnitPhase.PENDING, UnitPhase.RUNNING)
+
+
+class WorkflowRunFactory(DjangoModelFactory):
+    """A run as the dashboard shows it; by default running for three minutes. Its units come
+    from ``UnitRunFactory``; nothing here goes through submission or the planner."""
+
+    class Meta:
+        model = WorkflowRun
+
+    name = factory.Sequence(lambda n: f"eo-pipeline-{n:05d}")
+    project = None
+    owner = factory.SubFactory(UserFactory)
+    manifest = factory.LazyFunction(lambda: {"kind": "Workflow"})
+    status = RunStatus.RUNNING
+    started_at = factory.LazyAttribute(
+        lambda r: None if r.status == RunStatus.PENDING else timezone.now() - timedelta(minutes=3)
+    )
+    finished_at = factory.LazyAttribute(lambda r: timezone.now() if r.status in RUN_ENDED else None)
+
+
+class UnitRunFactory(DjangoModelFactory):
+    """A unit of a run; ``site`` is the ``planned_site`` once it has started, and its times
+    follow its phase."""
+
+    class Meta:
+        model = UnitRun
+
+    run = factory.SubFactory(WorkflowRunFactory)
+    name = factory.Sequence(lambda n: f"unit-{n:05d}")
+    slug = factory.LazyAttribute(lambda u: u.name[:40])
+    template = factory.LazyAttribute(lambda u: u.name.split("-")[0])
+    position = 0
+    upstream = factory.LazyFunction(list)
+    depends = factory.LazyAttribute(lambda u: " && ".join(u.upstream))
+    timing = UnitTiming.SUBMIT
+    planned_site = "site-a"
+    phase = UnitPhase.PENDING
+    site = factory.LazyAttribute(lambda u: "" if u.phase in UNIT_WAITING else u.planned_site)
+    reason = factory.LazyAttribute(lambda u: f"{u.name} goes to {u.planned_site}")
+    started_at = factory.LazyAttribute(
+        lambda u: None
+        if u.phase in UNIT_WAITING
+        else timezone.now() - timedelta(seconds=170 - u.later_by)
+    )
+    finished_at = factory.LazyAttribute(
+        lambda u: None
+        if u.phase in UNIT_OPEN
+        else timezone.now() - timedelta(seconds=60 - u.later_by)
+    )
+
+    class Params:
+        # Seconds after the default times: units of one run spread over its timeline.
+        later_by = 0
+
+
+class PlacementDecisionFactory(DjangoModelFactory):
+    """A rule's decision for a unit, at the unit's planned site."""
+
+    class Meta:
+        model = PlacementDecision
+
+    unit = factory.SubFactory(UnitRunFactory)
+    run = factory.LazyAttribute(lambda d: d.unit.run)
+    source = DecisionSource.RULE
+    site = factory.LazyAttribute(lambda d: d.unit.planned_site)
+    reason = factory.LazyAttribute(lambda d: f"{d.unit.name}: best score at {d.site}")
+    candidates = factory.LazyFunction(list)

@@ -4,21 +4,18 @@ Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
 
 * ``sandbox_server`` (session): starts ``python -m sandbox`` on a free port with a high time
   scale and the reference CRDs, writes a kubeconfig, waits until it answers, and stops it at
-  the end of the session. Its log goes to a file (``sandbox_server.log_path``).
+  the end of the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
+  its own, at start or later, the session fails with its exit code and log tail.
 * ``sandbox`` (function): the same server, reset to the demo fleet before the test and with
-  faults cleared after it, so tests do not leak into each other.
+  faults cleared after it, so tests do not leak into each other; a test during which it died
+  fails with its log tail.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,10 +26,19 @@ from typing import Any, TypeVar
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = REPO_ROOT.parent / "shared" / "reference"
-KARMADA_CRDS = REFERENCE / "karmada" / "crds"
-ARGO_CRD = REFERENCE / "argo" / "argoproj.io_workflows.yaml"
+from tests.stack import (
+    ARGO_CRD,
+    KARMADA_CRDS,
+    REFERENCE,
+    ROOT,
+    Process,
+    answers,
+    free_port,
+    launch,
+    sandbox_argv,
+)
+
+REPO_ROOT = ROOT
 ARGO_EXAMPLES = REFERENCE / "argo" / "examples"
 TIME_SCALE = float(os.environ.get("SANDBOX_TIME_SCALE", "1000"))
 
@@ -46,18 +52,12 @@ class SandboxHTTPError(Exception):
         self.body = body
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class SandboxServer:
     url: str
     kubeconfig: Path
     log_path: Path
-    process: subprocess.Popen[bytes]
+    process: Process
     time_scale: float = TIME_SCALE
     label_domain: str = "portal.multisite.io"
     _clients: list[Any] = field(default_factory=list)
@@ -163,97 +163,55 @@ class SandboxServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     def log_tail(self, lines: int = 40) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
+        return self.process.log_tail(lines)
 
     def stop(self) -> None:
+        """Stop the server; raises ``ProcessFailed`` (once it is cleaned up) if it had exited
+        before."""
         for client in self._clients:
             with contextlib.suppress(Exception):
                 client.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-def _die_with_parent() -> None:
-    """In the child: have the kernel send SIGTERM if pytest dies (e.g. killed by CI)."""
-    import ctypes
-
-    pr_set_pdeathsig = 1
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-
-
-def _stop_quietly(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=5)
+        self.process.stop()
 
 
 def start_sandbox(
     workdir: Path, time_scale: float = TIME_SCALE, extra_args: list[str] | None = None
 ) -> SandboxServer:
+    """Start the sandbox; raises ``ProcessFailed`` with its log tail if it exits or never
+    answers."""
     port = free_port()
     kubeconfig = workdir / "kubeconfig"
-    log_path = workdir / "sandbox.log"
-    cmd = [
-        sys.executable,
-        "-m",
+    server_url = f"http://127.0.0.1:{port}"
+
+    def ready(process: Process) -> bool:
+        return kubeconfig.exists() and answers(f"{server_url}/_sandbox/ready")(process)
+
+    process = launch(
         "sandbox",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--time-scale",
-        str(time_scale),
-        "--bookmark-interval",
-        "0.5",
-        "--crds",
-        str(KARMADA_CRDS),
-        "--crds",
-        str(ARGO_CRD),
-        *(extra_args or []),
-    ]
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        cmd,
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        sandbox_argv(
+            port,
+            kubeconfig,
+            time_scale,
+            "--host",
+            "127.0.0.1",
+            "--bookmark-interval",
+            "0.5",
+            "--crds",
+            str(KARMADA_CRDS),
+            "--crds",
+            str(ARGO_CRD),
+            *(extra_args or []),
+        ),
+        log_path=workdir / "sandbox.log",
+        ready=ready,
     )
-    log.close()
-    # Belt and braces: a session that ends without running fixture finalizers still stops it.
-    atexit.register(_stop_quietly, process)
-    server = SandboxServer(
-        url=f"http://127.0.0.1:{port}",
+    return SandboxServer(
+        url=server_url,
         kubeconfig=kubeconfig,
-        log_path=log_path,
+        log_path=process.log_path,
         process=process,
         time_scale=time_scale,
     )
-    deadline = time.monotonic() + 60
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"sandbox exited with {process.returncode}:\n{server.log_tail()}")
-        try:
-            server.request("GET", "/_sandbox/ready", timeout=2)
-            if kubeconfig.exists():
-                return server
-        except (OSError, SandboxHTTPError):
-            pass
-        if time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"sandbox did not become ready:\n{server.log_tail()}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="session")
@@ -272,5 +230,7 @@ def sandbox(sandbox_server: SandboxServer) -> Iterator[SandboxServer]:
     try:
         yield sandbox_server
     finally:
-        if sandbox_server.process.poll() is None:
-            sandbox_server.clear_faults()
+        # A server that died during the test fails it here, with its log, rather than every
+        # later test with a connection error.
+        sandbox_server.process.check("during the test")
+        sandbox_server.clear_faults()

@@ -1,17 +1,16 @@
-"""The whole portal for real: a sandbox fleet over HTTP, a Celery worker (with beat) on Redis,
-the watcher, and the test's PostgreSQL database shared with both through committed data."""
+"""The whole portal for real: a sandbox fleet over HTTP, a Celery worker (with beat, unless the
+resync is switched off) on Redis, the watcher, and the test's PostgreSQL database shared with
+both through committed data. Every process is checked when it starts, after each test and when
+the stack stops: one that exited on its own fails the test with its log tail."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -21,8 +20,16 @@ from django.db import connection
 
 from portal import gateway
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.stack import (
+    WATCHER_READY,
+    WORKER_READY,
+    Process,
+    Processes,
+    logged,
+    watcher_argv,
+    worker_argv,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 # Fast enough for a suite, slow enough that a run is still running when a test interferes.
 TIME_SCALE = 20.0
@@ -44,67 +51,44 @@ def wait_for(predicate: Callable[[], T], timeout: float = 60.0, what: str = "con
 @dataclass
 class Stack:
     sandbox: SandboxServer
-    env: dict[str, str]
-    workdir: Path
-    procs: dict[str, subprocess.Popen[bytes]]
+    processes: Processes
+    # Off: the worker runs without beat, so no periodic resync folds in what the watcher misses.
+    resync: bool = True
 
-    def start(self, name: str) -> subprocess.Popen[bytes]:
-        argv = {
-            "worker": [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-B",
-                "-l",
-                "info",
-                "--concurrency",
-                "2",
-                "-n",
-                f"test-{time.monotonic_ns()}@%h",
-                "-s",
-                str(self.workdir / "beat-schedule"),
-            ],
-            "watcher": [sys.executable, "manage.py", "watch_karmada", "--watch-timeout", "30"],
-        }[name]
-        log = (self.workdir / f"{name}.log").open("ab")
-        proc = subprocess.Popen(
-            argv,
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        self.procs[name] = proc
-        return proc
+    @property
+    def env(self) -> dict[str, str]:
+        return self.processes.env
+
+    @property
+    def procs(self) -> dict[str, Process]:
+        return self.processes.running
+
+    def start(self, name: str) -> Process:
+        workdir = self.processes.workdir
+        if name == "worker":
+            argv = worker_argv(
+                concurrency=2,
+                loglevel="info",
+                node=f"test-{time.monotonic_ns()}@%h",
+                beat_schedule=workdir / "beat-schedule" if self.resync else None,
+            )
+            return self.processes.start(name, argv, ready=logged(WORKER_READY))
+        if name == "watcher":
+            argv = watcher_argv(watch_timeout=30)
+            return self.processes.start(name, argv, ready=logged(WATCHER_READY))
+        raise ValueError(f"no such process in the stack: {name}")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        proc = self.procs.pop(name)
-        # The whole group: a Celery worker's pool processes hold database sessions too.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        """Stop one process on purpose (a test restarts it with ``start``)."""
+        self.processes.stop(name, sig)
 
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.kill(name, signal.SIGTERM)
+    def check(self) -> None:
+        """Fail with the log tail of every process (the sandbox too) that exited on its own."""
+        self.sandbox.process.check("while the stack runs")
+        self.processes.check()
 
     def log(self, name: str, lines: int = 60) -> str:
-        path = self.workdir / f"{name}.log"
-        return (
-            "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-            if path.exists()
-            else ""
-        )
+        return self.processes.log(name, lines)
 
     def workflows(self, run_id: int) -> list[dict[str, Any]]:
         items, _ = gateway.list_objects(
@@ -133,12 +117,13 @@ def end_other_sessions(application_name: str | None = None) -> None:
             cursor.execute(sql + " AND application_name = %s", [application_name])
 
 
-@pytest.fixture(scope="module")
-def stack(
+@contextlib.contextmanager
+def running_stack(
     tmp_path_factory: pytest.TempPathFactory,
-    django_db_setup: Any,
     django_db_blocker: Any,
     live_server: Any,
+    *,
+    resync: bool,
 ) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
     sandbox = start_sandbox(workdir, time_scale=TIME_SCALE)
@@ -165,22 +150,50 @@ def stack(
         # The webhook (the live server, in this process) queues decisions the watcher writes.
         "PORTAL_DECISION_QUEUE_KEY": STACK_QUEUE_KEY,
     }
-    s = Stack(sandbox=sandbox, env=env, workdir=workdir, procs={})
-    s.start("worker")
-    s.start("watcher")
+    s = Stack(sandbox=sandbox, processes=Processes(workdir, env), resync=resync)
     try:
+        s.start("worker")
+        s.start("watcher")
         yield s
     finally:
-        s.stop_all()
-        sandbox.stop()
-        # Anything of theirs still connected would keep the test database from being dropped.
-        with django_db_blocker.unblock():
-            end_other_sessions(STACK_APP_NAME)
+        try:
+            s.processes.stop_all()
+        finally:
+            sandbox.stop()
+            # Anything of theirs still connected would keep the test database from being
+            # dropped.
+            with django_db_blocker.unblock():
+                end_other_sessions(STACK_APP_NAME)
 
 
-@pytest.fixture
-def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
-    """Per test: the demo fleet in the database, the policies on the sandbox, no faults."""
+@pytest.fixture(scope="module")
+def stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_server: Any,
+) -> Iterator[Stack]:
+    with running_stack(tmp_path_factory, django_db_blocker, live_server, resync=True) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def stack_without_resync(
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_server: Any,
+) -> Iterator[Stack]:
+    """The stack with no Celery beat: only the watcher brings Karmada's changes in."""
+    with running_stack(tmp_path_factory, django_db_blocker, live_server, resync=False) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
+    """The demo fleet in the database, the policies on the sandbox, no faults; every process
+    running before and after the test."""
+    stack.check()
     settings.KARMADA_KUBECONFIG = str(stack.sandbox.kubeconfig)
     settings.PORTAL_FAILOVER_GRACE_SECONDS = 2
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
@@ -192,11 +205,28 @@ def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
     from portal import tasks
 
     tasks.sites_sync()
+    # What an earlier test stopped on purpose and left stopped; anything that exited on its
+    # own failed stack.check() above.
     for name in ("worker", "watcher"):
-        if name not in stack.procs or stack.procs[name].poll() is not None:
+        if name not in stack.procs:
             stack.start(name)
     try:
         yield stack
     finally:
         stack.sandbox.clear_faults()
         gateway.reset()
+    stack.check()
+
+
+@pytest.fixture
+def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
+    with stack_for_test(stack, settings) as s:
+        yield s
+
+
+@pytest.fixture
+def live_without_resync(
+    stack_without_resync: Stack, transactional_db: Any, settings: Any
+) -> Iterator[Stack]:
+    with stack_for_test(stack_without_resync, settings) as s:
+        yield s

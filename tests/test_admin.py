@@ -7,16 +7,19 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from placement.models import PlacementRule
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import WorkflowRun
 from sites.models import Dataset, DatasetReplica, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import (
     DatasetFactory,
     DatasetReplicaFactory,
+    PlacementDecisionFactory,
     PlacementRuleFactory,
     ProjectFactory,
     SiteLinkFactory,
+    UnitRunFactory,
     UserFactory,
+    WorkflowRunFactory,
 )
 
 pytestmark = pytest.mark.django_db
@@ -25,20 +28,14 @@ SITES = "/admin/sites/site/"
 RULES = "/admin/placement/placementrule/"
 
 
-def admin_client(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
+@pytest.fixture
+def operator_admin(client_for, operator: User) -> Client:
+    return client_for(operator)
 
 
 @pytest.fixture
-def operator_admin(operator: User) -> Client:
-    return admin_client(operator)
-
-
-@pytest.fixture
-def superuser_admin(superuser: User) -> Client:
-    return admin_client(superuser)
+def superuser_admin(client_for, superuser: User) -> Client:
+    return client_for(superuser)
 
 
 def changelist_names(response) -> list[str]:
@@ -80,8 +77,8 @@ def test_the_rule_editors_group_may_edit_rules():
     assert {"add_placementrule", "change_placementrule", "delete_placementrule"} <= perms
 
 
-def test_users_who_are_not_staff_cannot_open_the_admin(scientist: User):
-    response = admin_client(scientist).get(SITES)
+def test_users_who_are_not_staff_cannot_open_the_admin(client_for, scientist: User):
+    response = client_for(scientist).get(SITES)
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
 
@@ -390,13 +387,13 @@ def test_an_operator_views_rules_but_cannot_edit_them(operator_admin: Client):
     assert rule.order == 5
 
 
-def test_a_rule_editor_reorders_and_disables_rules_from_the_list(db):
+def test_a_rule_editor_reorders_and_disables_rules_from_the_list(client_for):
     editor = UserFactory(
         username="editor", is_staff=True, groups=[Group.objects.get(name=RULE_EDITORS_GROUP)]
     )
     first = PlacementRuleFactory(name="first", order=1)
     second = PlacementRuleFactory(name="second", order=2)
-    response = admin_client(editor).post(
+    response = client_for(editor).post(
         RULES,
         {
             "form-TOTAL_FORMS": "2",
@@ -458,10 +455,9 @@ def test_the_rule_form_applies_the_model_checks(superuser_admin: Client):
 
 @pytest.fixture
 def run(scientist: User, project) -> WorkflowRun:
-    run = WorkflowRun.objects.create(name="eo-run-1", project=project, owner=scientist, manifest={})
-    unit = UnitRun.objects.create(run=run, name="ingest", slug="ingest", template="ingest")
-    PlacementDecision.objects.create(
-        run=run, unit=unit, source="rule", site="site-op", reason="data locality"
+    run = WorkflowRunFactory(name="eo-run-1", project=project, owner=scientist, status="Pending")
+    PlacementDecisionFactory(
+        unit=UnitRunFactory(run=run, name="ingest", planned_site="site-op"), reason="data locality"
     )
     return run
 

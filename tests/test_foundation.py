@@ -131,10 +131,8 @@ def test_load_demo_twice_gives_the_same_data():
 
 
 @pytest.mark.django_db
-def test_swagger_ui_is_served_without_a_cdn(django_user_model):
-    user = django_user_model.objects.create_user("reader", password="pw-123456789")
-    c = Client()
-    c.force_login(user)
+def test_swagger_ui_is_served_without_a_cdn(client_for, outsider):
+    c = client_for(outsider)
     page = c.get("/api/docs/")
     assert page.status_code == 200
     html = page.content.decode()

@@ -13,10 +13,9 @@ ports; it creates and drops its own database ``portal_bench`` and uses Redis dat
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
+    WATCHER_READY,
+    Processes,
+    ProcessFailed,
+    answers,
+    free_port,
+    gunicorn_argv,
+    logged,
+    sandbox_argv,
+    watcher_argv,
+    worker_argv,
+)
+
 DB = "portal_bench"
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 REDIS = "redis://127.0.0.1:6379/13"
@@ -35,12 +47,6 @@ RUNS_ACCEPT = int(os.environ.get("BENCH_RUNS", "200"))
 CLIENTS = 8
 WINDOW_S = float(os.environ.get("BENCH_WINDOW", "30"))
 DURATION = "portal.multisite.io/sandbox-duration"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sh(*argv: str, env: dict[str, str] | None = None) -> None:
@@ -51,9 +57,7 @@ class Stack:
     """Sandbox, web (gunicorn), worker with beat, watcher: started fresh, stopped at the end."""
 
     def __init__(self, workdir: Path, time_scale: float) -> None:
-        self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
-        self.procs: list[subprocess.Popen[bytes]] = []
         self.sandbox_port = free_port()
         self.web_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
@@ -69,96 +73,50 @@ class Stack:
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
         }
-        subprocess.run(
-            ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
-        )
-        sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
-        import redis
+        self.processes = Processes(workdir, self.env)
+        try:
+            subprocess.run(
+                ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
+            )
+            sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
+            import redis
 
-        redis.Redis.from_url(REDIS).flushdb()
-        sh(sys.executable, "manage.py", "migrate", "-v0", env=self.env)
-        self._start(
-            "sandbox",
-            [
-                sys.executable,
-                "-m",
+            redis.Redis.from_url(REDIS).flushdb()
+            sh(sys.executable, "manage.py", "migrate", "-v0", env=self.env)
+            self.processes.start(
                 "sandbox",
-                "--port",
-                str(self.sandbox_port),
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--time-scale",
-                str(time_scale),
-            ],
-        )
-        self._wait(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready")
-        out = subprocess.run(
-            [sys.executable, "manage.py", "load_demo"],
-            cwd=ROOT,
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        self.token = out.rsplit("API token: ", 1)[1].strip()
-        self._start(
-            "worker",
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-B",
-                "-l",
-                "warning",
-                "--concurrency",
-                "4",
-                "-s",
-                str(workdir / "beat"),
-            ],
-        )
-        self._start("watcher", [sys.executable, "manage.py", "watch_karmada"])
-        self._start(
-            "web",
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "portal.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{self.web_port}",
-                "--workers",
-                "3",
-            ],
-        )
-        self._wait(f"http://127.0.0.1:{self.web_port}/healthz")
-        time.sleep(2)  # the watcher's first sync puts the site policies in place
-
-    def _start(self, name: str, argv: list[str]) -> None:
-        log = (self.workdir / f"{name}.log").open("ab")
-        self.procs.append(
-            subprocess.Popen(
-                argv,
+                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale),
+                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
+            )
+            out = subprocess.run(
+                [sys.executable, "manage.py", "load_demo"],
                 cwd=ROOT,
                 env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            self.token = out.rsplit("API token: ", 1)[1].strip()
+            self.processes.start(
+                "worker",
+                worker_argv(concurrency=4, loglevel="warning", beat_schedule=workdir / "beat"),
             )
-        )
+            # Ready once its first sync has put the site policies in place.
+            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
+            self.processes.start(
+                "web",
+                gunicorn_argv(self.web_port, "--workers", "3"),
+                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+            )
+        except BaseException:
+            # What did start is stopped, and the database dropped, before the error shows.
+            with contextlib.suppress(ProcessFailed):
+                self.stop()
+            raise
 
-    @staticmethod
-    def _wait(url: str) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(url, timeout=2).close()
-                return
-            except OSError:
-                time.sleep(0.2)
-        raise SystemExit(f"{url} did not come up")
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.processes.running.items()}
 
     def stats(self) -> int:
         with urllib.request.urlopen(
@@ -190,17 +148,14 @@ class Stack:
         return len(items)
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-        subprocess.run(
-            ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
-        )
+        """Stop everything; a process that had died before says so (figures from a stack with
+        a part missing are no figures)."""
+        try:
+            self.processes.stop_all()
+        finally:
+            subprocess.run(
+                ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
+            )
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -223,9 +178,8 @@ def _proc_stats() -> list[tuple[int, str, list[str]]]:
 def cpu_seconds(stack: Stack) -> dict[str, float]:
     """CPU seconds (user + system, with reaped children) used so far by each part of the stack
     (every process of its session) and by PostgreSQL and Redis together."""
-    names = ["sandbox", "worker", "watcher", "web"]
-    sessions = {p.pid: n for n, p in zip(names, stack.procs, strict=False)}
-    totals = dict.fromkeys([*names, "postgres+redis"], 0.0)
+    sessions = {pid: name for name, pid in stack.pids.items()}
+    totals = dict.fromkeys([*stack.pids, "postgres+redis"], 0.0)
     for _pid, comm, f in _proc_stats():
         ticks = int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
         if int(f[3]) in sessions:  # field 6 of stat: the session id

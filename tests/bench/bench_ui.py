@@ -26,7 +26,6 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.test.utils import setup_test_environment  # noqa: E402
@@ -51,12 +50,12 @@ def main() -> None:
     setup_test_environment()
     db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     try:
-        from tests.factories import SiteFactory
+        from tests.factories import SiteFactory, UserFactory
         from tests.portal.helpers import chain_units, make_run
 
         for name in ("site-a", "site-b", "site-c"):
             SiteFactory(name=name)
-        user = get_user_model().objects.create_user("bench", password="x")
+        user = UserFactory(username="bench")
         client = Client()
         client.force_login(user)
 

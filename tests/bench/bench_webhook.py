@@ -21,14 +21,11 @@ import asyncio
 import dataclasses
 import json
 import os
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +43,13 @@ TOKEN = "bench-webhook-token"
 
 REDIS = "redis://127.0.0.1:6379/13"
 
+from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
+    answers,
+    free_port,
+    gunicorn_argv,
+    launch,
+)
+
 os.environ.update(
     {
         "DJANGO_SETTINGS_MODULE": "tests.bench.noop_settings",
@@ -58,12 +62,6 @@ os.environ.update(
         "LOG_LEVEL": "ERROR",
     }
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prepare() -> dict[str, Any]:
@@ -237,17 +235,12 @@ def main() -> None:
 
     redis_pid = int(redis.Redis.from_url(REDIS).info("server")["process_id"])
     port = free_port()
-    env = {**os.environ}
+    base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp, "gunicorn.log").open("wb")  # noqa: SIM115 - the server writes to it
-        web = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "portal.wsgi:application",
-                "--bind",
-                f"127.0.0.1:{port}",
+        web = launch(
+            "gunicorn",
+            gunicorn_argv(
+                port,
                 "--workers",
                 "2",
                 "--threads",
@@ -256,24 +249,11 @@ def main() -> None:
                 "gthread",
                 "--backlog",
                 "512",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            ),
+            log_path=Path(tmp, "gunicorn.log"),
+            ready=answers(f"{base}/healthz"),
         )
         try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    urllib.request.urlopen(base + "/healthz", timeout=2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit("gunicorn did not start") from None
-                    time.sleep(0.2)
             url = f"{base}/webhooks/placement/{TOKEN}/"
             noop = f"{base}/bench/noop/"
             # Every admission its own uid, as karmada-apiserver sends them (one decision each).
@@ -323,14 +303,16 @@ def main() -> None:
                 f"({written / max(drained, 1e-9):.0f} decisions/s)"
             )
         finally:
-            os.killpg(web.pid, signal.SIGTERM)
-            web.wait(timeout=20)
-            from django.db import connections
+            try:
+                # Raises if gunicorn died during the measurement: no figures from that.
+                web.stop()
+            finally:
+                from django.db import connections
 
-            connections.close_all()
-            subprocess.run(
-                ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
-            )
+                connections.close_all()
+                subprocess.run(
+                    ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
+                )
 
 
 if __name__ == "__main__":

@@ -22,9 +22,16 @@ DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").r
 DURATION = "portal.multisite.io/sandbox-duration"
 
 
-def _scientist_client() -> APIClient:
+@pytest.fixture
+def user(live: Stack) -> User:
+    """load_demo's scientist: a member of the eo-demo project, which the demo runs in."""
+    return User.objects.get(username="scientist")
+
+
+@pytest.fixture
+def api(user: User) -> APIClient:
     client = APIClient()
-    client.force_authenticate(User.objects.get(username="scientist"))
+    client.force_authenticate(user)
     return client
 
 
@@ -69,10 +76,8 @@ def _one_workflow_per_attempt(stack: Stack, run_id: int) -> None:
     assert len(keys) == len(set(keys)), keys
 
 
-def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack) -> None:
-    response = _scientist_client().post(
-        "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
-    )
+def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack, api: APIClient) -> None:
+    response = api.post("/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml")
     assert response.status_code == 201, response.content
     run_id = response.json()["id"]
 
@@ -99,15 +104,14 @@ def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack) -> None:
     passed = {a["name"]: a for a in inference["spec"]["arguments"]["artifacts"]}
     assert passed["patches"]["s3"]["key"] == patches["s3"]["key"]
 
-    body = _scientist_client().get(f"/api/v1/runs/{run_id}/").json()
+    body = api.get(f"/api/v1/runs/{run_id}/").json()
     assert body["status"] == "Succeeded"
     assert {u["name"]: u["site"] for u in body["units"]}["inference"] == "site-c"
     sources = set(PlacementDecision.objects.filter(run_id=run_id).values_list("source", flat=True))
     assert "rule" in sources
 
 
-def test_a_task_delivered_twice_creates_one_step_workflow(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_a_task_delivered_twice_creates_one_step_workflow(live: Stack, user: User) -> None:
     # Stop the worker so the two deliveries race in the next one, not with the first.
     live.kill("worker", signal.SIGTERM)
     run = services.run_submit(user=user, body=_slow_demo(20), project="eo-demo")
@@ -121,8 +125,7 @@ def test_a_task_delivered_twice_creates_one_step_workflow(live: Stack) -> None:
     assert len(live.workflows(run.pk)) == 3
 
 
-def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(live: Stack, user: User) -> None:
     run = services.run_submit(user=user, body=_slow_demo(60), project="eo-demo")
     wait_for(lambda: _units(run.pk)["ingest"].phase == "Running", 60, "ingest running")
     live.kill("worker", signal.SIGKILL)
@@ -133,8 +136,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_nothing(live: Stack) -> No
     assert {u.phase for u in _units(run.pk).values()} == {"Succeeded"}
 
 
-def test_runs_complete_after_the_api_answers_500s_for_a_while(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_runs_complete_after_the_api_answers_500s_for_a_while(live: Stack, user: User) -> None:
     live.sandbox.fault("api-error", status=500, duration=4)
     run = services.run_submit(user=user, body=DEMO, project="eo-demo")
     finished = _wait_finished(live, run.pk, timeout=120)
@@ -142,16 +144,14 @@ def test_runs_complete_after_the_api_answers_500s_for_a_while(live: Stack) -> No
     _one_workflow_per_attempt(live, run.pk)
 
 
-def test_runs_complete_after_the_api_is_slow_for_a_while(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_runs_complete_after_the_api_is_slow_for_a_while(live: Stack, user: User) -> None:
     live.sandbox.fault("api-slow", delay=4, duration=6)
     run = services.run_submit(user=user, body=DEMO, project="eo-demo")
     finished = _wait_finished(live, run.pk, timeout=120)
     assert finished.status == "Succeeded"
 
 
-def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack, user: User) -> None:
     run = services.run_submit(user=user, body=_slow_demo(120), project="eo-demo")
     wait_for(lambda: _units(run.pk)["preprocess"].phase == "Running", 90, "preprocess running")
     lost = _units(run.pk)["preprocess"].site
@@ -166,12 +166,10 @@ def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack) -> None:
     assert any(c["site"] == lost and not c["eligible"] for c in failover.candidates)
 
 
-def test_stop_shuts_down_running_step_workflows(live: Stack) -> None:
-    client = _scientist_client()
-    user = User.objects.get(username="scientist")
+def test_stop_shuts_down_running_step_workflows(live: Stack, user: User, api: APIClient) -> None:
     run = services.run_submit(user=user, body=_slow_demo(300), project="eo-demo")
     wait_for(lambda: _units(run.pk)["ingest"].phase == "Running", 60, "ingest running")
-    response = client.post(f"/api/v1/runs/{run.pk}/stop/")
+    response = api.post(f"/api/v1/runs/{run.pk}/stop/")
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "Stopped"
 
@@ -186,20 +184,18 @@ def test_stop_shuts_down_running_step_workflows(live: Stack) -> None:
         "the units that never started to be omitted",
     )
     assert units["preprocess"].phase == "Omitted"
-    assert client.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 409
+    assert api.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 409
 
 
-def test_retry_gives_failed_units_a_new_attempt(live: Stack) -> None:
-    client = _scientist_client()
+def test_retry_gives_failed_units_a_new_attempt(live: Stack, user: User, api: APIClient) -> None:
     fault = live.sandbox.fault("template-fail", template="inference")
-    user = User.objects.get(username="scientist")
     run = services.run_submit(user=user, body=DEMO, project="eo-demo")
     failed = _wait_finished(live, run.pk)
     assert failed.status == "Failed"
     assert _units(run.pk)["inference"].phase == "Failed"
     live.sandbox.clear_fault(fault["id"])
 
-    response = client.post(f"/api/v1/runs/{run.pk}/retry/")
+    response = api.post(f"/api/v1/runs/{run.pk}/retry/")
     assert response.status_code == 200, response.content
     finished = _wait_finished(live, run.pk)
     assert finished.status == "Succeeded"
@@ -208,12 +204,12 @@ def test_retry_gives_failed_units_a_new_attempt(live: Stack) -> None:
     assert _units(run.pk)["ingest"].attempt == 1  # what succeeded is not run again
 
 
-def test_resubmit_makes_a_new_run_of_the_same_manifest(live: Stack) -> None:
-    client = _scientist_client()
-    user = User.objects.get(username="scientist")
+def test_resubmit_makes_a_new_run_of_the_same_manifest(
+    live: Stack, user: User, api: APIClient
+) -> None:
     first = services.run_submit(user=user, body=DEMO, project="eo-demo")
     _wait_finished(live, first.pk)
-    response = client.post(f"/api/v1/runs/{first.pk}/resubmit/")
+    response = api.post(f"/api/v1/runs/{first.pk}/resubmit/")
     assert response.status_code == 201, response.content
     second = response.json()["id"]
     assert second != first.pk
@@ -221,22 +217,20 @@ def test_resubmit_makes_a_new_run_of_the_same_manifest(live: Stack) -> None:
     assert _wait_finished(live, second).status == "Succeeded"
 
 
-def test_an_outsider_cannot_act_on_the_run(live: Stack, django_user_model: Any) -> None:
-    user = User.objects.get(username="scientist")
+def test_an_outsider_cannot_act_on_the_run(
+    live: Stack, user: User, outsider: User, api_client_for: Any
+) -> None:
     run = services.run_submit(user=user, body=_slow_demo(300), project="eo-demo")
-    outsider = django_user_model.objects.create_user("outsider-x", password="pw-123456789")
-    client = APIClient()
-    client.force_authenticate(outsider)
+    client = api_client_for(outsider)
     assert client.get(f"/api/v1/runs/{run.pk}/").status_code == 404
     assert client.post(f"/api/v1/runs/{run.pk}/stop/").status_code == 404
     services.run_stop(run=run, user=user)
 
 
-def test_a_run_whose_task_was_lost_is_started_by_the_resync(live: Stack) -> None:
+def test_a_run_whose_task_was_lost_is_started_by_the_resync(live: Stack, user: User) -> None:
     import redis
     from django.conf import settings
 
-    user = User.objects.get(username="scientist")
     live.kill("worker", signal.SIGTERM)
     run = services.run_submit(user=user, body=DEMO, project="eo-demo")
     # The broker loses the message (as a broker that was down would never have had it).
@@ -266,10 +260,9 @@ def test_readyz_reports_karmada(live: Stack, client: Any, settings: Any, tmp_pat
 
 
 def test_with_the_webhook_down_the_fallback_policy_places_the_step(
-    live: Stack, settings: Any
+    live: Stack, user: User, settings: Any
 ) -> None:
     settings.PORTAL_WEBHOOK_TOKEN = "not-the-token-karmada-sends"  # every admission is refused
-    user = User.objects.get(username="scientist")
     run = services.run_submit(user=user, body=DEMO, project="eo-demo")
     finished = _wait_finished(live, run.pk)
     assert finished.status == "Succeeded"
@@ -291,11 +284,12 @@ def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Sta
         return str(wf["metadata"].get("labels", {}).get("portal.multisite.io/site", ""))
 
     site = wait_for(placed, 30, "the webhook's site label")
-    # The admission queues its decision; the watcher writes it within a second or so.
+    # The admission queues its decision; the watcher drains the queue every second (the
+    # resync, also every second here, writes it too: test_watcher.py checks the watcher alone).
     decision = wait_for(
         lambda: PlacementDecision.objects.filter(workflow_name="direct-eo").first(),
         30,
-        "the watcher to write the webhook's decision",
+        "the webhook's queued decision to be written",
     )
     assert decision.run is None and decision.source == "webhook"
     assert decision.site == site == "site-c"  # the whole workflow needs the GPU site
@@ -336,8 +330,7 @@ spec:
 """
 
 
-def test_on_exit_runs_after_the_units_with_the_run_status(live: Stack) -> None:
-    user = User.objects.get(username="scientist")
+def test_on_exit_runs_after_the_units_with_the_run_status(live: Stack, user: User) -> None:
     run = services.run_submit(user=user, body=EXIT_WORKFLOW, project="eo-demo")
     finished = _wait_finished(live, run.pk)
     assert finished.status == "Succeeded", finished.message

@@ -1,22 +1,35 @@
-"""Runs made through the ORM for the dashboard tests (until tests/factories.py has run
-factories), and the demo workflow."""
+"""Runs with their units and decisions for the dashboard tests, made with the factories, and
+the demo workflow."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from django.utils import timezone
-
-from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.choices import RunStatus, UnitPhase
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Project
+from tests.factories import PlacementDecisionFactory, UnitRunFactory, WorkflowRunFactory
 
 REPO = Path(__file__).resolve().parents[2]
 EO_PIPELINE = REPO / "examples" / "eo-pipeline.yaml"
 
-_counter = iter(range(1, 10**9))
+# A decision's table: the chosen site first, then one it ruled out.
+CHOSEN: dict[str, Any] = {
+    "eligible": True,
+    "why": "holds the data",
+    "score": 0.9,
+    "bytes_to_move": 0,
+    "est_transfer_s": 0.0,
+}
+RULED_OUT = {
+    "site": "site-z",
+    "eligible": False,
+    "why": "cordoned",
+    "score": None,
+    "bytes_to_move": 5 * 2**30,
+    "est_transfer_s": 42.0,
+}
 
 
 def make_run(
@@ -30,16 +43,8 @@ def make_run(
 ) -> WorkflowRun:
     """A run with ``units`` as ``(name, site, phase, upstream)``; by default the demo's three
     units, ingest done at site-a, preprocess running at site-b, inference pending at site-c."""
-    now = timezone.now()
-    finished = status in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
-    run = WorkflowRun.objects.create(
-        name=name or f"eo-pipeline-{next(_counter):05d}",
-        project=project,
-        owner=owner,
-        manifest={"kind": "Workflow"},
-        status=status,
-        started_at=now - timedelta(minutes=3),
-        finished_at=now if finished else None,
+    run = WorkflowRunFactory(
+        owner=owner, project=project, status=status, **({"name": name} if name else {})
     )
     if units is None:
         units = [
@@ -47,57 +52,27 @@ def make_run(
             ("preprocess", "site-b", UnitPhase.RUNNING, ["ingest"]),
             ("inference", "site-c", UnitPhase.PENDING, ["preprocess"]),
         ]
-    rows = []
-    for i, (unit, site, phase, upstream) in enumerate(units):
-        started = phase != UnitPhase.PENDING
-        done = phase not in (UnitPhase.PENDING, UnitPhase.RUNNING)
-        rows.append(
-            UnitRun(
-                run=run,
-                name=unit,
-                slug=unit[:40],
-                template=unit.split("-")[0],
-                position=i,
-                depends=" && ".join(upstream),
-                upstream=upstream,
-                timing=UnitTiming.SUBMIT,
-                site=site if started else "",
-                planned_site=site,
-                phase=phase,
-                reason=f"{unit} goes to {site}",
-                started_at=now - timedelta(seconds=170 - (i % 50)) if started else None,
-                finished_at=now - timedelta(seconds=60 - (i % 50)) if done else None,
-            )
+    # Built, then stored in one statement: the large-run tests make thousands.
+    rows = [
+        UnitRunFactory.build(
+            run=run,
+            name=unit,
+            position=i,
+            upstream=upstream,
+            planned_site=site,
+            phase=phase,
+            later_by=i % 50,
         )
+        for i, (unit, site, phase, upstream) in enumerate(units)
+    ]
     UnitRun.objects.bulk_create(rows)
     if decisions:
         by_name = {u.name: u for u in run.units.all()}
         PlacementDecision.objects.bulk_create(
             [
-                PlacementDecision(
-                    run=run,
+                PlacementDecisionFactory.build(
                     unit=by_name[unit],
-                    source=DecisionSource.RULE,
-                    site=site,
-                    reason=f"{unit}: best score at {site}",
-                    candidates=[
-                        {
-                            "site": site,
-                            "eligible": True,
-                            "why": "holds the data",
-                            "score": 0.9,
-                            "bytes_to_move": 0,
-                            "est_transfer_s": 0.0,
-                        },
-                        {
-                            "site": "site-z",
-                            "eligible": False,
-                            "why": "cordoned",
-                            "score": None,
-                            "bytes_to_move": 5 * 2**30,
-                            "est_transfer_s": 42.0,
-                        },
-                    ],
+                    candidates=[{"site": site, **CHOSEN}, RULED_OUT],
                 )
                 for unit, site, _, _ in units
             ]

@@ -8,13 +8,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from portal.api import authentication
+from tests.factories import UserFactory
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +26,7 @@ def fresh() -> Iterator[None]:
 
 @pytest.fixture
 def token(db: Any) -> Token:
-    user = User.objects.create_user("component", password="pw-123456789")
-    return Token.objects.create(user=user)
+    return Token.objects.create(user=UserFactory(username="component"))
 
 
 def get(key: str) -> tuple[int, list[str]]:

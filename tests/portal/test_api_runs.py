@@ -42,9 +42,9 @@ def sci(demo: None) -> APIClient:
 
 
 @pytest.fixture
-def outsider_client(demo: None, django_user_model: Any) -> APIClient:
-    django_user_model.objects.create_user("nobody", password="pw-123456789")
-    return client_for("nobody")
+def outsider_client(demo: None, outsider_api: APIClient) -> APIClient:
+    """The shared outsider, with the demo fleet loaded: its project exists, they are not in it."""
+    return outsider_api
 
 
 def preview(

@@ -15,7 +15,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from portal.choices import RunStatus
 from portal.models import WorkflowRun
+from tests.factories import PASSWORD as FACTORY_PASSWORD
+from tests.factories import WorkflowRunFactory
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 
 pytestmark = [pytest.mark.integration]
@@ -123,11 +126,12 @@ def test_a_scientist_previews_submits_and_follows_the_demo_run(
     page.close()
 
 
-def test_an_outsider_cannot_see_the_run(browser: Any, live_server: Any, demo: None) -> None:
+def test_an_outsider_cannot_see_the_run(
+    browser: Any, live_server: Any, demo: None, outsider: User
+) -> None:
     owner = User.objects.get(username="scientist")
-    run = WorkflowRun.objects.create(name="private-run", owner=owner, manifest={})
-    User.objects.create_user("stranger", password="pw-stranger")
-    page = login(browser, live_server.url, "stranger", "pw-stranger")
+    run = WorkflowRunFactory(name="private-run", owner=owner, status=RunStatus.PENDING)
+    page = login(browser, live_server.url, outsider.username, FACTORY_PASSWORD)
     response = page.goto(f"{live_server.url}/runs/{run.pk}/")
     assert response is not None and response.status == 404
     page.goto(f"{live_server.url}/runs/")

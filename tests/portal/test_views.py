@@ -18,7 +18,6 @@ from tests.factories import (
     DatasetReplicaFactory,
     SiteFactory,
     SiteLinkFactory,
-    UserFactory,
 )
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 
@@ -40,14 +39,8 @@ def demo_sites(db) -> dict[str, Site]:
     }
 
 
-def client_for(user: User) -> Client:
-    c = Client()
-    c.force_login(user)
-    return c
-
-
 @pytest.fixture
-def sci(scientist: User) -> Client:
+def sci(client_for, scientist: User) -> Client:
     return client_for(scientist)
 
 
@@ -85,14 +78,14 @@ def test_it_redirects_anonymous_users_from_run_pages(name: str, run: WorkflowRun
 
 @pytest.mark.parametrize("name", ["ui-run-detail", "ui-run-live", "ui-run-decisions"])
 def test_it_hides_someone_elses_run_from_an_outsider(
-    name: str, run: WorkflowRun, outsider: User
+    name: str, run: WorkflowRun, outsider: User, client_for
 ) -> None:
     assert client_for(outsider).get(reverse(name, args=[run.pk])).status_code == 404
 
 
 @pytest.mark.parametrize("action", ["ui-run-stop", "ui-run-retry", "ui-run-resubmit"])
 def test_an_outsider_cannot_act_on_someone_elses_run(
-    action: str, run: WorkflowRun, outsider: User
+    action: str, run: WorkflowRun, outsider: User, client_for
 ) -> None:
     response = client_for(outsider).post(reverse(action, args=[run.pk]))
     assert response.status_code == 404
@@ -101,9 +94,9 @@ def test_an_outsider_cannot_act_on_someone_elses_run(
     assert WorkflowRun.objects.count() == 1
 
 
-def test_a_project_member_and_staff_see_the_run(run: WorkflowRun, project: Project, staff) -> None:
-    member = UserFactory(username="colleague")
-    project.members.add(member)
+def test_a_project_member_and_staff_see_the_run(
+    run: WorkflowRun, member: User, staff: User, client_for
+) -> None:
     assert client_for(member).get(reverse("ui-run-detail", args=[run.pk])).status_code == 200
     assert client_for(staff).get(reverse("ui-run-detail", args=[run.pk])).status_code == 200
 
@@ -449,7 +442,7 @@ def test_a_scientist_cannot_cordon(sci: Client, demo_sites) -> None:
 
 
 def test_an_operator_cordons_only_their_own_site(
-    operator: User, operated_site: Site, other_site: Site
+    operator: User, operated_site: Site, other_site: Site, client_for
 ) -> None:
     c = client_for(operator)
     page = c.get(reverse("ui-site-detail", args=[operated_site.name])).content.decode()
@@ -466,7 +459,7 @@ def test_an_operator_cordons_only_their_own_site(
     assert "Uncordon</button>" in page
 
 
-def test_staff_uncordon_any_site(staff: User, demo_sites) -> None:
+def test_staff_uncordon_any_site(staff: User, demo_sites, client_for) -> None:
     Site.objects.filter(name="site-c").update(cordoned=True)
     c = client_for(staff)
     response = c.post(reverse("ui-site-cordon", args=["site-c"]), {"cordoned": "0"}, follow=True)
@@ -474,7 +467,7 @@ def test_staff_uncordon_any_site(staff: User, demo_sites) -> None:
     assert not Site.objects.get(name="site-c").cordoned
 
 
-def test_cordon_refuses_a_bad_value(staff: User, demo_sites) -> None:
+def test_cordon_refuses_a_bad_value(staff: User, demo_sites, client_for) -> None:
     c = client_for(staff)
     response = c.post(reverse("ui-site-cordon", args=["site-c"]), {"cordoned": "yes"}, follow=True)
     assert "Say cordoned=1 or cordoned=0." in response.content.decode()

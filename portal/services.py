@@ -8,7 +8,6 @@ import json
 import logging
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -32,8 +31,6 @@ from portal.selectors import projects_of
 from sites.models import Project
 
 log = logging.getLogger(__name__)
-
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 
 
 class ActionRefused(Exception):
@@ -125,13 +122,6 @@ def workflow_preview(
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
     return _plan(parsed, proj).as_dict()
-
-
-@dataclass(frozen=True)
-class Submission:
-    parsed: ParsedWorkflow
-    plan: planner.Plan
-    project: Project | None
 
 
 NAME_ATTEMPTS = 8

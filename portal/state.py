@@ -9,7 +9,8 @@ state allows is a bug in the caller, not a race, and raises ``IllegalTransition`
 
 Services (``portal.services``), the execution package and the webhook's decision recorder
 (``portal.admission.queue``) call these; nothing else writes ``status``, ``phase`` or a
-unit's ``site``. Events (``RunEvent``) stay with the callers, who know what to say.
+unit's ``site``. ``unit_move`` also writes the unit's "unit-phase" event; other events stay
+with the callers, who know what to say.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ workflows of units whose dependencies are done, run the exit handler, settle the
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 
 from django.db import transaction
 from django.utils import timezone
@@ -120,6 +121,23 @@ def run_advance(run_id: int) -> None:
     if run.status not in ACTIVE_RUN:
         return
     units = list(run.units.order_by("position", "id"))
+    _advance_units(run, units)
+    _settle_groups(units)
+    if (
+        run.status == RunStatus.PENDING
+        and any(u.workflow_name for u in units)
+        and not all(u.phase in FINAL_UNIT for u in units)
+    ):
+        # The common first advance: a step workflow exists and the run cannot have ended, so
+        # Pending → Running needs no second read (the update is conditional on Pending anyway).
+        _mark_running(run.pk)
+    else:
+        run_refresh_status(run.pk)
+
+
+def _advance_units(run: WorkflowRun, units: list[UnitRun]) -> None:
+    """Pass over the units until a pass changes nothing (``units`` grows with expanded items
+    and the exit handler, and a pass sees what it added)."""
     sites: dict[str, SiteState] | None = None
     progressed = True
     while progressed:
@@ -130,34 +148,12 @@ def run_advance(run_id: int) -> None:
         for unit in units:
             if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
                 continue
-            verdict = manifests.evaluate_depends(unit.depends or "", phases)
-            if verdict is None:
+            held = _held_back(run, unit, phases, outputs)
+            if held is not None:
+                progressed |= held
                 continue
-            if verdict is False:
-                progressed |= state.unit_move(
-                    unit, UnitPhase.OMITTED, message="depends not satisfied"
-                )
-                continue
-            if unit.when:
-                try:
-                    go = manifests.evaluate_when(
-                        unit.when,
-                        run.compiled.get("parameters") or {},
-                        outputs,
-                        item=unit.spec.get("item"),
-                        has_item=unit.spec.get("item_index") is not None,
-                    )
-                except manifests.WhenError as exc:
-                    progressed |= state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
-                    continue
-                if not go:
-                    progressed |= state.unit_move(
-                        unit, UnitPhase.SKIPPED, message=f"when '{unit.when}' is false"
-                    )
-                    continue
             if unit.spec.get("with_param"):
-                new = _expand(run, unit, units)
-                units.extend(new)
+                units.extend(_expand(run, unit, units))
                 progressed = True
                 continue
             if sites is None:
@@ -180,17 +176,36 @@ def run_advance(run_id: int) -> None:
             if exit_unit is not None and exit_unit not in units:
                 units.append(exit_unit)
                 progressed = True
-    _settle_groups(units)
-    if (
-        run.status == RunStatus.PENDING
-        and any(u.workflow_name for u in units)
-        and not all(u.phase in FINAL_UNIT for u in units)
-    ):
-        # The common first advance: a step workflow exists and the run cannot have ended, so
-        # Pending → Running needs no second read (the update is conditional on Pending anyway).
-        _mark_running(run.pk)
-    else:
-        run_refresh_status(run.pk)
+
+
+def _held_back(
+    run: WorkflowRun,
+    unit: UnitRun,
+    phases: Mapping[str, str | list[str] | None],
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> bool | None:
+    """None when ``depends`` and ``when`` let a pending unit start; otherwise whether holding
+    it back moved it (omitted, skipped, errored; False while its dependencies run)."""
+    verdict = manifests.evaluate_depends(unit.depends or "", phases)
+    if verdict is None:
+        return False
+    if verdict is False:
+        return state.unit_move(unit, UnitPhase.OMITTED, message="depends not satisfied")
+    if not unit.when:
+        return None
+    try:
+        go = manifests.evaluate_when(
+            unit.when,
+            run.compiled.get("parameters") or {},
+            outputs,
+            item=unit.spec.get("item"),
+            has_item=unit.spec.get("item_index") is not None,
+        )
+    except manifests.WhenError as exc:
+        return state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
+    if not go:
+        return state.unit_move(unit, UnitPhase.SKIPPED, message=f"when '{unit.when}' is false")
+    return None
 
 
 EXIT_UNIT = "onExit"

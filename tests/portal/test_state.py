@@ -3,7 +3,9 @@ refused and changes nothing."""
 
 from __future__ import annotations
 
+import ast
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -146,3 +148,22 @@ def test_a_unit_is_placed_only_over_the_sites_named():
     assert state.unit_place(one, "site-c", from_sites=["", "site-c"]) == 0
     unit.refresh_from_db()
     assert unit.site == "site-b"
+
+
+def test_only_the_state_module_writes_a_status_or_a_phase():
+    """Every ``.update(status=...)`` / ``.update(phase=...)`` (and ``site=``) of the portal is in
+    ``portal/state.py``: a second writer would bypass the transition tables."""
+    root = Path(__file__).resolve().parents[2] / "portal"
+    writers = set()
+    for path in root.rglob("*.py"):
+        if path.name == "state.py" or "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "update"
+                and {k.arg for k in node.keywords} & {"status", "phase", "site"}
+            ):
+                writers.add(f"{path.relative_to(root)}:{node.lineno}")
+    assert writers == set()

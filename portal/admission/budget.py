@@ -17,6 +17,8 @@ class BudgetExceeded(Exception):
 
 
 class Deadline:
+    """When the admission must have answered: ``check`` raises ``BudgetExceeded`` past it."""
+
     def __init__(self, started: float, budget_ms: int) -> None:
         self.at = started + budget_ms / 1000.0
 

@@ -6,12 +6,8 @@ from placement.choices import Timing
 class RunStatus(models.TextChoices):
     """Status of a workflow run.
 
-    Allowed transitions (only services in ``portal.services`` change it):
-      Pending  -> Running | Failed | Error | Stopped
-      Running  -> Succeeded | Failed | Error | Stopped
-      Failed   -> Running   (retry of the failed units)
-      Error    -> Running   (retry)
-    Succeeded and Stopped are final; resubmit makes a new run.
+    Allowed transitions: ``RUN_TRANSITIONS``, which ``portal.state`` (the only writer)
+    consults. Succeeded and Stopped are final; resubmit makes a new run.
     """
 
     PENDING = "Pending", "Pending"
@@ -23,10 +19,17 @@ class RunStatus(models.TextChoices):
 
 
 RUN_TRANSITIONS: dict[str, set[str]] = {
-    RunStatus.PENDING: {RunStatus.RUNNING, RunStatus.FAILED, RunStatus.ERROR, RunStatus.STOPPED},
+    # Pending -> Succeeded: every unit ended without a step workflow (all skipped by ``when``).
+    RunStatus.PENDING: {
+        RunStatus.RUNNING,
+        RunStatus.SUCCEEDED,
+        RunStatus.FAILED,
+        RunStatus.ERROR,
+        RunStatus.STOPPED,
+    },
     RunStatus.RUNNING: {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.ERROR, RunStatus.STOPPED},
-    RunStatus.FAILED: {RunStatus.RUNNING},
-    RunStatus.ERROR: {RunStatus.RUNNING},
+    RunStatus.FAILED: {RunStatus.RUNNING},  # retry of the failed units
+    RunStatus.ERROR: {RunStatus.RUNNING},  # retry
     RunStatus.SUCCEEDED: set(),
     RunStatus.STOPPED: set(),
 }
@@ -35,13 +38,9 @@ RUN_TRANSITIONS: dict[str, set[str]] = {
 class UnitPhase(models.TextChoices):
     """Phase of one placement unit (one step workflow per attempt).
 
-    Allowed transitions:
-      Pending  -> Running | Succeeded | Failed | Error | Skipped | Omitted
-      Running  -> Succeeded | Failed | Error | Pending (failover: a new attempt elsewhere)
-      Failed   -> Pending (retry: a new attempt)
-      Error    -> Pending (retry or failover)
-    Succeeded, Skipped and Omitted are final. Skipped: its ``when`` was false; Omitted: its
-    ``depends`` can no longer be satisfied.
+    Allowed transitions: ``UNIT_TRANSITIONS``, which ``portal.state`` (the only writer)
+    consults. Skipped: its ``when`` was false (or its withParam gave no items); Omitted: its
+    ``depends`` can no longer be satisfied, or the run was stopped before it started.
     """
 
     PENDING = "Pending", "Pending"
@@ -55,6 +54,8 @@ class UnitPhase(models.TextChoices):
 
 UNIT_TRANSITIONS: dict[str, set[str]] = {
     UnitPhase.PENDING: {
+        # Pending -> Pending: failover of a unit not started yet (a new attempt elsewhere).
+        UnitPhase.PENDING,
         UnitPhase.RUNNING,
         UnitPhase.SUCCEEDED,
         UnitPhase.FAILED,
@@ -62,13 +63,32 @@ UNIT_TRANSITIONS: dict[str, set[str]] = {
         UnitPhase.SKIPPED,
         UnitPhase.OMITTED,
     },
-    UnitPhase.RUNNING: {UnitPhase.SUCCEEDED, UnitPhase.FAILED, UnitPhase.ERROR, UnitPhase.PENDING},
-    UnitPhase.FAILED: {UnitPhase.PENDING},
-    UnitPhase.ERROR: {UnitPhase.PENDING},
+    UnitPhase.RUNNING: {
+        UnitPhase.SUCCEEDED,
+        UnitPhase.FAILED,
+        UnitPhase.ERROR,
+        UnitPhase.PENDING,  # failover: a new attempt elsewhere
+        UnitPhase.SKIPPED,  # a withParam group whose value held no items
+    },
+    UnitPhase.FAILED: {UnitPhase.PENDING},  # retry: a new attempt
+    UnitPhase.ERROR: {UnitPhase.PENDING},  # retry or failover
     UnitPhase.SUCCEEDED: set(),
     UnitPhase.SKIPPED: set(),
-    UnitPhase.OMITTED: set(),
+    UnitPhase.OMITTED: {UnitPhase.PENDING},  # retry: the units a failed one had blocked
 }
+
+# A unit in one of these has ended (for its run; retry may still start it again).
+FINAL_UNIT = frozenset(
+    {
+        UnitPhase.SUCCEEDED,
+        UnitPhase.FAILED,
+        UnitPhase.ERROR,
+        UnitPhase.SKIPPED,
+        UnitPhase.OMITTED,
+    }
+)
+# Runs that the worker still moves on.
+ACTIVE_RUN = [RunStatus.PENDING, RunStatus.RUNNING]
 
 
 class DecisionSource(models.TextChoices):

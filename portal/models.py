@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from placement import codec
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from sites.models import Project
+
+if TYPE_CHECKING:
+    from placement.parser import Unit
+    from placement.planner import Decision
 
 # Rows per INSERT when bulk-inserting models with an InlineJSONField: each statement stays a
 # few hundred KB, and under PostgreSQL's 65,535 bind parameters should server-side binding
@@ -126,6 +131,28 @@ class UnitRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run.name}/{self.name}"
+
+    @classmethod
+    def from_plan(
+        cls, run: WorkflowRun, unit: Unit, decision: Decision, *, position: int
+    ) -> UnitRun:
+        """An unsaved unit of ``run``: the parser's ``Unit`` placed by the planner's
+        ``Decision`` (a submission's units, and the items a withParam expands into)."""
+        return cls(
+            run=run,
+            name=unit.name,
+            slug=unit.slug,
+            template=unit.template,
+            position=position,
+            depends=unit.depends,
+            upstream=list(unit.upstream),
+            when=unit.when or "",
+            timing=decision.timing,
+            site=decision.site or "",
+            planned_site=decision.site or decision.runtime_hint or "",
+            reason=decision.reason,
+            spec=codec.unit_to_dict(unit),
+        )
 
 
 class PlacementDecision(models.Model):

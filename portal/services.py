@@ -1,5 +1,6 @@
 """Writes for runs: preview, submit, stop, retry, resubmit (HackSoft style: keyword-only,
-typed; views, serializers and tasks call these and nothing else changes a run's state)."""
+typed; views, serializers and tasks call these). Status and phase changes go through
+``portal.state``, the one writer of run and unit state."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import logging
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -17,6 +17,7 @@ from django.utils import timezone
 from placement import codec, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
+from portal import state
 from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.models import (
     BULK_ROWS,
@@ -30,8 +31,6 @@ from portal.selectors import projects_of
 from sites.models import Project
 
 log = logging.getLogger(__name__)
-
-YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain")
 
 
 class ActionRefused(Exception):
@@ -116,7 +115,6 @@ def workflow_preview(
     *,
     user: Any,
     body: str | bytes | dict[str, Any],
-    content_type: str = "application/yaml",
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -124,13 +122,6 @@ def workflow_preview(
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
     return _plan(parsed, proj).as_dict()
-
-
-@dataclass(frozen=True)
-class Submission:
-    parsed: ParsedWorkflow
-    plan: planner.Plan
-    project: Project | None
 
 
 NAME_ATTEMPTS = 8
@@ -177,7 +168,6 @@ def run_submit(
     *,
     user: Any,
     body: str | bytes | dict[str, Any],
-    content_type: str = "application/yaml",
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
     resubmitted_from: WorkflowRun | None = None,
@@ -248,26 +238,10 @@ def _store_run(
             resubmitted_from=resubmitted_from,
         )
         decisions = plan.by_unit()
-        units = []
-        for position, unit in enumerate(parsed.units):
-            d = decisions[unit.name]
-            units.append(
-                UnitRun(
-                    run=run,
-                    name=unit.name,
-                    slug=unit.slug,
-                    template=unit.template,
-                    position=position,
-                    depends=unit.depends,
-                    upstream=list(unit.upstream),
-                    when=unit.when or "",
-                    timing=d.timing,
-                    site=d.site or "",
-                    planned_site=d.site or d.runtime_hint or "",
-                    reason=d.reason,
-                    spec=codec.unit_to_dict(unit),
-                )
-            )
+        units = [
+            UnitRun.from_plan(run, unit, decisions[unit.name], position=position)
+            for position, unit in enumerate(parsed.units)
+        ]
         UnitRun.objects.bulk_create(units, batch_size=BULK_ROWS)
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
@@ -326,9 +300,9 @@ def _enqueue_advance(run_id: int) -> None:
 def run_stop(*, run: WorkflowRun, user: Any) -> WorkflowRun:
     """No new units start; running step workflows are asked to stop (``spec.shutdown``)."""
     with transaction.atomic():
-        updated = WorkflowRun.objects.filter(
-            pk=run.pk, status__in=[RunStatus.PENDING, RunStatus.RUNNING]
-        ).update(status=RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now())
+        updated = state.run_move(
+            run.pk, RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now()
+        )
         if not updated:
             raise ActionRefused(f"run is {run.status}; only pending or running runs stop")
         RunEvent.objects.create(
@@ -349,8 +323,10 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         if not failed:
             raise ActionRefused("no failed units to retry")
         for unit in failed:
-            UnitRun.objects.filter(pk=unit.pk, phase=unit.phase).update(
-                phase=UnitPhase.PENDING,
+            state.units_move(
+                UnitRun.objects.filter(pk=unit.pk),
+                UnitPhase.PENDING,
+                from_=[unit.phase],
                 attempt=unit.attempt + 1,
                 workflow_name="",
                 submitted_at=None,
@@ -359,9 +335,9 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
                 message="",
                 site="" if unit.timing == UnitTiming.RUNTIME else unit.site,
             )
-        locked.units.filter(phase=UnitPhase.OMITTED).update(phase=UnitPhase.PENDING)
-        WorkflowRun.objects.filter(pk=run.pk).update(
-            status=RunStatus.RUNNING, finished_at=None, message=""
+        state.units_move(locked.units.all(), UnitPhase.PENDING, from_=[UnitPhase.OMITTED])
+        state.run_move(
+            run.pk, RunStatus.RUNNING, from_=[locked.status], finished_at=None, message=""
         )
         RunEvent.objects.create(
             run=run,
@@ -378,7 +354,6 @@ def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
     return run_submit(
         user=user,
         body=run.manifest,
-        content_type="application/json",
         project=run.project,
         arguments=run.arguments or None,
         resubmitted_from=run,

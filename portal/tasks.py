@@ -12,7 +12,8 @@ from typing import Any
 
 from celery import shared_task
 
-from portal import execution, gateway, placement_runtime
+from portal import execution, gateway
+from portal.admission import queue
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,8 @@ def resync() -> None:
     # The watcher writes the webhook's queued decisions every second; this is for when it
     # does not run.
     try:
-        placement_runtime.decisions_flush()
-    except placement_runtime.QueueUnavailable as exc:
+        queue.decisions_flush()
+    except queue.QueueUnavailable as exc:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
         run_advance.delay(run_id)

@@ -16,7 +16,8 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from portal import execution, gateway, placement_runtime
+from portal import execution, gateway
+from portal.admission import queue
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,8 @@ def drain_decisions(stop: threading.Event, interval: float = DRAIN_INTERVAL_S) -
     units whose binding has not been seen yet)."""
     while not stop.wait(interval):
         try:
-            placement_runtime.decisions_flush()
-        except placement_runtime.QueueUnavailable as exc:
+            queue.decisions_flush()
+        except queue.QueueUnavailable as exc:
             log.warning("webhook decisions stay queued: %s", exc)
         except Exception:  # the next round tries again
             log.exception("writing the webhook's queued decisions failed")

@@ -1,7 +1,7 @@
 """``POST /webhooks/placement/``: the runtime placement admission webhook (issue 6).
 
 A plain typed function view (as healthchecks' ``hc/api/views.py``): authenticate, bound the body,
-hand it to ``portal.placement_runtime`` and answer its AdmissionReview.
+hand it to ``portal.admission.decide`` and answer its AdmissionReview.
 
 Authentication: karmada-apiserver's ``clientConfig.url`` cannot send headers, so the token is
 a path segment (``/webhooks/placement/<token>/``); other callers may send
@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from portal.placement_runtime import NotAdmissionReview, admission_review
+from portal.admission.decide import NotAdmissionReview, admission_review
 
 log = logging.getLogger(__name__)
 

@@ -59,12 +59,12 @@ def _own_decision_queue(settings) -> Iterator[None]:
     queued is never written into another test's database."""
     settings.PORTAL_DECISION_QUEUE_KEY = f"test:webhook-decisions:{uuid.uuid4().hex}"
     yield
-    from portal import placement_runtime
+    from portal.admission import queue
 
-    if placement_runtime._clients:  # only tests that used the queue
+    if queue._clients:  # only tests that used the queue
         key = settings.PORTAL_DECISION_QUEUE_KEY
         with contextlib.suppress(Exception):
-            client = placement_runtime._queue()
+            client = queue._queue()
             if client is not None:
                 client.delete(key, f"{key}:drain-lock")
 

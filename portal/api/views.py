@@ -1,4 +1,4 @@
-"""Runs over REST (DESIGN section 9). Thin: each endpoint calls one service."""
+"""Runs over REST (DESIGN section 9). Thin: each endpoint calls one service, by name."""
 
 from __future__ import annotations
 
@@ -83,6 +83,18 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
     return raw, project, None
 
 
+def _refused_submission(exc: BodyTooLarge | WorkflowInvalid) -> Response:
+    if isinstance(exc, BodyTooLarge):
+        return errors_response([{"path": "", "message": str(exc)}], 413)
+    return errors_response(exc.as_dicts())
+
+
+def _refused_action(exc: services.ActionRefused | WorkflowInvalid) -> Response:
+    if isinstance(exc, services.ActionRefused):
+        return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    return errors_response(exc.as_dicts())
+
+
 WORKFLOW_BODY = {
     "application/yaml": OpenApiTypes.STR,
     "application/json": OpenApiTypes.OBJECT,
@@ -113,19 +125,9 @@ class WorkflowRunViewSet(
             return [RawWorkflowParser()]
         return super().get_parsers()
 
-    def _run_service(self, request: Request, fn: Any, code: int) -> Response:
-        try:
-            body, project, arguments = _submission(request)
-            result = fn(user=request.user, body=body, project=project, arguments=arguments)
-        except BodyTooLarge as exc:
-            return errors_response([{"path": "", "message": str(exc)}], 413)
-        except WorkflowInvalid as exc:
-            return errors_response(exc.as_dicts())
-        if isinstance(result, WorkflowRun):
-            # A run just submitted carries its units: answered without reading it again.
-            run = services.with_units(result) or self.get_queryset().get(pk=result.pk)
-            return Response(WorkflowRunSerializer(run).data, status=code)
-        return Response(result, status=code)
+    def _run_answer(self, run: WorkflowRun, code: int = status.HTTP_200_OK) -> Response:
+        fresh = self.get_queryset().get(pk=run.pk)
+        return Response(WorkflowRunSerializer(fresh).data, status=code)
 
     @extend_schema(
         request=WORKFLOW_BODY,
@@ -134,39 +136,58 @@ class WorkflowRunViewSet(
     )
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Submit an Argo Workflow (YAML or JSON, or ``{"manifest", "project", "arguments"}``)."""
-        return self._run_service(request, services.run_submit, status.HTTP_201_CREATED)
+        try:
+            body, project, arguments = _submission(request)
+            run = services.run_submit(
+                user=request.user, body=body, project=project, arguments=arguments
+            )
+        except (BodyTooLarge, WorkflowInvalid) as exc:
+            return _refused_submission(exc)
+        # A run just submitted carries its units: answered without reading it again.
+        with_units = services.with_units(run)
+        if with_units is None:
+            return self._run_answer(run, status.HTTP_201_CREATED)
+        return Response(WorkflowRunSerializer(with_units).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=WORKFLOW_BODY, responses={200: PreviewSerializer})
     @action(detail=False, methods=["post"])
     def preview(self, request: Request) -> Response:
         """Where every unit would run and why; stores nothing."""
-        return self._run_service(request, services.workflow_preview, status.HTTP_200_OK)
-
-    def _action(self, fn: Any, code: int = status.HTTP_200_OK) -> Response:
-        run = self.get_object()
         try:
-            result = fn(run=run, user=self.request.user)
-        except services.ActionRefused as exc:
-            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        except WorkflowInvalid as exc:
-            return errors_response(exc.as_dicts())
-        fresh = self.get_queryset().get(pk=result.pk)
-        return Response(WorkflowRunSerializer(fresh).data, status=code)
+            body, project, arguments = _submission(request)
+            plan = services.workflow_preview(
+                user=request.user, body=body, project=project, arguments=arguments
+            )
+        except (BodyTooLarge, WorkflowInvalid) as exc:
+            return _refused_submission(exc)
+        return Response(plan, status=status.HTTP_200_OK)
 
     @extend_schema(request=None, responses={200: WorkflowRunSerializer})
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
-        return self._action(services.run_stop)
+        try:
+            run = services.run_stop(run=self.get_object(), user=request.user)
+        except (services.ActionRefused, WorkflowInvalid) as exc:
+            return _refused_action(exc)
+        return self._run_answer(run)
 
     @extend_schema(request=None, responses={200: WorkflowRunSerializer})
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str | None = None) -> Response:
-        return self._action(services.run_retry)
+        try:
+            run = services.run_retry(run=self.get_object(), user=request.user)
+        except (services.ActionRefused, WorkflowInvalid) as exc:
+            return _refused_action(exc)
+        return self._run_answer(run)
 
     @extend_schema(request=None, responses={201: WorkflowRunSerializer})
     @action(detail=True, methods=["post"])
     def resubmit(self, request: Request, pk: str | None = None) -> Response:
-        return self._action(services.run_resubmit, status.HTTP_201_CREATED)
+        try:
+            run = services.run_resubmit(run=self.get_object(), user=request.user)
+        except (services.ActionRefused, WorkflowInvalid) as exc:
+            return _refused_action(exc)
+        return self._run_answer(run, status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: PlacementDecisionSerializer(many=True)})
     @action(detail=True, methods=["get"])

@@ -136,13 +136,13 @@ def queries_per_admission(body: bytes) -> tuple[int, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from portal import placement_runtime
+    from portal.admission import decide
 
-    placement_runtime.admission_review(body=body)  # warm the per-process snapshot
+    decide.admission_review(body=body)  # warm the per-process snapshot
     stats = redis.Redis.from_url(REDIS)
     before = int(stats.info("stats")["total_commands_processed"])
     with CaptureQueriesContext(connection) as ctx:
-        answer = placement_runtime.admission_review(body=body)
+        answer = decide.admission_review(body=body)
     # The INFO call itself counts one command.
     commands = int(stats.info("stats")["total_commands_processed"]) - before - 1
     assert answer["response"].get("patch"), "the bench admission must place the step"
@@ -263,9 +263,9 @@ def main() -> None:
             asyncio.run(hammer(url, with_uids(review, 200, "warm"), 200))
             asyncio.run(hammer(noop, [body], 200))
             asyncio.run(hammer(base + "/healthz", None, 200))
-            from portal import placement_runtime
+            from portal.admission import queue
 
-            placement_runtime.decisions_flush()
+            queue.decisions_flush()
             server = children(web.pid)
             print(
                 f"{CLIENTS} concurrent clients, gunicorn 2x8 threads; {ROUNDS} interleaved "
@@ -286,7 +286,7 @@ def main() -> None:
                 run(health, base + "/healthz", None)
                 run(hook, url, hook_bodies[r * REQUESTS : (r + 1) * REQUESTS])
             start = time.perf_counter()
-            written = placement_runtime.decisions_flush()
+            written = queue.decisions_flush()
             drained = time.perf_counter() - start
             run(db_path, url, bare_bodies)
             f50, f99, frate, fcpu = floor.line("floor: no-op POST, same body")

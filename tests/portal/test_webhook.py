@@ -14,8 +14,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from placement import planner
-from portal import placement_runtime, services
+from placement import context, planner
+from portal import execution, services
+from portal.admission import budget, decide
+from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase, UnitTiming
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
@@ -34,10 +36,10 @@ def _webhook_settings(settings):
     settings.PORTAL_LABEL_DOMAIN = D
     settings.KARMADA_NAMESPACE = "portal"
     settings.PORTAL_WEBHOOK_BUDGET_MS = 500
-    placement_runtime.snapshot_clear()
-    assert placement_runtime._queue() is not None, "these tests run with the queue (REDIS_URL)"
+    decide.snapshot_clear()
+    assert decision_queue._queue() is not None, "these tests run with the queue (REDIS_URL)"
     yield
-    placement_runtime.snapshot_clear()
+    decide.snapshot_clear()
 
 
 def review(
@@ -83,7 +85,7 @@ def post(
     data = body if isinstance(body, bytes | str) else json.dumps(body)
     response = client.post(path or URL, data=data, content_type="application/json", headers=headers)
     if flush:
-        placement_runtime.decisions_flush()
+        decision_queue.decisions_flush()
     return response
 
 
@@ -207,7 +209,7 @@ def test_it_places_preprocess_at_site_a_when_site_a_has_room(client, demo_run):
 def test_it_sees_a_cordon_within_the_snapshot_lifetime_only_after_refresh(client, demo_run):
     # A cordoned site-b is not a candidate once the snapshot is refreshed.
     Site.objects.filter(name="site-b").update(cordoned=True)
-    placement_runtime.snapshot_clear()
+    decide.snapshot_clear()
     answer(post(client, review(step_workflow(demo_run))))
     decision = PlacementDecision.objects.get(source=DecisionSource.WEBHOOK)
     assert decision.site == "site-c"
@@ -377,7 +379,8 @@ def test_it_rolls_back_and_allows_without_patch_when_deciding_runs_past_the_budg
     client, demo_run, monkeypatch
 ):
     clock = _Clock()
-    monkeypatch.setattr(placement_runtime, "time", clock)
+    monkeypatch.setattr(decide, "time", clock)
+    monkeypatch.setattr(budget, "time", clock)
     monkeypatch.setattr("portal.webhook.time", clock)
     real_decide = planner.decide
 
@@ -471,7 +474,7 @@ def test_it_only_accepts_post(client, db):
 def test_without_a_context_it_reads_in_a_fixed_small_number_of_queries(
     client, demo_run, django_assert_max_num_queries
 ):
-    placement_runtime.snapshot_get()  # warm, as under load
+    decide.snapshot_get()  # warm, as under load
     body = review(step_workflow(demo_run))
     # savepoint, statement timeout, unit, upstream units, release; the decision is queued
     with django_assert_max_num_queries(5):
@@ -483,7 +486,7 @@ def test_its_query_count_does_not_grow_with_the_fleet(client, demo_run):
     body = review(step_workflow(demo_run))
 
     def count() -> int:
-        placement_runtime.snapshot_clear()
+        decide.snapshot_clear()
         with CaptureQueriesContext(connection) as ctx:
             answer(post(client, body, flush=False))
         return len(ctx.captured_queries)
@@ -499,8 +502,6 @@ def test_its_query_count_does_not_grow_with_the_fleet(client, demo_run):
 
 def real_step_workflow(run: WorkflowRun, unit: str = "preprocess") -> dict[str, Any]:
     """The step workflow exactly as the worker would create it (with its placement context)."""
-    from portal import execution
-
     units = list(run.units.order_by("position", "id"))
     target = next(u for u in units if u.name == unit)
     return execution.step_workflow_for(run, target, units)
@@ -524,7 +525,7 @@ def test_a_runtime_step_workflow_carries_its_placement_context(demo_run):
 
 
 def test_with_its_context_an_admission_reads_and_writes_no_database(client, demo_run):
-    placement_runtime.snapshot_get()  # warm, as under load
+    decide.snapshot_get()  # warm, as under load
     body = review(real_step_workflow(demo_run), uid="ctx-1")
 
     with CaptureQueriesContext(connection) as ctx:
@@ -535,7 +536,7 @@ def test_with_its_context_an_admission_reads_and_writes_no_database(client, demo
     assert patched_labels(patch)[f"/metadata/labels/{D}~1site"] == "site-b"
     # Queued, not yet written; the drain writes it with its candidates and places the unit.
     assert not PlacementDecision.objects.filter(source=DecisionSource.WEBHOOK).exists()
-    assert placement_runtime.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 1
     decision = PlacementDecision.objects.get(source=DecisionSource.WEBHOOK)
     assert decision.admission_uid == "ctx-1"
     assert decision.unit == demo_run.units.get(name="preprocess")
@@ -576,7 +577,7 @@ def test_a_malformed_context_falls_back_to_the_database(client, demo_run, mangle
     obj = real_step_workflow(demo_run)
     key = f"{D}/placement-context"
     obj["metadata"]["annotations"][key] = mangle(context_of(obj))
-    placement_runtime.snapshot_get()
+    decide.snapshot_get()
 
     with CaptureQueriesContext(connection) as ctx:
         _, patch = answer(post(client, review(obj), flush=False))
@@ -586,26 +587,26 @@ def test_a_malformed_context_falls_back_to_the_database(client, demo_run, mangle
 
 
 def test_the_drain_writes_each_decision_once_even_when_run_again(client, demo_run):
-    queue = placement_runtime._queue()
+    queue = decision_queue._queue()
     answer(post(client, review(real_step_workflow(demo_run), uid="once"), flush=False))
-    pending = queue.lrange(placement_runtime._queue_key(), 0, -1)
+    pending = queue.lrange(decision_queue._queue_key(), 0, -1)
 
-    assert placement_runtime.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 1
     # A drainer that wrote its batch and died before trimming leaves the entry behind:
-    queue.rpush(placement_runtime._queue_key(), *pending)
-    assert placement_runtime.decisions_flush() == 1
-    assert placement_runtime.decisions_flush() == 0
+    queue.rpush(decision_queue._queue_key(), *pending)
+    assert decision_queue.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 0
     assert PlacementDecision.objects.filter(admission_uid="once").count() == 1
 
 
 def test_an_entry_the_database_refuses_does_not_block_the_queue(client, demo_run):
-    queue = placement_runtime._queue()
-    queue.rpush(placement_runtime._queue_key(), b"not json", json.dumps({"uid": "x" * 300}))
+    queue = decision_queue._queue()
+    queue.rpush(decision_queue._queue_key(), b"not json", json.dumps({"uid": "x" * 300}))
     answer(post(client, review(real_step_workflow(demo_run), uid="after"), flush=False))
 
-    placement_runtime.decisions_flush()
+    decision_queue.decisions_flush()
 
-    assert queue.llen(placement_runtime._queue_key()) == 0
+    assert queue.llen(decision_queue._queue_key()) == 0
     assert PlacementDecision.objects.filter(admission_uid="after").exists()
 
 
@@ -624,8 +625,6 @@ def test_without_a_reachable_queue_the_decision_is_written_at_once(
 
 def test_a_queued_decision_is_not_mistaken_for_the_fallback_policy(client, demo_run):
     """The watcher may see the binding before any drain ran: it writes the queue first."""
-    from portal import execution
-
     obj = real_step_workflow(demo_run)
     answer(post(client, review(obj, uid="race"), flush=False))
     unit = demo_run.units.get(name="preprocess")
@@ -648,42 +647,42 @@ def test_a_superseded_attempt_keeps_its_decision_but_not_the_unit(client, demo_r
     answer(post(client, review(real_step_workflow(demo_run), uid="old"), flush=False))
     UnitRun.objects.filter(run=demo_run, name="preprocess").update(attempt=2)
 
-    placement_runtime.decisions_flush()
+    decision_queue.decisions_flush()
 
     assert PlacementDecision.objects.get(admission_uid="old").attempt == 1
     assert demo_run.units.get(name="preprocess").site == ""
 
 
 def test_a_drain_never_trims_while_another_drainer_holds_the_lock(client, demo_run):
-    queue = placement_runtime._queue()
-    key = placement_runtime._queue_key()
+    queue = decision_queue._queue()
+    key = decision_queue._queue_key()
     answer(post(client, review(real_step_workflow(demo_run), uid="held"), flush=False))
     queue.set(f"{key}:drain-lock", "someone-else")
 
-    assert placement_runtime.decisions_flush() == 0
+    assert decision_queue.decisions_flush() == 0
     assert queue.llen(key) == 1
     assert not PlacementDecision.objects.filter(admission_uid="held").exists()
     queue.delete(f"{key}:drain-lock")
-    assert placement_runtime.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 1
 
 
 def test_a_drain_with_redis_down_says_so_and_loses_nothing(client, demo_run, settings):
     answer(post(client, review(real_step_workflow(demo_run), uid="kept"), flush=False))
     settings.PORTAL_DECISION_QUEUE_URL = "redis://127.0.0.1:9/0"
-    with pytest.raises(placement_runtime.QueueUnavailable):
-        placement_runtime.decisions_flush()
+    with pytest.raises(decision_queue.QueueUnavailable):
+        decision_queue.decisions_flush()
     settings.PORTAL_DECISION_QUEUE_URL = settings.REDIS_URL
-    assert placement_runtime.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 1
 
 
 def test_a_direct_workflow_decision_is_queued_too(client, demo_run):
-    placement_runtime.snapshot_get()  # warm, as under load
+    decide.snapshot_get()  # warm, as under load
     with CaptureQueriesContext(connection) as ctx:
         _, patch = answer(post(client, review(direct_workflow(), namespace="argo"), flush=False))
     assert patch is not None
     assert ctx.captured_queries == []  # no templateRef: no catalogue to read
     assert not PlacementDecision.objects.filter(workflow_name="hello-x7k2p").exists()
-    assert placement_runtime.decisions_flush() == 1
+    assert decision_queue.decisions_flush() == 1
     assert PlacementDecision.objects.get(workflow_name="hello-x7k2p").run is None
 
 
@@ -696,8 +695,6 @@ def test_the_resync_writes_queued_decisions_when_no_watcher_runs(client, demo_ru
 
 
 def test_the_fallback_policy_is_still_recorded_when_the_webhook_did_not_place(demo_run):
-    from portal import execution
-
     obj = real_step_workflow(demo_run)
     unit = demo_run.units.get(name="preprocess")
     UnitRun.objects.filter(pk=unit.pk).update(workflow_name=obj["metadata"]["name"])
@@ -721,13 +718,13 @@ def test_the_fallback_policy_is_still_recorded_when_the_webhook_did_not_place(de
 def test_concurrent_pushes_all_land_and_share_round_trips():
     from concurrent.futures import ThreadPoolExecutor
 
-    client = placement_runtime._queue()
-    key = placement_runtime._queue_key()
+    client = decision_queue._queue()
+    key = decision_queue._queue_key()
     texts = [f"entry-{i}" for i in range(300)]
     with ThreadPoolExecutor(16) as pool:
-        list(pool.map(lambda t: placement_runtime._group_push(client, key, t), texts))
+        list(pool.map(lambda t: decision_queue._group_push(client, key, t), texts))
     assert sorted(x.decode() for x in client.lrange(key, 0, -1)) == sorted(texts)
-    assert not placement_runtime._pushes.pending and not placement_runtime._pushes.busy
+    assert not decision_queue._pushes.pending and not decision_queue._pushes.busy
 
 
 def test_a_failed_push_fails_every_entry_it_carried():
@@ -739,7 +736,7 @@ def test_a_failed_push_fails_every_entry_it_carried():
 
     def push(i: int) -> BaseException | None:
         try:
-            placement_runtime._group_push(dead, "k", str(i))
+            decision_queue._group_push(dead, "k", str(i))
         except redis.RedisError as exc:
             return exc
         return None
@@ -747,13 +744,11 @@ def test_a_failed_push_fails_every_entry_it_carried():
     with ThreadPoolExecutor(8) as pool:
         outcomes = list(pool.map(push, range(40)))
     assert all(isinstance(o, redis.RedisError) for o in outcomes)
-    assert not placement_runtime._pushes.pending and not placement_runtime._pushes.busy
+    assert not decision_queue._pushes.pending and not decision_queue._pushes.busy
 
 
 def test_json_pointer_escapes_tilde_and_slash():
-    assert placement_runtime.json_pointer("metadata", "labels", "a~b/c") == (
-        "/metadata/labels/a~0b~1c"
-    )
+    assert decide.json_pointer("metadata", "labels", "a~b/c") == ("/metadata/labels/a~0b~1c")
 
 
 @pytest.mark.parametrize(
@@ -769,13 +764,13 @@ def test_json_pointer_escapes_tilde_and_slash():
     ],
 )
 def test_upstream_bytes_sums_artifact_sizes_only_when_all_are_known(outputs, expected):
-    assert placement_runtime.upstream_bytes(outputs) == expected
+    assert context.upstream_bytes(outputs) == expected
 
 
 def test_the_configuration_carries_the_token_in_its_url_and_the_ca_bundle(settings):
     settings.PORTAL_WEBHOOK_URL = "https://portal.example.org/webhooks/placement/"
     settings.PORTAL_WEBHOOK_CA_BUNDLE = "LS0tLS1CRUdJTg=="
-    body = placement_runtime.webhook_configuration()
+    body = execution.webhook_configuration()
 
     assert body["kind"] == "MutatingWebhookConfiguration"
     hooks = body["webhooks"]
@@ -800,5 +795,5 @@ def test_register_applies_the_configuration_through_the_gateway(settings, monkey
 
     applied: list[dict[str, Any]] = []
     monkeypatch.setattr(gateway, "apply_mutating_webhook", applied.append)
-    body = placement_runtime.webhook_register()
+    body = execution.webhook_register()
     assert applied == [body]

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from portal import placement_runtime, services, webhook
+from portal import services, webhook
+from portal.admission import decide
 from portal.models import UnitRun
 
 EO_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
@@ -150,7 +151,7 @@ def check(raw: bytes, uid: str | None) -> None:
         assert "error" in body
         return
     assert body["kind"] == "AdmissionReview"
-    assert body["apiVersion"] in placement_runtime.ADMISSION_VERSIONS
+    assert body["apiVersion"] in decide.ADMISSION_VERSIONS
     answer = body["response"]
     assert answer["uid"] == json.loads(raw)["request"]["uid"]
     assert answer["allowed"] is True

@@ -25,6 +25,49 @@ from django.core.management.base import BaseCommand
 SANDBOX_PORT = 18443
 
 
+class _Children:
+    """The demo's processes: each logs to ``var/logs/<name>.log``; they stop together."""
+
+    def __init__(self, command: BaseCommand, env: dict[str, str], var: Path) -> None:
+        self.command = command
+        self.env = env
+        self.var = var
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.var / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - lives with the child
+        proc = subprocess.Popen(
+            argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.procs.append((name, proc))
+        self.command.stdout.write(f"  started {name} (pid {proc.pid}, log var/logs/{name}.log)")
+        return proc
+
+    def stop_all(self, *_: Any) -> None:
+        self.command.stdout.write("\nStopping the demo ...")
+        for _name, proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _name, proc in self.procs:
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        sys.exit(0)
+
+    def watch(self) -> None:
+        """Until one of them exits: then stop them all."""
+        while True:
+            for name, proc in self.procs:
+                if proc.poll() is not None:
+                    self.command.stderr.write(
+                        f"{name} exited with {proc.returncode}; see var/logs/{name}.log"
+                    )
+                    self.stop_all()
+            time.sleep(1)
+
+
 class Command(BaseCommand):
     help = "Start the demo: sandbox fleet, worker, beat, watcher and web server."
 
@@ -38,34 +81,10 @@ class Command(BaseCommand):
         var = Path(settings.VAR_DIR)
         var.mkdir(parents=True, exist_ok=True)
         (var / "logs").mkdir(exist_ok=True)
+        children = _Children(self, env, var)
+        signal.signal(signal.SIGINT, children.stop_all)
+        signal.signal(signal.SIGTERM, children.stop_all)
 
-        procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-        def start(name: str, argv: list[str]) -> None:
-            log = open(var / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - lives with the child
-            proc = subprocess.Popen(
-                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-            procs.append((name, proc))
-            self.stdout.write(f"  started {name} (pid {proc.pid}, log var/logs/{name}.log)")
-
-        def stop_all(*_: Any) -> None:
-            self.stdout.write("\nStopping the demo ...")
-            for _name, proc in reversed(procs):
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
-            for _name, proc in procs:
-                try:
-                    proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-            sys.exit(0)
-
-        signal.signal(signal.SIGINT, stop_all)
-        signal.signal(signal.SIGTERM, stop_all)
-
-        py = sys.executable
         # The sandbox calls this portal's admission webhook, with a token only they share.
         env.setdefault("PORTAL_WEBHOOK_URL", f"http://127.0.0.1:{port}/webhooks/placement/")
         env.setdefault("PORTAL_WEBHOOK_TOKEN", secrets.token_urlsafe(24))
@@ -74,79 +93,40 @@ class Command(BaseCommand):
         if not _port_free(port):
             raise SystemExit(f"port {port} is in use: stop what runs there or pass --port")
         if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):
-            kubeconfig = var / "kubeconfig"
-            sandbox_port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
-            start(
-                "sandbox",
-                [
-                    py,
-                    "-m",
-                    "sandbox",
-                    "--port",
-                    str(sandbox_port),
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--time-scale",
-                    str(options["time_scale"]),
-                ],
-            )
-            _wait_for(f"http://127.0.0.1:{sandbox_port}/version", procs[-1][1])
-            env["KARMADA_KUBECONFIG"] = str(kubeconfig)
-            os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
+            _start_sandbox(children, options["time_scale"])
 
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_demo")
 
-        start(
-            "worker",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "worker",
-                "-l",
-                "info",
-                "--concurrency",
-                "2",
-                "-n",
-                "demo-worker@%h",
-            ],
-        )
-        start(
-            "beat",
-            [
-                py,
-                "-m",
-                "celery",
-                "-A",
-                "portal",
-                "beat",
-                "-l",
-                "info",
-                "-s",
-                str(var / "celerybeat-schedule"),
-            ],
-        )
+        py = sys.executable
+        worker = ["worker", "-l", "info", "--concurrency", "2", "-n", "demo-worker@%h"]
+        children.start("worker", [py, "-m", "celery", "-A", "portal", *worker])
+        beat = ["beat", "-l", "info", "-s", str(var / "celerybeat-schedule")]
+        children.start("beat", [py, "-m", "celery", "-A", "portal", *beat])
         if "watch_karmada" in get_commands() and env.get("KARMADA_KUBECONFIG"):
-            start("watcher", [py, "manage.py", "watch_karmada"])
-        start("web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"])
-        _wait_for(f"http://127.0.0.1:{port}/healthz", procs[-1][1])
+            children.start("watcher", [py, "manage.py", "watch_karmada"])
+        web = children.start(
+            "web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
+        )
+        _wait_for(f"http://127.0.0.1:{port}/healthz", web)
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nThe portal is at http://127.0.0.1:{port}/ (API docs: /api/docs/). "
                 "Press Ctrl-C to stop everything."
             )
         )
-        while True:
-            for name, proc in procs:
-                if proc.poll() is not None:
-                    self.stderr.write(
-                        f"{name} exited with {proc.returncode}; see var/logs/{name}.log"
-                    )
-                    stop_all()
-            time.sleep(1)
+        children.watch()
+
+
+def _start_sandbox(children: _Children, time_scale: float) -> None:
+    """The sandbox fleet on a free port; the portal's processes use its kubeconfig."""
+    kubeconfig = children.var / "kubeconfig"
+    port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
+    argv = ["--port", str(port), "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale)]
+    proc = children.start("sandbox", [sys.executable, "-m", "sandbox", *argv])
+    _wait_for(f"http://127.0.0.1:{port}/version", proc)
+    children.env["KARMADA_KUBECONFIG"] = str(kubeconfig)
+    os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
 
 
 def _port_free(port: int) -> bool:

@@ -1,0 +1,406 @@
+"""Runtime placement: the admission webhook's decision (DESIGN sections 3 and 5, issue 6).
+
+karmada-apiserver sends an ``admission.k8s.io/v1`` AdmissionReview on CREATE of a Workflow; we
+answer one with the same uid, always ``allowed: true``, and a JSONPatch adding the site label and
+the reason annotation when we place it:
+
+* a step workflow labelled ``<domain>/placement=runtime``: its unit is decided now, with the
+  sites where its upstream units actually ran, the bytes they produced and the fleet as last
+  synced (``strict_capacity``: free CPU and memory must fit now);
+* a Workflow created directly on Karmada (no ``<domain>/managed``): placed whole by the rules;
+* anything that already has ``<domain>/site``: allowed unchanged.
+
+The webhook never stands in the way. Any error and any decision that runs past
+``PORTAL_WEBHOOK_BUDGET_MS`` answers allowed with no patch (the fallback policy then places a
+step workflow) and logs why. Only a body that is not an AdmissionReview raises
+``NotAdmissionReview`` (answered 400).
+
+Queries per admission (hot path, fleet snapshot warm): none. A runtime step workflow carries
+its placement context (annotation ``<domain>/placement-context``, written by the worker: the
+unit's needs, its project, where its upstream units ran and the bytes they produced), so the
+webhook still finds the unit from the labels but need not read it; and the decision is queued
+with one Redis command (``RPUSH``, shared by concurrent admissions) for ``decisions_flush`` to
+write later (the watcher every second and before it reads a binding's site, the beat resync).
+A step workflow without a usable context (an older portal's) costs three queries (statement
+timeout, the unit, its upstream units); with no queue configured (the embedded demo) or Redis
+unreachable, the decision is written at once (four more). A direct Workflow costs none, or one
+when it references the catalogue.
+
+The snapshot of sites, links, rules and datasets (5 queries) is rebuilt at most once per
+``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's Cluster sync, which is itself
+seconds old, so a second of staleness changes nothing a decision could see.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from placement import codec, parser, planner
+from placement.context import context_read, upstream_bytes
+from placement.parser import Resources, Unit, WorkflowInvalid
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from portal import labels
+from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
+from portal.admission.queue import decision_entry, decision_record
+from portal.models import UnitRun, WorkflowTemplate
+
+log = logging.getLogger(__name__)
+
+ADMISSION_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+SNAPSHOT_TTL_S = 1.0
+REASON_MAX_CHARS = 1024  # annotations are for humans; the full why is in PlacementDecision
+
+
+class NotAdmissionReview(ValueError):
+    """The body is not an AdmissionReview at all (no request, no uid): answered 400."""
+
+
+class _Skip(Exception):
+    """Nothing to place, or nothing we may place: allowed unchanged, with the why logged."""
+
+
+# --------------------------------------------------------------------------------------------
+# The fleet snapshot: a brief per-process cache of what every decision reads
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    fleet: planner.Fleet
+    rules: planner.RuleBook
+    datasets: planner.DataCatalogue
+    taken_at: float
+
+
+_snapshot: Snapshot | None = None
+_snapshot_lock = threading.Lock()
+
+
+def snapshot_get() -> Snapshot:
+    """The fleet, rules and datasets, read at most once per ``SNAPSHOT_TTL_S`` per process.
+
+    The RuleBook and DataCatalogue are built once per snapshot, so rule globs are compiled and
+    dataset matches memoised across admissions rather than per request.
+    """
+    global _snapshot
+    snap = _snapshot
+    if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
+        return snap
+    # One thread refreshes; the others wait for it rather than stampeding the database.
+    with _snapshot_lock:
+        snap = _snapshot
+        if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
+            return snap
+        snap = Snapshot(
+            fleet=fleet_state(),
+            rules=planner.RuleBook(rule_inputs()),
+            datasets=planner.DataCatalogue(dataset_inputs()),
+            taken_at=time.monotonic(),
+        )
+        _snapshot = snap
+        return snap
+
+
+def snapshot_clear() -> None:
+    """Forget the snapshot (tests; a process that must see a change at once)."""
+    global _snapshot
+    with _snapshot_lock:
+        _snapshot = None
+
+
+# --------------------------------------------------------------------------------------------
+# AdmissionReview in and out
+
+
+def review_parse(body: bytes) -> tuple[str, str, dict[str, Any]]:
+    """``(apiVersion, uid, request)`` of an AdmissionReview, or ``NotAdmissionReview``."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise NotAdmissionReview(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise NotAdmissionReview("not a JSON object")
+    if doc.get("kind") != "AdmissionReview":
+        raise NotAdmissionReview("kind is not AdmissionReview")
+    api_version = doc.get("apiVersion")
+    if api_version not in ADMISSION_VERSIONS:
+        raise NotAdmissionReview(f"apiVersion must be one of {', '.join(ADMISSION_VERSIONS)}")
+    request = doc.get("request")
+    if not isinstance(request, dict):
+        raise NotAdmissionReview("no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid or len(uid) > 256:
+        raise NotAdmissionReview("request.uid must be a non-empty string")
+    return api_version, uid, request
+
+
+def review_response(
+    api_version: str, uid: str, patch: list[dict[str, Any]] | None
+) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode("ascii")
+    return {"apiVersion": api_version, "kind": "AdmissionReview", "response": response}
+
+
+def json_pointer(*parts: str) -> str:
+    """RFC 6901: ``~`` → ``~0`` then ``/`` → ``~1`` (label keys carry a ``/``)."""
+    return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def placement_patch(obj: Mapping[str, Any], site: str, reason: str) -> list[dict[str, Any]]:
+    """Add ``<domain>/site`` and ``<domain>/reason``, creating ``metadata.labels`` or
+    ``metadata.annotations`` when absent (a JSONPatch ``add`` into a missing map fails, and
+    Kubernetes would then reject the whole patch)."""
+    site_key, reason_key = labels.key(labels.SITE), labels.key(labels.REASON)
+    reason = " ".join(reason.split())[:REASON_MAX_CHARS]
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        return [
+            {
+                "op": "add",
+                "path": "/metadata",
+                "value": {"labels": {site_key: site}, "annotations": {reason_key: reason}},
+            }
+        ]
+    ops: list[dict[str, Any]] = []
+    for field, key, value in (("labels", site_key, site), ("annotations", reason_key, reason)):
+        if isinstance(meta.get(field), Mapping):
+            ops.append({"op": "add", "path": json_pointer("metadata", field, key), "value": value})
+        else:
+            # Absent or null: replace the whole map ("add" replaces an existing null member).
+            ops.append(
+                {"op": "add", "path": json_pointer("metadata", field), "value": {key: value}}
+            )
+    return ops
+
+
+# --------------------------------------------------------------------------------------------
+# The decision
+
+
+def admission_review(*, body: bytes, started: float | None = None) -> dict[str, Any]:
+    """Answer one AdmissionReview. Raises only ``NotAdmissionReview``; every other failure is
+    answered allowed without a patch and logged."""
+    started = time.monotonic() if started is None else started
+    api_version, uid, request = review_parse(body)
+    deadline = Deadline(started, settings.PORTAL_WEBHOOK_BUDGET_MS)
+    try:
+        patch = _admit(request, deadline, uid)
+    except _Skip as exc:
+        log.debug("admission %s: allowed unchanged: %s", uid, exc)
+        patch = None
+    except BudgetExceeded as exc:
+        log.warning("admission %s: allowed without placement: %s", uid, exc)
+        patch = None
+    except Exception:  # never stand in the way: the fallback policy places it
+        log.exception("admission %s: allowed without placement after an error", uid)
+        patch = None
+    return review_response(api_version, uid, patch)
+
+
+def _admit(request: Mapping[str, Any], deadline: Deadline, uid: str) -> list[dict[str, Any]] | None:
+    kind = request.get("kind")
+    if request.get("operation") != "CREATE":
+        raise _Skip(f"operation {request.get('operation')!r}")
+    if not isinstance(kind, Mapping) or (kind.get("group"), kind.get("kind")) != (
+        "argoproj.io",
+        "Workflow",
+    ):
+        raise _Skip(f"not an argoproj.io Workflow: {kind!r}")
+    obj = request.get("object")
+    if not isinstance(obj, Mapping):
+        raise _Skip("no object")
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    obj_labels = meta.get("labels")
+    obj_labels = obj_labels if isinstance(obj_labels, Mapping) else {}
+    if labels.key(labels.SITE) in obj_labels:
+        raise _Skip("already has a site")
+    dry_run = request.get("dryRun") is True
+    name = _workflow_name(request, meta)
+    if obj_labels.get(labels.key(labels.PLACEMENT)) == "runtime":
+        return _admit_step(request, obj, meta, obj_labels, name, dry_run, deadline, uid)
+    if labels.key(labels.MANAGED) in obj_labels:
+        # Placed at submission (it would carry a site) or by the fallback policy: not ours.
+        raise _Skip("managed and not asking for runtime placement")
+    return _admit_direct(obj, name, dry_run, deadline, uid)
+
+
+def _workflow_name(request: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
+    for value in (meta.get("name"), request.get("name"), meta.get("generateName")):
+        if isinstance(value, str) and value:
+            return value[:253]
+    return ""
+
+
+def _admit_step(
+    request: Mapping[str, Any],
+    obj: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    obj_labels: Mapping[str, Any],
+    name: str,
+    dry_run: bool,
+    deadline: Deadline,
+    uid: str,
+) -> list[dict[str, Any]] | None:
+    if request.get("namespace") != settings.KARMADA_NAMESPACE:
+        # Only the portal creates step workflows, in its namespace: labels elsewhere are not
+        # a reason to touch a run.
+        raise _Skip(f"runtime label outside namespace {settings.KARMADA_NAMESPACE}")
+    try:
+        run_id = int(str(obj_labels.get(labels.key(labels.RUN))))
+        attempt = int(str(obj_labels.get(labels.key(labels.ATTEMPT))))
+    except ValueError:
+        raise _Skip("run or attempt label is not a number") from None
+    slug = obj_labels.get(labels.key(labels.UNIT))
+    if not isinstance(slug, str) or not slug:
+        raise _Skip("no unit label")
+    annotations = meta.get("annotations")
+    found = (
+        context_read(annotations.get(labels.key(labels.PLACEMENT_CONTEXT)), slug)
+        if isinstance(annotations, Mapping)
+        else None
+    )
+    if found is None:
+        # No (usable) context: a step workflow from an older portal, or edited by hand.
+        found = _context_from_database(run_id, slug, attempt, deadline)
+    unit, project, upstream = found
+    snap = snapshot_get()
+    deadline.check("reading")
+    decision = planner.decide(
+        unit,
+        snap.fleet,
+        snap.rules,
+        snap.datasets,
+        project,
+        upstream,
+        timing="runtime",
+        strict_capacity=True,
+    )
+    deadline.check("deciding")
+    if not dry_run:
+        decision_record(
+            decision_entry(uid, decision, name, run_id=run_id, unit=slug, attempt=attempt), deadline
+        )
+    if not decision.site:
+        raise _Skip(f"no eligible site now: {decision.reason}")
+    return placement_patch(obj, decision.site, decision.reason)
+
+
+def _context_from_database(
+    run_id: int, slug: str, attempt: int, deadline: Deadline
+) -> tuple[Unit, str | None, dict[str, planner.Upstream]]:
+    """The unit, its project and its upstream units' sites and bytes, read from the database
+    (three queries): for step workflows that carry no placement context."""
+    with transaction.atomic():
+        statement_timeout(deadline)
+        unit = (
+            UnitRun.objects.select_related("run__project")
+            .only("id", "name", "attempt", "spec", "upstream", "run__id", "run__project__name")
+            .filter(run_id=run_id, slug=slug)
+            .first()
+        )
+        if unit is None:
+            raise _Skip(f"no unit {slug!r} in run {run_id}")
+        if unit.attempt != attempt:
+            raise _Skip(f"attempt {attempt} is not the current one ({unit.attempt})")
+        upstream: dict[str, planner.Upstream] = {}
+        if unit.upstream:
+            # order_by(): the model's default ordering would join the run table for nothing.
+            for up_name, up_site, up_outputs in (
+                UnitRun.objects.filter(run_id=run_id, name__in=list(unit.upstream))
+                .order_by()
+                .values_list("name", "site", "outputs")
+            ):
+                if up_site:
+                    upstream[up_name] = planner.Upstream(up_site, upstream_bytes(up_outputs))
+    project = unit.run.project.name if unit.run.project else None
+    return codec.unit_from_dict(unit.spec), project, upstream
+
+
+def whole_unit(parsed: parser.ParsedWorkflow) -> Unit:
+    """One unit covering the whole workflow: a Workflow created directly on Karmada runs at one
+    site. Requests are the largest of any unit (its pods run one after another or side by side
+    within one site's capacity check either way); data read is the union of everything read."""
+
+    def union(values: Any) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v for group in values for v in group))
+
+    units = parsed.units
+    name = parsed.name or (parsed.generate_name or "workflow")
+    unit_labels: dict[str, str] = {}
+    for u in units:
+        unit_labels.update(u.labels)
+    unit_labels.update(parsed.labels)
+    return Unit(
+        name=name,
+        slug=name,
+        kind="workflow",
+        task=parsed.entrypoint,
+        template=parsed.entrypoint,
+        templates=union(u.templates for u in units) or (parsed.entrypoint,),
+        upstream=(),
+        depends="",
+        when=None,
+        arguments=parsed.arguments,
+        labels=unit_labels,
+        images=union(u.images for u in units),
+        resources=Resources(
+            cpu_millicores=max((u.resources.cpu_millicores for u in units), default=0),
+            memory_bytes=max((u.resources.memory_bytes for u in units), default=0),
+            gpus=max((u.resources.gpus for u in units), default=0),
+        ),
+        datasets=union(u.datasets for u in units),
+        data_refs=union(u.data_refs for u in units),
+    )
+
+
+def _admit_direct(
+    obj: Mapping[str, Any], name: str, dry_run: bool, deadline: Deadline, uid: str
+) -> list[dict[str, Any]] | None:
+    catalogue: dict[str, Any] = {}
+    if parser.uses_catalogue(obj.get("spec")):
+        with transaction.atomic():
+            statement_timeout(deadline)
+            catalogue = dict(WorkflowTemplate.objects.values_list("name", "manifest"))
+    try:
+        parsed = parser.parse_workflow(
+            obj,
+            catalogue,
+            limits=parser.Limits(
+                max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
+                max_units=settings.PORTAL_MAX_UNITS,
+            ),
+            domain=settings.PORTAL_LABEL_DOMAIN,
+        )
+    except WorkflowInvalid as exc:
+        e = exc.errors[0]
+        raise _Skip(f"workflow does not parse: {e.path or '<document>'}: {e.message}") from None
+    snap = snapshot_get()
+    deadline.check("reading")
+    decision = planner.decide(
+        whole_unit(parsed),
+        snap.fleet,
+        snap.rules,
+        snap.datasets,
+        None,
+        timing="runtime",
+        strict_capacity=True,
+    )
+    deadline.check("deciding")
+    if not dry_run:
+        decision_record(decision_entry(uid, decision, name), deadline)
+    if not decision.site:
+        raise _Skip(f"no eligible site now: {decision.reason}")
+    return placement_patch(obj, decision.site, decision.reason)

@@ -1,0 +1,52 @@
+"""Running a run: create step workflows on Karmada, read their state back, move the DAG on.
+
+* ``steps``: building step workflows and creating them;
+* ``advance``: moving a run on (dependencies, withParam, the exit handler, its status);
+* ``bindings``: folding ResourceBindings into units (site, phase, outputs);
+* ``sync``: Clusters into Sites, policies and the webhook's registration on Karmada;
+* ``failover``: units at lost sites placed again, runs nothing would move on.
+
+Every function here is safe to call twice and from several workers at once:
+
+* step workflows have deterministic names, so a repeated create answers AlreadyExists, which is
+  checked to be ours and counts as success;
+* every state change goes through ``portal.state``: a conditional UPDATE on the row's current
+  attempt, allowed by the transition tables, so a late or duplicated message changes nothing;
+* no database transaction is held across a Karmada call, so a worker that dies mid-task leaves
+  rows as they were and the next delivery (acks_late) or the periodic resync finishes the job.
+"""
+
+from portal.execution.advance import run_advance, run_refresh_status
+from portal.execution.bindings import binding_observe, bindings_observe
+from portal.execution.common import SiteState, sites_state
+from portal.execution.failover import failover_check, stale_runs
+from portal.execution.steps import parsed_of, step_workflow_for, submit_unit, upstream_outputs
+from portal.execution.sync import (
+    cluster_deleted,
+    cluster_observe,
+    policies_sync,
+    webhook_configuration,
+    webhook_register,
+    webhook_url,
+)
+
+__all__ = [
+    "SiteState",
+    "binding_observe",
+    "bindings_observe",
+    "cluster_deleted",
+    "cluster_observe",
+    "failover_check",
+    "parsed_of",
+    "policies_sync",
+    "run_advance",
+    "run_refresh_status",
+    "sites_state",
+    "stale_runs",
+    "step_workflow_for",
+    "submit_unit",
+    "upstream_outputs",
+    "webhook_configuration",
+    "webhook_register",
+    "webhook_url",
+]

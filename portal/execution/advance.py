@@ -1,0 +1,343 @@
+"""Advancing a run: skip or omit what can no longer run, expand withParam, create the step
+workflows of units whose dependencies are done, run the exit handler, settle the status."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from django.db import transaction
+from django.utils import timezone
+
+from placement import codec, manifests, parser, planner
+from placement.parser import Unit
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from portal import gateway, state
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution.common import SiteState, event, site_usable, sites_state
+from portal.execution.failover import failover_unit
+from portal.execution.steps import submit_unit, upstream_outputs
+from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
+
+
+def _phase_of(units: list[UnitRun]) -> str | list[str] | None:
+    if len(units) == 1 and units[0].spec.get("item_index") is None:
+        return units[0].phase if units[0].phase in FINAL_UNIT else None
+    phases = [u.phase for u in units]
+    return phases if all(p in FINAL_UNIT for p in phases) else None
+
+
+def _task_phases(units: list[UnitRun]) -> dict[str, str | list[str] | None]:
+    by_task: dict[str, list[UnitRun]] = {}
+    for u in units:
+        if u.spec.get("expanded"):
+            continue
+        by_task.setdefault(u.spec.get("task") or u.name, []).append(u)
+    return {task: _phase_of(rows) for task, rows in by_task.items()}
+
+
+def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitRun]:
+    """withParam: one unit per item of the upstream output, created once (unique names)."""
+    spec = codec.unit_from_dict(unit.spec)
+    assert spec.with_param is not None
+    missing: list[str] = []
+    value = manifests.substitute(
+        spec.with_param,
+        run.compiled.get("parameters") or {},
+        upstream_outputs(units),
+        missing=missing,
+    )
+    try:
+        if missing:
+            raise ValueError(f"unresolved: {', '.join(missing)}")
+        items = parser.parse_with_param_value(value)
+    except ValueError as exc:
+        state.unit_move(unit, UnitPhase.ERROR, message=f"withParam: {exc}")
+        return []
+    children = parser.expand_with_param(spec, items)
+    decisions = planner.plan(
+        children,
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project else None,
+        upstream_sites={u.name: u.site for u in units if u.site},
+    ).by_unit()
+    rows = [
+        UnitRun.from_plan(run, child, decisions[child.name], position=unit.position)
+        for child in children
+    ]
+    with transaction.atomic():
+        if not UnitRun.objects.filter(
+            pk=unit.pk, phase=UnitPhase.PENDING, spec__expanded__isnull=True
+        ).exists():
+            return []
+        UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
+        unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
+        state.units_move(
+            UnitRun.objects.filter(pk=unit.pk),
+            UnitPhase.RUNNING,
+            from_=[UnitPhase.PENDING],
+            spec=unit.spec,
+            started_at=timezone.now(),
+        )
+        unit.phase = UnitPhase.RUNNING
+        event(run.pk, "unit-expanded", f"{unit.name}: withParam gave {len(children)} items", unit)
+    if not children:
+        state.unit_move(unit, UnitPhase.SKIPPED, message="withParam gave no items")
+    return list(UnitRun.objects.filter(run=run, name__in=[c.name for c in children]))
+
+
+def _settle_groups(units: list[UnitRun]) -> None:
+    """An expanded unit ends when all its items have ended."""
+    by_name = {u.name: u for u in units}
+    for u in units:
+        items = u.spec.get("expanded")
+        if not items or u.phase in FINAL_UNIT:
+            continue
+        rows = [by_name[n] for n in items if n in by_name]
+        if len(rows) < len(items) or any(r.phase not in FINAL_UNIT for r in rows):
+            continue
+        ok = all(r.phase in (UnitPhase.SUCCEEDED, UnitPhase.SKIPPED) for r in rows)
+        state.unit_move(u, UnitPhase.SUCCEEDED if ok else UnitPhase.FAILED)
+
+
+def run_advance(run_id: int) -> None:
+    """Move a run on: skip or omit what can no longer run, expand withParam, create the step
+    workflows of every unit whose dependencies are done, and settle the run's status."""
+    # The manifest as submitted is for people; advancing reads the compiled form only.
+    run = (
+        WorkflowRun.objects.select_related("project")
+        .defer("manifest")
+        .filter(pk=run_id)
+        .order_by()
+        .first()
+    )
+    if run is None:
+        return
+    if run.status == RunStatus.STOPPED:
+        _shutdown(run)
+        return
+    if run.status not in ACTIVE_RUN:
+        return
+    units = list(run.units.order_by("position", "id"))
+    _advance_units(run, units)
+    _settle_groups(units)
+    if (
+        run.status == RunStatus.PENDING
+        and any(u.workflow_name for u in units)
+        and not all(u.phase in FINAL_UNIT for u in units)
+    ):
+        # The common first advance: a step workflow exists and the run cannot have ended, so
+        # Pending → Running needs no second read (the update is conditional on Pending anyway).
+        _mark_running(run.pk)
+    else:
+        run_refresh_status(run.pk)
+
+
+def _advance_units(run: WorkflowRun, units: list[UnitRun]) -> None:
+    """Pass over the units until a pass changes nothing (``units`` grows with expanded items
+    and the exit handler, and a pass sees what it added)."""
+    sites: dict[str, SiteState] | None = None
+    progressed = True
+    while progressed:
+        progressed = False
+        _settle_groups(units)
+        phases = _task_phases(units)
+        outputs = upstream_outputs(units)
+        for unit in units:
+            if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
+                continue
+            held = _held_back(run, unit, phases, outputs)
+            if held is not None:
+                progressed |= held
+                continue
+            if unit.spec.get("with_param"):
+                units.extend(_expand(run, unit, units))
+                progressed = True
+                continue
+            if sites is None:
+                sites = sites_state()
+            if (
+                unit.timing == UnitTiming.SUBMIT
+                and not site_usable(unit.site, sites)
+                and failover_unit(run, unit, units, reason=f"site {unit.site} is not ready")
+            ):
+                progressed = True
+                sites = None  # failover may have read newer state; read again when needed
+                continue
+            submit_unit(run, unit, units, sites)
+        if (
+            not progressed
+            and _exit_pending(run, units)
+            and all(u.phase in FINAL_UNIT for u in units)
+        ):
+            exit_unit = _create_exit_unit(run, units)
+            if exit_unit is not None and exit_unit not in units:
+                units.append(exit_unit)
+                progressed = True
+
+
+def _held_back(
+    run: WorkflowRun,
+    unit: UnitRun,
+    phases: Mapping[str, str | list[str] | None],
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> bool | None:
+    """None when ``depends`` and ``when`` let a pending unit start; otherwise whether holding
+    it back moved it (omitted, skipped, errored; False while its dependencies run)."""
+    verdict = manifests.evaluate_depends(unit.depends or "", phases)
+    if verdict is None:
+        return False
+    if verdict is False:
+        return state.unit_move(unit, UnitPhase.OMITTED, message="depends not satisfied")
+    if not unit.when:
+        return None
+    try:
+        go = manifests.evaluate_when(
+            unit.when,
+            run.compiled.get("parameters") or {},
+            outputs,
+            item=unit.spec.get("item"),
+            has_item=unit.spec.get("item_index") is not None,
+        )
+    except manifests.WhenError as exc:
+        return state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
+    if not go:
+        return state.unit_move(unit, UnitPhase.SKIPPED, message=f"when '{unit.when}' is false")
+    return None
+
+
+EXIT_UNIT = "onExit"
+
+
+def _exit_pending(run: WorkflowRun, units: list[UnitRun]) -> bool:
+    """The run has an exit handler that has not been created yet."""
+    return bool(run.compiled.get("on_exit")) and not any(
+        u.spec.get("kind") == "exit" for u in units
+    )
+
+
+def _main_status(units: list[UnitRun]) -> tuple[str, list[UnitRun]]:
+    bad = [
+        u
+        for u in units
+        if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
+        and not u.spec.get("continue_on_failed")
+        and not u.spec.get("expanded")
+        and u.spec.get("kind") != "exit"
+    ]
+    if any(u.phase == UnitPhase.ERROR for u in bad):
+        return RunStatus.ERROR, bad
+    return (RunStatus.FAILED if bad else RunStatus.SUCCEEDED), bad
+
+
+def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
+    """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
+    template with ``{{workflow.status}}`` set to how the run went."""
+    key = str(run.compiled["on_exit"])
+    status, _bad = _main_status(units)
+    unit = Unit(
+        name=EXIT_UNIT,
+        slug="onexit",
+        kind="workflow",
+        task=EXIT_UNIT,
+        template=key,
+        # Every template: the exit handler may call any of them, Argo ignores the rest.
+        templates=(key, *[k for k in run.compiled.get("templates", {}) if k != key]),
+        upstream=(),
+        depends="",
+        when=None,
+        arguments=parser.Arguments(),
+        labels={},
+        images=(),
+        resources=parser.Resources(),
+        datasets=(),
+        data_refs=(),
+    )
+    decision = planner.decide(
+        unit,
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project else None,
+        upstream_sites={u.name: u.site for u in units if u.site},
+        timing="submit",
+    )
+    spec = {**codec.unit_to_dict(unit), "kind": "exit", "workflow_status": status}
+    row, created = UnitRun.objects.get_or_create(
+        run=run,
+        name=EXIT_UNIT,
+        defaults={
+            "slug": unit.slug,
+            "template": key,
+            "position": max((u.position for u in units), default=0) + 1,
+            "timing": UnitTiming.SUBMIT,
+            "site": decision.site or "",
+            "planned_site": decision.site or "",
+            "reason": f"exit handler: {decision.reason}",
+            "spec": spec,
+        },
+    )
+    if created:
+        PlacementDecision.from_plan(
+            decision, reason=row.reason, run=run, unit=row, source=DecisionSource.RULE
+        ).save()
+        event(run.pk, "exit-handler", f"all units ended ({status}); running onExit", row)
+        if decision.site is None:
+            state.unit_move(row, UnitPhase.ERROR, message=f"no site can run it: {decision.reason}")
+    return row
+
+
+def _mark_running(run_id: int) -> bool:
+    now = timezone.now()
+    return state.run_move(
+        run_id, RunStatus.RUNNING, from_=[RunStatus.PENDING], started_at=now, updated_at=now
+    )
+
+
+def run_refresh_status(run_id: int) -> str:
+    """Derive the run's status from its units (conditional: never leaves Stopped).
+
+    All units ended: Failed when a unit Failed (Error when one errored) and it was not allowed
+    to (``continueOn.failed``), else Succeeded. Otherwise Running once a unit was submitted.
+    """
+    run = WorkflowRun.objects.get(pk=run_id)
+    if run.status not in ACTIVE_RUN:
+        return run.status
+    units = list(run.units.all())
+    now = timezone.now()
+    if units and all(u.phase in FINAL_UNIT for u in units) and not _exit_pending(run, units):
+        new, bad = _main_status(units)
+        exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+        if exit_unit is not None and exit_unit.phase in (UnitPhase.FAILED, UnitPhase.ERROR):
+            new = RunStatus.FAILED if new == RunStatus.SUCCEEDED else new
+            bad.append(exit_unit)
+        message = "; ".join(f"{u.name}: {u.message or u.phase}" for u in bad)[:2000]
+        changed = state.run_move(
+            run.pk, new, from_=[run.status], finished_at=now, updated_at=now, message=message
+        )
+        if changed:
+            event(
+                run.pk, "run-finished", f"Run {new.lower()}" + (f": {message}" if message else "")
+            )
+        return new if changed else run.status
+    if run.status == RunStatus.PENDING and any(u.workflow_name for u in units):
+        _mark_running(run.pk)
+        return RunStatus.RUNNING
+    return run.status
+
+
+def _shutdown(run: WorkflowRun) -> None:
+    """A stopped run: running step workflows get ``spec.shutdown: Stop``; units that never
+    started are omitted."""
+    for unit in run.units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]):
+        if unit.workflow_name:
+            if not unit.spec.get("shutdown_sent"):
+                with contextlib.suppress(gateway.NotFound):
+                    gateway.patch(
+                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": "Stop"}}
+                    )
+                UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
+        elif not unit.spec.get("expanded"):
+            state.unit_move(unit, UnitPhase.OMITTED, message="run stopped")

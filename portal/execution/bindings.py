@@ -1,0 +1,155 @@
+"""Folding ResourceBindings into units: where a step workflow went, its phase and outputs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from portal import state
+from portal.admission import queue
+from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution.advance import run_refresh_status
+from portal.execution.common import event
+from portal.models import PlacementDecision, UnitRun
+
+log = logging.getLogger(__name__)
+
+ARGO_TO_UNIT = {
+    "Pending": UnitPhase.PENDING,
+    "Running": UnitPhase.RUNNING,
+    "Succeeded": UnitPhase.SUCCEEDED,
+    "Failed": UnitPhase.FAILED,
+    "Error": UnitPhase.ERROR,
+}
+
+
+def _parse_time(value: Any) -> datetime | None:
+    return parse_datetime(value) if isinstance(value, str) and value else None
+
+
+def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+    """The step workflow's outputs: its root node's (Argo keys the root node by the
+    workflow's name), else the entrypoint node's."""
+    nodes = status.get("nodes") or {}
+    root = nodes.get(name) if isinstance(nodes, dict) else None
+    if not isinstance(root, dict) and isinstance(nodes, dict):
+        root = next(
+            (n for n in nodes.values() if isinstance(n, dict) and not n.get("boundaryID")), None
+        )
+    outputs = dict((root or {}).get("outputs") or status.get("outputs") or {})
+    return outputs
+
+
+def _bound_workflow(binding: Mapping[str, Any]) -> str:
+    """The name of the Workflow a ResourceBinding binds ('' for any other kind)."""
+    resource = (binding.get("spec") or {}).get("resource") or {}
+    return str(resource.get("name") or "") if resource.get("kind") == "Workflow" else ""
+
+
+def bindings_observe(bindings: Iterable[Mapping[str, Any]]) -> set[int]:
+    """``binding_observe`` for a whole list (the resync's): their units in one query. Returns
+    the runs with a unit that ended."""
+    named = [(b, name) for b in bindings if (name := _bound_workflow(b))]
+    rows = UnitRun.objects.filter(workflow_name__in={name for _, name in named})
+    units = {u.workflow_name: u for u in rows.order_by("-pk")}  # the lowest pk wins
+    ended = set()
+    for binding, name in named:
+        unit = units.get(name)
+        if unit is not None and (run_id := binding_observe(binding, unit)) is not None:
+            ended.add(run_id)
+    return ended
+
+
+def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> int | None:
+    """Fold a ResourceBinding's state into its unit (read by name unless given). Returns the
+    run id when the unit ended (the caller enqueues the run's next step), else None."""
+    spec = binding.get("spec") or {}
+    name = _bound_workflow(binding)
+    if not name:
+        return None
+    clusters = spec.get("clusters") or []
+    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
+    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
+    member = (aggregated[0] or {}).get("status") if aggregated else None
+    if not site and not isinstance(member, dict):
+        return None  # created, not scheduled yet: nothing to fold in, so nothing to read
+    if unit is None:
+        unit = UnitRun.objects.filter(workflow_name=name).order_by("pk").first()
+    if unit is None:
+        return None
+    if site and site != unit.site:
+        _unit_placed(unit, site)
+    if not isinstance(member, dict):
+        return None
+    phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)
+    if phase is None or phase == unit.phase or unit.phase in FINAL_UNIT:
+        return None
+    fields: dict[str, Any] = {}
+    started = _parse_time(member.get("startedAt"))
+    finished = _parse_time(member.get("finishedAt"))
+    if started:
+        fields["started_at"] = started
+    if phase in FINAL_UNIT:
+        fields["finished_at"] = finished or timezone.now()
+        fields["outputs"] = _outputs_of(name, member)
+    message = (
+        str(member.get("message") or "") if phase in (UnitPhase.FAILED, UnitPhase.ERROR) else ""
+    )
+    if phase == UnitPhase.PENDING:
+        return None
+    changed = state.unit_move(unit, phase, message=message, **fields)
+    if changed and unit.run.status == RunStatus.PENDING:
+        run_refresh_status(unit.run_id)
+    return unit.run_id if changed and phase in FINAL_UNIT else None
+
+
+def _unit_placed(unit: UnitRun, site: str) -> None:
+    """Karmada scheduled the step workflow. A runtime unit that the webhook did not place
+    (unreachable, too slow) was placed by the fallback policy: record that decision.
+
+    The webhook queues its decision before it answers, so before the binding exists: the queue
+    is written first, and then a webhook decision is in the database if there was one."""
+    queue_read = True
+    if unit.timing == UnitTiming.RUNTIME:
+        try:
+            queue.decisions_flush(wait=True)
+        except queue.QueueUnavailable as exc:
+            queue_read = False
+            log.warning("%s: decision queue unreadable (%s)", unit.workflow_name, exc)
+        unit.refresh_from_db(fields=["site", "reason"])
+        if unit.site == site:
+            return  # placed by the webhook, as its decision says
+    changed = state.unit_place(
+        UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
+        site,
+        from_sites=[unit.site],
+        updated_at=timezone.now(),
+    )
+    if not changed:
+        return
+    had_decision = PlacementDecision.objects.filter(
+        unit=unit, attempt=unit.attempt, site=site
+    ).exists()
+    unit.site = site
+    if not had_decision and not queue_read:
+        # A webhook decision may still be queued: do not call it the fallback policy's.
+        log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)
+    elif not had_decision:
+        reason = "fallback policy: Karmada chose a ready site (the placement webhook did not)"
+        PlacementDecision.objects.create(
+            run_id=unit.run_id,
+            unit=unit,
+            workflow_name=unit.workflow_name,
+            attempt=unit.attempt,
+            source=DecisionSource.FALLBACK,
+            timing=unit.timing,
+            site=site,
+            reason=reason,
+        )
+        UnitRun.objects.filter(pk=unit.pk).update(reason=reason)
+    event(unit.run_id, "unit-placed", f"{unit.name}: scheduled at {site}", unit)

@@ -1,0 +1,36 @@
+"""What every part of running a run shares: the run's history and the sites' state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from portal.models import RunEvent, UnitRun
+from sites.models import Site
+
+
+def event(run_id: int, kind: str, message: str, unit: UnitRun | None = None) -> None:
+    RunEvent.objects.create(run_id=run_id, unit=unit, kind=kind, message=message)
+
+
+@dataclass(frozen=True)
+class SiteState:
+    usable: bool  # ready and not cordoned
+    overrides: Mapping[str, Any]
+
+
+def sites_state() -> dict[str, SiteState]:
+    """Every site's usability and overrides in one query (a fleet has few sites; one read per
+    advance instead of two per unit submitted)."""
+    return {
+        name: SiteState(ready and not cordoned, overrides or {})
+        for name, ready, cordoned, overrides in Site.objects.order_by().values_list(
+            "name", "ready", "cordoned", "overrides"
+        )
+    }
+
+
+def site_usable(site: str, sites: Mapping[str, SiteState] | None = None) -> bool:
+    state = (sites if sites is not None else sites_state()).get(site)
+    return bool(state and state.usable)

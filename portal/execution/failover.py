@@ -1,0 +1,147 @@
+"""Failover: units at sites lost for longer than the grace period are placed again elsewhere;
+runs that nothing would move on are found for the resync."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef
+from django.utils import timezone
+
+from placement import codec, planner
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from portal import gateway, state
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution.common import event
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from sites.models import Site
+
+log = logging.getLogger(__name__)
+
+
+def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], reason: str) -> bool:
+    """Place the unit again without its lost site, as a new attempt (decision "failover")."""
+    lost = unit.site
+    spec = codec.unit_from_dict(unit.spec)
+    upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
+    decision = planner.decide(
+        spec,
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project else None,
+        upstream_sites=upstream,
+        exclude_sites=[lost] if lost else [],
+        timing="submit",
+    )
+    if decision.site is None:
+        event(
+            run.pk,
+            "failover-blocked",
+            f"{unit.name}: {reason}; no other site: {decision.reason}",
+            unit,
+        )
+        return False
+    old_name = unit.workflow_name
+    now = timezone.now()
+    with transaction.atomic():
+        changed = state.units_move(
+            UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
+            UnitPhase.PENDING,
+            from_=[UnitPhase.PENDING, UnitPhase.RUNNING],
+            attempt=unit.attempt + 1,
+            site=decision.site,
+            timing=UnitTiming.SUBMIT,
+            workflow_name="",
+            submitted_at=None,
+            started_at=None,
+            reason=f"failover from {lost}: {decision.reason}",
+            updated_at=now,
+        )
+        if not changed:
+            return False
+        unit.attempt += 1
+        unit.site = decision.site
+        unit.phase = UnitPhase.PENDING
+        unit.workflow_name = ""
+        unit.timing = UnitTiming.SUBMIT
+        unit.reason = f"failover from {lost}: {decision.reason}"
+        PlacementDecision.from_plan(
+            decision,
+            reason=unit.reason,
+            run=run,
+            unit=unit,
+            attempt=unit.attempt,
+            source=DecisionSource.FAILOVER,
+        ).save()
+        event(
+            run.pk,
+            "failover",
+            f"{unit.name}: {reason}; attempt {unit.attempt} at {decision.site}",
+            unit,
+        )
+    if old_name:
+        try:
+            gateway.delete(gateway.WORKFLOW, old_name)
+        except gateway.KarmadaError as exc:
+            # The site or Karmada is unreachable: the old attempt's labels no longer match a
+            # unit, so whatever it reports later is ignored.
+            log.info("could not delete %s after failover: %s", old_name, exc)
+    return True
+
+
+def failover_check() -> list[int]:
+    """Units at sites not ready for longer than the grace period move elsewhere. Returns the
+    runs to advance."""
+    grace = timedelta(seconds=settings.PORTAL_FAILOVER_GRACE_SECONDS)
+    lost = list(
+        Site.objects.filter(ready=False, ready_changed_at__lt=timezone.now() - grace).values_list(
+            "name", flat=True
+        )
+    )
+    if not lost:
+        return []
+    runs: set[int] = set()
+    stuck = UnitRun.objects.filter(
+        site__in=lost,
+        phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING],
+        run__status__in=ACTIVE_RUN,
+    ).select_related("run", "run__project")
+    for unit in stuck:
+        units = list(unit.run.units.all())
+        if failover_unit(unit.run, unit, units, reason=f"site {unit.site} not ready"):
+            runs.add(unit.run_id)
+    return sorted(runs)
+
+
+def stale_runs(older_than_s: int | None = None) -> list[int]:
+    """Active runs that nothing will move on: no step workflow in flight (whose end the
+    watcher would report), no unit changed for a while, and work left (a unit waiting, or
+    every unit ended but the status not settled). A lost task or a broker outage leaves
+    exactly these; the resync advances them. Runs with work in flight are left alone, so the
+    cost of a resync does not grow with the number of busy runs."""
+    seconds = settings.PORTAL_STALE_SECONDS if older_than_s is None else older_than_s
+    cutoff = timezone.now() - timedelta(seconds=seconds)
+    units = UnitRun.objects.filter(run=OuterRef("pk"))
+    in_flight = units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]).exclude(
+        workflow_name=""
+    )
+    waiting = units.filter(phase=UnitPhase.PENDING, workflow_name="")
+    unfinished = units.exclude(phase__in=list(FINAL_UNIT))
+    stuck = (
+        WorkflowRun.objects.filter(status__in=ACTIVE_RUN, created_at__lt=cutoff)
+        .exclude(Exists(in_flight))
+        .exclude(Exists(units.filter(updated_at__gte=cutoff)))
+        .filter(Exists(waiting) | ~Exists(unfinished))
+        .values_list("pk", flat=True)
+    )
+    stopping = (
+        WorkflowRun.objects.filter(status=RunStatus.STOPPED)
+        .filter(Exists(in_flight.filter(updated_at__lt=cutoff)))
+        .values_list("pk", flat=True)
+    )
+    return sorted({*stuck, *stopping})

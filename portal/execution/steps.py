@@ -1,0 +1,161 @@
+"""Building step workflows: one Argo Workflow per unit attempt, created on karmada-apiserver
+with the upstream outputs filled into its arguments."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from placement import codec, manifests
+from placement.context import context_annotation
+from placement.parser import ParsedWorkflow
+from portal import gateway, labels, state
+from portal.choices import UnitPhase
+from portal.execution.common import SiteState, event, sites_state
+from portal.models import UnitRun, WorkflowRun
+
+
+def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
+    """The run's parsed workflow as stored at submission (no re-parse, no catalogue lookup)."""
+    c = run.compiled
+    return ParsedWorkflow(
+        name=c.get("name"),
+        generate_name=c.get("generate_name"),
+        namespace=c.get("namespace"),
+        labels=c.get("labels") or {},
+        annotations=c.get("annotations") or {},
+        arguments=codec.arguments_from_dict(c.get("arguments") or {}),
+        entrypoint=c.get("entrypoint") or "",
+        on_exit=c.get("on_exit"),
+        templates=c.get("templates") or {},
+        template_scopes=c.get("template_scopes") or {},
+        units=(),
+        spec=c.get("spec") or {},
+        document={},
+    )
+
+
+def _task_outputs(unit: UnitRun) -> manifests.TaskOutputs:
+    out = unit.outputs or {}
+    return manifests.TaskOutputs(
+        phase=unit.phase,
+        parameters={
+            str(p.get("name")): str(p.get("value", ""))
+            for p in out.get("parameters") or []
+            if isinstance(p, dict)
+        },
+        result=out.get("result"),
+        artifacts={
+            str(a.get("name")): a for a in out.get("artifacts") or [] if isinstance(a, dict)
+        },
+        exit_code=out.get("exitCode"),
+    )
+
+
+def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutputs]:
+    """Outputs by task name; an expanded task (withItems/withParam) aggregates its items."""
+    by_task: dict[str, list[UnitRun]] = {}
+    for u in units:
+        if u.spec.get("expanded"):
+            continue  # a group row: its items carry the outputs
+        by_task.setdefault(u.spec.get("task") or u.name, []).append(u)
+    out: dict[str, manifests.TaskOutputs] = {}
+    for task, rows in by_task.items():
+        expanded = any(r.spec.get("item_index") is not None for r in rows)
+        if expanded:
+            rows.sort(key=lambda r: r.spec.get("item_index") or 0)
+            out[task] = manifests.aggregate_outputs([_task_outputs(r) for r in rows])
+        else:
+            out[task] = _task_outputs(rows[0])
+    return out
+
+
+def step_workflow_for(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None = None,
+) -> dict[str, Any]:
+    site = unit.site or None
+    mirror = None
+    if site:
+        state = (sites if sites is not None else sites_state()).get(site)
+        mirror = state.overrides.get("image_registry_mirror") if state else None
+    body = manifests.step_workflow(
+        parsed_of(run),
+        codec.unit_from_dict(unit.spec),
+        run_name=run.name,
+        run_id=run.pk,
+        attempt=unit.attempt,
+        namespace=gateway.namespace(),
+        site=site,
+        reason=unit.reason or "placed at runtime",
+        workflow_parameters=run.compiled.get("parameters") or {},
+        outputs=upstream_outputs(units),
+        domain=settings.PORTAL_LABEL_DOMAIN,
+        image_mirror=mirror or None,
+    )
+    if not site:
+        context = context_annotation(
+            project=run.project.name if run.project_id and run.project else None,
+            unit_spec=unit.spec,
+            units=units,
+        )
+        if context is not None:
+            body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
+    if unit.spec.get("kind") == "exit":
+        # Inside the step workflow Argo would answer with the step workflow's own status.
+        text = json.dumps(body["spec"]["templates"]).replace(
+            "{{workflow.status}}", str(unit.spec.get("workflow_status", ""))
+        )
+        body["spec"]["templates"] = json.loads(text)
+    return body
+
+
+def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
+    have = (obj.get("metadata") or {}).get("labels") or {}
+    return (
+        have.get(labels.key(labels.RUN)) == str(run.pk)
+        and have.get(labels.key(labels.UNIT)) == unit.slug
+        and have.get(labels.key(labels.ATTEMPT)) == str(unit.attempt)
+    )
+
+
+def submit_unit(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None = None,
+) -> bool:
+    """Create the unit's step workflow (idempotent). False when the API refused it for good:
+    the unit is then in Error with the API's message."""
+    try:
+        body = step_workflow_for(run, unit, units, sites)
+    except manifests.Unresolved as exc:
+        state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
+        return False
+    name = body["metadata"]["name"]
+    try:
+        gateway.create(gateway.WORKFLOW, body)
+    except gateway.AlreadyExists:
+        existing = gateway.get(gateway.WORKFLOW, name)
+        if not _is_ours(existing, run, unit):
+            state.unit_move(
+                unit, UnitPhase.ERROR, message=f"a foreign Workflow {name} already exists"
+            )
+            return False
+    except gateway.PermanentError as exc:
+        state.unit_move(unit, UnitPhase.ERROR, message=f"Karmada refused the step workflow: {exc}")
+        return False
+    claimed = UnitRun.objects.filter(
+        pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
+    ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now())
+    if claimed:
+        unit.workflow_name = name
+        where = f"at {unit.site}" if unit.site else "for runtime placement"
+        event(run.pk, "unit-submitted", f"{unit.name}: step workflow {name} created {where}", unit)
+    return True

@@ -1,0 +1,147 @@
+"""Cluster sync: Karmada Clusters into Sites, and the objects the portal keeps in step with
+the inventory on karmada-apiserver (policies, the webhook's registration)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from placement import manifests, parser
+from portal import gateway, labels
+from sites.choices import SyncMode
+from sites.models import Site
+
+
+def _quantity(value: Any, milli: bool = False) -> int:
+    q = parser.parse_quantity(value)
+    if q is None:
+        return 0
+    return round(q * 1000) if milli else int(q)
+
+
+def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
+    """Upsert the Site of a Karmada Cluster. Returns (site, created-or-readiness-changed)."""
+    meta = cluster.get("metadata") or {}
+    spec = cluster.get("spec") or {}
+    status = cluster.get("status") or {}
+    name = str(meta.get("name"))
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or []
+        if isinstance(c, dict)
+    )
+    summary = status.get("resourceSummary") or {}
+    alloc = summary.get("allocatable") or {}
+    used = summary.get("allocated") or {}
+    gpus = _quantity(alloc.get("nvidia.com/gpu"))
+    now = timezone.now()
+    values: dict[str, Any] = {
+        "region": spec.get("region") or "",
+        "zone": spec.get("zone") or "",
+        "provider": spec.get("provider") or "",
+        "sync_mode": SyncMode.PULL if spec.get("syncMode") == "Pull" else SyncMode.PUSH,
+        "cpu_allocatable": _quantity(alloc.get("cpu"), milli=True),
+        "cpu_allocated": _quantity(used.get("cpu"), milli=True),
+        "memory_allocatable": _quantity(alloc.get("memory")),
+        "memory_allocated": _quantity(used.get("memory")),
+        "gpu_allocatable": gpus,
+        "gpu_allocated": _quantity(used.get("nvidia.com/gpu")),
+        "pods_allocatable": _quantity(alloc.get("pods")),
+        "pods_allocated": _quantity(used.get("pods")),
+        "last_sync": now,
+    }
+    with transaction.atomic():
+        site, created = Site.objects.select_for_update().get_or_create(
+            name=name, defaults={**values, "ready": ready, "ready_changed_at": now}
+        )
+        changed = created
+        if not created:
+            if site.ready != ready:
+                values["ready"] = ready
+                values["ready_changed_at"] = now
+                changed = True
+            # Cluster labels are the source of truth for their keys; labels operators add stay.
+            merged = {**(site.labels or {}), **(meta.get("labels") or {})}
+            if merged != site.labels:
+                values["labels"] = merged
+            Site.objects.filter(pk=site.pk).update(**values)
+            for k, v in values.items():
+                setattr(site, k, v)
+        else:
+            Site.objects.filter(pk=site.pk).update(labels=dict(meta.get("labels") or {}))
+        if gpus and "gpu" not in (site.capabilities or []):
+            site.capabilities = [*(site.capabilities or []), "gpu"]
+            Site.objects.filter(pk=site.pk).update(capabilities=site.capabilities)
+    return site, changed
+
+
+def cluster_deleted(name: str) -> None:
+    Site.objects.filter(name=name, ready=True).update(ready=False, ready_changed_at=timezone.now())
+
+
+def policies_sync() -> dict[str, int]:
+    """Keep the per-site and fallback PropagationPolicies, the per-site OverridePolicies and
+    (``PORTAL_WEBHOOK_REGISTER``) the webhook configuration in step with the inventory: create
+    or update what should be there, delete what should not."""
+    ns = gateway.namespace()
+    domain = settings.PORTAL_LABEL_DOMAIN
+    prefix = settings.PORTAL_POLICY_PREFIX
+    gateway.ensure_namespace(ns)
+    wanted: dict[tuple[str, str], dict[str, Any]] = {}
+    for name, overrides in Site.objects.values_list("name", "overrides"):
+        pp = manifests.propagation_policy(name, namespace=ns, domain=domain, prefix=prefix)
+        wanted[("PropagationPolicy", pp["metadata"]["name"])] = pp
+        for op in manifests.override_policies(
+            name, overrides or {}, namespace=ns, domain=domain, prefix=prefix
+        ):
+            wanted[("OverridePolicy", op["metadata"]["name"])] = op
+    fb = manifests.fallback_policy(namespace=ns, domain=domain)
+    wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
+    counts = {"applied": 0, "deleted": 0}
+    if settings.PORTAL_WEBHOOK_REGISTER:
+        webhook_register()
+        counts["applied"] += 1
+    for (kind, _name), body in wanted.items():
+        gateway.apply(gateway.BY_KIND[kind], body)
+        counts["applied"] += 1
+    selector = f"{labels.key(labels.MANAGED)}=true"
+    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
+        items, _ = gateway.list_objects(resource, label_selector=selector)
+        for item in items:
+            name = item["metadata"]["name"]
+            if (resource.kind, name) not in wanted:
+                gateway.delete(resource, name)
+                counts["deleted"] += 1
+    return counts
+
+
+# The webhook's registration is applied with the policies (``PORTAL_WEBHOOK_REGISTER``).
+def webhook_url() -> str:
+    """``PORTAL_WEBHOOK_URL`` with the token as a path segment: karmada-apiserver's
+    ``clientConfig.url`` cannot carry headers, so the URL is the credential (keep the printed
+    configuration as secret as the token)."""
+    url = settings.PORTAL_WEBHOOK_URL
+    token = settings.PORTAL_WEBHOOK_TOKEN
+    if not token:
+        return url
+    return f"{url.rstrip('/')}/{token}/"
+
+
+def webhook_configuration() -> dict[str, Any]:
+    """The MutatingWebhookConfiguration for karmada-apiserver (DESIGN section 3)."""
+    return manifests.webhook_configuration(
+        webhook_url(),
+        ca_bundle=settings.PORTAL_WEBHOOK_CA_BUNDLE or None,
+        domain=settings.PORTAL_LABEL_DOMAIN,
+    )
+
+
+def webhook_register() -> dict[str, Any]:
+    """Create or replace the configuration on karmada-apiserver; returns what was applied."""
+    body = webhook_configuration()
+    gateway.apply_mutating_webhook(body)
+    return body

@@ -1,0 +1,101 @@
+"""The one writer of a run's status and a unit's phase (and of the site a unit was placed at).
+
+Every move is a conditional UPDATE: the row changes only while it is in a state from which the
+transition tables (``RUN_TRANSITIONS``, ``UNIT_TRANSITIONS`` in ``portal.choices``) allow the
+move, and only in the states the caller says it saw. A move the row's state does not allow is
+refused by changing nothing and answering False (or 0): a redelivered task, or two workers
+racing, find the row already moved and do nothing. A call that asks for a move no named
+state allows is a bug in the caller, not a race, and raises ``IllegalTransition``.
+
+Services (``portal.services``), the execution package and the webhook's decision recorder
+(``portal.admission.queue``) call these; nothing else writes ``status``, ``phase`` or a
+unit's ``site``. ``unit_move`` also writes the unit's "unit-phase" event; other events stay
+with the callers, who know what to say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from portal.choices import FINAL_UNIT, RUN_TRANSITIONS, UNIT_TRANSITIONS
+from portal.models import RunEvent, UnitRun, WorkflowRun
+
+
+class IllegalTransition(ValueError):
+    """A move that the transition table allows from none of the states named."""
+
+
+def _allowed_from(
+    table: Mapping[str, set[str]], to: str, from_: Iterable[str] | None, what: str
+) -> list[str]:
+    if to not in table:
+        raise IllegalTransition(f"{to!r} is not a {what}")
+    named = list(table) if from_ is None else list(dict.fromkeys(from_))
+    allowed = [s for s in named if to in table.get(s, set())]
+    if not allowed:
+        raise IllegalTransition(f"no {what} move to {to} from {', '.join(named) or 'nothing'}")
+    return allowed
+
+
+def run_allowed_from(to: str, from_: Iterable[str] | None = None) -> list[str]:
+    """The statuses (of ``from_``, default all) from which a run may move to ``to``."""
+    return _allowed_from(RUN_TRANSITIONS, to, from_, "run status")
+
+
+def unit_allowed_from(to: str, from_: Iterable[str] | None = None) -> list[str]:
+    """The phases (of ``from_``, default all) from which a unit may move to ``to``."""
+    return _allowed_from(UNIT_TRANSITIONS, to, from_, "unit phase")
+
+
+def run_move(run_id: int, to: str, *, from_: Iterable[str] | None = None, **fields: Any) -> bool:
+    """Move a run to status ``to`` (with ``fields``) if it is in an allowed status among
+    ``from_``. True when it moved."""
+    allowed = run_allowed_from(to, from_)
+    return bool(
+        WorkflowRun.objects.filter(pk=run_id, status__in=allowed).update(status=to, **fields)
+    )
+
+
+def units_move(
+    units: QuerySet[UnitRun], to: str, *, from_: Iterable[str] | None = None, **fields: Any
+) -> int:
+    """Move the units of ``units`` (narrowed by the caller: a pk, an attempt) to phase ``to``
+    (with ``fields``), those in an allowed phase among ``from_``. Returns how many moved."""
+    allowed = unit_allowed_from(to, from_)
+    return units.filter(phase__in=allowed).update(phase=to, **fields)
+
+
+def unit_move(unit: UnitRun, to: str, *, message: str = "", **fields: Any) -> bool:
+    """Move one unit, as last read (its phase and attempt), to phase ``to``; the instance
+    follows and an event says so. A final phase stamps ``finished_at`` unless given."""
+    now = timezone.now()
+    extra: dict[str, Any] = {"updated_at": now, **fields}
+    if message:
+        extra["message"] = message
+    if to in FINAL_UNIT and "finished_at" not in fields:
+        extra["finished_at"] = now
+    if unit.phase not in unit_allowed_from(to):  # raises for a phase nothing moves to
+        return False  # refused: nothing changes
+    moved = units_move(
+        UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt), to, from_=[unit.phase], **extra
+    )
+    if moved:
+        old = unit.phase
+        unit.phase = to
+        for k, v in extra.items():
+            setattr(unit, k, v)
+        text = f"{unit.name}: {old} → {to}" + (f" ({message})" if message else "")
+        RunEvent.objects.create(run_id=unit.run_id, unit=unit, kind="unit-phase", message=text)
+    return bool(moved)
+
+
+def unit_place(
+    units: QuerySet[UnitRun], site: str, *, from_sites: Iterable[str], **fields: Any
+) -> int:
+    """Record where the units of ``units`` (narrowed by the caller to one attempt) run: only
+    over a site among ``from_sites``, so a later or a concurrent placement is not undone."""
+    return units.filter(site__in=list(from_sites)).update(site=site, **fields)

@@ -1,0 +1,32 @@
+"""What every page of the dashboard shares: HTMX detection, paging, the fleet's colours."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest
+
+from portal.dag import site_colours
+from sites.models import Site
+
+UNITS_PER_PAGE = 50
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def page_of(request: HttpRequest, items: Any, per_page: int, param: str = "page") -> Page[Any]:
+    return Paginator(items, per_page).get_page(request.GET.get(param))
+
+
+def fleet_colours(extra: Iterable[str] = ()) -> dict[str, str]:
+    """Colours for every site of the fleet (so a site keeps its colour on every page) and for
+    any other name a run mentions."""
+    return site_colours([*Site.objects.values_list("name", flat=True), *extra])
+
+
+def legend(colours: dict[str, str], names: Iterable[str]) -> list[tuple[str, str]]:
+    return [(n, colours[n]) for n in sorted(set(names)) if n in colours]

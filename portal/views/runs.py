@@ -1,0 +1,244 @@
+"""The run pages: the list, one run (DAG, timeline, units, decisions), and its actions."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from portal import services
+from portal.choices import RunStatus, UnitPhase
+from portal.filtersets import WorkflowRunFilterSet
+from portal.models import UnitRun, WorkflowRun
+from portal.selectors import runs_visible_to
+from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, legend, page_of
+
+GRAPH_FIELDS = (
+    "name",
+    "upstream",
+    "depends",
+    "timing",
+    "site",
+    "planned_site",
+    "phase",
+    "started_at",
+    "finished_at",
+)
+DONE_PHASES = (UnitPhase.SUCCEEDED, UnitPhase.SKIPPED, UnitPhase.OMITTED)
+FAILED_PHASES = (UnitPhase.FAILED, UnitPhase.ERROR)
+RUNS_PER_PAGE = 25
+DECISIONS_PER_PAGE = 25
+# Polling intervals: the run page every 2 s while the run is not finished; a very large run
+# re-renders less often, so that a few open tabs do not keep the web server busy.
+RUN_POLL = "2s"
+RUN_POLL_LARGE = "6s"
+LARGE_RUN_UNITS = 300
+
+
+def _with_progress(runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+    def count(phases: Iterable[str] | None) -> Coalesce:
+        units = UnitRun.objects.filter(run=OuterRef("pk"))
+        if phases is not None:
+            units = units.filter(phase__in=list(phases))
+        sub = units.order_by().values("run").annotate(n=Count("pk")).values("n")
+        return Coalesce(Subquery(sub, output_field=IntegerField()), 0)
+
+    return runs.annotate(
+        units_total=count(None),
+        units_done=count(DONE_PHASES),
+        units_failed=count(FAILED_PHASES),
+        units_running=count([UnitPhase.RUNNING]),
+    )
+
+
+def _visible_runs(request: HttpRequest) -> QuerySet[WorkflowRun]:
+    visible = runs_visible_to(request.user).values("pk")
+    return WorkflowRun.objects.filter(pk__in=visible).select_related("project", "owner")
+
+
+@login_required
+@require_GET
+def run_list(request: HttpRequest) -> HttpResponse:
+    filterset = WorkflowRunFilterSet(
+        request.GET or None, queryset=_visible_runs(request), request=request
+    )
+    runs = _with_progress(filterset.qs.order_by("-created_at", "-id"))
+    page = page_of(request, runs, RUNS_PER_PAGE)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "filterset": filterset,
+        "page": page,
+        "runs": list(page.object_list),
+        "query": query.urlencode(),
+        "live": any(r.finished_at is None and not r.is_finished for r in page.object_list),
+    }
+    template = "portal/htmx/run_table.html" if is_htmx(request) else "portal/run_list.html"
+    return render(request, template, context)
+
+
+def _get_run(request: HttpRequest, pk: int) -> WorkflowRun:
+    return get_object_or_404(_visible_runs(request), pk=pk)
+
+
+def _duration(start: datetime | None, end: datetime | None, now: datetime) -> timedelta | None:
+    if start is None:
+        return None
+    return (end or now) - start
+
+
+@dataclass
+class UnitRow:
+    unit: UnitRun
+    duration: timedelta | None
+
+
+def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    """Everything the live part of the run page shows (DAG, timeline, units table)."""
+    now = timezone.now()
+    # The DAG and the timeline need a few fields of every unit: plain dicts, not model
+    # instances, keep a 2,000-unit run cheap. The table shows one page of full rows.
+    units = list(run.units.order_by("position", "id").values(*GRAPH_FIELDS))
+    colours = fleet_colours(u["site"] or u["planned_site"] for u in units)
+    counts: dict[str, int] = defaultdict(int)
+    for u in units:
+        counts[u["phase"]] += 1
+    total = len(units)
+    done = sum(counts[p] for p in DONE_PHASES)
+    failed = sum(counts[p] for p in FAILED_PHASES)
+    finished = run.is_finished
+    page = page_of(request, run.units.order_by("position", "id"), UNITS_PER_PAGE)
+    live_query = {"page": page.number} if page.number > 1 else {}
+    live_url = reverse("ui-run-live", args=[run.pk])
+    if live_query:
+        live_url += f"?page={page.number}"
+    return {
+        "run": run,
+        "units": units,
+        "colours": colours,
+        "legend": legend(colours, (u["site"] or u["planned_site"] for u in units)),
+        "total": total,
+        "done": done,
+        "failed": failed,
+        "running": counts[UnitPhase.RUNNING],
+        "percent": round(100 * done / total) if total else 0,
+        "phase_counts": sorted(counts.items()),
+        "finished": finished,
+        "poll": RUN_POLL_LARGE if total > LARGE_RUN_UNITS else RUN_POLL,
+        "live_url": live_url,
+        "unit_page": page,
+        "unit_rows": [UnitRow(u, _duration(u.started_at, u.finished_at, now)) for u in page],
+        "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),
+        "can_retry": failed > 0 or run.status in (RunStatus.FAILED, RunStatus.ERROR),
+        "now": now,
+    }
+
+
+@login_required
+@require_GET
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _get_run(request, pk)
+    context = _run_context(request, run)
+    context.update(_decisions_context(request, run))
+    return render(request, "portal/run_detail.html", context)
+
+
+@login_required
+@require_GET
+def run_live(request: HttpRequest, pk: int) -> HttpResponse:
+    """The polled part of the run page. A finished run's partial carries no polling trigger,
+    so the browser stops asking."""
+    run = _get_run(request, pk)
+    response = render(request, "portal/htmx/run_live.html", _run_context(request, run))
+    known = request.GET.get("decisions")
+    if known is not None and known != str(run.decisions.count()):
+        response["HX-Trigger"] = "decisions-changed"
+    return response
+
+
+def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    decisions = run.decisions.annotate(unit_name=F("unit__name")).order_by("created_at", "id")
+    page = page_of(request, decisions, DECISIONS_PER_PAGE, param="dpage")
+    rows = []
+    for d in page:
+        candidates = sorted(
+            (c for c in d.candidates or [] if isinstance(c, dict)),
+            key=lambda c: (not c.get("eligible"), -(c.get("score") or 0), str(c.get("site"))),
+        )
+        rows.append({"decision": d, "candidates": candidates})
+    return {
+        "decision_page": page,
+        "decision_rows": rows,
+        "decision_count": page.paginator.count,
+        "colours": fleet_colours(),
+    }
+
+
+@login_required
+@require_GET
+def run_decisions(request: HttpRequest, pk: int) -> HttpResponse:
+    run = _get_run(request, pk)
+    context = {"run": run, **_decisions_context(request, run)}
+    return render(request, "portal/htmx/decisions.html", context)
+
+
+# Refusals an action answers with a message on the run page rather than an error page.
+ACTION_REFUSALS = (PermissionDenied, services.ActionRefused, ValidationError, ValueError)
+
+
+def _refused(request: HttpRequest, run: WorkflowRun, verb: str, exc: Exception) -> HttpResponseBase:
+    if isinstance(exc, PermissionDenied):
+        messages.error(request, str(exc) or f"You may not {verb} this run.")
+    else:
+        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        messages.error(request, f"Could not {verb} the run: {text}")
+    return redirect("ui-run-detail", pk=run.pk)
+
+
+@login_required
+@require_POST
+def run_stop(request: HttpRequest, pk: int) -> HttpResponseBase:
+    run = _get_run(request, pk)
+    try:
+        services.run_stop(run=run, user=request.user)
+    except ACTION_REFUSALS as exc:
+        return _refused(request, run, "stop", exc)
+    messages.success(request, "Stop requested.")
+    return redirect("ui-run-detail", pk=run.pk)
+
+
+@login_required
+@require_POST
+def run_retry(request: HttpRequest, pk: int) -> HttpResponseBase:
+    run = _get_run(request, pk)
+    try:
+        services.run_retry(run=run, user=request.user)
+    except ACTION_REFUSALS as exc:
+        return _refused(request, run, "retry", exc)
+    messages.success(request, "Failed units retried.")
+    return redirect("ui-run-detail", pk=run.pk)
+
+
+@login_required
+@require_POST
+def run_resubmit(request: HttpRequest, pk: int) -> HttpResponseBase:
+    run = _get_run(request, pk)
+    try:
+        new = services.run_resubmit(run=run, user=request.user)
+    except ACTION_REFUSALS as exc:
+        return _refused(request, run, "resubmit", exc)
+    messages.success(request, f"Resubmitted as {new.name}.")
+    return redirect("ui-run-detail", pk=new.pk)

@@ -17,6 +17,8 @@ from aiohttp import web
 
 from sandbox import patch as patchlib
 from sandbox.errors import ApiError
+from sandbox.karmada import proxy
+from sandbox.karmada.proxy import split_proxy_path
 from sandbox.resources import VERBS, ResourceType
 from sandbox.selectors import parse_field_selector, parse_label_selector
 from sandbox.store import Event, Obj, Watcher, clone
@@ -114,7 +116,7 @@ class Api:
             if t.categories:
                 entry["categories"] = list(t.categories)
             resources.append(entry)
-            if t.kind != "MutatingWebhookConfiguration":
+            if t.status_subresource:
                 resources.append(
                     {
                         "name": f"{t.plural}/status",
@@ -202,7 +204,7 @@ class Api:
             return None
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if sub is not None and sub != "status":
+        if sub is not None and (sub != "status" or not rtype.status_subresource):
             return None
         if not rtype.namespaced:
             namespace = None
@@ -214,6 +216,9 @@ class Api:
             found = self.discovery(path, request)
             if found is not None:
                 return found
+        proxied = split_proxy_path(path)
+        if proxied is not None:
+            return await proxy.handle(self.sb, request, *proxied)
         route = self._route(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -227,6 +232,8 @@ class Api:
                 return self.list_view(request, rtype, namespace)
             if m == "POST":
                 body = await self._body(request)
+                if rtype.status_subresource and isinstance(body, dict):
+                    body.pop("status", None)  # set through /status only
                 obj = await self.sb.admit_create(rtype, body, namespace)
                 if q.get("dryRun"):
                     return json_response(obj, 201)
@@ -258,6 +265,8 @@ class Api:
             meta["name"] = name
             if rtype.namespaced:
                 meta.setdefault("namespace", namespace)
+            if sub is None:
+                body = self.sb.admit_update(rtype, body, self.store.find(rtype, namespace, name))
             return json_response(self.store.update(rtype, body, namespace, subresource=sub))
         if m == "PATCH":
             return await self.patch(request, rtype, namespace, name, sub)
@@ -343,6 +352,8 @@ class Api:
         if not isinstance(new, dict):
             raise ApiError.bad_request("the patch result is not an object")
         new.setdefault("metadata", {})["name"] = name
+        if sub is None:
+            new = self.sb.admit_update(rtype, new, current)
         return json_response(self.store.update(rtype, new, ns, subresource=sub))
 
     # -- tables (kubectl get) ------------------------------------------------------------

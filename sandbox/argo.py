@@ -413,14 +413,21 @@ class Member:
             node = run.nodes.get(pod) if ns == namespace else None
             if node is None or node.get("type") != "Pod":
                 continue
-            lines = [f"{node.get('displayName', pod)} ({container}): {node.get('phase', '')}"]
-            outputs = node.get("outputs") or {}
-            if outputs.get("result"):
-                lines.extend(str(outputs["result"]).splitlines())
-            for p in outputs.get("parameters") or []:
-                lines.append(f"{p.get('name')}={p.get('value', '')}")
-            if node.get("message"):
-                lines.append(str(node["message"]))
+            display = f"{node.get('displayName', pod)} ({container})"
+            phase = node.get("phase", "")
+            if phase == "Pending":
+                return ""
+            # Append-only, as a real log: what a follower saw stays a prefix.
+            lines = [f"{display} started"]
+            if phase in DONE:
+                outputs = node.get("outputs") or {}
+                if outputs.get("result"):
+                    lines.extend(str(outputs["result"]).splitlines())
+                for p in outputs.get("parameters") or []:
+                    lines.append(f"{p.get('name')}={p.get('value', '')}")
+                if node.get("message"):
+                    lines.append(str(node["message"]))
+                lines.append(f"{display} {phase}")
             if tail_lines is not None:
                 lines = lines[-tail_lines:] if tail_lines > 0 else []
             return "".join(line + "\n" for line in lines)

@@ -91,16 +91,16 @@ class Sandbox:
         follows in the store."""
         if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
             raise ApiError.bad_request("the body must be a JSON object with object metadata")
-        obj = clone(obj)
-        meta = obj.setdefault("metadata", {})
+        body: Obj = clone(obj)
+        meta = body.setdefault("metadata", {})
         if rtype.namespaced and namespace:
             meta.setdefault("namespace", namespace)
-        self._default(rtype, obj)
-        obj = admission.mutate(rtype, obj, "CREATE")
-        obj = await self.karmada.webhooks.admit(rtype, obj, namespace)
-        self._default(rtype, obj)
-        admission.validate(rtype, obj, None)
-        return obj
+        self._default(rtype, body)
+        body = admission.mutate(rtype, body, "CREATE")
+        body = await self.karmada.webhooks.admit(rtype, body, namespace)
+        self._default(rtype, body)
+        admission.validate(rtype, body, None)
+        return body
 
     def admit_update(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> Obj:
         """The UPDATE chain (registered webhooks are called on CREATE only)."""

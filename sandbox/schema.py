@@ -159,12 +159,13 @@ def _field_path(parts: Iterable[Any]) -> str:
 
 def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
     path = _field_path(error.absolute_path)
-    if error.validator == "required":
+    kind = str(error.validator)
+    if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else ""
         field = f"{path}.{missing}" if path else missing
         return {"reason": "FieldValueRequired", "field": field, "message": "Required value"}
     value = json.dumps(error.instance)[:80]
-    if error.validator == "enum":
+    if kind == "enum":
         values: Any = error.validator_value
         allowed = ", ".join(json.dumps(v) for v in values)
         return {
@@ -172,7 +173,7 @@ def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
             "field": path,
             "message": f"Unsupported value: {value}: supported values: {allowed}",
         }
-    if error.validator == "type":
+    if kind == "type":
         return {
             "reason": "FieldValueTypeInvalid",
             "field": path,

@@ -269,7 +269,7 @@ class Store:
         # Workflow CRD declares `subresources: {}`).
         has_status = rtype.status_subresource
         if subresource == "status":
-            new = clone(old)
+            new: Obj = clone(old)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
@@ -329,14 +329,14 @@ class Store:
         if old["metadata"].get("finalizers"):
             if old["metadata"].get("deletionTimestamp"):
                 return old
-            new = clone(old)
-            new["metadata"]["deletionTimestamp"] = now_iso()
-            new["metadata"]["resourceVersion"] = str(self._next_rv())
-            self.objects[rtype.key][key] = new
-            self._emit(rtype, "MODIFIED", new, old)
-            return new
+            held: Obj = clone(old)
+            held["metadata"]["deletionTimestamp"] = now_iso()
+            held["metadata"]["resourceVersion"] = str(self._next_rv())
+            self.objects[rtype.key][key] = held
+            self._emit(rtype, "MODIFIED", held, old)
+            return held
         del self.objects[rtype.key][key]
-        gone = clone(old)
+        gone: Obj = clone(old)
         gone["metadata"]["resourceVersion"] = str(self._next_rv())
         self._emit(rtype, "DELETED", gone, None)
         if rtype.kind == "Namespace":

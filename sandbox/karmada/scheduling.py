@@ -40,7 +40,7 @@ def affinity_matches(aff: dict[str, Any] | None, cluster: Obj) -> bool:
 def cluster_ready(cluster: Obj) -> bool:
     for cond in (cluster.get("status") or {}).get("conditions") or []:
         if cond.get("type") == "Ready":
-            return cond.get("status") == "True"
+            return bool(cond.get("status") == "True")
     return False
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import ssl
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 
@@ -67,7 +67,7 @@ class Webhooks:
         store = self.sb.store
         configs = store.list_objects(MUTATING_WEBHOOK)
         if not configs:
-            return obj
+            return cast(Obj, obj)
         ns_labels: dict[str, str] = {}
         if meta.get("namespace"):
             ns_obj = store.find(NAMESPACE, None, meta["namespace"])
@@ -84,7 +84,7 @@ class Webhooks:
                 ):
                     continue
                 obj = await self._call(hook, rtype, obj)
-        return obj
+        return cast(Obj, obj)
 
     async def _call(self, hook: dict[str, Any], rtype: ResourceType, obj: Obj) -> Obj:
         name = hook.get("name", "")

@@ -97,6 +97,10 @@ class Karmada:
         # (cluster, namespace, name) -> (run, status version) last reflected into the Work.
         self._reflected: dict[tuple[str, str, str], tuple[int, int]] = {}
         self._frozen: set[str] = set()
+        # (namespace, name) -> what its Works were last built from (template, targets,
+        # override policies), so that a Workflow whose member status moves costs no rebuild.
+        self._built: dict[Key, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
+        self._overrides_stamp: tuple[tuple[str, str], ...] = ()
         # Workflows to look at in the next pass; a full pass now and then catches the rest.
         self._dirty: set[Key] = set()
         self._waiting: set[Key] = set()
@@ -107,6 +111,7 @@ class Karmada:
     def reset(self) -> None:
         self._applied.clear()
         self._reflected.clear()
+        self._built.clear()
         self._waiting.clear()
         self.clusters.reset()
         self.events.reset()
@@ -156,6 +161,16 @@ class Karmada:
         self._dirty = set()
         if not keys:
             return
+        self._overrides_stamp = tuple(
+            sorted(
+                (
+                    o["metadata"].get("namespace", "") + "/" + o["metadata"]["name"],
+                    str(o["metadata"]["resourceVersion"]),
+                )
+                for rtype in (OVERRIDE_POLICY, CLUSTER_OVERRIDE_POLICY)
+                for o in self.store.all(rtype)
+            )
+        )
         pps = list(self.store.all(PROPAGATION_POLICY))
         cpps = list(self.store.all(CLUSTER_PROPAGATION_POLICY))
         for key in sorted(keys):
@@ -363,6 +378,13 @@ class Karmada:
 
     def _sync_works(self, wf: Obj, rb: Obj, targets: list[str], clusters: dict[str, Obj]) -> None:
         key = _key_of(wf)
+        built = (str(wf["metadata"]["resourceVersion"]), tuple(targets), self._overrides_stamp)
+        if self._built.get(key) == built and all(
+            self.store.find(WORK, execution_namespace(t), work_name(*key)) is not None
+            for t in targets
+        ):
+            return
+        self._built[key] = built
         name = work_name(*key)
         cops = list(self.store.all(CLUSTER_OVERRIDE_POLICY))
         ops = [
@@ -451,6 +473,7 @@ class Karmada:
 
     def _delete_workload(self, member: Member, key: Key, work: Obj) -> None:
         member.delete(*key)
+        self._built.pop(key, None)
         self._applied.pop((member.name, *key), None)
         self._reflected.pop((member.name, *key), None)
         released = clone(work)

@@ -28,11 +28,16 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from sandbox.argo import Member, WorkflowRun, fnv32a
-from sandbox.karmada import admission
 from sandbox.karmada.clusters import ClusterController, execution_namespace
+from sandbox.karmada.detector import (
+    BINDING_FINALIZER,
+    RB_ID_LABEL,
+    bind,
+    release_policies,
+    uuid_for,
+)
 from sandbox.karmada.events import Events
 from sandbox.karmada.overrides import apply_override_policies
-from sandbox.karmada.policy import choose_policy
 from sandbox.karmada.scheduling import cluster_ready, schedule
 from sandbox.karmada.webhooks import Webhooks
 from sandbox.resources import (
@@ -52,12 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sandbox.karmada")
 
-PP_NAME = "propagationpolicy.karmada.io/name"
-PP_NAMESPACE = "propagationpolicy.karmada.io/namespace"
-CPP_NAME = "clusterpropagationpolicy.karmada.io/name"
-RB_ID_LABEL = "resourcebinding.karmada.io/permanent-id"
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
-BINDING_FINALIZER = "karmada.io/binding-controller"
 EXECUTION_FINALIZER = "karmada.io/execution-controller"
 FULL_PASS_EVERY_S = 5.0
 Key = tuple[str, str]
@@ -149,7 +149,7 @@ class Karmada:
         if frozen != self._frozen:
             self._all_dirty = True
         self._frozen = frozen
-        self._release_policies()
+        release_policies(self.store)
         now = time.monotonic()
         if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
             self._all_dirty = False
@@ -208,7 +208,7 @@ class Karmada:
         targets: list[str] = []
         if wf is not None and not wf["metadata"].get("deletionTimestamp"):
             if rb is None:
-                rb = self._bind(wf, pps, cpps)
+                rb = bind(self.store, wf, pps, cpps)
             if rb is not None and not rb["spec"].get("clusters"):
                 rb = self._schedule(wf, rb, clusters)
             if rb is not None:
@@ -220,104 +220,6 @@ class Karmada:
         self._execute(key, targets, clusters)
         if wf is not None and rb is not None and targets:
             self._aggregate(wf, rb, targets)
-
-    # -- detector --------------------------------------------------------------------------
-    def _bind(self, wf: Obj, pps: list[Obj], cpps: list[Obj]) -> Obj | None:
-        policy = choose_policy(pps, cpps, wf)
-        if policy is None:
-            return None
-        meta = wf["metadata"]
-        pmeta = policy["metadata"]
-        if policy["kind"] == "PropagationPolicy":
-            label = admission.PP_ID_LABEL
-            annotations = {PP_NAME: pmeta["name"], PP_NAMESPACE: pmeta["namespace"]}
-        else:
-            label = admission.CPP_ID_LABEL
-            annotations = {CPP_NAME: pmeta["name"]}
-        labels = {label: (pmeta.get("labels") or {}).get(label, "")}
-        if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()) or any(
-            (meta.get("annotations") or {}).get(k) != v for k, v in annotations.items()
-        ):
-            claimed = clone(wf)
-            claimed["metadata"].setdefault("labels", {}).update(labels)
-            claimed["metadata"].setdefault("annotations", {}).update(annotations)
-            wf = self.store.update(WORKFLOW, claimed, validate=False, check_rv=False)
-            meta = wf["metadata"]
-        spec = policy.get("spec") or {}
-        rb: Obj = {
-            "metadata": {
-                "name": f"{meta['name']}-workflow",
-                "namespace": meta["namespace"],
-                "labels": dict(labels, **{RB_ID_LABEL: str(_uuid_for(meta["uid"]))}),
-                "annotations": annotations,
-                "finalizers": [BINDING_FINALIZER],
-                "ownerReferences": [
-                    {
-                        "apiVersion": WORKFLOW.api_version,
-                        "kind": "Workflow",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": {
-                "resource": {
-                    "apiVersion": WORKFLOW.api_version,
-                    "kind": "Workflow",
-                    "namespace": meta["namespace"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "resourceVersion": meta["resourceVersion"],
-                },
-                "replicas": int((wf.get("spec") or {}).get("parallelism") or 1),
-                "placement": clone(spec.get("placement") or {}),
-                "schedulerName": spec.get("schedulerName", "default-scheduler"),
-                "conflictResolution": spec.get("conflictResolution", "Abort"),
-            },
-        }
-        claim = _node_claim(wf)
-        if claim:
-            rb["spec"]["replicaRequirements"] = {"nodeClaim": claim}
-        return self.store.create(RESOURCE_BINDING, rb, validate=False)
-
-    def _release_policies(self) -> None:
-        """A policy being deleted: its claims are removed from templates and bindings and its
-        finalizer dropped (`ReconcilePropagationPolicy`, `pkg/detector/detector.go`); bindings
-        and what they propagated stay."""
-        for rtype, label in (
-            (PROPAGATION_POLICY, admission.PP_ID_LABEL),
-            (CLUSTER_PROPAGATION_POLICY, admission.CPP_ID_LABEL),
-        ):
-            for policy in self.store.all(rtype):
-                meta = policy["metadata"]
-                if not meta.get("deletionTimestamp"):
-                    continue
-                policy_id = (meta.get("labels") or {}).get(label)
-                for kind in (WORKFLOW, RESOURCE_BINDING):
-                    for obj in self.store.all(kind):
-                        if (
-                            policy_id
-                            and (obj["metadata"].get("labels") or {}).get(label) == policy_id
-                        ):
-                            self._unclaim(kind, obj, label)
-                released = clone(policy)
-                released["metadata"]["finalizers"] = [
-                    f
-                    for f in meta.get("finalizers") or []
-                    if f not in (admission.PP_FINALIZER, admission.CPP_FINALIZER)
-                ]
-                self.store.update(
-                    rtype, released, subresource="all", validate=False, check_rv=False
-                )
-
-    def _unclaim(self, kind: Any, obj: Obj, label: str) -> None:
-        new = clone(obj)
-        new["metadata"].get("labels", {}).pop(label, None)
-        for key in (PP_NAME, PP_NAMESPACE, CPP_NAME):
-            (new["metadata"].get("annotations") or {}).pop(key, None)
-        self.store.update(kind, new, subresource="all", validate=False, check_rv=False)
 
     # -- scheduler -------------------------------------------------------------------------
     def _schedule(self, wf: Obj, rb: Obj, clusters: dict[str, Obj]) -> Obj:
@@ -415,7 +317,7 @@ class Karmada:
         meta = wf["metadata"]
         labels = dict(meta.get("labels") or {})
         labels["karmada.io/managed"] = "true"
-        labels[WORK_ID_LABEL] = str(_uuid_for(meta["uid"] + "/work"))
+        labels[WORK_ID_LABEL] = str(uuid_for(meta["uid"] + "/work"))
         annotations = dict(meta.get("annotations") or {})
         annotations["resourcetemplate.karmada.io/uid"] = meta["uid"]
         annotations["resourcebinding.karmada.io/name"] = rb["metadata"]["name"]
@@ -607,25 +509,3 @@ def _work_keys(work: Obj) -> list[Key]:
         mm = m.get("metadata") or {}
         out.append((mm.get("namespace", ""), mm.get("name", "")))
     return out
-
-
-def _uuid_for(seed: str) -> str:
-    import uuid
-
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, seed))
-
-
-def _node_claim(wf: Obj) -> dict[str, Any]:
-    """What the shipped Workflow interpreter's GetReplicas reports: node selector, affinity and
-    tolerations of the Workflow's spec, and no resource request."""
-    spec = wf.get("spec") or {}
-    claim: dict[str, Any] = {}
-    if spec.get("nodeSelector"):
-        claim["nodeSelector"] = clone(spec["nodeSelector"])
-    if spec.get("tolerations"):
-        claim["tolerations"] = clone(spec["tolerations"])
-    if (spec.get("affinity") or {}).get("nodeAffinity"):
-        claim["hardNodeAffinity"] = clone(
-            spec["affinity"]["nodeAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
-        )
-    return claim

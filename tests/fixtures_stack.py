@@ -191,6 +191,10 @@ def live(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
     call_command("load_demo", verbosity=0)
     from portal import tasks
 
+    # Twice: the portal syncs its policies at start-up and again on every inventory or Cluster
+    # change, and on Karmada a sync that finds its policies already there must keep what the
+    # webhooks added (the permanent-id label); a fresh control plane alone would hide that.
+    tasks.sites_sync()
     tasks.sites_sync()
     for name in ("worker", "watcher"):
         if name not in stack.procs or stack.procs[name].poll() is not None:

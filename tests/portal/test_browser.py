@@ -18,6 +18,13 @@ from django.core.management import call_command
 from portal.models import WorkflowRun
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 
+POLICY_SYNC_XFAIL = (
+    "portal issue #17: policy sync fails on Karmada: portal.gateway.apply compares "
+    "the whole spec (Karmada filled in defaults and selector namespaces) and PUTs its "
+    "body without the permanent-id label, which Karmada's webhook denies (403)"
+)
+
+
 pytestmark = [pytest.mark.integration]
 
 # Playwright's sync API runs an event loop in this thread; Django must still allow the ORM.
@@ -72,6 +79,7 @@ def login(browser: Any, base: str, username: str, password: str = PASSWORD) -> A
     return page
 
 
+@pytest.mark.xfail(strict=True, reason=POLICY_SYNC_XFAIL)
 def test_a_scientist_previews_submits_and_follows_the_demo_run(
     browser: Any, live_server: Any, demo: None, execution: Any | None
 ) -> None:
@@ -123,6 +131,7 @@ def test_a_scientist_previews_submits_and_follows_the_demo_run(
     page.close()
 
 
+@pytest.mark.xfail(strict=True, reason=POLICY_SYNC_XFAIL)
 def test_an_outsider_cannot_see_the_run(browser: Any, live_server: Any, demo: None) -> None:
     owner = User.objects.get(username="scientist")
     run = WorkflowRun.objects.create(name="private-run", owner=owner, manifest={})
@@ -135,6 +144,7 @@ def test_an_outsider_cannot_see_the_run(browser: Any, live_server: Any, demo: No
     page.close()
 
 
+@pytest.mark.xfail(strict=True, reason=POLICY_SYNC_XFAIL)
 def test_a_broken_workflow_shows_errors_next_to_their_lines(
     browser: Any, live_server: Any, demo: None
 ) -> None:
@@ -156,6 +166,7 @@ def test_a_broken_workflow_shows_errors_next_to_their_lines(
     page.close()
 
 
+@pytest.mark.xfail(strict=True, reason=POLICY_SYNC_XFAIL)
 def test_a_run_of_2000_units_renders_and_stays_interactive(
     browser: Any, live_server: Any, demo: None
 ) -> None:

@@ -390,6 +390,28 @@ class Api:
         return table
 
     # -- watch ---------------------------------------------------------------------------
+    def _watch_start(
+        self, rtype: ResourceType, ns: str | None, watcher: Watcher, rv: str
+    ) -> tuple[list[tuple[str, Obj]], ApiError | None]:
+        """What a new watch sends first: synthetic ADDED for every object without a
+        resourceVersion, else the logged events since it, or the 410 to send when too old."""
+        if rv in ("", "0"):
+            objs = self.store.list_objects(rtype, ns, watcher.label_match, watcher.field_match)
+            return [("ADDED", o) for o in objs], None
+        try:
+            start = int(rv)
+        except ValueError as exc:
+            raise ApiError.bad_request(f"invalid resourceVersion {rv!r}") from exc
+        initial: list[tuple[str, Obj]] = []
+        try:
+            for ev in self.store.events_since(start):
+                kind = watcher.wants(ev)
+                if kind:
+                    initial.append((kind, ev.obj))
+        except ApiError as err:
+            return [], err
+        return initial, None
+
     async def watch(
         self, request: web.Request, rtype: ResourceType, ns: str | None
     ) -> web.StreamResponse:
@@ -407,27 +429,7 @@ class Api:
         except ValueError as exc:
             raise ApiError.bad_request("timeoutSeconds must be a number") from exc
         bookmarks = _truthy(q.get("allowWatchBookmarks"))
-        initial: list[tuple[str, Obj]] = []
-        expired: ApiError | None = None
-        if rv in ("", "0"):
-            initial = [
-                ("ADDED", o)
-                for o in self.store.list_objects(
-                    rtype, ns, watcher.label_match, watcher.field_match
-                )
-            ]
-        else:
-            try:
-                start = int(rv)
-            except ValueError as exc:
-                raise ApiError.bad_request(f"invalid resourceVersion {rv!r}") from exc
-            try:
-                for ev in self.store.events_since(start):
-                    kind = watcher.wants(ev)
-                    if kind:
-                        initial.append((kind, ev.obj))
-            except ApiError as err:
-                expired = err
+        initial, expired = self._watch_start(rtype, ns, watcher, rv)
         if expired is None:
             self.store.watchers.add(watcher)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -476,9 +478,9 @@ class Api:
                     continue
                 if got is None:
                     break
-                kind = watcher.wants(got)
-                if kind:
-                    await send(kind, got.obj)
+                etype = watcher.wants(got)
+                if etype:
+                    await send(etype, got.obj)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

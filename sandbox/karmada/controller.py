@@ -199,9 +199,12 @@ class Karmada:
         if rb is not None and (rb["spec"].get("resource") or {}).get("kind") != "Workflow":
             rb = None
         if rb is not None and (
-            wf is None or rb["spec"]["resource"].get("uid") != wf["metadata"]["uid"]
+            wf is None
+            or rb["spec"]["resource"].get("uid") != wf["metadata"]["uid"]
+            or rb["metadata"].get("deletionTimestamp")
         ):
-            # Garbage collection of a binding whose owner is gone (or was re-created).
+            # Garbage collection of a binding whose owner is gone (or was re-created), or a
+            # binding someone deleted (the detector then builds it again).
             if not rb["metadata"].get("deletionTimestamp"):
                 rb = self.store.delete(RESOURCE_BINDING, key[0], rb["metadata"]["name"])
             rb = self._binding_deleted(rb)

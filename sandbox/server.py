@@ -328,6 +328,8 @@ class Api:
                 if sub is not None:
                     raise ApiError.not_found(rtype.group, rtype.plural, name)
                 body.setdefault("metadata", {})["name"] = name
+                if rtype.status_subresource:
+                    body.pop("status", None)
                 obj = await self.sb.admit_create(rtype, body, ns)
                 return json_response(self.store.create(rtype, obj, ns), 201)
             new = patchlib.merge_patch(current, body)

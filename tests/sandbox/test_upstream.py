@@ -421,3 +421,24 @@ def test_the_fleet_file_sets_each_sites_sync_mode(fleet: Fleet, tmp_path: Path) 
     bad.write_text("sites:\n  - name: x\n    syncMode: Sideways\n")
     with pytest.raises(ValueError, match="syncMode must be Push or Pull"):
         load_fleet(bad)
+
+
+def test_a_deleted_binding_is_built_again(
+    sandbox: SandboxServer, fleet: Fleet, custom: client.CustomObjectsApi, run_on: RunOn
+) -> None:
+    name = unique("rbdel")
+    run_on("site-b", workflow(name, [leaf("main", duration="1h")]))
+    first = sandbox.wait_for(lambda: fleet.binding(name), what="binding")
+    assert first["metadata"]["finalizers"] == ["karmada.io/binding-controller"]
+    custom.delete_namespaced_custom_object(
+        "work.karmada.io", "v1alpha2", NS, "resourcebindings", f"{name}-workflow"
+    )
+
+    def rebuilt() -> dict[str, Any] | None:
+        rb = fleet.binding(name)
+        ok = rb and rb["metadata"]["uid"] != first["metadata"]["uid"] and rb["spec"].get("clusters")
+        return rb if ok else None
+
+    assert sandbox.wait_for(rebuilt, what="a new binding")["spec"]["clusters"][0]["name"] == (
+        "site-b"
+    )

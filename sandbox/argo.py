@@ -403,6 +403,36 @@ class Member:
         run = self.runs.get((namespace, name))
         return run.resume(node) if run else 0
 
+    def pod_log(
+        self, namespace: str, pod: str, container: str, tail_lines: int | None
+    ) -> str | None:
+        """The log of one pod (a Pod node's id) of this member's workflows, the last
+        `tail_lines` lines if given; None when there is no such pod. A stub until steps really
+        run: lines from the node's phase, outputs and message."""
+        for (ns, _name), run in self.runs.items():
+            node = run.nodes.get(pod) if ns == namespace else None
+            if node is None or node.get("type") != "Pod":
+                continue
+            display = f"{node.get('displayName', pod)} ({container})"
+            phase = node.get("phase", "")
+            if phase == "Pending":
+                return ""
+            # Append-only, as a real log: what a follower saw stays a prefix.
+            lines = [f"{display} started"]
+            if phase in DONE:
+                outputs = node.get("outputs") or {}
+                if outputs.get("result"):
+                    lines.extend(str(outputs["result"]).splitlines())
+                for p in outputs.get("parameters") or []:
+                    lines.append(f"{p.get('name')}={p.get('value', '')}")
+                if node.get("message"):
+                    lines.append(str(node["message"]))
+                lines.append(f"{display} {phase}")
+            if tail_lines is not None:
+                lines = lines[-tail_lines:] if tail_lines > 0 else []
+            return "".join(line + "\n" for line in lines)
+        return None
+
     def workflow_objects(self) -> list[Obj]:
         return [dict(clone(r.obj), status=r.render_status()) for r in self.runs.values()]
 

@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.argo import Member
+from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
-from sandbox.karmada import Karmada
+from sandbox.karmada import Karmada, admission
 from sandbox.resources import CLUSTER, NAMESPACE, Registry, ResourceType
 from sandbox.schema import SchemaRegistry
 from sandbox.store import Obj, Store, clone
+from sandbox.ttl import WorkflowGC
 
 log = logging.getLogger("sandbox")
 
@@ -49,6 +51,7 @@ class Sandbox:
         self.sites: dict[str, Site] = {s.name: s for s in load_fleet(config.fleet)}
         self.members: dict[str, Member] = {}
         self.karmada = Karmada(self)
+        self.gc = WorkflowGC(self)
         self._wake = asyncio.Event()
         self.store.listeners.append(lambda ev: self._wake.set())
         self.seed()
@@ -75,8 +78,39 @@ class Sandbox:
             self.karmada.mark_all()
         self._wake.set()
 
+    def _default(self, rtype: ResourceType, obj: Obj) -> None:
+        """The CRD's structural defaults (with `--crds`), else the policy defaults built in."""
+        if self.schemas.has(rtype):
+            self.schemas.default(rtype, obj)
+        else:
+            admission.default_policy_spec(rtype, obj)
+
     async def admit_create(self, rtype: ResourceType, obj: Any, namespace: str | None) -> Obj:
-        return await self.karmada.webhooks.admit(rtype, obj, namespace)
+        """The apiserver's CREATE chain: defaults, mutating admission (Karmada's own webhooks,
+        then those registered), defaults again, validating admission. Schema validation
+        follows in the store."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata", {}), dict):
+            raise ApiError.bad_request("the body must be a JSON object with object metadata")
+        body: Obj = clone(obj)
+        meta = body.setdefault("metadata", {})
+        if rtype.namespaced and namespace:
+            meta.setdefault("namespace", namespace)
+        self._default(rtype, body)
+        body = admission.mutate(rtype, body, "CREATE")
+        body = await self.karmada.webhooks.admit(rtype, body, namespace)
+        self._default(rtype, body)
+        admission.validate(rtype, body, None)
+        return body
+
+    def admit_update(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> Obj:
+        """The UPDATE chain (registered webhooks are called on CREATE only)."""
+        if old is None:
+            return obj
+        obj = clone(obj)
+        self._default(rtype, obj)
+        obj = admission.mutate(rtype, obj, "UPDATE")
+        admission.validate(rtype, obj, old)
+        return obj
 
     async def run(self) -> None:
         """The controllers' loop: reconcile whenever something changed, coalescing bursts."""
@@ -85,6 +119,7 @@ class Sandbox:
                 await asyncio.wait_for(self._wake.wait(), timeout=0.5)
             self._wake.clear()
             try:
+                self.gc.collect()
                 self.karmada.reconcile()
             except Exception:  # pragma: no cover - keep the fleet alive, but say why
                 log.exception("reconcile failed")

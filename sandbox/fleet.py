@@ -37,7 +37,7 @@ class Site:
             region=str(d.get("region", "")),
             zone=str(d.get("zone", "")),
             provider=str(d.get("provider", "")),
-            sync_mode=str(d.get("syncMode", "Push")),
+            sync_mode=_sync_mode(d.get("syncMode", "Push"), name),
             labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
             taints=list(d.get("taints") or []),
             nodes=int(d.get("nodes", 1)),
@@ -60,6 +60,13 @@ class Site:
             "zone": self.zone,
             "id": f"sandbox-{self.name}",
         }
+        if self.sync_mode == "Push":
+            # `karmadactl join` creates it; karmada-agent (Pull) registers none, so the
+            # cluster proxy has no credentials for a pull-mode cluster.
+            spec["impersonatorSecretRef"] = {
+                "namespace": "karmada-cluster",
+                "name": f"{self.name}-impersonator",
+            }
         if self.taints:
             spec["taints"] = self.taints
         return {
@@ -68,6 +75,14 @@ class Site:
             "metadata": {"name": self.name, "labels": labels},
             "spec": spec,
         }
+
+
+def _sync_mode(value: Any, site: str) -> str:
+    """`syncMode` of a site: Push (the control plane reaches the member) or Pull (an agent in
+    the member reaches the control plane)."""
+    if value not in ("Push", "Pull"):
+        raise ValueError(f"site {site}: syncMode must be Push or Pull, not {value!r}")
+    return str(value)
 
 
 def load_fleet(path: Path | None = None) -> list[Site]:

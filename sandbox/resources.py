@@ -17,6 +17,9 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
     printer_columns: tuple[tuple[str, str, str], ...] = field(default=())
+    # Whether `{plural}/status` is served. CRDs that declare `subresources: {}` (Argo's
+    # Workflow, Karmada's policies) have none: their main endpoint stores `status` as sent.
+    status_subresource: bool = True
 
     @cached_property
     def api_version(self) -> str:
@@ -63,6 +66,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         True,
         "propagationpolicy",
         ("pp",),
+        status_subresource=False,
     ),
     ResourceType(
         "policy.karmada.io",
@@ -72,6 +76,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "clusterpropagationpolicy",
         ("cpp",),
+        status_subresource=False,
     ),
     ResourceType(
         "policy.karmada.io",
@@ -81,6 +86,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         True,
         "overridepolicy",
         ("op",),
+        status_subresource=False,
     ),
     ResourceType(
         "policy.karmada.io",
@@ -90,6 +96,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "clusteroverridepolicy",
         ("cop",),
+        status_subresource=False,
     ),
     ResourceType(
         "work.karmada.io",
@@ -116,6 +123,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
             ("Status", ".status.phase", "string"),
             ("Message", ".status.message", "string"),
         ),
+        status_subresource=False,
     ),
     ResourceType(
         "admissionregistration.k8s.io",
@@ -125,6 +133,45 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "mutatingwebhookconfiguration",
         (),
+        status_subresource=False,
+    ),
+    ResourceType(
+        "work.karmada.io",
+        "v1alpha1",
+        "works",
+        "Work",
+        True,
+        "work",
+        (),
+        printer_columns=(
+            ("Workload-Kind", ".spec.workload.manifests[0].kind", "string"),
+            ("Applied", '.status.conditions[?(@.type=="Applied")].status', "string"),
+        ),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "events",
+        "Event",
+        True,
+        "event",
+        ("ev",),
+        printer_columns=(
+            ("Type", ".type", "string"),
+            ("Reason", ".reason", "string"),
+            ("Message", ".message", "string"),
+        ),
+        status_subresource=False,
+    ),
+    ResourceType(
+        "config.karmada.io",
+        "v1alpha1",
+        "resourceinterpretercustomizations",
+        "ResourceInterpreterCustomization",
+        False,
+        "resourceinterpretercustomization",
+        ("ric",),
+        status_subresource=False,
     ),
 )
 
@@ -163,3 +210,6 @@ CLUSTER_PROPAGATION_POLICY = RESOURCE_TYPES[3]
 OVERRIDE_POLICY = RESOURCE_TYPES[4]
 CLUSTER_OVERRIDE_POLICY = RESOURCE_TYPES[5]
 MUTATING_WEBHOOK = RESOURCE_TYPES[8]
+WORK = RESOURCE_TYPES[9]
+EVENT = RESOURCE_TYPES[10]
+INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]

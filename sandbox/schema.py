@@ -38,6 +38,7 @@ def _to_jsonschema(node: Any) -> Any:
 class SchemaRegistry:
     def __init__(self) -> None:
         self._validators: dict[tuple[str, str, str], jsonschema.Draft4Validator] = {}
+        self._schemas: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def load(self, paths: Iterable[Path]) -> None:
         for path in paths:
@@ -58,12 +59,23 @@ class SchemaRegistry:
         for version in crd["spec"].get("versions", []):
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             if schema:
+                self._schemas[(group, version["name"], kind)] = schema
                 self._validators[(group, version["name"], kind)] = jsonschema.Draft4Validator(
                     _to_jsonschema(schema)
                 )
 
     def kinds(self) -> list[tuple[str, str, str]]:
         return sorted(self._validators)
+
+    def has(self, rtype: ResourceType) -> bool:
+        return (rtype.group, rtype.version, rtype.kind) in self._schemas
+
+    def default(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        """Fill the CRD's `default:` values in place, as the apiserver's structural defaulting
+        does: a default applies where its parent object is present and the field is not."""
+        schema = self._schemas.get((rtype.group, rtype.version, rtype.kind))
+        if schema is not None:
+            apply_defaults(schema, obj)
 
     def validate(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         validator = self._validators.get((rtype.group, rtype.version, rtype.kind))
@@ -78,6 +90,23 @@ class SchemaRegistry:
             causes.sort(key=lambda c: c["field"])
             name = (obj.get("metadata") or {}).get("name", "")
             raise ApiError.invalid(rtype.group, rtype.kind, name, causes)
+
+
+def apply_defaults(schema: dict[str, Any], node: Any) -> None:
+    if isinstance(node, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key not in node and "default" in sub:
+                node[key] = json.loads(json.dumps(sub["default"]))
+            if key in node:
+                apply_defaults(sub, node[key])
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, value in node.items():
+                if key not in (schema.get("properties") or {}):
+                    apply_defaults(extra, value)
+    elif isinstance(node, list) and isinstance(schema.get("items"), dict):
+        for item in node:
+            apply_defaults(schema["items"], item)
 
 
 def _cache_dir() -> Path:
@@ -130,12 +159,13 @@ def _field_path(parts: Iterable[Any]) -> str:
 
 def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
     path = _field_path(error.absolute_path)
-    if error.validator == "required":
+    kind = str(error.validator)
+    if kind == "required":
         missing = error.message.split("'")[1] if "'" in error.message else ""
         field = f"{path}.{missing}" if path else missing
         return {"reason": "FieldValueRequired", "field": field, "message": "Required value"}
     value = json.dumps(error.instance)[:80]
-    if error.validator == "enum":
+    if kind == "enum":
         values: Any = error.validator_value
         allowed = ", ".join(json.dumps(v) for v in values)
         return {
@@ -143,7 +173,7 @@ def _cause(error: jsonschema.ValidationError) -> dict[str, str]:
             "field": path,
             "message": f"Unsupported value: {value}: supported values: {allowed}",
         }
-    if error.validator == "type":
+    if kind == "type":
         return {
             "reason": "FieldValueTypeInvalid",
             "field": path,

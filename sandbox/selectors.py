@@ -97,7 +97,7 @@ def parse_field_selector(selector: str | None) -> Callable[[Mapping[str, Any]], 
 
         def check(obj: Mapping[str, Any], f: str = field, v: str = value, o: str = op) -> bool:
             actual = (obj.get("metadata") or {}).get(f, "")
-            return (actual != v) if o == "!=" else (actual == v)
+            return bool(actual != v) if o == "!=" else bool(actual == v)
 
         checks.append(check)
     return lambda obj: all(c(obj) for c in checks)

@@ -17,6 +17,8 @@ from aiohttp import web
 
 from sandbox import patch as patchlib
 from sandbox.errors import ApiError
+from sandbox.karmada import proxy
+from sandbox.karmada.proxy import split_proxy_path
 from sandbox.resources import VERBS, ResourceType
 from sandbox.selectors import parse_field_selector, parse_label_selector
 from sandbox.store import Event, Obj, Watcher, clone
@@ -114,7 +116,7 @@ class Api:
             if t.categories:
                 entry["categories"] = list(t.categories)
             resources.append(entry)
-            if t.kind != "MutatingWebhookConfiguration":
+            if t.status_subresource:
                 resources.append(
                     {
                         "name": f"{t.plural}/status",
@@ -202,7 +204,7 @@ class Api:
             return None
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
-        if sub is not None and sub != "status":
+        if sub is not None and (sub != "status" or not rtype.status_subresource):
             return None
         if not rtype.namespaced:
             namespace = None
@@ -214,6 +216,9 @@ class Api:
             found = self.discovery(path, request)
             if found is not None:
                 return found
+        proxied = split_proxy_path(path)
+        if proxied is not None:
+            return await proxy.handle(self.sb, request, *proxied)
         route = self._route(path)
         if route is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
@@ -227,6 +232,8 @@ class Api:
                 return self.list_view(request, rtype, namespace)
             if m == "POST":
                 body = await self._body(request)
+                if rtype.status_subresource and isinstance(body, dict):
+                    body.pop("status", None)  # set through /status only
                 obj = await self.sb.admit_create(rtype, body, namespace)
                 if q.get("dryRun"):
                     return json_response(obj, 201)
@@ -258,6 +265,8 @@ class Api:
             meta["name"] = name
             if rtype.namespaced:
                 meta.setdefault("namespace", namespace)
+            if sub is None:
+                body = self.sb.admit_update(rtype, body, self.store.find(rtype, namespace, name))
             return json_response(self.store.update(rtype, body, namespace, subresource=sub))
         if m == "PATCH":
             return await self.patch(request, rtype, namespace, name, sub)
@@ -319,6 +328,8 @@ class Api:
                 if sub is not None:
                     raise ApiError.not_found(rtype.group, rtype.plural, name)
                 body.setdefault("metadata", {})["name"] = name
+                if rtype.status_subresource:
+                    body.pop("status", None)
                 obj = await self.sb.admit_create(rtype, body, ns)
                 return json_response(self.store.create(rtype, obj, ns), 201)
             new = patchlib.merge_patch(current, body)
@@ -343,6 +354,8 @@ class Api:
         if not isinstance(new, dict):
             raise ApiError.bad_request("the patch result is not an object")
         new.setdefault("metadata", {})["name"] = name
+        if sub is None:
+            new = self.sb.admit_update(rtype, new, current)
         return json_response(self.store.update(rtype, new, ns, subresource=sub))
 
     # -- tables (kubectl get) ------------------------------------------------------------
@@ -379,6 +392,28 @@ class Api:
         return table
 
     # -- watch ---------------------------------------------------------------------------
+    def _watch_start(
+        self, rtype: ResourceType, ns: str | None, watcher: Watcher, rv: str
+    ) -> tuple[list[tuple[str, Obj]], ApiError | None]:
+        """What a new watch sends first: synthetic ADDED for every object without a
+        resourceVersion, else the logged events since it, or the 410 to send when too old."""
+        if rv in ("", "0"):
+            objs = self.store.list_objects(rtype, ns, watcher.label_match, watcher.field_match)
+            return [("ADDED", o) for o in objs], None
+        try:
+            start = int(rv)
+        except ValueError as exc:
+            raise ApiError.bad_request(f"invalid resourceVersion {rv!r}") from exc
+        initial: list[tuple[str, Obj]] = []
+        try:
+            for ev in self.store.events_since(start):
+                kind = watcher.wants(ev)
+                if kind:
+                    initial.append((kind, ev.obj))
+        except ApiError as err:
+            return [], err
+        return initial, None
+
     async def watch(
         self, request: web.Request, rtype: ResourceType, ns: str | None
     ) -> web.StreamResponse:
@@ -396,27 +431,7 @@ class Api:
         except ValueError as exc:
             raise ApiError.bad_request("timeoutSeconds must be a number") from exc
         bookmarks = _truthy(q.get("allowWatchBookmarks"))
-        initial: list[tuple[str, Obj]] = []
-        expired: ApiError | None = None
-        if rv in ("", "0"):
-            initial = [
-                ("ADDED", o)
-                for o in self.store.list_objects(
-                    rtype, ns, watcher.label_match, watcher.field_match
-                )
-            ]
-        else:
-            try:
-                start = int(rv)
-            except ValueError as exc:
-                raise ApiError.bad_request(f"invalid resourceVersion {rv!r}") from exc
-            try:
-                for ev in self.store.events_since(start):
-                    kind = watcher.wants(ev)
-                    if kind:
-                        initial.append((kind, ev.obj))
-            except ApiError as err:
-                expired = err
+        initial, expired = self._watch_start(rtype, ns, watcher, rv)
         if expired is None:
             self.store.watchers.add(watcher)
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
@@ -465,9 +480,9 @@ class Api:
                     continue
                 if got is None:
                     break
-                kind = watcher.wants(got)
-                if kind:
-                    await send(kind, got.obj)
+                etype = watcher.wants(got)
+                if etype:
+                    await send(etype, got.obj)
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         finally:

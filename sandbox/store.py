@@ -265,9 +265,11 @@ class Store:
                 "the object has been modified; please apply your changes to the latest "
                 "version and try again",
             )
-        has_status = rtype.kind != "MutatingWebhookConfiguration"
+        # Without a status subresource the main endpoint stores `status` as sent (Argo's
+        # Workflow CRD declares `subresources: {}`).
+        has_status = rtype.status_subresource
         if subresource == "status":
-            new = clone(old)
+            new: Obj = clone(old)
             if "status" in obj:
                 new["status"] = obj["status"]
             else:
@@ -289,7 +291,7 @@ class Store:
                     nmeta.pop(keep, None)
             nmeta["name"] = name
             nmeta["generation"] = old["metadata"].get("generation", 1)
-            if _spec_of(new) != _spec_of(old):
+            if _spec_of(new, has_status) != _spec_of(old, has_status):
                 nmeta["generation"] += 1
         if validate and self.validator is not None:
             self.validator(rtype, new)
@@ -327,14 +329,14 @@ class Store:
         if old["metadata"].get("finalizers"):
             if old["metadata"].get("deletionTimestamp"):
                 return old
-            new = clone(old)
-            new["metadata"]["deletionTimestamp"] = now_iso()
-            new["metadata"]["resourceVersion"] = str(self._next_rv())
-            self.objects[rtype.key][key] = new
-            self._emit(rtype, "MODIFIED", new, old)
-            return new
+            held: Obj = clone(old)
+            held["metadata"]["deletionTimestamp"] = now_iso()
+            held["metadata"]["resourceVersion"] = str(self._next_rv())
+            self.objects[rtype.key][key] = held
+            self._emit(rtype, "MODIFIED", held, old)
+            return held
         del self.objects[rtype.key][key]
-        gone = clone(old)
+        gone: Obj = clone(old)
         gone["metadata"]["resourceVersion"] = str(self._next_rv())
         self._emit(rtype, "DELETED", gone, None)
         if rtype.kind == "Namespace":
@@ -358,5 +360,8 @@ class Store:
         return [ev for ev in self.log if ev.rv > rv]
 
 
-def _spec_of(obj: Obj) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+def _spec_of(obj: Obj, status_apart: bool = True) -> dict[str, Any]:
+    """What bumps metadata.generation: everything but metadata, and but status when status is
+    a subresource (without one, as for CRDs, a status change is a change like any other)."""
+    skip = ("metadata", "status", "apiVersion", "kind") if status_apart else ("metadata",)
+    return {k: v for k, v in obj.items() if k not in skip}

@@ -204,6 +204,10 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     call_command("load_demo", verbosity=0)
     from portal import tasks
 
+    # Twice: the portal syncs its policies at start-up and again on every inventory or Cluster
+    # change, and on Karmada a sync that finds its policies already there must keep what the
+    # webhooks added (the permanent-id label); a fresh control plane alone would hide that.
+    tasks.sites_sync()
     tasks.sites_sync()
     # What an earlier test stopped on purpose and left stopped; anything that exited on its
     # own failed stack.check() above.

@@ -16,6 +16,9 @@ from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
 from tests.sandbox.conftest import NS, site_policy, unique
 
 PP = ("policy.karmada.io", "v1alpha1")
+RB = ("work.karmada.io", "v1alpha2")
+WF = ("argoproj.io", "v1alpha1")
+PP_ID = "propagationpolicy.karmada.io/permanent-id"
 
 
 def status_of(exc: client.ApiException) -> dict[str, Any]:
@@ -45,7 +48,8 @@ def test_it_serves_discovery_with_and_without_trailing_slash(sandbox: SandboxSer
     assert wf["kind"] == "Workflow" and wf["namespaced"] is True
     assert wf["shortNames"] == ["wf"] and wf["singularName"] == "workflow"
     assert "watch" in wf["verbs"]
-    assert any(r["name"] == "workflows/status" for r in resources)
+    # Argo's CRD declares `subresources: {}`: no workflows/status.
+    assert not any(r["name"] == "workflows/status" for r in resources)
 
 
 def test_it_lets_kubectl_skip_openapi(sandbox: SandboxServer) -> None:
@@ -173,23 +177,62 @@ def test_it_lists_with_kind_resource_version_and_selectors(core: client.CoreV1Ap
     assert [n.metadata.name for n in by_field] == ["sel-c"]
 
 
-def test_status_is_a_subresource(custom: client.CustomObjectsApi) -> None:
+def test_status_is_a_subresource_where_the_crd_declares_one(
+    custom: client.CustomObjectsApi,
+) -> None:
     name = unique("st")
-    body = site_policy("site-a", name=name)
-    body["status"] = {"ignored": True}
-    created = custom.create_namespaced_custom_object(*PP, NS, "propagationpolicies", body)
-    created["status"] = {"note": "main endpoint"}
-    after_main = custom.replace_namespaced_custom_object(
-        *PP, NS, "propagationpolicies", name, created
-    )
-    assert "note" not in (after_main.get("status") or {})
-    after_main["status"] = {"note": "via status"}
-    after_main["spec"]["priority"] = 99
+    body = {
+        "apiVersion": "work.karmada.io/v1alpha2",
+        "kind": "ResourceBinding",
+        "metadata": {"name": name},
+        "spec": {"resource": {"apiVersion": "v1", "kind": "ConfigMap", "name": name}},
+        "status": {"schedulerObservedGeneration": 5},
+    }
+    created = custom.create_namespaced_custom_object(*RB, NS, "resourcebindings", body)
+    assert "status" not in created
+    created["status"] = {"schedulerObservedGeneration": 6}
+    after_main = custom.replace_namespaced_custom_object(*RB, NS, "resourcebindings", name, created)
+    assert "status" not in after_main
+    after_main["status"] = {"schedulerObservedGeneration": 7}
+    after_main["spec"]["replicas"] = 3
     after_status = custom.replace_namespaced_custom_object_status(
-        *PP, NS, "propagationpolicies", name, after_main
+        *RB, NS, "resourcebindings", name, after_main
     )
-    assert after_status["status"] == {"note": "via status"}
-    assert after_status["spec"].get("priority") is None
+    assert after_status["status"] == {"schedulerObservedGeneration": 7}
+    assert after_status["spec"].get("replicas") is None
+
+
+def test_a_crd_without_status_subresource_keeps_status_as_sent(
+    sandbox: SandboxServer, custom: client.CustomObjectsApi
+) -> None:
+    """Argo's Workflow CRD (and Karmada's policy CRDs) declare `subresources: {}`."""
+    name = unique("nost")
+    wf = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": name},
+        "spec": {"entrypoint": "main", "templates": [{"name": "main", "suspend": {}}]},
+        "status": {"phase": "Pending"},
+    }
+    created = custom.create_namespaced_custom_object(*WF, NS, "workflows", wf)
+    assert created["status"] == {"phase": "Pending"}
+    created["status"] = {"phase": "Succeeded", "message": "written by a client"}
+    after = custom.replace_namespaced_custom_object(*WF, NS, "workflows", name, created)
+    assert after["status"] == {"phase": "Succeeded", "message": "written by a client"}
+    assert after["metadata"]["generation"] == 2  # without the subresource, status is content
+    with pytest.raises(client.ApiException) as err:
+        custom.replace_namespaced_custom_object_status(*WF, NS, "workflows", name, after)
+    assert err.value.status == 404
+    with pytest.raises(SandboxHTTPError) as raw:
+        sandbox.request(
+            "GET", f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/{name}/status"
+        )
+    assert raw.value.status == 404 and raw.value.body["reason"] == "NotFound"
+    with pytest.raises(client.ApiException) as err:
+        custom.patch_namespaced_custom_object_status(
+            *PP, NS, "propagationpolicies", name, {"status": {}}
+        )
+    assert err.value.status == 404
 
 
 def test_it_patches_merge_json_strategic_and_apply(
@@ -203,7 +246,8 @@ def test_it_patches_merge_json_strategic_and_apply(
     merged = custom.patch_namespaced_custom_object(
         *PP, NS, "propagationpolicies", name, {"metadata": {"labels": {"a": "1"}}}
     )
-    assert merged["metadata"]["labels"] == {"a": "1"}
+    # Karmada's mutating webhook added the permanent-id label on create; a patch keeps it.
+    assert merged["metadata"]["labels"].pop(PP_ID) and merged["metadata"]["labels"] == {"a": "1"}
     # CustomObjectsApi always sends merge-patch (a list body is then a 400, as upstream), so
     # a JSON patch goes through call_api with its content type.
     jsonp = custom.api_client.call_api(
@@ -216,13 +260,14 @@ def test_it_patches_merge_json_strategic_and_apply(
         _return_http_data_only=True,
     )
     assert jsonp["spec"]["priority"] == 7
+    mark = jsonp["metadata"]["labels"][PP_ID]
     strategic = sandbox.request(
         "PATCH",
         path,
         {"metadata": {"labels": {"b": "2"}}},
         "application/strategic-merge-patch+json",
     )
-    assert strategic["metadata"]["labels"] == {"a": "1", "b": "2"}
+    assert strategic["metadata"]["labels"] == {"a": "1", "b": "2", PP_ID: mark}
     with pytest.raises(SandboxHTTPError) as err:
         sandbox.request("PATCH", path, ["not", "an", "object"], "application/merge-patch+json")
     assert err.value.status == 400
@@ -283,7 +328,10 @@ def test_watch_streams_changes_from_a_resource_version(custom: client.CustomObje
         seen.append((event["type"], event["object"]["metadata"]["name"]))
         if event["type"] == "DELETED":
             w.stop()
-    assert seen == [("ADDED", name), ("MODIFIED", name), ("DELETED", name)]
+    # The policy carries Karmada's finalizer: the delete is a MODIFIED (deletionTimestamp), and
+    # the DELETED comes once the controller has released it.
+    assert seen[0] == ("ADDED", name) and seen[-1] == ("DELETED", name)
+    assert set(seen[1:-1]) == {("MODIFIED", name)} and len(seen) >= 4
 
 
 def test_watch_without_resource_version_starts_with_synthetic_added(
@@ -412,5 +460,10 @@ def test_delete_collection_honours_the_label_selector(
     custom.delete_collection_namespaced_custom_object(
         *PP, NS, "propagationpolicies", label_selector="team=x"
     )
-    left = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")["items"]
-    assert [p["metadata"]["name"] for p in left] == ["dc-c"]
+
+    def left() -> list[str]:
+        items = custom.list_namespaced_custom_object(*PP, NS, "propagationpolicies")["items"]
+        return [p["metadata"]["name"] for p in items]
+
+    # Deleted once Karmada's policy controller has dropped its finalizer.
+    SandboxServer.wait_for(lambda: left() == ["dc-c"], what="dc-a and dc-b gone")

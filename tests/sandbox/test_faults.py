@@ -35,21 +35,34 @@ def test_a_not_ready_site_is_reported_and_not_scheduled_to(
     fleet.create_workflow(workflow(name, [leaf("main")], labels={SITE_LABEL: "site-b"}))
     rb = sandbox.wait_for(lambda: (fleet.binding(name) or {}).get("status"), what="binding")
     assert not (fleet.binding(name) or {})["spec"].get("clusters")
-    assert "not ready" in rb["conditions"][0]["message"]
+    # Karmada filters by the taint the cluster controller added, not by the condition.
+    assert (
+        "1 cluster(s) had untolerated taint {cluster.karmada.io/not-ready:NoSchedule}"
+        in rb["conditions"][0]["message"]
+    )
     sandbox.clear_fault(fault["id"])
     sandbox.wait_for(lambda: ready(fleet, "site-b") == "True", what="site-b Ready again")
     assert not fleet.cluster("site-b")["spec"].get("taints")
     assert fleet.scheduled_to(name) == "site-b"
 
 
-def test_an_unreachable_site_stops_reporting(
+def test_an_unreachable_pull_site_goes_unknown_and_stops_reporting(
     sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
 ) -> None:
+    """site-c is a pull-mode cluster: its agent stops posting status, and after the grace
+    period the cluster controller sets Ready=Unknown and the unreachable taint."""
     name = unique("unr")
     run_on("site-c", workflow(name, [leaf("main", duration="300s")]))
     sandbox.wait_for(lambda: fleet.member_status(name).get("phase") == "Running", what="running")
     sandbox.fault("site-unreachable", site="site-c")
-    frozen_rv = fleet.cluster("site-c")["metadata"]["resourceVersion"]
+    sandbox.wait_for(lambda: ready(fleet, "site-c") == "Unknown", what="site-c Unknown")
+    cluster = fleet.cluster("site-c")
+    cond = next(c for c in cluster["status"]["conditions"] if c["type"] == "Ready")
+    assert cond["reason"] == "ClusterStatusUnknown"
+    assert [(t["key"], t["effect"]) for t in cluster["spec"]["taints"]] == [
+        ("cluster.karmada.io/unreachable", "NoSchedule")
+    ]
+    frozen_rv = cluster["metadata"]["resourceVersion"]
     # The member finishes the work, but nothing of it reaches the control plane.
     sandbox.wait_for(
         lambda: fleet.live_status("site-c", name).get("phase") == "Succeeded",
@@ -59,6 +72,17 @@ def test_an_unreachable_site_stops_reporting(
     assert fleet.cluster("site-c")["metadata"]["resourceVersion"] == frozen_rv
     sandbox.clear_faults()
     assert fleet.wait_phase(name)["phase"] == "Succeeded"
+    sandbox.wait_for(lambda: not fleet.cluster("site-c")["spec"].get("taints"), what="untainted")
+
+
+def test_an_unreachable_push_site_is_not_ready(sandbox: SandboxServer, fleet: Fleet) -> None:
+    """site-b is push-mode: the control plane probes it and reports it not reachable."""
+    sandbox.fault("site-unreachable", site="site-b")
+    sandbox.wait_for(lambda: ready(fleet, "site-b") == "False", what="site-b NotReady")
+    cluster = fleet.cluster("site-b")
+    cond = next(c for c in cluster["status"]["conditions"] if c["type"] == "Ready")
+    assert (cond["reason"], cond["message"]) == ("ClusterNotReachable", "cluster is not reachable")
+    assert [t["key"] for t in cluster["spec"]["taints"]] == ["cluster.karmada.io/not-ready"]
 
 
 def test_the_api_answers_500_for_a_number_of_requests(

@@ -138,8 +138,10 @@ def free_cpu(fleet: Fleet, site: str) -> int:
     return int(summary["allocatable"]["cpu"]) - int(summary["allocated"]["cpu"])
 
 
-def test_full_clusters_are_skipped_and_gpus_go_to_the_gpu_site(fleet: Fleet) -> None:
-    # Ordered affinity groups: site-a is preferred whenever it can take the workflow.
+def test_capacity_is_not_checked_affinity_groups_are_tried_in_order(
+    sandbox: SandboxServer, fleet: Fleet
+) -> None:
+    """A Workflow has no replica requirements for Karmada: a full site still gets it."""
     fleet.create_policy(
         any_workflow_policy(
             "a-then-c",
@@ -150,26 +152,50 @@ def test_full_clusters_are_skipped_and_gpus_go_to_the_gpu_site(fleet: Fleet) -> 
         )
     )
     big = unique("big")
-    # More than site-a has free: the scheduler must skip it.
     fleet.create_workflow(workflow(big, [leaf("main", cpu=str(free_cpu(fleet, "site-a") + 1))]))
-    assert fleet.scheduled_to(big) == "site-c"
-    small = unique("small")
-    fleet.create_workflow(workflow(small, [leaf("main", cpu="1")]))
-    assert fleet.scheduled_to(small) == "site-a"
-    gpu = unique("gpu")
-    fleet.create_workflow(workflow(gpu, [leaf("main", gpu="2")]))
-    assert fleet.scheduled_to(gpu) == "site-c"
+    assert fleet.scheduled_to(big) == "site-a"
+    rb = fleet.binding(big) or {}
+    assert "resourceRequest" not in (rb["spec"].get("replicaRequirements") or {})
+    sandbox.fault("site-not-ready", site="site-a")
+    sandbox.wait_for(lambda: fleet.cluster("site-a")["spec"].get("taints"), what="tainted")
+    later = unique("later")
+    fleet.create_workflow(workflow(later, [leaf("main")]))
+    assert fleet.scheduled_to(later) == "site-c"
 
 
-def test_no_fitting_cluster_leaves_the_binding_unscheduled(
+def test_a_full_site_queues_the_pods_at_the_member(
+    sandbox: SandboxServer, fleet: Fleet, run_on: Callable[..., dict[str, Any]]
+) -> None:
+    free = free_cpu(fleet, "site-a")
+    holder = unique("hold")
+    run_on("site-a", workflow(holder, [leaf("main", cpu=str(free), duration="1h")]))
+    sandbox.wait_for(
+        lambda: fleet.live_status("site-a", holder).get("phase") == "Running", what="holder"
+    )
+    queued = unique("queued")
+    run_on("site-a", workflow(queued, [leaf("main", cpu="2", duration="1s")]))
+    assert fleet.scheduled_to(queued) == "site-a"
+
+    def pending_message() -> str | None:
+        node = fleet.member_status(queued).get("nodes", {}).get(queued) or {}
+        return node.get("message") if node.get("phase") == "Pending" else None
+
+    message = sandbox.wait_for(pending_message, what="the pod queued at the member")
+    assert message.startswith("Unschedulable: 0/2 nodes are available: Insufficient cpu")
+    summary = fleet.cluster("site-a")["status"]["resourceSummary"]
+    assert summary["allocating"]["cpu"] == "2"
+    fleet.custom.patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", NS, "workflows", holder, {"spec": {"shutdown": "Terminate"}}
+    )
+    assert fleet.wait_phase(queued)["phase"] == "Succeeded"
+
+
+def test_an_impossible_affinity_leaves_the_binding_unscheduled(
     sandbox: SandboxServer, fleet: Fleet
 ) -> None:
-    fleet.create_policy(site_policy("site-a"))
+    fleet.create_policy(site_policy("site-a", clusterAffinity={"clusterNames": ["site-z"]}))
     name = unique("nofit")
-    too_much = str(free_cpu(fleet, "site-a") + 1)
-    fleet.create_workflow(
-        workflow(name, [leaf("main", cpu=too_much)], labels={SITE_LABEL: "site-a"})
-    )
+    fleet.create_workflow(workflow(name, [leaf("main")], labels={SITE_LABEL: "site-a"}))
 
     def unscheduled() -> dict[str, Any] | None:
         rb = fleet.binding(name) or {}
@@ -185,8 +211,34 @@ def test_no_fitting_cluster_leaves_the_binding_unscheduled(
 
     cond = sandbox.wait_for(unscheduled, what="Scheduled=False")
     assert cond["reason"] == "NoClusterFit"
-    assert "enough resource" in cond["message"]
+    assert cond["message"] == (
+        "0/3 clusters are available: "
+        "3 cluster(s) did not match the placement cluster affinity constraint."
+    )
     assert not (fleet.binding(name) or {})["spec"].get("clusters")
+
+
+def test_without_spread_constraints_every_matching_cluster_gets_a_copy(
+    sandbox: SandboxServer, fleet: Fleet
+) -> None:
+    """Duplicated placement: each feasible cluster runs the Workflow."""
+    fleet.create_policy(
+        any_workflow_policy("dup", clusterAffinity={"clusterNames": ["site-a", "site-b"]})
+    )
+    name = unique("dup")
+    fleet.create_workflow(workflow(name, [leaf("main")]))
+    rb = sandbox.wait_for(
+        lambda: (fleet.binding(name) or {}).get("spec", {}).get("clusters"), what="scheduled"
+    )
+    assert sorted(c["name"] for c in rb) == ["site-a", "site-b"]
+
+    def both_done() -> list[dict[str, Any]] | None:
+        agg = ((fleet.binding(name) or {}).get("status") or {}).get("aggregatedStatus") or []
+        done = [a for a in agg if (a.get("status") or {}).get("phase") == "Succeeded"]
+        return agg if len(done) == 2 else None
+
+    agg = sandbox.wait_for(both_done, what="both copies succeeded")
+    assert sorted(a["clusterName"] for a in agg) == ["site-a", "site-b"]
 
 
 def test_binding_records_site_and_member_status_and_validates(
@@ -198,7 +250,7 @@ def test_binding_records_site_and_member_status_and_validates(
     assert status["phase"] == "Succeeded"
     rb = fleet.binding(name)
     assert rb is not None
-    assert rb["spec"]["clusters"] == [{"name": "site-b"}]
+    assert rb["spec"]["clusters"] == [{"name": "site-b", "replicas": 1}]
     assert rb["spec"]["resource"]["name"] == name
     conds = {c["type"]: c["status"] for c in rb["status"]["conditions"]}
     assert conds == {"Scheduled": "True", "FullyApplied": "True"}

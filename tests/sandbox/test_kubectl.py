@@ -185,3 +185,98 @@ def test_kubectl_watch_from_an_expired_version_is_gone(sandbox: SandboxServer) -
         check=False,
     )
     assert '"code":410' in proc.stdout and '"reason":"Expired"' in proc.stdout
+
+
+# -- issue 15: Karmada where it is unkind, as kubectl shows it ------------------------------
+PP_ID = "propagationpolicy.karmada.io/permanent-id"
+
+
+def test_kubectl_apply_keeps_the_permanent_id_and_replace_without_it_is_denied(
+    sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    name = unique("kid")
+    manifest = tmp_path / "pp.yaml"
+    manifest.write_text(POLICY.format(name=name, team="x", priority=1))
+    assert "created" in kubectl(sandbox, "apply", "-f", str(manifest)).stdout
+    got = json.loads(kubectl(sandbox, "get", "pp", name, "-o", "json").stdout)
+    policy_id = got["metadata"]["labels"][PP_ID]
+    assert len(policy_id) == 36
+    assert got["metadata"]["finalizers"] == ["karmada.io/propagation-policy-controller"]
+    assert got["spec"]["conflictResolution"] == "Abort"
+    assert got["spec"]["preemption"] == "Never"
+    assert got["spec"]["schedulerName"] == "default-scheduler"
+    assert got["spec"]["resourceSelectors"][0]["namespace"] == "default"
+    # The same file again, then a changed one: kubectl's three-way merge keeps the label.
+    # (It says "configured" even for the same file: a merge patch replaces the selector list,
+    # whose namespace the webhook filled in, and the webhook fills it in again.)
+    again = kubectl(sandbox, "apply", "-f", str(manifest)).stdout
+    assert f"propagationpolicy.policy.karmada.io/{name}" in again
+    got = json.loads(kubectl(sandbox, "get", "pp", name, "-o", "json").stdout)
+    assert got["metadata"]["labels"][PP_ID] == policy_id
+    manifest.write_text(POLICY.format(name=name, team="x", priority=2))
+    assert "configured" in kubectl(sandbox, "apply", "-f", str(manifest)).stdout
+    got = json.loads(kubectl(sandbox, "get", "pp", name, "-o", "json").stdout)
+    assert got["metadata"]["labels"][PP_ID] == policy_id and got["spec"]["priority"] == 2
+    # A copy without the label replaces the whole object: Karmada's webhook denies it.
+    replaced = kubectl(sandbox, "replace", "-f", str(manifest), check=False)
+    assert replaced.returncode != 0
+    assert "Error from server (Forbidden)" in replaced.stderr
+    assert (
+        'admission webhook "propagationpolicy.karmada.io" denied the request: label '
+        f"{PP_ID} is immutable, it can only be set by the system during creation"
+    ) in replaced.stderr
+
+
+WORKFLOW = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  name: {name}
+  labels: {{portal.multisite.io/site: site-b}}
+spec:
+  entrypoint: main
+  templates:
+    - name: main
+      metadata:
+        annotations: {{portal.multisite.io/sandbox-result: "hello from {name}"}}
+      container: {{image: busybox, command: [echo, hi]}}
+"""
+
+
+def test_kubectl_workflow_status_is_404_and_pod_logs_come_through_the_proxy(
+    sandbox: SandboxServer, tmp_path: Path
+) -> None:
+    name = unique("kwf")
+    (tmp_path / "pp.yaml").write_text(POLICY.format(name=unique("kpp"), team="x", priority=1))
+    kubectl(sandbox, "apply", "-f", str(tmp_path / "pp.yaml"))
+    (tmp_path / "wf.yaml").write_text(WORKFLOW.format(name=name))
+    kubectl(sandbox, "create", "-f", str(tmp_path / "wf.yaml"))
+    raw = kubectl(
+        sandbox,
+        "get",
+        "--raw",
+        f"/apis/argoproj.io/v1alpha1/namespaces/default/workflows/{name}/status",
+        check=False,
+    )
+    assert raw.returncode != 0 and "NotFound" in raw.stderr
+
+    def pod() -> str | None:
+        rb = json.loads(
+            kubectl(sandbox, "get", "rb", f"{name}-workflow", "-o", "json", check=False).stdout
+            or "{}"
+        )
+        agg = (rb.get("status") or {}).get("aggregatedStatus") or [{}]
+        status = agg[0].get("status") or {}
+        if status.get("phase") != "Succeeded":
+            return None
+        return next(n["id"] for n in status["nodes"].values() if n["type"] == "Pod")
+
+    pod_name = sandbox.wait_for(pod, what="the workflow done")
+    log = kubectl(
+        sandbox,
+        "get",
+        "--raw",
+        "/apis/cluster.karmada.io/v1alpha1/clusters/site-b/proxy/api/v1/namespaces/default"
+        f"/pods/{pod_name}/log?container=main",
+    ).stdout
+    assert f"hello from {name}" in log

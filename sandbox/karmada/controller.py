@@ -1,0 +1,514 @@
+"""Karmada's controllers for Workflows, as one reconcile loop over the Workflows that changed.
+
+* detector (`pkg/detector/detector.go`, `pkg/detector/claim.go`): the policy that claims a
+  Workflow labels it with the policy's permanent id and annotates its name; it gets a
+  ResourceBinding `<name>-workflow`, owned by the Workflow, with the finalizer
+  `karmada.io/binding-controller`.
+* scheduler (`scheduling.py`): fills `spec.clusters` and the `Scheduled` condition.
+* binding controller (`pkg/controllers/binding/binding_controller.go`): one Work per target
+  cluster in `karmada-es-<cluster>`, holding the member copy with overrides applied; a deleted
+  binding deletes its Works and drops its finalizer at once.
+* execution controller (`pkg/controllers/execution/execution_controller.go`): applies a Work
+  to its member only while the cluster is Ready; a deleted Work (finalizer
+  `karmada.io/execution-controller`) deletes the member's copy only once the cluster is Ready,
+  and waits until then (the copy keeps running). A copy the member deleted is re-created from
+  the Work, and runs again.
+* status (`pkg/controllers/status/work_status_controller.go`, `rb_status_controller.go`,
+  `common.go`): the member's whole `.status` goes to the Work's `manifestStatuses` and the
+  binding's `aggregatedStatus`. Writing it back to the Workflow needs a `statusAggregation`
+  interpreter and a status subresource; Argo's CRD has none, so with such a customization each
+  attempt fails with 404 and an `AggregateStatusFailed` Event on the Workflow; without one
+  nothing is attempted. The Workflow's `.status` on karmada-apiserver stays as its writer left it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from sandbox.argo import Member, WorkflowRun, fnv32a
+from sandbox.karmada.clusters import ClusterController, execution_namespace
+from sandbox.karmada.detector import (
+    BINDING_FINALIZER,
+    RB_ID_LABEL,
+    bind,
+    release_policies,
+    uuid_for,
+)
+from sandbox.karmada.events import Events
+from sandbox.karmada.overrides import apply_override_policies
+from sandbox.karmada.scheduling import cluster_ready, schedule
+from sandbox.karmada.webhooks import Webhooks
+from sandbox.resources import (
+    CLUSTER_OVERRIDE_POLICY,
+    CLUSTER_PROPAGATION_POLICY,
+    INTERPRETER_CUSTOMIZATION,
+    OVERRIDE_POLICY,
+    PROPAGATION_POLICY,
+    RESOURCE_BINDING,
+    WORK,
+    WORKFLOW,
+)
+from sandbox.store import Event, Obj, clone, now_iso
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+log = logging.getLogger("sandbox.karmada")
+
+WORK_ID_LABEL = "work.karmada.io/permanent-id"
+EXECUTION_FINALIZER = "karmada.io/execution-controller"
+FULL_PASS_EVERY_S = 5.0
+Key = tuple[str, str]
+
+
+def work_name(namespace: str, name: str) -> str:
+    """names.GenerateWorkName (`pkg/util/names/names.go`): the name and a hash."""
+    return f"{name}-{fnv32a(f'{namespace}-{name}-workflow'.lower())}"
+
+
+def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
+
+
+def _set_condition(status: dict[str, Any], cond: dict[str, Any]) -> bool:
+    """meta.SetStatusCondition: False when nothing changed."""
+    prev = condition(status, cond["type"])
+    if prev is not None and all(prev.get(k) == v for k, v in cond.items()):
+        return False
+    same = prev is not None and prev.get("status") == cond["status"]
+    cond["lastTransitionTime"] = prev["lastTransitionTime"] if same and prev else now_iso()
+    status["conditions"] = [
+        c for c in status.get("conditions") or [] if c.get("type") != cond["type"]
+    ] + [cond]
+    return True
+
+
+class Karmada:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sb = sandbox
+        self.store = sandbox.store
+        self.webhooks = Webhooks(sandbox)
+        self.clusters = ClusterController(sandbox)
+        self.events = Events(sandbox.store)
+        # (cluster, namespace, name) -> (run, Work generation) last applied to the member.
+        self._applied: dict[tuple[str, str, str], tuple[int, int]] = {}
+        # (cluster, namespace, name) -> (run, status version) last reflected into the Work.
+        self._reflected: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._frozen: set[str] = set()
+        # (namespace, name) -> what its Works were last built from (template, targets,
+        # override policies), so that a Workflow whose member status moves costs no rebuild.
+        self._built: dict[Key, tuple[str, tuple[str, ...], tuple[tuple[str, str], ...]]] = {}
+        self._overrides_stamp: tuple[tuple[str, str], ...] = ()
+        # Workflows to look at in the next pass; a full pass now and then catches the rest.
+        self._dirty: set[Key] = set()
+        self._waiting: set[Key] = set()
+        self._all_dirty = True
+        self._last_full = 0.0
+        self.store.listeners.append(self._on_event)
+
+    def reset(self) -> None:
+        self._applied.clear()
+        self._reflected.clear()
+        self._built.clear()
+        self._waiting.clear()
+        self.clusters.reset()
+        self.events.reset()
+        self.mark_all()
+
+    def mark(self, key: Key) -> None:
+        self._dirty.add(key)
+
+    def mark_all(self) -> None:
+        self._all_dirty = True
+
+    def _on_event(self, ev: Event) -> None:
+        rtype = ev.rtype
+        meta = ev.obj["metadata"]
+        if rtype is WORKFLOW:
+            self._dirty.add((meta.get("namespace", ""), meta["name"]))
+        elif rtype is RESOURCE_BINDING:
+            res = (ev.obj.get("spec") or {}).get("resource") or {}
+            self._dirty.add((meta.get("namespace", ""), res.get("name", "")))
+        elif rtype is WORK:
+            for m in ((ev.obj.get("spec") or {}).get("workload") or {}).get("manifests") or []:
+                mm = m.get("metadata") or {}
+                self._dirty.add((mm.get("namespace", ""), mm.get("name", "")))
+        elif rtype is PROPAGATION_POLICY or rtype is CLUSTER_PROPAGATION_POLICY:
+            self._all_dirty = True
+
+    # -- the loop --------------------------------------------------------------------------
+    def reconcile(self) -> None:
+        clusters = self.clusters.sync()
+        frozen = {
+            name
+            for name, c in clusters.items()
+            if self.sb.faults.site_unreachable(name) or not cluster_ready(c)
+        }
+        if frozen != self._frozen:
+            self._all_dirty = True
+        self._frozen = frozen
+        release_policies(self.store)
+        now = time.monotonic()
+        if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
+            self._all_dirty = False
+            self._last_full = now
+            keys = self._all_keys()
+            self.events.prune()
+        else:
+            keys = self._dirty | self._waiting
+        self._dirty = set()
+        if not keys:
+            return
+        self._overrides_stamp = tuple(
+            sorted(
+                (
+                    o["metadata"].get("namespace", "") + "/" + o["metadata"]["name"],
+                    str(o["metadata"]["resourceVersion"]),
+                )
+                for rtype in (OVERRIDE_POLICY, CLUSTER_OVERRIDE_POLICY)
+                for o in self.store.all(rtype)
+            )
+        )
+        pps = list(self.store.all(PROPAGATION_POLICY))
+        cpps = list(self.store.all(CLUSTER_PROPAGATION_POLICY))
+        for key in sorted(keys):
+            self._reconcile_one(key, pps, cpps, clusters)
+
+    def _all_keys(self) -> set[Key]:
+        keys = {
+            (w["metadata"]["namespace"], w["metadata"]["name"]) for w in self.store.all(WORKFLOW)
+        }
+        for rb in self.store.all(RESOURCE_BINDING):
+            keys.add(
+                (rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get("name", ""))
+            )
+        for work in self.store.all(WORK):
+            keys |= set(_work_keys(work))
+        for member in self.sb.members.values():
+            keys |= set(member.runs)
+        return keys
+
+    def _reconcile_one(
+        self, key: Key, pps: list[Obj], cpps: list[Obj], clusters: dict[str, Obj]
+    ) -> None:
+        self._waiting.discard(key)
+        wf = self.store.find(WORKFLOW, *key)
+        rb = self.store.find(RESOURCE_BINDING, key[0], f"{key[1]}-workflow")
+        if rb is not None and (rb["spec"].get("resource") or {}).get("kind") != "Workflow":
+            rb = None
+        if rb is not None and (
+            wf is None
+            or rb["spec"]["resource"].get("uid") != wf["metadata"]["uid"]
+            or rb["metadata"].get("deletionTimestamp")
+        ):
+            # Garbage collection of a binding whose owner is gone (or was re-created), or a
+            # binding someone deleted (the detector then builds it again).
+            if not rb["metadata"].get("deletionTimestamp"):
+                rb = self.store.delete(RESOURCE_BINDING, key[0], rb["metadata"]["name"])
+            rb = self._binding_deleted(rb)
+        targets: list[str] = []
+        if wf is not None and not wf["metadata"].get("deletionTimestamp"):
+            if rb is None:
+                rb = bind(self.store, wf, pps, cpps)
+            if rb is not None and not rb["spec"].get("clusters"):
+                rb = self._schedule(wf, rb, clusters)
+            if rb is not None:
+                targets = [c["name"] for c in rb["spec"].get("clusters") or []]
+                if not targets:
+                    self._waiting.add(key)
+                else:
+                    self._sync_works(wf, rb, targets, clusters)
+        self._execute(key, targets, clusters)
+        if wf is not None and rb is not None and targets:
+            self._aggregate(wf, rb, targets)
+
+    # -- scheduler -------------------------------------------------------------------------
+    def _schedule(self, wf: Obj, rb: Obj, clusters: dict[str, Obj]) -> Obj:
+        free = {
+            name: m.capacity.get("pods", 0.0) - m.allocated.get("pods", 0.0)
+            for name, m in self.sb.members.items()
+        }
+        targets, why = schedule(
+            list(clusters.values()),
+            rb["spec"].get("placement") or {},
+            (WORKFLOW.api_version, WORKFLOW.kind),
+            [],
+            free,
+        )
+        new = clone(rb)
+        status = new.setdefault("status", {})
+        if targets:
+            new["spec"]["clusters"] = [
+                {"name": t, "replicas": rb["spec"].get("replicas", 1)} for t in targets
+            ]
+            cond = {
+                "type": "Scheduled",
+                "status": "True",
+                "reason": "Success",
+                "message": "Binding has been scheduled successfully.",
+            }
+            status["schedulerObservedGeneration"] = new["metadata"].get("generation", 1) + 1
+            log.info("workflow %s/%s scheduled to %s", *_key_of(wf), ", ".join(targets))
+        else:
+            cond = {
+                "type": "Scheduled",
+                "status": "False",
+                "reason": "NoClusterFit",
+                "message": why,
+            }
+        if not _set_condition(status, cond) and not targets:
+            return rb
+        return self.store.update(
+            RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False
+        )
+
+    # -- binding controller ----------------------------------------------------------------
+    def _binding_deleted(self, rb: Obj) -> Obj | None:
+        """Deletes the binding's Works, then drops its finalizer (the Works may linger)."""
+        key = (rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get("name", ""))
+        for cluster in self.sb.members:
+            ns = execution_namespace(cluster)
+            if self.store.find(WORK, ns, work_name(*key)) is not None:
+                self.store.delete(WORK, ns, work_name(*key))
+        released = clone(rb)
+        released["metadata"]["finalizers"] = [
+            f for f in rb["metadata"].get("finalizers") or [] if f != BINDING_FINALIZER
+        ]
+        self.store.update(
+            RESOURCE_BINDING, released, subresource="all", validate=False, check_rv=False
+        )
+        return None
+
+    def _sync_works(self, wf: Obj, rb: Obj, targets: list[str], clusters: dict[str, Obj]) -> None:
+        key = _key_of(wf)
+        built = (str(wf["metadata"]["resourceVersion"]), tuple(targets), self._overrides_stamp)
+        if self._built.get(key) == built and all(
+            self.store.find(WORK, execution_namespace(t), work_name(*key)) is not None
+            for t in targets
+        ):
+            return
+        self._built[key] = built
+        name = work_name(*key)
+        cops = list(self.store.all(CLUSTER_OVERRIDE_POLICY))
+        ops = [
+            p for p in self.store.all(OVERRIDE_POLICY) if p["metadata"].get("namespace") == key[0]
+        ]
+        for cluster in self.sb.members:
+            ns = execution_namespace(cluster)
+            work = self.store.find(WORK, ns, name)
+            if cluster not in targets:
+                if work is not None and not work["metadata"].get("deletionTimestamp"):
+                    self.store.delete(WORK, ns, name)
+                continue
+            if cluster not in clusters:
+                continue
+            manifest = apply_override_policies(
+                self._manifest(wf, rb), wf, clusters[cluster], cops, ops
+            )
+            if work is None:
+                self.store.create(WORK, self._work(ns, name, rb, manifest), validate=False)
+            elif work["metadata"].get("deletionTimestamp"):
+                continue  # the old one must go first (a re-created Workflow)
+            elif work["spec"]["workload"]["manifests"][0] != manifest:
+                new = clone(work)
+                new["spec"]["workload"]["manifests"] = [manifest]
+                self.store.update(WORK, new, validate=False, check_rv=False)
+
+    def _manifest(self, wf: Obj, rb: Obj) -> Obj:
+        meta = wf["metadata"]
+        labels = dict(meta.get("labels") or {})
+        labels["karmada.io/managed"] = "true"
+        labels[WORK_ID_LABEL] = str(uuid_for(meta["uid"] + "/work"))
+        annotations = dict(meta.get("annotations") or {})
+        annotations["resourcetemplate.karmada.io/uid"] = meta["uid"]
+        annotations["resourcebinding.karmada.io/name"] = rb["metadata"]["name"]
+        annotations["resourcebinding.karmada.io/namespace"] = rb["metadata"]["namespace"]
+        return {
+            "apiVersion": wf["apiVersion"],
+            "kind": wf["kind"],
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "labels": labels,
+                "annotations": annotations,
+            },
+            "spec": clone(wf.get("spec") or {}),
+        }
+
+    @staticmethod
+    def _work(ns: str, name: str, rb: Obj, manifest: Obj) -> Obj:
+        return {
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "labels": {RB_ID_LABEL: rb["metadata"]["labels"].get(RB_ID_LABEL, "")},
+                "annotations": {
+                    "resourcebinding.karmada.io/name": rb["metadata"]["name"],
+                    "resourcebinding.karmada.io/namespace": rb["metadata"]["namespace"],
+                },
+                "finalizers": [EXECUTION_FINALIZER],
+            },
+            "spec": {"workload": {"manifests": [manifest]}},
+        }
+
+    # -- execution controller --------------------------------------------------------------
+    def _execute(self, key: Key, targets: list[str], clusters: dict[str, Obj]) -> None:
+        name = work_name(*key)
+        for cluster, member in self.sb.members.items():
+            work = self.store.find(WORK, execution_namespace(cluster), name)
+            ready = (
+                cluster in clusters
+                and cluster_ready(clusters[cluster])
+                and not (self.sb.faults.site_unreachable(cluster))
+            )
+            if work is None:
+                continue
+            if work["metadata"].get("deletionTimestamp"):
+                if ready:
+                    self._delete_workload(member, key, work)
+                else:
+                    self._waiting.add(key)  # "cluster(...) not ready": retried
+                continue
+            if not ready:
+                self._waiting.add(key)
+                continue
+            self._reflect_work(member, key, self._apply(member, key, work))
+
+    def _delete_workload(self, member: Member, key: Key, work: Obj) -> None:
+        member.delete(*key)
+        self._built.pop(key, None)
+        self._applied.pop((member.name, *key), None)
+        self._reflected.pop((member.name, *key), None)
+        released = clone(work)
+        released["metadata"]["finalizers"] = [
+            f for f in work["metadata"].get("finalizers") or [] if f != EXECUTION_FINALIZER
+        ]
+        self.store.update(WORK, released, subresource="all", validate=False, check_rv=False)
+        log.info("member copy of %s/%s deleted from %s", *key, member.name)
+
+    def _apply(self, member: Member, key: Key, work: Obj) -> Obj:
+        """Creates or updates the member's copy from the Work; the Work as stored after."""
+        run = member.runs.get(key)
+        # The generation moves with the Work's spec only (status is a subresource).
+        stamp = (id(run), int(work["metadata"].get("generation", 1)))
+        if run is not None and self._applied.get((member.name, *key)) == stamp:
+            return work
+        if run is None and (member.name, *key) in self._applied:
+            log.info("member %s lost %s/%s: re-created from its Work", member.name, *key)
+        member.apply(clone(work["spec"]["workload"]["manifests"][0]))
+        run = member.runs.get(key)
+        self._applied[(member.name, *key)] = (id(run), int(work["metadata"].get("generation", 1)))
+        if condition(work.get("status") or {}, "Applied") is None:
+            new = clone(work)
+            _set_condition(
+                new.setdefault("status", {}),
+                {
+                    "type": "Applied",
+                    "status": "True",
+                    "reason": "AppliedSuccessful",
+                    "message": "Manifest has been successfully applied",
+                },
+            )
+            work = self.store.update(
+                WORK, new, subresource="status", validate=False, check_rv=False
+            )
+        return work
+
+    # -- status ----------------------------------------------------------------------------
+    def _reflect_work(self, member: Member, key: Key, work: Obj) -> None:
+        run: WorkflowRun | None = member.runs.get(key)
+        if run is None or member.name in self._frozen:
+            return
+        stamp = (id(run), run.version)
+        if self._reflected.get((member.name, *key)) == stamp:
+            return
+        status = run.render_status()
+        phase = status.get("phase")
+        new = clone(work)
+        new.setdefault("status", {})["manifestStatuses"] = [
+            {
+                "identifier": {
+                    "ordinal": 0,
+                    "group": WORKFLOW.group,
+                    "version": WORKFLOW.version,
+                    "kind": WORKFLOW.kind,
+                    "resource": WORKFLOW.plural,
+                    "namespace": key[0],
+                    "name": key[1],
+                },
+                "status": status,
+                # The shipped Workflow interpreter's InterpretHealth.
+                "health": "Unhealthy" if not phase or phase in ("Error", "Failed") else "Healthy",
+            }
+        ]
+        self.store.update(WORK, new, subresource="status", validate=False, check_rv=False)
+        self._reflected[(member.name, *key)] = stamp
+
+    def _aggregate(self, wf: Obj, rb: Obj, targets: list[str]) -> None:
+        items = []
+        for cluster in targets:
+            work = self.store.find(WORK, execution_namespace(cluster), work_name(*_key_of(wf)))
+            wstatus = (work or {}).get("status") or {}
+            ms = (wstatus.get("manifestStatuses") or [{}])[0]
+            item: dict[str, Any] = {"clusterName": cluster}
+            if condition(wstatus, "Applied") is not None:
+                item["applied"] = True
+            if ms.get("status") is not None:
+                item["status"] = ms["status"]
+            if ms.get("health"):
+                item["health"] = ms["health"]
+            items.append(item)
+        status = rb.get("status") or {}
+        if status.get("aggregatedStatus") == items:
+            return
+        new = clone(rb)
+        nstatus = new.setdefault("status", {})
+        nstatus["aggregatedStatus"] = items
+        applied = all(i.get("applied") for i in items)
+        _set_condition(
+            nstatus,
+            {
+                "type": "FullyApplied",
+                "status": "True" if applied else "False",
+                "reason": "FullyAppliedSuccess" if applied else "FullyAppliedFailed",
+                "message": "All works have been successfully applied"
+                if applied
+                else "Failed to apply all works, see status.aggregatedStatus for details",
+            },
+        )
+        self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False)
+        if any("status" in i for i in items) and self._aggregation_hook():
+            # updateResourceStatus: UpdateStatus on a CRD without the status subresource.
+            self.events.record(
+                wf,
+                "Warning",
+                "AggregateStatusFailed",
+                "the server could not find the requested resource",
+                "resource-binding-status-controller",
+            )
+
+    def _aggregation_hook(self) -> bool:
+        for ric in self.store.all(INTERPRETER_CUSTOMIZATION):
+            spec = ric.get("spec") or {}
+            target = spec.get("target") or {}
+            if (
+                target.get("apiVersion") == WORKFLOW.api_version
+                and target.get("kind") == WORKFLOW.kind
+                and (spec.get("customizations") or {}).get("statusAggregation")
+            ):
+                return True
+        return False
+
+
+def _key_of(obj: Obj) -> Key:
+    return (obj["metadata"]["namespace"], obj["metadata"]["name"])
+
+
+def _work_keys(work: Obj) -> list[Key]:
+    out = []
+    for m in ((work.get("spec") or {}).get("workload") or {}).get("manifests") or []:
+        mm = m.get("metadata") or {}
+        out.append((mm.get("namespace", ""), mm.get("name", "")))
+    return out

@@ -1,0 +1,142 @@
+"""The resource detector: which policy claims a Workflow, the claim written on it, its
+ResourceBinding (`pkg/detector/detector.go`, `pkg/detector/claim.go`), and what a policy being
+deleted leaves behind."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sandbox.karmada import admission
+from sandbox.karmada.policy import choose_policy
+from sandbox.resources import (
+    CLUSTER_PROPAGATION_POLICY,
+    PROPAGATION_POLICY,
+    RESOURCE_BINDING,
+    WORKFLOW,
+    ResourceType,
+)
+from sandbox.store import Obj, Store, clone
+
+PP_NAME = "propagationpolicy.karmada.io/name"
+PP_NAMESPACE = "propagationpolicy.karmada.io/namespace"
+CPP_NAME = "clusterpropagationpolicy.karmada.io/name"
+RB_ID_LABEL = "resourcebinding.karmada.io/permanent-id"
+BINDING_FINALIZER = "karmada.io/binding-controller"
+
+
+def bind(store: Store, wf: Obj, pps: list[Obj], cpps: list[Obj]) -> Obj | None:
+    """Claims the Workflow for the policy that matches it best and creates its binding;
+    None when no policy matches (`ApplyPolicy`, `ClaimPolicyForObject`, `BuildResourceBinding`)."""
+    policy = choose_policy(pps, cpps, wf)
+    if policy is None:
+        return None
+    meta = wf["metadata"]
+    pmeta = policy["metadata"]
+    if policy["kind"] == "PropagationPolicy":
+        label = admission.PP_ID_LABEL
+        annotations = {PP_NAME: pmeta["name"], PP_NAMESPACE: pmeta["namespace"]}
+    else:
+        label = admission.CPP_ID_LABEL
+        annotations = {CPP_NAME: pmeta["name"]}
+    labels = {label: (pmeta.get("labels") or {}).get(label, "")}
+    if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()) or any(
+        (meta.get("annotations") or {}).get(k) != v for k, v in annotations.items()
+    ):
+        claimed = clone(wf)
+        claimed["metadata"].setdefault("labels", {}).update(labels)
+        claimed["metadata"].setdefault("annotations", {}).update(annotations)
+        wf = store.update(WORKFLOW, claimed, validate=False, check_rv=False)
+        meta = wf["metadata"]
+    spec = policy.get("spec") or {}
+    rb: Obj = {
+        "metadata": {
+            "name": f"{meta['name']}-workflow",
+            "namespace": meta["namespace"],
+            "labels": dict(labels, **{RB_ID_LABEL: str(uuid_for(meta["uid"]))}),
+            "annotations": annotations,
+            "finalizers": [BINDING_FINALIZER],
+            "ownerReferences": [
+                {
+                    "apiVersion": WORKFLOW.api_version,
+                    "kind": "Workflow",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "resource": {
+                "apiVersion": WORKFLOW.api_version,
+                "kind": "Workflow",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "replicas": int((wf.get("spec") or {}).get("parallelism") or 1),
+            "placement": clone(spec.get("placement") or {}),
+            "schedulerName": spec.get("schedulerName", "default-scheduler"),
+            "conflictResolution": spec.get("conflictResolution", "Abort"),
+        },
+    }
+    claim = _node_claim(wf)
+    if claim:
+        rb["spec"]["replicaRequirements"] = {"nodeClaim": claim}
+    return store.create(RESOURCE_BINDING, rb, validate=False)
+
+
+def release_policies(store: Store) -> None:
+    """A policy being deleted: its claims are removed from templates and bindings and its
+    finalizer dropped (`ReconcilePropagationPolicy`, `pkg/detector/detector.go`); bindings
+    and what they propagated stay."""
+    for rtype, label in (
+        (PROPAGATION_POLICY, admission.PP_ID_LABEL),
+        (CLUSTER_PROPAGATION_POLICY, admission.CPP_ID_LABEL),
+    ):
+        for policy in store.all(rtype):
+            meta = policy["metadata"]
+            if not meta.get("deletionTimestamp"):
+                continue
+            policy_id = (meta.get("labels") or {}).get(label)
+            for kind in (WORKFLOW, RESOURCE_BINDING):
+                for obj in store.all(kind):
+                    if policy_id and (obj["metadata"].get("labels") or {}).get(label) == policy_id:
+                        _unclaim(store, kind, obj, label)
+            released = clone(policy)
+            released["metadata"]["finalizers"] = [
+                f
+                for f in meta.get("finalizers") or []
+                if f not in (admission.PP_FINALIZER, admission.CPP_FINALIZER)
+            ]
+            store.update(rtype, released, subresource="all", validate=False, check_rv=False)
+
+
+def _unclaim(store: Store, kind: ResourceType, obj: Obj, label: str) -> None:
+    new = clone(obj)
+    new["metadata"].get("labels", {}).pop(label, None)
+    for key in (PP_NAME, PP_NAMESPACE, CPP_NAME):
+        (new["metadata"].get("annotations") or {}).pop(key, None)
+    store.update(kind, new, subresource="all", validate=False, check_rv=False)
+
+
+def uuid_for(seed: str) -> str:
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, seed))
+
+
+def _node_claim(wf: Obj) -> dict[str, Any]:
+    """What the shipped Workflow interpreter's GetReplicas reports: node selector, affinity and
+    tolerations of the Workflow's spec, and no resource request."""
+    spec = wf.get("spec") or {}
+    claim: dict[str, Any] = {}
+    if spec.get("nodeSelector"):
+        claim["nodeSelector"] = clone(spec["nodeSelector"])
+    if spec.get("tolerations"):
+        claim["tolerations"] = clone(spec["tolerations"])
+    if (spec.get("affinity") or {}).get("nodeAffinity"):
+        claim["hardNodeAffinity"] = clone(
+            spec["affinity"]["nodeAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
+        )
+    return claim

@@ -1,0 +1,51 @@
+"""Argo's workflow garbage collection at the members: `spec.ttlStrategy`
+(`secondsAfterCompletion`, `secondsAfterSuccess`, `secondsAfterFailure`;
+`workflow/gccontroller/gc_controller.go` upstream) deletes a finished Workflow from its
+cluster. On a Karmada member that copy is then re-created from its Work and runs again."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+log = logging.getLogger("sandbox.argo")
+DONE = ("Succeeded", "Failed", "Error")
+
+
+def ttl_seconds(spec: dict[str, Any], phase: str) -> float | None:
+    ttl = spec.get("ttlStrategy") or {}
+    key = "secondsAfterSuccess" if phase == "Succeeded" else "secondsAfterFailure"
+    value = ttl.get(key, ttl.get("secondsAfterCompletion"))
+    return None if value is None else float(value)
+
+
+class WorkflowGC:
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sb = sandbox
+        # (cluster, namespace, name, run id) -> monotonic time the run was first seen done.
+        self._done: dict[tuple[str, str, str, int], float] = {}
+
+    def collect(self) -> None:
+        now = time.monotonic()
+        live = set()
+        for member in self.sb.members.values():
+            for key, run in list(member.runs.items()):
+                if run.phase not in DONE:
+                    continue
+                secs = ttl_seconds(run.obj.get("spec") or {}, run.phase)
+                if secs is None:
+                    continue
+                mark = (member.name, key[0], key[1], id(run))
+                live.add(mark)
+                since = self._done.setdefault(mark, now)
+                if (now - since) * self.sb.config.time_scale >= secs:
+                    log.info("%s: ttlStrategy deletes %s/%s", member.name, *key)
+                    member.delete(*key)
+                    self.sb.karmada.mark(key)
+                    live.discard(mark)
+        for mark in set(self._done) - live:
+            del self._done[mark]

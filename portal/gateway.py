@@ -302,31 +302,105 @@ def delete(resource: Resource, name: str, ns: str | None = None) -> bool:
     return True
 
 
-def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
-    """Create the object, or bring an existing one in line with ``body`` (labels,
-    annotations and spec), writing nothing when it already matches. Several processes may
-    apply the same object at once: a Conflict means another won, so read again and retry."""
-    name = body["metadata"]["name"]
+# The portal's own fields of an object it applies: the last spec it wrote, as kubectl keeps its
+# last-applied-configuration, so a field the portal stops writing is removed while a field
+# Karmada's webhooks or CRD defaults added (and the portal never wrote) is kept.
+LAST_APPLIED = "last-applied-spec"
+
+
+def _last_applied_key() -> str:
+    return f"{settings.PORTAL_LABEL_DOMAIN}/{LAST_APPLIED}"
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _covers(current: Any, want: Any) -> bool:
+    """Whether ``current`` holds every field of ``want`` with the same value (extra fields in
+    ``current`` are someone else's: a default, a namespace the webhook filled in)."""
+    if isinstance(want, dict):
+        return isinstance(current, dict) and all(
+            k in current and _covers(current[k], v) for k, v in want.items()
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(current, list)
+            and len(current) == len(want)
+            and all(_covers(c, w) for c, w in zip(current, want, strict=True))
+        )
+    return bool(current == want)
+
+
+def _three_way(current: Any, last: Any, want: Any) -> Any:
+    """``want`` laid over ``current``: keys the portal wrote last time and no longer wants are
+    dropped, keys only others wrote are kept, lists of the same length merge item by item."""
+    if isinstance(want, dict) and isinstance(current, dict):
+        last_d = last if isinstance(last, dict) else {}
+        out = {k: v for k, v in current.items() if k in want or k not in last_d}
+        for k, v in want.items():
+            out[k] = _three_way(current.get(k), last_d.get(k), v)
+        return out
+    if isinstance(want, list) and isinstance(current, list) and len(want) == len(current):
+        last_l = last if isinstance(last, list) and len(last) == len(want) else [None] * len(want)
+        return [_three_way(c, p, w) for c, p, w in zip(current, last_l, want, strict=True)]
+    return want
+
+
+def owned_in_step(current: dict[str, Any], body: dict[str, Any]) -> bool:
+    """Whether the fields the portal owns in ``current`` are those of ``body``: its labels, its
+    annotations and its spec, compared with what it last wrote."""
+    meta, want = current.get("metadata", {}), body.get("metadata", {})
+    annotations = meta.get("annotations") or {}
+    return (
+        annotations.get(_last_applied_key()) == _canonical(body.get("spec"))
+        and _covers(meta.get("labels") or {}, want.get("labels") or {})
+        and _covers(annotations, want.get("annotations") or {})
+        and _covers(current.get("spec"), body.get("spec"))
+    )
+
+
+def owned_merge(current: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``current`` with the portal's fields from ``body``: every other label (Karmada's
+    permanent-id), annotation, finalizer and defaulted field stays as Karmada keeps it, since its
+    validating webhook refuses an update that drops the permanent-id label."""
+    meta, want = dict(current.get("metadata", {})), body.get("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    last = annotations.get(_last_applied_key())
     try:
-        return create(resource, body, ns)
+        last_spec = json.loads(last) if last else None
+    except ValueError:
+        last_spec = None
+    annotations.update(want.get("annotations") or {})
+    annotations[_last_applied_key()] = _canonical(body.get("spec"))
+    meta["labels"] = {**(meta.get("labels") or {}), **(want.get("labels") or {})}
+    meta["annotations"] = annotations
+    merged = {**current, "metadata": meta}
+    if "spec" in body:
+        merged["spec"] = _three_way(current.get("spec"), last_spec, body["spec"])
+    merged.pop("status", None)
+    return merged
+
+
+def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
+    """Create the object, or bring the fields the portal owns in line with ``body``, keeping
+    what Karmada added (a read-modify-write with the object's resourceVersion; see
+    ``owned_merge``), and writing nothing when they already match. Several processes may apply
+    the same object at once: a Conflict means another won, so read again and retry."""
+    name = body["metadata"]["name"]
+    meta = body.get("metadata", {})
+    annotations = {**(meta.get("annotations") or {})}
+    annotations[_last_applied_key()] = _canonical(body.get("spec"))
+    try:
+        return create(resource, {**body, "metadata": {**meta, "annotations": annotations}}, ns)
     except AlreadyExists:
         pass
     for attempt in range(5):
         current = get(resource, name, ns)
-        meta, want = current.get("metadata", {}), body.get("metadata", {})
-        same = (
-            current.get("spec") == body.get("spec")
-            and all(meta.get("labels", {}).get(k) == v for k, v in want.get("labels", {}).items())
-            and all(
-                meta.get("annotations", {}).get(k) == v
-                for k, v in want.get("annotations", {}).items()
-            )
-        )
-        if same:
+        if owned_in_step(current, body):
             return current
-        updated = {**body, "metadata": {**want, "resourceVersion": meta.get("resourceVersion")}}
         try:
-            return replace(resource, name, updated, ns)
+            return replace(resource, name, owned_merge(current, body), ns)
         except Conflict:
             if attempt == 4:
                 raise

@@ -3,6 +3,7 @@ the inventory on karmada-apiserver (policies, the webhook's registration)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,8 @@ from placement import manifests, parser
 from portal import gateway, labels
 from sites.choices import SyncMode
 from sites.models import Site
+
+log = logging.getLogger(__name__)
 
 
 def _quantity(value: Any, milli: bool = False) -> int:
@@ -105,9 +108,18 @@ def policies_sync() -> dict[str, int]:
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()
         counts["applied"] += 1
-    for (kind, _name), body in wanted.items():
-        gateway.apply(gateway.BY_KIND[kind], body)
+    failed: list[gateway.KarmadaError] = []
+    for (kind, name), body in wanted.items():
+        # One object Karmada refuses must not keep the others (a new site's policy, an
+        # override change) from being written.
+        try:
+            gateway.apply(gateway.BY_KIND[kind], body)
+        except gateway.KarmadaError as exc:
+            log.error("could not write %s %s: %s", kind, name, exc)
+            failed.append(exc)
+            continue
         counts["applied"] += 1
+    counts["failed"] = len(failed)
     selector = f"{labels.key(labels.MANAGED)}=true"
     for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
         items, _ = gateway.list_objects(resource, label_selector=selector)
@@ -116,6 +128,10 @@ def policies_sync() -> dict[str, int]:
             if (resource.kind, name) not in wanted:
                 gateway.delete(resource, name)
                 counts["deleted"] += 1
+    # A transient failure is retried by the task (with backoff); the resync tries again anyway.
+    transient = [e for e in failed if isinstance(e, gateway.TransientError)]
+    if transient:
+        raise transient[0]
     return counts
 
 

@@ -1,0 +1,100 @@
+"""Policies written the way Karmada accepts them (issue #17, item 1): Karmada's webhooks add a
+permanent-id label, a finalizer and defaults to every PropagationPolicy and refuse an update
+that drops the label, so the portal compares only the fields it owns and keeps the rest."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from portal import execution, gateway
+from sites.models import Site
+from tests.fixtures_sandbox import SandboxServer
+
+PERMANENT_ID = "propagationpolicy.karmada.io/permanent-id"
+
+
+@pytest.fixture
+def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    settings.PORTAL_WEBHOOK_REGISTER = False
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+    try:
+        yield sandbox
+    finally:
+        gateway.reset()
+
+
+def _policy(name: str) -> dict[str, Any]:
+    return gateway.get(gateway.PROPAGATION_POLICY, name)
+
+
+def _override(name: str) -> dict[str, Any]:
+    return gateway.get(gateway.OVERRIDE_POLICY, name)
+
+
+def test_policies_synced_again_after_an_override_change_keep_karmadas_label(fleet) -> None:
+    first = execution.policies_sync()
+    assert first["failed"] == 0
+    pid = _policy("portal-site-site-b")["metadata"]["labels"][PERMANENT_ID]
+    assert pid  # Karmada's webhook added it on create
+
+    site = Site.objects.get(name="site-b")
+    site.overrides = {**(site.overrides or {}), "gpu_node_selector": {"pool": "gpu-one"}}
+    site.save()
+    assert execution.policies_sync()["failed"] == 0
+    site.overrides = {**site.overrides, "gpu_node_selector": {"pool": "gpu-two"}}
+    site.save()
+    assert execution.policies_sync()["failed"] == 0
+
+    policy = _policy("portal-site-site-b")
+    assert policy["metadata"]["labels"][PERMANENT_ID] == pid
+    assert "karmada.io/propagation-policy-controller" in policy["metadata"]["finalizers"]
+    overrides = [
+        o["metadata"]["name"]
+        for o in gateway.list_objects(gateway.OVERRIDE_POLICY)[0]
+        if o["metadata"]["name"].startswith("portal-site-site-b")
+    ]
+    texts = " ".join(str(_override(n)["spec"]) for n in overrides)
+    assert "gpu-two" in texts
+    assert "gpu-one" not in texts
+
+
+def test_a_sync_that_finds_everything_in_step_writes_nothing(fleet) -> None:
+    execution.policies_sync()
+    before = _policy("portal-site-site-a")["metadata"]["resourceVersion"]
+    execution.policies_sync()
+    assert _policy("portal-site-site-a")["metadata"]["resourceVersion"] == before
+
+
+def test_a_site_added_after_the_first_sync_gets_its_policy(fleet) -> None:
+    execution.policies_sync()
+    Site.objects.create(name="site-d", region="eu-west")
+    counts = execution.policies_sync()
+    assert counts["failed"] == 0
+    assert _policy("portal-site-site-d")["metadata"]["labels"][PERMANENT_ID]
+
+
+def test_a_field_karmada_defaulted_is_kept_and_one_the_portal_dropped_is_removed() -> None:
+    last = {"placement": {"clusterAffinity": {"clusterNames": ["a"]}, "old": 1}}
+    current = {
+        "placement": {"clusterAffinity": {"clusterNames": ["a"]}, "old": 1},
+        "conflictResolution": "Abort",  # a CRD default the portal never wrote
+        "resourceSelectors": [{"kind": "Workflow", "namespace": "portal"}],
+    }
+    want = {
+        "placement": {"clusterAffinity": {"clusterNames": ["b"]}},
+        "resourceSelectors": [{"kind": "Workflow"}],
+    }
+    merged = gateway._three_way(current, last, want)
+    assert merged == {
+        "placement": {"clusterAffinity": {"clusterNames": ["b"]}},
+        "conflictResolution": "Abort",
+        "resourceSelectors": [{"kind": "Workflow", "namespace": "portal"}],
+    }
+    assert gateway._covers(merged, want)
+    assert not gateway._covers(current, want)

@@ -19,8 +19,8 @@ class ThrottledLoginView(auth_views.LoginView):
         username = str(request.POST.get("username", ""))[:150]
         wait = throttling.retry_after(throttling.client_address(request), username)
         if wait is not None:
-            form = self.get_form()
-            form.errors.clear()
+            # An unbound form: a bound one would check the password as soon as it is shown.
+            form = self.get_form_class()(self.request)
             context = self.get_context_data(form=form, throttled=throttling.message(wait))
             response = self.render_to_response(context, status=429)
             response["Retry-After"] = str(wait)

@@ -151,3 +151,14 @@ def test_wrong_api_tokens_are_throttled_per_address(
     # Even a right token from that address waits; other addresses are not affected.
     assert scientist_api.get("/api/v1/sites/", REMOTE_ADDR=limits).status_code == 429
     assert scientist_api.get("/api/v1/sites/", REMOTE_ADDR="10.255.0.1").status_code == 200
+
+
+def test_a_throttled_login_does_not_check_the_password(
+    client: Client, limits: str, monkeypatch: pytest.MonkeyPatch, db: Any
+) -> None:
+    for i in range(5):
+        login(client, limits, f"nobody-{i}-{uuid.uuid4().hex[:6]}", "x")
+    checked: list[Any] = []
+    monkeypatch.setattr("django.contrib.auth.forms.authenticate", lambda *a, **k: checked.append(k))
+    assert login(client, limits, "someone", "x").status_code == 429
+    assert checked == []

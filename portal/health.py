@@ -134,7 +134,9 @@ class CachedProbe:
                 ).start()
             running = entry.running
         if entry.outcome is None and running is not None:
-            running.wait(budget)  # the first probe of this target: wait within the budget
+            # The first probe of this target: wait for it, within the budget counted from
+            # when it started (later hits do not each wait the whole budget again).
+            running.wait(max(0.0, budget - (now - entry.started_at)))
         with self._lock:
             outcome, running, started = entry.outcome, entry.running, entry.started_at
         waited = time.monotonic() - started

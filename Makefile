@@ -29,8 +29,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy .
-	$(PY) manage.py check
-	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(PY) manage.py makemigrations --check --dry-run
+	SECRET_KEY=$${SECRET_KEY:-lint-only-not-a-secret} $(PY) manage.py check
+	SECRET_KEY=$${SECRET_KEY:-lint-only-not-a-secret} DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres} $(PY) manage.py makemigrations --check --dry-run
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
@@ -39,7 +39,7 @@ format: $(STAMP)
 # Each benchmark prints its figures beside a floor measured in the same run. Every
 # tests/bench/bench_*.py is run as a script: helper modules there are named otherwise.
 bench: $(STAMP)
-	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; $(PY) $$b; done
+	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) $$b; done
 
 # PNGs of the runs, submit-with-preview, run and fleet pages from a fresh demo, in headless
 # Chromium (Debian's /usr/bin/chromium), written to docs/screenshots/.

@@ -9,6 +9,9 @@ def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
     from django.core.management import execute_from_command_line
 
+    from portal.startup import require_secret_key
+
+    require_secret_key()
     execute_from_command_line(sys.argv)
 
 

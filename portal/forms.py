@@ -108,7 +108,9 @@ def workflow_parameters(text: str) -> list[WorkflowParameter]:
         return []
     try:
         doc = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
+        # Nested too deeply for PyYAML's recursive constructor: the preview and submit say so
+        # with the workflow parser's own message.
         return []
     spec = doc.get("spec") if isinstance(doc, dict) else None
     args = spec.get("arguments") if isinstance(spec, dict) else None
@@ -195,7 +197,7 @@ def line_of(text: str, path: str) -> int | None:
     the deepest part of the path that exists, so a missing key points at its parent."""
     try:
         node: Any = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return None
     if node is None:
         return None

@@ -210,8 +210,15 @@ def _custom() -> k8s.CustomObjectsApi:
     return k8s.CustomObjectsApi(_api_client())
 
 
-def _timeout() -> float:
-    return float(settings.KARMADA_REQUEST_TIMEOUT)
+def _timeout(read: float | None = None) -> tuple[float, float]:
+    """``(connect, read)`` seconds for one Karmada call.
+
+    The ``kubernetes`` client honours only an ``int`` (a total) or a ``(connect, read)`` tuple
+    as ``_request_timeout``; a float is silently dropped (``rest.py``) and the call then waits
+    for as long as the server keeps the connection open. So every call passes this tuple."""
+    read_s = float(settings.KARMADA_REQUEST_TIMEOUT if read is None else read)
+    connect_s = min(float(settings.KARMADA_CONNECT_TIMEOUT), read_s)
+    return (connect_s, read_s)
 
 
 def namespace() -> str:
@@ -223,7 +230,9 @@ def namespace() -> str:
 
 @retrying()
 def ping() -> str:
-    version = k8s.VersionApi(_api_client()).get_code(_request_timeout=min(_timeout(), 3.0))
+    version = k8s.VersionApi(_api_client()).get_code(
+        _request_timeout=_timeout(read=min(float(settings.KARMADA_REQUEST_TIMEOUT), 3.0))
+    )
     return str(version.git_version)
 
 
@@ -426,7 +435,7 @@ def watch(
         "timeout_seconds": timeout_seconds,
         "allow_watch_bookmarks": True,
         "label_selector": label_selector,
-        "_request_timeout": (_timeout(), timeout_seconds + 30),
+        "_request_timeout": (_timeout()[0], timeout_seconds + 30),
     }
     scope = "namespaced" if resource.namespaced else "cluster"
     func: Any = getattr(api, f"list_{scope}_custom_object")

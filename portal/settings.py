@@ -18,8 +18,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = envbool("DEBUG", False)
-# The fallback key is only acceptable for DEBUG (``check --deploy`` flags it otherwise).
-SECRET_KEY = env("SECRET_KEY", "django-insecure-local-development-key-do-not-use-in-production")
+# A development key only with DEBUG on (the demo). Without DEBUG there is no default: every
+# process refuses to start with no key (portal.startup, called by manage.py, the WSGI
+# application and Celery), and ``check --deploy`` flags a known placeholder (portal.checks).
+SECRET_KEY = env("SECRET_KEY", "") or (
+    "django-insecure-local-development-key-do-not-use-in-production" if DEBUG else ""
+)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 
@@ -44,6 +48,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a chunked request body (no Content-Length) is read, bounded, before anything
+    # else looks at the body (portal/middleware.py).
+    "portal.middleware.ChunkedBodyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -132,6 +139,42 @@ LOGOUT_REDIRECT_URL = "login"
 # anything larger before it is read into memory.
 PORTAL_MAX_BODY_BYTES = envint("PORTAL_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = PORTAL_MAX_BODY_BYTES
+# A chunked body (no Content-Length) is read up to this many bytes, then refused with 413; each
+# view then applies its own limit as it does to a body with a length. The default is the
+# webhook's (an AdmissionReview of one etcd object and its envelope).
+PORTAL_MAX_CHUNKED_BODY_BYTES = envint(
+    "PORTAL_MAX_CHUNKED_BODY_BYTES", max(PORTAL_MAX_BODY_BYTES, 3 * 1024 * 1024)
+)
+
+# --- Cache (login and token throttling, shared by every web process) --------------------------
+PORTAL_CACHE_URL = env("PORTAL_CACHE_URL", env("REDIS_URL", ""))
+CACHES = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": PORTAL_CACHE_URL,
+            "KEY_PREFIX": "portal",
+            "TIMEOUT": 300,
+        }
+        if PORTAL_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+
+# --- Throttling of failed logins and API tokens (portal/throttling.py) ----------------------
+# Failures allowed per window for one username and for one client address; past either the
+# login form and the API answer 429 until the window ends.
+PORTAL_AUTH_FAILURES_PER_USER = envint("PORTAL_AUTH_FAILURES_PER_USER", 10)
+PORTAL_AUTH_FAILURES_PER_ADDRESS = envint("PORTAL_AUTH_FAILURES_PER_ADDRESS", 50)
+PORTAL_AUTH_FAILURE_WINDOW_SECONDS = envint("PORTAL_AUTH_FAILURE_WINDOW_SECONDS", 300)
+
+# --- Health endpoints (portal/health.py) ----------------------------------------------------
+PORTAL_READYZ_BUDGET_SECONDS = envfloat("PORTAL_READYZ_BUDGET_SECONDS", 2.0)
+PORTAL_READYZ_CACHE_SECONDS = envfloat("PORTAL_READYZ_CACHE_SECONDS", 10.0)
+# Error text of failed checks for everyone (default: staff only; others see a category).
+PORTAL_READYZ_DETAIL = envbool("PORTAL_READYZ_DETAIL", False)
+PORTAL_METRICS_TOKEN = env("PORTAL_METRICS_TOKEN", "")
+PORTAL_METRICS_ALLOWED_NETWORKS = envlist("PORTAL_METRICS_ALLOWED_NETWORKS", "")
 
 # --- Security (production defaults; DEBUG relaxes them for local use) -------------------------
 SECURE_SSL_REDIRECT = envbool("SECURE_SSL_REDIRECT", not DEBUG)
@@ -206,7 +249,10 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 KARMADA_KUBECONFIG = env("KARMADA_KUBECONFIG", "")
 KARMADA_IN_CLUSTER = envbool("KARMADA_IN_CLUSTER", False)
 KARMADA_NAMESPACE = env("KARMADA_NAMESPACE", "portal")
+# Seconds to wait for an answer from karmada-apiserver (read) and to connect to it; every call
+# passes both to the client as a (connect, read) tuple.
 KARMADA_REQUEST_TIMEOUT = envfloat("KARMADA_REQUEST_TIMEOUT", 10.0)
+KARMADA_CONNECT_TIMEOUT = envfloat("KARMADA_CONNECT_TIMEOUT", 3.0)
 PORTAL_LABEL_DOMAIN = env("PORTAL_LABEL_DOMAIN", "portal.multisite.io")
 PORTAL_POLICY_PREFIX = env("PORTAL_POLICY_PREFIX", "portal-site-")
 PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
@@ -229,10 +275,43 @@ PORTAL_DECISION_QUEUE_KEY = env("PORTAL_DECISION_QUEUE_KEY", "portal:webhook-dec
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "django.server": {
+            "()": "django.utils.log.ServerFormatter",
+            "format": "[{server_time}] {message}",
+            "style": "{",
+        },
+    },
+    # The webhook's token is a path segment: no log line of ours or Django's carries it.
+    "filters": {"redact_webhook_token": {"()": "portal.logredact.RedactWebhookToken"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact_webhook_token"],
+        },
+        # As Django's default for runserver's request lines, with the filter.
+        "django.server": {
+            "class": "logging.StreamHandler",
+            "formatter": "django.server",
+            "filters": ["redact_webhook_token"],
+        },
+    },
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        # Records logged to these (4xx/5xx with the path; runserver's request lines) are
+        # redacted where they are made, before any handler Django attached sees them.
+        "django.request": {"filters": ["redact_webhook_token"]},
+        "django.security": {"filters": ["redact_webhook_token"]},
+        "django.server": {
+            "handlers": ["django.server"],
+            "level": "INFO",
+            "propagate": False,
+            "filters": ["redact_webhook_token"],
+        },
+    },
 }
 
 CELERY_BEAT_SCHEDULE = {

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import health
+from portal.auth_views import ThrottledLoginView, throttled_admin_login
 
 api_v1 = [
     path("", include("sites.api.urls")),
@@ -19,8 +20,10 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
     path("", include("portal.ui_urls")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # The admin's login form, behind the same count of failures.
+    path("admin/login/", throttled_admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -3,6 +3,9 @@ import os
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+from portal.startup import require_secret_key
+
+require_secret_key()  # gunicorn's worker exits with the message instead of serving
 application = get_wsgi_application()
 
 # Start compiling the workflow schema validator now, not on the first submission.

@@ -720,13 +720,27 @@ def test_retention_keeps_what_argo_wrote_in_the_member() -> None:
 # docker-compose.yml
 
 
-def compose(*files: Path, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+# docker-compose.yml has no secret defaults: it refuses to start without these.
+COMPOSE_SECRETS = {
+    "SECRET_KEY": "compose-test-secret-key-3f9a1c7e5b2d4a6c8e0f1a3b5c7d9e1f",
+    "PORTAL_WEBHOOK_TOKEN": "compose-test-webhook-token-8b6d4f2a0c9e7a5b",
+    "POSTGRES_PASSWORD": "compose-test-db-password-1d3f5b7a9c",
+}
+
+
+def compose(
+    *files: Path, env: Mapping[str, str] | None = None, secrets: bool = True
+) -> subprocess.CompletedProcess[str]:
     tool = need_tool("docker-compose", "apt-get install docker-compose")
     args = [tool, "--project-directory", str(REPO)]
     for f in files:
         args += ["-f", str(f)]
     # Only PATH: a developer's SECRET_KEY or KARMADA_KUBECONFIG must not change the result.
-    clean = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **(env or {})}
+    clean = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        **(COMPOSE_SECRETS if secrets else {}),
+        **(env or {}),
+    }
     return subprocess.run(
         [*args, "config"], capture_output=True, text=True, check=False, env=clean, cwd=REPO
     )
@@ -765,6 +779,40 @@ def test_the_karmada_override_drops_the_sandbox_and_mounts_the_kubeconfig() -> N
         assert f"/srv/karmada.config:{path}:ro" in services[name]["volumes"]
     missing = compose(COMPOSE, COMPOSE_KARMADA)
     assert missing.returncode != 0 and "KARMADA_KUBECONFIG_FILE" in missing.stderr
+
+
+@pytest.mark.parametrize("missing", sorted(COMPOSE_SECRETS))
+def test_docker_compose_refuses_to_start_without_each_secret(missing: str) -> None:
+    others = {k: v for k, v in COMPOSE_SECRETS.items() if k != missing}
+    out = compose(COMPOSE, env=others, secrets=False)
+    assert out.returncode != 0
+    assert f"set {missing}" in out.stderr  # the message says what to set
+    empty = compose(COMPOSE, env={**others, missing: ""}, secrets=False)
+    assert empty.returncode != 0 and f"set {missing}" in empty.stderr
+
+
+def test_docker_compose_holds_no_secret_and_publishes_the_web_port_on_loopback() -> None:
+    text = COMPOSE.read_text()
+    for old_default in ("change-me-in-production", "compose-webhook-token-change-me"):
+        assert old_default not in text
+    out = compose(COMPOSE)
+    assert out.returncode == 0, out.stderr
+    services = yaml.safe_load(out.stdout)["services"]
+    env = services["web"]["environment"]
+    assert env["SECRET_KEY"] == COMPOSE_SECRETS["SECRET_KEY"]
+    assert env["PORTAL_WEBHOOK_TOKEN"] == COMPOSE_SECRETS["PORTAL_WEBHOOK_TOKEN"]
+    password = COMPOSE_SECRETS["POSTGRES_PASSWORD"]
+    assert f":{password}@postgres:" in env["DATABASE_URL"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"] == password
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            published = port if isinstance(port, str) else f"{port.get('host_ip', '')}:"
+            assert published.startswith("127.0.0.1:"), (name, port)
+    wide = compose(COMPOSE, env={"PORTAL_BIND_ADDRESS": "0.0.0.0", "PORTAL_PORT": "9000"})
+    assert wide.returncode == 0, wide.stderr
+    assert yaml.safe_load(wide.stdout)["services"]["web"]["ports"] == ["0.0.0.0:9000:8000/tcp"]
+    # gunicorn with the configuration that keeps the webhook token out of the access log
+    assert "python:portal.gunicorn_conf" in " ".join(services["web"]["command"])
 
 
 def test_docker_compose_config_refuses_a_broken_file(tmp_path: Path) -> None:

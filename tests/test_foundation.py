@@ -50,7 +50,9 @@ def test_embedded_defaults_need_no_servers(tmp_path):
         "import django; django.setup(); from django.conf import settings as s; "
         "print(s.DATABASES['default']['ENGINE']); print(s.CELERY_BROKER_URL)"
     )
-    result = _run_django(code, {"PORTAL_VAR_DIR": str(tmp_path)})
+    # The embedded defaults are the demo's, which runs with DEBUG (without it the portal
+    # needs a SECRET_KEY: tests/test_settings_checks.py).
+    result = _run_django(code, {"PORTAL_VAR_DIR": str(tmp_path), "DEBUG": "1"})
     assert result.returncode == 0, result.stderr
     engine, broker = result.stdout.split()
     assert engine == "django.db.backends.sqlite3"

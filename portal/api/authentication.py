@@ -10,8 +10,12 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models.signals import post_delete, post_save
-from rest_framework.authentication import TokenAuthentication
+from rest_framework.authentication import TokenAuthentication, get_authorization_header
 from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import AuthenticationFailed, Throttled
+from rest_framework.request import Request
+
+from portal import throttling
 
 MAX_ENTRIES = 1024
 
@@ -29,6 +33,24 @@ class CachedTokenAuthentication(TokenAuthentication):
     keeps working in this one for at most that long (the process that makes the change
     forgets at once), as Kubernetes caches its token reviews. Unknown keys are never
     remembered, so a wrong key is always checked against the database."""
+
+    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
+        """DRF's, with failed tokens counted per client address (portal/throttling.py): past
+        ``PORTAL_AUTH_FAILURES_PER_ADDRESS`` failures in the window every request that carries
+        a token gets 429 with ``Retry-After`` before the token is looked up. (A wrong token
+        names no user, so the per-user count applies to the login form only.)"""
+        header = get_authorization_header(request).split()
+        if not header or header[0].lower() != self.keyword.lower().encode():
+            return None
+        address = throttling.client_address(request._request)
+        wait = throttling.retry_after(address)
+        if wait is not None:
+            raise Throttled(wait=wait, detail=throttling.message(wait))
+        try:
+            return super().authenticate(request)
+        except AuthenticationFailed:
+            throttling.record_failure(address)
+            raise
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         ttl = float(getattr(settings, "PORTAL_TOKEN_CACHE_SECONDS", 0))

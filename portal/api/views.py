@@ -70,7 +70,9 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
     if content_type == "application/json" or raw.lstrip()[:1] == b"{":
         try:
             data = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            # Not the wrapper: the workflow parser reads the body and says what is wrong
+            # (for nesting too deep, the same 400 as a YAML body gets).
             data = None
         if isinstance(data, dict) and "manifest" in data and "kind" not in data:
             manifest = data["manifest"]

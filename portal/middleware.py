@@ -1,0 +1,114 @@
+"""Request bodies sent with ``Transfer-Encoding: chunked`` (no ``Content-Length``).
+
+Django reads a request body only up to ``CONTENT_LENGTH`` and treats a missing one as 0, so a
+chunked body reached every view as empty (``400 empty document``; the webhook's "not JSON").
+This middleware reads such a body once, bounded by ``PORTAL_MAX_CHUNKED_BODY_BYTES`` (413 past
+it), and hands it on as if it had come with its length: each view then applies its own limit
+(``PORTAL_MAX_BODY_BYTES``, ``DATA_UPLOAD_MAX_MEMORY_SIZE``, the webhook's) as for any body.
+
+Servers differ in who decodes the chunks:
+
+* gunicorn (and any server that sets ``wsgi.input_terminated``) decodes them and ends
+  ``wsgi.input`` at the end of the body: read it directly;
+* Django's own server (``runserver``, the live test server) passes the socket on undecoded,
+  wrapped in a ``LimitedStream`` of length 0: decode the chunks here from the socket.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class BadChunks(Exception):
+    pass
+
+
+def _read_terminated(stream: Any, limit: int) -> bytes:
+    out = bytearray()
+    while len(out) <= limit:
+        piece = stream.read(min(64 * 1024, limit + 1 - len(out)))
+        if not piece:
+            return bytes(out)
+        out += piece
+    raise BodyTooLarge
+
+
+def _read_chunks(raw: Any, limit: int) -> bytes:
+    """Decode an HTTP/1.1 chunked body from ``raw`` (a buffered socket reader)."""
+    out = bytearray()
+    while True:
+        line = raw.readline(1024)
+        if not line.endswith(b"\n"):
+            raise BadChunks("chunk size line missing or too long")
+        try:
+            size = int(line.split(b";", 1)[0].strip(), 16)
+        except ValueError:
+            raise BadChunks("chunk size is not hexadecimal") from None
+        if size < 0:
+            raise BadChunks("negative chunk size")
+        if size == 0:
+            break
+        if len(out) + size > limit:
+            raise BodyTooLarge
+        while size:
+            piece = raw.read(size)
+            if not piece:
+                raise BadChunks("body ends inside a chunk")
+            out += piece
+            size -= len(piece)
+        if raw.readline(16).strip():
+            raise BadChunks("chunk not followed by CRLF")
+    for _ in range(100):  # trailer fields, then the empty line
+        if not raw.readline(8192).strip():
+            return bytes(out)
+    raise BadChunks("too many trailer fields")
+
+
+def read_chunked_body(environ: dict[str, Any], limit: int) -> bytes:
+    stream = environ["wsgi.input"]
+    if environ.get("wsgi.input_terminated"):
+        return _read_terminated(stream, limit)
+    # Django's server: LimitedStream(socket reader, 0) keeps the reader's bound read method.
+    raw = getattr(getattr(stream, "_read", None), "__self__", None)
+    if isinstance(stream, LimitedStream) and raw is not None and hasattr(raw, "readline"):
+        return _read_chunks(raw, limit)
+    raise BadChunks("this server does not hand on chunked request bodies")
+
+
+class ChunkedBodyMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        meta = request.META
+        if "chunked" in meta.get("HTTP_TRANSFER_ENCODING", "").lower() and not meta.get(
+            "CONTENT_LENGTH"
+        ):
+            limit = int(settings.PORTAL_MAX_CHUNKED_BODY_BYTES)
+            try:
+                body = read_chunked_body(meta, limit)
+            except BodyTooLarge:
+                return JsonResponse(
+                    {"errors": [{"path": "", "message": f"body larger than {limit} bytes"}]},
+                    status=413,
+                )
+            except (BadChunks, OSError) as exc:
+                return JsonResponse(
+                    {"errors": [{"path": "", "message": f"unreadable chunked body: {exc}"}]},
+                    status=400,
+                )
+            meta["CONTENT_LENGTH"] = str(len(body))
+            # What WSGIRequest reads the body from (HttpRequest.read/body, DRF's stream).
+            request._stream = io.BytesIO(body)
+            request._read_started = False  # type: ignore[attr-defined]
+        return self.get_response(request)

@@ -77,6 +77,8 @@ class Graph(RunCore):
     ) -> None:
         """Make a finished step/task's results visible as {{steps.X...}} / {{tasks.X...}}."""
         scope[f"{prefix}.status"] = node["phase"]
+        if node.get("podIP"):
+            scope[f"{prefix}.ip"] = node["podIP"]
         scope[f"{prefix}.id"] = node["id"]
         scope[f"{prefix}.startedAt"] = node.get("startedAt", "")
         scope[f"{prefix}.finishedAt"] = node.get("finishedAt", "")

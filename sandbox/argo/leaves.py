@@ -17,11 +17,12 @@ from sandbox.argo.expr import (
     render,
     template_requests,
 )
-from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
+from sandbox.argo.pods import NotRunnable, Pods
+from sandbox.argo.run import Ctx, Parent, StepFailed
 from sandbox.store import clone, now_iso
 
 
-class Leaves(RunCore):
+class Leaves(Pods):
     # -- execution ----------------------------------------------------------------------------
     async def execute(
         self,
@@ -125,7 +126,8 @@ class Leaves(RunCore):
         arts = []
         for a in (tmpl.get("inputs") or {}).get("artifacts") or []:
             art = clone(art_args.get(a.get("name"), {}))
-            art = dict(clone(a), **{k: v for k, v in art.items() if k != "name"})
+            # The template's own name and path win over what the argument carried.
+            art = dict(clone(a), **{k: v for k, v in art.items() if k not in ("name", "path")})
             if a.get("path"):
                 scope[f"inputs.artifacts.{a['name']}.path"] = a["path"]
             arts.append(art)
@@ -169,9 +171,15 @@ class Leaves(RunCore):
         sub = Ctx(scope, ctx.boundary, ctx.attempt)
         try:
             if ntype == "Steps":
-                await self.run_steps(tmpl, node, sub)
+                try:
+                    await self.run_steps(tmpl, node, sub)
+                finally:
+                    await self.stop_daemons(node["id"])
             elif ntype == "DAG":
-                await self.run_dag(tmpl, node, sub)
+                try:
+                    await self.run_dag(tmpl, node, sub)
+                finally:
+                    await self.stop_daemons(node["id"])
             elif ntype == "Suspend":
                 await self.run_suspend(body, tmpl, node, sub)
             elif any(k in tmpl for k in LEAF_KINDS):
@@ -261,9 +269,7 @@ class Leaves(RunCore):
         node["outputs"] = outputs
 
     def _failure(self, tmpl: dict[str, Any], ctx: Ctx) -> str | None:
-        msg = self.sb.faults.workflow_failure(
-            self.namespace, self.name
-        ) or self.sb.faults.template_failure(self.namespace, self.name, tmpl.get("name", ""))
+        msg = self._fault(tmpl)
         if msg:
             return msg
         fail = self.annotation(tmpl, "fail")
@@ -295,32 +301,73 @@ class Leaves(RunCore):
 
         lease = await self.member.acquire(req, waiting)
         started = asyncio.get_running_loop().time()
+        runner = self.runner(body)
+        real: tuple[str, str] | None = None
         try:
             node.pop("message", None)
             node["phase"] = "Running"
             node["startedAt"] = now_iso()
             node["hostNodeName"] = self.member.node_of(lease)
             self.touch()
-            default = parse_duration(
-                (self.obj["metadata"].get("annotations") or {}).get(
-                    self.sb.config.annotation("duration")
-                ),
-                self.sb.config.default_duration,
-            )
-            duration = parse_duration(self.annotation(tmpl, "duration"), default)
-            await asyncio.sleep(duration / self.sb.config.time_scale)
+            fault = self._fault(tmpl)
+            if runner is not None and fault is None and tmpl.get("daemon"):
+                # The lease is the daemon's until its scope ends.
+                self.start_daemon(body, tmpl, node, runner, ctx, lambda: self.member.release(lease))
+                return
+            if runner is not None and fault is None:
+                real = await self._run_real(body, tmpl, node, runner)
+            else:
+                await asyncio.sleep(self._duration(tmpl) / self.sb.config.time_scale)
         except asyncio.CancelledError:
             self._account(node, req, started)
             self.member.release(lease)
             raise
         self._account(node, req, started)
         self.member.release(lease)
+        if real is not None:
+            self.finish(node, real[0], real[1])
+            return
         failure = self._failure(tmpl, ctx)
         self._leaf_outputs(tmpl, node, ctx.scope, failed=failure is not None)
         if failure:
             self.finish(node, "Failed", failure)
+        elif self.sb.config.execute and any(k in tmpl for k in ("container", "script")):
+            self.finish(node, "Succeeded", "simulated: image not executable here")
         else:
             self.finish(node, "Succeeded")
+
+    async def _run_real(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], runner: str
+    ) -> tuple[str, str]:
+        while True:
+            try:
+                return await self.run_pod(body, tmpl, node, runner)
+            except NotRunnable as exc:
+                # The kubelet keeps trying; the node stays Pending with its reason
+                # (getPendingReason, workflow/controller/operator.go).
+                if node.get("message") != str(exc) or node["phase"] != "Pending":
+                    node["phase"] = "Pending"
+                    node["message"] = str(exc)
+                    self.touch()
+                await asyncio.sleep(1.0)
+            if node["phase"] == "Pending":
+                node["phase"] = "Running"
+                node.pop("message", None)
+                self.touch()
+
+    def _duration(self, tmpl: dict[str, Any]) -> float:
+        default = parse_duration(
+            (self.obj["metadata"].get("annotations") or {}).get(
+                self.sb.config.annotation("duration")
+            ),
+            self.sb.config.default_duration,
+        )
+        return parse_duration(self.annotation(tmpl, "duration"), default)
+
+    def _fault(self, tmpl: dict[str, Any]) -> str | None:
+        return self.sb.faults.workflow_failure(
+            self.namespace, self.name
+        ) or self.sb.faults.template_failure(self.namespace, self.name, tmpl.get("name", ""))
 
     def _account(self, node: dict[str, Any], req: dict[str, float], started: float) -> None:
         secs = max(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sandbox import quantity
+from sandbox.argo.site import SiteExecution
 from sandbox.argo.workflow import WorkflowRun
 from sandbox.fleet import DEFAULT_CAPACITY, Site
 from sandbox.store import Obj, clone
@@ -25,7 +27,7 @@ class Lease:
 
 
 @dataclass
-class Member:
+class Member(SiteExecution):
     sb: Sandbox
     name: str
     capacity: dict[str, float]
@@ -36,6 +38,10 @@ class Member:
     leases: dict[int, Lease] = field(default_factory=dict)
     waiters: list[tuple[dict[str, float], asyncio.Future[int]]] = field(default_factory=list)
     runs: dict[tuple[str, str], WorkflowRun] = field(default_factory=dict)
+    # Workflows created on the member itself (not propagated): Karmada does not manage them.
+    direct: dict[tuple[str, str], WorkflowRun] = field(default_factory=dict)
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    logs: OrderedDict[tuple[str, str], bytes] = field(default_factory=OrderedDict)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _rr: int = 0
 
@@ -147,6 +153,15 @@ class Member:
         else:
             run.update(obj)
 
+    def apply_direct(self, obj: Obj) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        old = self.direct.pop(key, None)
+        if old is not None:
+            old.cancel()
+        run = WorkflowRun(self, obj)
+        self.direct[key] = run
+        run.start()
+
     def delete(self, namespace: str, name: str) -> None:
         run = self.runs.pop((namespace, name), None)
         if run is not None:
@@ -156,14 +171,17 @@ class Member:
         return [k for k in self.runs if k not in live]
 
     def clear(self) -> None:
-        for run in self.runs.values():
+        for run in [*self.runs.values(), *self.direct.values()]:
             run.cancel()
         self.runs.clear()
+        self.direct.clear()
         self.leases.clear()
         for _req, fut in self.waiters:
             if not fut.done():
                 fut.cancel()
         self.waiters.clear()
+        self.objects.clear()
+        self.logs.clear()
 
     def status_version(self, namespace: str, name: str) -> int | None:
         run = self.runs.get((namespace, name))
@@ -174,11 +192,19 @@ class Member:
         return run.render_status() if run else None
 
     def resume(self, namespace: str, name: str, node: str | None) -> int:
-        run = self.runs.get((namespace, name))
+        run = self.runs.get((namespace, name)) or self.direct.get((namespace, name))
         return run.resume(node) if run else 0
 
     def workflow_objects(self) -> list[Obj]:
-        return [dict(clone(r.obj), status=r.render_status()) for r in self.runs.values()]
+        runs = [*self.runs.values(), *self.direct.values()]
+        return [dict(clone(r.obj), status=r.render_status()) for r in runs]
+
+    def has_pod(self, namespace: str, pod: str) -> bool:
+        return any(
+            pod in r.nodes and r.nodes[pod]["type"] == "Pod"
+            for (ns, _n), r in [*self.runs.items(), *self.direct.items()]
+            if ns == namespace
+        )
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import json
 import logging
 from dataclasses import dataclass
@@ -132,9 +134,24 @@ class RunCore:
         return None if value is None else str(value)
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self.teardown()
+
+    async def _run(self) -> None:
         spec = self.obj.get("spec") or {}
         self.phase = "Running"
         self.started_at = now_iso()
+        refused = self.refusal()
+        if refused:
+            # What the controller does with a Workflow that fails validation
+            # (workflow/controller/operator.go: "invalid spec: ...").
+            self.phase = "Failed"
+            self.message = f"invalid spec: {refused}"
+            self.finished_at = now_iso()
+            self.touch()
+            return
         self.touch()
         entry = spec.get("entrypoint") or ""
         scope = dict(self.global_scope)
@@ -258,8 +275,18 @@ class RunCore:
                 }
             },
         }
+        if self.sb.config.execute:
+            self._pack(status)
         self._rendered = (self.version, status)
         return status
+
+    def _pack(self, status: Obj) -> None:
+        """Nodes above the size limit go as `compressedNodes`: base64 of gzipped JSON
+        (workflow/packer/packer.go, util/file/fileutil.go)."""
+        raw = json.dumps(status["nodes"], separators=(",", ":")).encode()
+        if len(raw) > self.member.execution.max_node_status_bytes:
+            status["compressedNodes"] = base64.b64encode(gzip.compress(raw)).decode()
+            del status["nodes"]
 
     # -- nodes --------------------------------------------------------------------------------
     def node_id(self, name: str) -> str:
@@ -299,6 +326,16 @@ class RunCore:
             node["progress"] = "1/1" if phase == "Succeeded" else "0/1"
         self.touch()
         return node
+
+    # -- hooks of real execution (pods.py) --------------------------------------------------
+    def refusal(self) -> str | None:
+        return None
+
+    async def teardown(self) -> None:
+        return None
+
+    async def stop_daemons(self, boundary: str | None) -> None:
+        return None
 
     # -- implemented by the node engine (graph.py) and the leaves (leaves.py) ---------------
     async def execute(

@@ -1,0 +1,471 @@
+"""Pods that really run (`python -m sandbox --execute`): the folders a step sees, its
+environment, its input artifacts, and its outputs read back after it ends as Argo's wait
+container does (workflow/executor/executor.go)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import posixpath
+import re
+from pathlib import Path
+from typing import Any
+
+from sandbox import executor
+from sandbox.argo.expr import as_param, parse_duration, render
+from sandbox.argo.run import RunCore
+from sandbox.artifacts import (
+    ArtifactError,
+    fetch_http,
+    is_archive_none,
+    safe_inside,
+)
+from sandbox.store import clone
+
+# Not writable by a step even when an output path points there.
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev")
+
+
+class NotRunnable(Exception):
+    """The pod cannot start; it stays Pending with this message (as the kubelet reports)."""
+
+
+class PodLayout:
+    """Where each container path of one pod lives on the host."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mounts: list[executor.Mount] = []
+
+    def add(self, host: Path, dest: str, readonly: bool = False) -> None:
+        dest = posixpath.normpath(dest)
+        if any(m.dest == dest for m in self.mounts):
+            return
+        self.mounts.append(executor.Mount(host, dest, readonly))
+
+    def writable_dir(self, dest: str) -> None:
+        """Give a step a writable folder at `dest` unless a mount already covers it."""
+        dest = posixpath.normpath(dest)
+        if dest in ("/", "/tmp") or self.host_for(dest) is not None:
+            return
+        if dest.startswith(_SYSTEM) or any(dest == s for s in _SYSTEM):
+            return
+        self.add(self.root / "fs" / dest.lstrip("/"), dest)
+
+    def host_for(self, path: str) -> Path | None:
+        path = posixpath.normpath(path)
+        best: tuple[int, Path] | None = None
+        candidates = [*self.mounts, executor.Mount(self.root / "tmp", "/tmp")]
+        for m in candidates:
+            if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
+                rel = posixpath.relpath(path, m.dest)
+                host = m.host if rel == "." else m.host / rel
+                if best is None or len(m.dest) > best[0]:
+                    best = (len(m.dest), host)
+        return best[1] if best else None
+
+
+class Pods(RunCore):
+    network: executor.Network | None = None
+    daemons: dict[str, list[tuple[dict[str, Any], asyncio.Task[None]]]]
+
+    # -- hooks ------------------------------------------------------------------------------
+    def refusal(self) -> str | None:
+        if not self.sb.config.execute:
+            return None
+        return unresolved(self.obj)
+
+    async def teardown(self) -> None:
+        await self.stop_daemons(None)
+        if self.network is not None:
+            self.network.close()
+            self.network = None
+
+    # -- daemons ----------------------------------------------------------------------------
+    def start_daemon(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        ctx: Any,
+        release: Any,
+    ) -> None:
+        """`daemon: true`: the pod keeps running, the step counts as done once it started,
+        and it is stopped when the steps or DAG template that started it ends. Its IP is
+        127.0.0.1: a Workflow's pods share one network namespace (only a loopback)."""
+
+        async def daemon() -> None:
+            try:
+                _phase, message = await self.run_pod(body, tmpl, node, runner)
+                # A daemon that ends by itself has failed (workflow/controller/operator.go).
+                self.finish(node, "Failed", message or "daemoned pod exited")
+            except asyncio.CancelledError:
+                self.finish(node, "Succeeded")
+                raise
+            finally:
+                node.pop("daemoned", None)
+                release()
+
+        node["daemoned"] = True
+        node["podIP"] = "127.0.0.1"
+        task = asyncio.get_running_loop().create_task(daemon())
+        if not hasattr(self, "daemons"):
+            self.daemons = {}
+        self.daemons.setdefault(str(ctx.boundary), []).append((node, task))
+        self.touch()
+
+    async def stop_daemons(self, boundary: str | None) -> None:
+        if not hasattr(self, "daemons"):
+            return
+        keys = list(self.daemons) if boundary is None else [boundary]
+        tasks = [t for k in keys for _n, t in self.daemons.pop(k, [])]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the container ---------------------------------------------------------------------
+    def runner(self, body: dict[str, Any]) -> str | None:
+        if not self.sb.config.execute:
+            return None
+        for kind in ("container", "script"):
+            if isinstance(body.get(kind), dict):
+                image = str(body[kind].get("image") or "")
+                return executor.runner_for(image, self.member.execution.images)
+        return None
+
+    def _argv(self, body: dict[str, Any], runner: str, layout: PodLayout) -> list[str]:
+        if isinstance(body.get("script"), dict):
+            script = body["script"]
+            staging = layout.root / "staging"
+            staging.mkdir(parents=True, exist_ok=True)
+            (staging / "script").write_text(str(script.get("source", "")))
+            layout.add(staging, "/argo/staging", readonly=True)
+            command = [str(c) for c in script.get("command") or []] or ["sh"]
+            return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
+        return executor.container_argv(runner, body["container"])
+
+    def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for e in container.get("env") or []:
+            name = str(e.get("name"))
+            if "value" in e:
+                env[name] = as_param(e["value"])
+                continue
+            vf = e.get("valueFrom") or {}
+            field = (vf.get("fieldRef") or {}).get("fieldPath")
+            if field:
+                env[name] = {
+                    "metadata.name": pod,
+                    "metadata.namespace": self.namespace,
+                    "status.podIP": "127.0.0.1",
+                    "spec.nodeName": "",
+                }.get(str(field), "")
+                continue
+            for ref_kind, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                ref = vf.get(ref_kind)
+                if ref is None:
+                    continue
+                value = self.member.object_value(kind, self.namespace, ref.get("name"), ref["key"])
+                if value is None and not ref.get("optional"):
+                    what = "secret" if kind == "Secret" else "configmap"
+                    raise NotRunnable(
+                        f'CreateContainerConfigError: {what} "{ref.get("name")}" not found'
+                        if not self.member.has_object(kind, self.namespace, ref.get("name"))
+                        else f"CreateContainerConfigError: couldn't find key {ref['key']} in "
+                        f"{kind} {self.namespace}/{ref.get('name')}"
+                    )
+                if value is not None:
+                    env[name] = value
+        return env
+
+    def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
+        spec = self.obj.get("spec") or {}
+        declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
+        volumes = {v.get("name"): v for v in declared}
+        templates = spec.get("volumeClaimTemplates") or []
+        claims = {(c.get("metadata") or {}).get("name") for c in templates}
+        for vm in container.get("volumeMounts") or []:
+            vname = vm.get("name")
+            vol = volumes.get(vname) or {}
+            if vname in claims or "persistentVolumeClaim" in vol:
+                host = self.member.data_dir / "volumes" / self.namespace / self.name / str(vname)
+            else:
+                host = layout.root / "volumes" / str(vname)
+                self._fill_volume(vol, host)
+            if vm.get("subPath"):
+                host = host / str(vm["subPath"])
+            host.mkdir(parents=True, exist_ok=True)
+            layout.add(host, str(vm["mountPath"]), readonly=bool(vm.get("readOnly")))
+
+    def _fill_volume(self, vol: dict[str, Any], host: Path) -> None:
+        host.mkdir(parents=True, exist_ok=True)
+        for key, kind in (("secret", "Secret"), ("configMap", "ConfigMap")):
+            src = vol.get(key)
+            if src is None:
+                continue
+            name = src.get("secretName") if key == "secret" else src.get("name")
+            obj = self.member.get_object(kind, self.namespace, name)
+            if obj is None:
+                if src.get("optional"):
+                    return
+                raise NotRunnable(f'MountVolume.SetUp failed: {key.lower()} "{name}" not found')
+            for k, v in self.member.object_data(obj).items():
+                (host / k).write_text(v)
+
+    # -- running it -------------------------------------------------------------------------
+    async def run_pod(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], runner: str
+    ) -> tuple[str, str]:
+        """Run the pod; returns the node's (phase, message) and fills node outputs."""
+        pod = node["id"]
+        root = self.member.pod_dir(self.namespace, pod)
+        layout = PodLayout(root)
+        container = body.get("container") or body.get("script") or {}
+        self._volumes(body, container, layout)
+        workdir = str(container.get("workingDir") or "/")
+        layout.writable_dir(workdir)
+        outs = tmpl.get("outputs") or {}
+        for item in [*(outs.get("parameters") or []), *(outs.get("artifacts") or [])]:
+            path = (item.get("valueFrom") or {}).get("path") or item.get("path")
+            if path:
+                layout.writable_dir(posixpath.dirname(posixpath.normpath(str(render(path, {})))))
+        for art in (node.get("inputs") or {}).get("artifacts") or []:
+            if art.get("path"):
+                layout.writable_dir(posixpath.dirname(posixpath.normpath(str(art["path"]))))
+        env = self._env(container, pod)
+        argv = self._argv(body, runner, layout)
+        try:
+            await asyncio.to_thread(self._load_inputs, node, layout)
+        except ArtifactError as exc:
+            return "Error", str(exc)
+        deadline = self._pod_deadline(body)
+        spec = executor.PodSpec(
+            root=root,
+            argv=argv,
+            env=env,
+            mounts=layout.mounts,
+            workdir=workdir,
+            uid=self.member.next_uid(),
+            memory=self._memory(container),
+            deadline=deadline,
+            wallclock=self.member.execution.step_wallclock_seconds,
+            time_scale=self.sb.config.time_scale,
+            netns=await self._network(),
+        )
+        result = await executor.run_pod(spec)
+        self.member.keep_log(self.namespace, pod, result.log)
+        failed = result.killed is not None or result.exit_code != 0
+        message = await asyncio.to_thread(self._real_outputs, tmpl, node, layout, result, failed)
+        if result.killed == "deadline":
+            # workflow/executor/executor.go
+            return "Failed", "Step exceeded its deadline"
+        if result.killed:
+            return "Failed", "Step exceeded the sandbox's wall-clock limit for a step"
+        if result.exit_code != 0:
+            return "Failed", f"Error (exit code {result.exit_code})"
+        if message:
+            return "Error", message
+        return "Succeeded", ""
+
+    async def _network(self) -> int:
+        if self.network is None:
+            self.network = executor.Network()
+        return await self.network.pid()
+
+    def _pod_deadline(self, body: dict[str, Any]) -> float | None:
+        limits = [
+            parse_duration(body[k], 0.0)
+            for k in ("activeDeadlineSeconds", "timeout")
+            if body.get(k) not in (None, "") and "{{" not in str(body[k])
+        ]
+        limits = [x for x in limits if x > 0]
+        return min(limits) / self.sb.config.time_scale if limits else None
+
+    @staticmethod
+    def _memory(container: dict[str, Any]) -> int | None:
+        from sandbox import quantity
+
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        if not limit:
+            return None
+        # The interpreter's own mappings need some room under RLIMIT_DATA.
+        return max(int(quantity.parse(str(limit))), 64 * 2**20)
+
+    # -- artifacts and outputs --------------------------------------------------------------
+    def _load_inputs(self, node: dict[str, Any], layout: PodLayout) -> None:
+        for art in (node.get("inputs") or {}).get("artifacts") or []:
+            path = art.get("path")
+            if not path:
+                continue
+            dest = layout.host_for(str(path))
+            if dest is None:
+                continue
+            try:
+                self._load_one(art, dest)
+            except ArtifactError:
+                if art.get("optional"):
+                    continue
+                raise
+
+    def _load_one(self, art: dict[str, Any], dest: Path) -> None:
+        name = art.get("name")
+        if "raw" in art:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(str((art.get("raw") or {}).get("data", "")))
+        elif "http" in art:
+            fetch_http(str((art.get("http") or {}).get("url", "")), dest)
+        elif "git" in art:
+            repo = (art.get("git") or {}).get("repo", "")
+            raise ArtifactError(
+                f"failed to load artifact {name}: git clone {repo}: "
+                "dial tcp: lookup: Temporary failure in name resolution"
+            )
+        elif "s3" in art:
+            s3 = art.get("s3") or {}
+            self.member.repository_for(s3, self.namespace).load(str(s3.get("key", "")), dest)
+        else:
+            raise ArtifactError(f"required artifact '{name}' not supplied")
+
+    def _real_outputs(
+        self,
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        layout: PodLayout,
+        result: executor.PodResult,
+        failed: bool,
+    ) -> str:
+        outputs: dict[str, Any] = {}
+        problem = ""
+        outs = tmpl.get("outputs") or {}
+        params = []
+        for p in outs.get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            value: str | None = None
+            if "value" in p:
+                value = as_param(p["value"])
+            elif vf.get("path"):
+                value = self._read_param(layout, str(vf["path"]))
+                if value is None and "default" in vf:
+                    value = as_param(vf["default"])
+                if value is None:
+                    problem = problem or (
+                        f"failed to get output parameter {p.get('name')}: "
+                        f"open {vf['path']}: no such file or directory"
+                    )
+                    continue
+                # Trims off a single newline (workflow/executor/executor.go).
+                value = value.removesuffix("\n")
+            elif "default" in vf:
+                value = as_param(vf["default"])
+            else:
+                continue
+            entry = {"name": p["name"], "value": value}
+            if p.get("globalName"):
+                entry["globalName"] = p["globalName"]
+                self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+            params.append(entry)
+        if params:
+            outputs["parameters"] = params
+        arts, art_problem = self._save_outputs(outs, node, layout, failed)
+        problem = problem or art_problem
+        if arts:
+            outputs["artifacts"] = arts
+        outputs["result"] = result.stdout.decode("utf-8", "replace").removesuffix("\n")
+        outputs["exitCode"] = str(result.exit_code)
+        node["outputs"] = outputs
+        return problem
+
+    def _read_param(self, layout: PodLayout, path: str) -> str | None:
+        host = layout.host_for(path)
+        real = safe_inside(layout.root, host) if host is not None else None
+        if real is None and host is not None:
+            # A shared volume lives outside the pod folder.
+            for m in layout.mounts:
+                if host.is_relative_to(m.host):
+                    real = safe_inside(m.host, host)
+        if real is None or not real.is_file():
+            return None
+        return real.read_text(errors="replace")
+
+    def _save_outputs(
+        self, outs: dict[str, Any], node: dict[str, Any], layout: PodLayout, failed: bool
+    ) -> tuple[list[dict[str, Any]], str]:
+        arts: list[dict[str, Any]] = []
+        problem = ""
+        for a in outs.get("artifacts") or []:
+            if a.get("from") or not a.get("path"):
+                continue
+            host = layout.host_for(str(a["path"]))
+            real = safe_inside(layout.root, host) if host is not None else None
+            if real is None:
+                for m in layout.mounts:
+                    if host is not None and host.is_relative_to(m.host):
+                        real = safe_inside(m.host, host)
+            if real is None:
+                if not a.get("optional") and not failed:
+                    problem = problem or (
+                        f"failed to save outputs: open {a['path']}: no such file or directory"
+                    )
+                continue
+            none = is_archive_none(a)
+            key = (a.get("s3") or {}).get("key") or (
+                f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
+            )
+            try:
+                self.member.repository.save(real, str(key), archive=not none)
+            except (ArtifactError, OSError) as exc:
+                problem = problem or f"failed to save outputs: {exc}"
+                continue
+            entry = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
+            entry["s3"] = {"key": key}
+            arts.append(entry)
+        return arts, problem
+
+
+def decode_secret(data: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in data.items():
+        try:
+            out[k] = base64.b64decode(str(v)).decode()
+        except ValueError:
+            out[k] = str(v)
+    return out
+
+
+# -- Argo's validation of variables (workflow/validate/validate.go) --------------------------
+_TAG = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_PREFIXES = ("item", "steps.", "inputs.", "outputs.", "pod.", "workflow.", "tasks.")
+
+
+def unresolved(wf: dict[str, Any]) -> str | None:
+    """`templates.<t>: failed to resolve {{tag}}` for the first variable no scope could give
+    a value: undeclared inputs, workflow parameters that are not arguments, steps and tasks
+    that do not exist. Tags of other prefixes are left alone, as Argo does."""
+    spec = wf.get("spec") or {}
+    wf_params = {p.get("name") for p in (spec.get("arguments") or {}).get("parameters") or []}
+    for tmpl in spec.get("templates") or []:
+        inputs = tmpl.get("inputs") or {}
+        params = {p.get("name") for p in inputs.get("parameters") or []}
+        arts = {a.get("name") for a in inputs.get("artifacts") or []}
+        groups = [g if isinstance(g, list) else [g] for g in tmpl.get("steps") or []]
+        names = {s.get("name") for g in groups for s in g}
+        names |= {t.get("name") for t in (tmpl.get("dag") or {}).get("tasks") or []}
+        text = json.dumps({k: v for k, v in tmpl.items() if k != "outputs"})
+        for tag in _TAG.findall(text):
+            if tag.startswith("=") or not tag.startswith(_PREFIXES):
+                continue
+            parts = tag.split(".")
+            bad = False
+            if parts[0] == "inputs" and len(parts) >= 3:
+                bad = (parts[1] == "parameters" and parts[2] not in params) or (
+                    parts[1] == "artifacts" and parts[2] not in arts
+                )
+            elif parts[:2] == ["workflow", "parameters"] and len(parts) >= 3:
+                bad = ".".join(parts[2:]) not in wf_params
+            elif parts[0] in ("steps", "tasks") and len(parts) >= 2:
+                bad = parts[1] not in names and parts[1] != "name"
+            if bad:
+                return f"templates.{tmpl.get('name')}: failed to resolve {{{{{tag}}}}}"
+    return None

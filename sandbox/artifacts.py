@@ -42,15 +42,20 @@ class Repository:
         dest = self.path(key)
         dest.parent.mkdir(parents=True, exist_ok=True)
         if not archive:
+            # `archive: none`: a file as it is, a folder as keys under the prefix.
             if src.is_dir():
-                raise ArtifactError(f"artifact {src} is a directory: archive none needs a file")
-            shutil.copyfile(src, dest)
+                shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(src, dest)
             return
         with tarfile.open(dest, "w:gz") as tar:
             tar.add(src, arcname=src.name)
 
     def load(self, key: str, dest: Path) -> None:
         src = self.path(key)
+        if src.is_dir():
+            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
+            return
         if not src.is_file():
             # The message an S3 GetObject of a missing key gives (workflow/artifacts/s3/s3.go).
             raise ArtifactError(

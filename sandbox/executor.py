@@ -1,8 +1,8 @@
 """Runs one pod's main container for real, isolated with bubblewrap (`bwrap`).
 
-What a step gets: a read-only root made of the host's system folders (`/usr`, `/bin`, `/lib*`,
-`/etc`), a private writable `/tmp`, its working directory, its volume mounts and the folders
-of its input and output paths, all from the pod's own folder; no network (`--unshare-net`,
+What a step gets: its own root file system (the pod's folder, as a container's writable layer)
+with the host's system folders (`/usr`, `/bin`, `/lib*`, `/etc`) mounted read-only over it, and
+its volume mounts; nothing else of the host is visible or writable; no network (`--unshare-net`,
 only a loopback of its own); its own pid, ipc and uts namespaces; a user id of its own (so the
 process limit counts only its processes, and it cannot read other pods' folders); a process
 limit (`RLIMIT_NPROC`), a memory limit from `resources.limits.memory` as `RLIMIT_DATA` (what
@@ -38,6 +38,8 @@ JOIN_NET = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
 JOIN_NET += ["--unshare-cgroup-try"]
 PATH = "/.sandbox/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HERE = Path(__file__).resolve().parent
+# Folders an image's root file system has besides the system ones.
+IMAGE_DIRS = ("tmp", "mnt", "opt", "srv", "home", "root", "run", "media", "var/tmp")
 
 # image pattern -> runner; fleet files may replace the list (`execution.images`).
 DEFAULT_IMAGES: list[dict[str, str]] = [
@@ -161,6 +163,12 @@ def prepare_bin(spec: PodSpec) -> Path:
     )
     for name in ("argosay", "cowsay", "sleep"):
         (bindir / name).chmod(0o755)
+    # Python steps' time.sleep follows the time scale too (site-packages hook).
+    (bindir / "sitecustomize.py").write_text(
+        "import time as _t\n"
+        "_sleep = _t.sleep\n"
+        f"_t.sleep = lambda s: _sleep(max(float(s), 0.0) / {spec.time_scale!r})\n"
+    )
     return bindir
 
 
@@ -186,18 +194,17 @@ def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
         "--new-session",
         "--hostname",
         "pod",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
     ]
+    # The pod's own folder is its root file system (a container's writable layer); the
+    # host's system folders are mounted read-only over it.
+    argv += ["--bind", str(spec.root / "fs"), "/", "--dev", "/dev", "--proc", "/proc"]
     for d in SYSTEM_DIRS:
         argv += ["--ro-bind-try", d, d]
-    argv += ["--bind", str(spec.root / "tmp"), "/tmp", "--ro-bind", str(bindir), "/.sandbox/bin"]
+    argv += ["--ro-bind", str(bindir), "/.sandbox/bin"]
     argv += ["--ro-bind", str(bindir / "argosay"), "/argosay"]
     for m in sorted(spec.mounts, key=lambda m: m.dest.count("/")):
         argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
-    argv += ["--remount-ro", "/", "--chdir", spec.workdir or "/", "--clearenv"]
+    argv += ["--chdir", spec.workdir or "/", "--clearenv"]
     for k, v in spec.env.items():
         argv += ["--setenv", k, v]
     return [*argv, "--", *spec.argv]
@@ -220,7 +227,10 @@ async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
 
 async def run_pod(spec: PodSpec) -> PodResult:
     """Run the pod's main container to its end (or its deadline) and collect its output."""
-    (spec.root / "tmp").mkdir(parents=True, exist_ok=True)
+    for d in IMAGE_DIRS:
+        (spec.root / "fs" / d).mkdir(parents=True, exist_ok=True)
+    if spec.workdir:
+        (spec.root / "fs" / spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     bindir = prepare_bin(spec)
     for m in spec.mounts:
         if not m.host.exists():
@@ -230,7 +240,9 @@ async def run_pod(spec: PodSpec) -> PodResult:
     for m in spec.mounts:
         if not m.host.is_relative_to(spec.root):
             chown_tree(m.host, spec.uid)
-    env = {"PATH": PATH, "HOME": "/tmp", "HOSTNAME": "pod", **spec.env}
+    env = {"PATH": PATH, "HOME": "/root", "HOSTNAME": "pod", **spec.env}
+    if spec.time_scale != 1.0:
+        env.setdefault("PYTHONPATH", "/.sandbox/bin")
     spec.env = env
     stdout, log = Tail(RESULT_BYTES), Tail(LOG_BYTES)
     proc = await asyncio.create_subprocess_exec(
@@ -275,8 +287,13 @@ class Network:
 
     def __init__(self) -> None:
         self.proc: asyncio.subprocess.Process | None = None
+        self.lock = asyncio.Lock()
 
     async def pid(self) -> int:
+        async with self.lock:
+            return await self._pid()
+
+    async def _pid(self) -> int:
         if self.proc is None or self.proc.returncode is not None:
             self.proc = await asyncio.create_subprocess_exec(
                 BWRAP,

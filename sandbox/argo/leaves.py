@@ -128,9 +128,18 @@ class Leaves(Pods):
             art = clone(art_args.get(a.get("name"), {}))
             # The template's own name and path win over what the argument carried.
             art = dict(clone(a), **{k: v for k, v in art.items() if k not in ("name", "path")})
+            art = render(art, scope)
             if a.get("path"):
                 scope[f"inputs.artifacts.{a['name']}.path"] = a["path"]
+            scope[f"inputs.artifacts.{a['name']}"] = art
             arts.append(art)
+        outs = tmpl.get("outputs") or {}
+        for p in outs.get("parameters") or []:
+            if (p.get("valueFrom") or {}).get("path"):
+                scope[f"outputs.parameters.{p['name']}.path"] = p["valueFrom"]["path"]
+        for a in outs.get("artifacts") or []:
+            if a.get("path"):
+                scope[f"outputs.artifacts.{a['name']}.path"] = a["path"]
         if arts:
             inputs["artifacts"] = arts
         if params:
@@ -315,7 +324,7 @@ class Leaves(Pods):
                 self.start_daemon(body, tmpl, node, runner, ctx, lambda: self.member.release(lease))
                 return
             if runner is not None and fault is None:
-                real = await self._run_real(body, tmpl, node, runner)
+                real = await self._run_real(body, tmpl, node, runner, ctx.scope)
             else:
                 await asyncio.sleep(self._duration(tmpl) / self.sb.config.time_scale)
         except asyncio.CancelledError:
@@ -331,17 +340,24 @@ class Leaves(Pods):
         self._leaf_outputs(tmpl, node, ctx.scope, failed=failure is not None)
         if failure:
             self.finish(node, "Failed", failure)
-        elif self.sb.config.execute and any(k in tmpl for k in ("container", "script")):
+        elif self.sb.config.execute and any(
+            k in tmpl for k in ("container", "script", "containerSet")
+        ):
             self.finish(node, "Succeeded", "simulated: image not executable here")
         else:
             self.finish(node, "Succeeded")
 
     async def _run_real(
-        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], runner: str
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        scope: dict[str, Any],
     ) -> tuple[str, str]:
         while True:
             try:
-                return await self.run_pod(body, tmpl, node, runner)
+                return await self.run_pod(body, tmpl, node, runner, scope)
             except NotRunnable as exc:
                 # The kubelet keeps trying; the node stays Pending with its reason
                 # (getPendingReason, workflow/controller/operator.go).

@@ -44,26 +44,35 @@ class PodLayout:
             return
         self.mounts.append(executor.Mount(host, dest, readonly))
 
-    def writable_dir(self, dest: str) -> None:
-        """Give a step a writable folder at `dest` unless a mount already covers it."""
-        dest = posixpath.normpath(dest)
-        if dest in ("/", "/tmp") or self.host_for(dest) is not None:
-            return
-        if dest.startswith(_SYSTEM) or any(dest == s for s in _SYSTEM):
-            return
-        self.add(self.root / "fs" / dest.lstrip("/"), dest)
-
     def host_for(self, path: str) -> Path | None:
-        path = posixpath.normpath(path)
+        """The host path of a container path: under a volume mount, or in the pod's root file
+        system; None for the read-only system folders."""
+        path = posixpath.normpath("/" + path)
         best: tuple[int, Path] | None = None
-        candidates = [*self.mounts, executor.Mount(self.root / "tmp", "/tmp")]
-        for m in candidates:
+        for m in self.mounts:
             if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
                 rel = posixpath.relpath(path, m.dest)
                 host = m.host if rel == "." else m.host / rel
                 if best is None or len(m.dest) > best[0]:
                     best = (len(m.dest), host)
-        return best[1] if best else None
+        if best is not None:
+            return best[1]
+        if any(path == s or path.startswith(s + "/") for s in _SYSTEM):
+            return None
+        return self.root / "fs" / path.lstrip("/")
+
+    def real(self, path: str) -> Path | None:
+        """The host file behind a container path, only if it does not lead out of the pod's
+        folders (a step may leave a symlink to a host file where an output should be)."""
+        host = self.host_for(path)
+        if host is None:
+            return None
+        for base in [self.root, *(m.host for m in self.mounts)]:
+            if host.is_relative_to(base):
+                found = safe_inside(base, host)
+                if found is not None:
+                    return found
+        return None
 
 
 class Pods(RunCore):
@@ -98,7 +107,7 @@ class Pods(RunCore):
 
         async def daemon() -> None:
             try:
-                _phase, message = await self.run_pod(body, tmpl, node, runner)
+                _phase, message = await self.run_pod(body, tmpl, node, runner, ctx.scope)
                 # A daemon that ends by itself has failed (workflow/controller/operator.go).
                 self.finish(node, "Failed", message or "daemoned pod exited")
             except asyncio.CancelledError:
@@ -129,22 +138,26 @@ class Pods(RunCore):
     def runner(self, body: dict[str, Any]) -> str | None:
         if not self.sb.config.execute:
             return None
-        for kind in ("container", "script"):
-            if isinstance(body.get(kind), dict):
-                image = str(body[kind].get("image") or "")
-                return executor.runner_for(image, self.member.execution.images)
-        return None
+        runners = [
+            executor.runner_for(str(c.get("image") or ""), self.member.execution.images)
+            for c in containers_of(body)
+        ]
+        if not runners or any(r is None for r in runners):
+            return None
+        return runners[0]
 
-    def _argv(self, body: dict[str, Any], runner: str, layout: PodLayout) -> list[str]:
-        if isinstance(body.get("script"), dict):
-            script = body["script"]
+    def _argv(
+        self, body: dict[str, Any], container: dict[str, Any], runner: str, layout: PodLayout
+    ) -> list[str]:
+        if container is body.get("script"):
+            script = container
             staging = layout.root / "staging"
             staging.mkdir(parents=True, exist_ok=True)
             (staging / "script").write_text(str(script.get("source", "")))
             layout.add(staging, "/argo/staging", readonly=True)
             command = [str(c) for c in script.get("command") or []] or ["sh"]
             return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
-        return executor.container_argv(runner, body["container"])
+        return executor.container_argv(runner, container)
 
     def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -216,48 +229,53 @@ class Pods(RunCore):
 
     # -- running it -------------------------------------------------------------------------
     async def run_pod(
-        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], runner: str
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        scope: dict[str, Any],
     ) -> tuple[str, str]:
         """Run the pod; returns the node's (phase, message) and fills node outputs."""
         pod = node["id"]
         root = self.member.pod_dir(self.namespace, pod)
         layout = PodLayout(root)
-        container = body.get("container") or body.get("script") or {}
-        self._volumes(body, container, layout)
-        workdir = str(container.get("workingDir") or "/")
-        layout.writable_dir(workdir)
-        outs = tmpl.get("outputs") or {}
-        for item in [*(outs.get("parameters") or []), *(outs.get("artifacts") or [])]:
-            path = (item.get("valueFrom") or {}).get("path") or item.get("path")
-            if path:
-                layout.writable_dir(posixpath.dirname(posixpath.normpath(str(render(path, {})))))
-        for art in (node.get("inputs") or {}).get("artifacts") or []:
-            if art.get("path"):
-                layout.writable_dir(posixpath.dirname(posixpath.normpath(str(art["path"]))))
-        env = self._env(container, pod)
-        argv = self._argv(body, runner, layout)
+        containers = containers_of(body)
+        for c in containers:
+            self._volumes(body, c, layout)
+        envs = [self._env(c, pod) for c in containers]
         try:
             await asyncio.to_thread(self._load_inputs, node, layout)
         except ArtifactError as exc:
             return "Error", str(exc)
-        deadline = self._pod_deadline(body)
-        spec = executor.PodSpec(
-            root=root,
-            argv=argv,
-            env=env,
-            mounts=layout.mounts,
-            workdir=workdir,
-            uid=self.member.next_uid(),
-            memory=self._memory(container),
-            deadline=deadline,
-            wallclock=self.member.execution.step_wallclock_seconds,
-            time_scale=self.sb.config.time_scale,
-            netns=await self._network(),
-        )
-        result = await executor.run_pod(spec)
-        self.member.keep_log(self.namespace, pod, result.log)
+        netns = await self._network()
+        # A containerSet's containers run one after the other, in the pod's folders.
+        results: list[tuple[dict[str, Any], executor.PodResult]] = []
+        for c, env in zip(containers, envs, strict=True):
+            image_runner = executor.runner_for(str(c.get("image")), self.member.execution.images)
+            spec = executor.PodSpec(
+                root=root,
+                argv=self._argv(body, c, image_runner or runner, layout),
+                env=env,
+                mounts=layout.mounts,
+                workdir=str(c.get("workingDir") or "/"),
+                uid=self.member.next_uid(),
+                memory=self._memory(c),
+                deadline=self._pod_deadline(body),
+                wallclock=self.member.execution.step_wallclock_seconds,
+                time_scale=self.sb.config.time_scale,
+                netns=netns,
+            )
+            results.append((c, await executor.run_pod(spec)))
+            if results[-1][1].killed or results[-1][1].exit_code != 0:
+                break
+        result = next((r for c, r in results if c.get("name") == "main"), results[-1][1])
+        if results[-1][1] is not result:
+            result = results[-1][1]
+        self.member.keep_log(self.namespace, pod, b"".join(r.log for _c, r in results))
         failed = result.killed is not None or result.exit_code != 0
-        message = await asyncio.to_thread(self._real_outputs, tmpl, node, layout, result, failed)
+        outs = render(tmpl.get("outputs") or {}, scope)
+        message = await asyncio.to_thread(self._real_outputs, outs, node, layout, result, failed)
         if result.killed == "deadline":
             # workflow/executor/executor.go
             return "Failed", "Step exceeded its deadline"
@@ -330,7 +348,7 @@ class Pods(RunCore):
 
     def _real_outputs(
         self,
-        tmpl: dict[str, Any],
+        outs: dict[str, Any],
         node: dict[str, Any],
         layout: PodLayout,
         result: executor.PodResult,
@@ -338,7 +356,6 @@ class Pods(RunCore):
     ) -> str:
         outputs: dict[str, Any] = {}
         problem = ""
-        outs = tmpl.get("outputs") or {}
         params = []
         for p in outs.get("parameters") or []:
             vf = p.get("valueFrom") or {}
@@ -378,13 +395,7 @@ class Pods(RunCore):
         return problem
 
     def _read_param(self, layout: PodLayout, path: str) -> str | None:
-        host = layout.host_for(path)
-        real = safe_inside(layout.root, host) if host is not None else None
-        if real is None and host is not None:
-            # A shared volume lives outside the pod folder.
-            for m in layout.mounts:
-                if host.is_relative_to(m.host):
-                    real = safe_inside(m.host, host)
+        real = layout.real(path)
         if real is None or not real.is_file():
             return None
         return real.read_text(errors="replace")
@@ -397,12 +408,7 @@ class Pods(RunCore):
         for a in outs.get("artifacts") or []:
             if a.get("from") or not a.get("path"):
                 continue
-            host = layout.host_for(str(a["path"]))
-            real = safe_inside(layout.root, host) if host is not None else None
-            if real is None:
-                for m in layout.mounts:
-                    if host is not None and host.is_relative_to(m.host):
-                        real = safe_inside(m.host, host)
+            real = layout.real(str(a["path"]))
             if real is None:
                 if not a.get("optional") and not failed:
                     problem = problem or (
@@ -416,7 +422,8 @@ class Pods(RunCore):
             try:
                 self.member.repository.save(real, str(key), archive=not none)
             except (ArtifactError, OSError) as exc:
-                problem = problem or f"failed to save outputs: {exc}"
+                reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+                problem = problem or f"failed to save outputs: {a['path']}: {reason}"
                 continue
             entry = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
             entry["s3"] = {"key": key}
@@ -463,9 +470,19 @@ def unresolved(wf: dict[str, Any]) -> str | None:
                     parts[1] == "artifacts" and parts[2] not in arts
                 )
             elif parts[:2] == ["workflow", "parameters"] and len(parts) >= 3:
-                bad = ".".join(parts[2:]) not in wf_params
+                bad = ".".join(parts[2:]) not in wf_params | {"json"}
             elif parts[0] in ("steps", "tasks") and len(parts) >= 2:
                 bad = parts[1] not in names and parts[1] != "name"
             if bad:
                 return f"templates.{tmpl.get('name')}: failed to resolve {{{{{tag}}}}}"
     return None
+
+
+def containers_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if isinstance(body.get("container"), dict):
+        return [body["container"]]
+    if isinstance(body.get("script"), dict):
+        return [body["script"]]
+    if isinstance(body.get("containerSet"), dict):
+        return [c for c in body["containerSet"].get("containers") or [] if isinstance(c, dict)]
+    return []

@@ -76,6 +76,12 @@ class RunCore:
         for p in (spec.get("arguments") or {}).get("parameters") or []:
             if "value" in p:
                 self.global_scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
+        # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
+        self.global_scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
+        self.global_scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
+        self.global_scope["workflow.parameters.json"] = json.dumps(
+            (spec.get("arguments") or {}).get("parameters") or []
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
     def touch(self) -> None:
@@ -160,11 +166,16 @@ class RunCore:
             for p in (spec.get("arguments") or {}).get("parameters") or []
             if "value" in p
         }
+        arts = {
+            a["name"]: a
+            for a in (spec.get("arguments") or {}).get("artifacts") or []
+            if "name" in a
+        }
         root: dict[str, Any] | None = None
         try:
             loop = asyncio.get_running_loop()
             self.main = loop.create_task(
-                self.execute(entry, args, {}, self.name, self.name, Ctx(scope, None), parent=None)
+                self.execute(entry, args, arts, self.name, self.name, Ctx(scope, None), parent=None)
             )
             deadline = spec.get("activeDeadlineSeconds")
             timer = (

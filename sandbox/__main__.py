@@ -152,6 +152,11 @@ def _serve_main(argv: list[str]) -> int:
 
         if not executor.available():
             raise SystemExit("--execute needs bubblewrap (/usr/bin/bwrap) and setpriv")
+        if args.data_dir is not None and not executor.reachable(args.data_dir):
+            raise SystemExit(
+                f"--data-dir {args.data_dir}: steps run as other users and cannot reach it "
+                "(every folder above it needs o+x)"
+            )
     asyncio.run(serve(config, args.host, args.port, args.kubeconfig, args.server_url))
     return 0
 

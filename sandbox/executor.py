@@ -338,5 +338,13 @@ def _child_in_new_netns(pid: int) -> int | None:
     return None
 
 
+def reachable(path: Path) -> bool:
+    """Whether other users can reach `path` (every existing folder above it has o+x)."""
+    for p in [path.resolve(), *path.resolve().parents]:
+        if p.exists() and not p.stat().st_mode & 0o001:
+            return False
+    return True
+
+
 def available() -> bool:
     return os.access(BWRAP, os.X_OK) and shutil.which("setpriv") is not None

@@ -3,11 +3,19 @@ retries, deadlines, env, daemons, artifacts, logs, isolation."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.fixtures_sandbox import SandboxServer
+from sandbox.fleet import DEMO_FLEET
+from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.sandbox.execution.conftest import Member, needs_bwrap, secret
 
 pytestmark = needs_bwrap
@@ -315,3 +323,28 @@ def test_isolation_no_network_and_no_writes_outside(
     assert node["outputs"]["result"] == "done"
     # Another site's step cannot reach site-b's daemons either: each Workflow has its own
     # network namespace, so nothing outside it answers.
+
+
+def test_large_node_status_is_compressed(tmp_path: Path) -> None:
+    fleet = yaml.safe_load(DEMO_FLEET.read_text())
+    fleet["execution"]["maxNodeStatusBytes"] = 2000
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    data = Path(tempfile.mkdtemp(prefix="sandbox-test-data-"))
+    data.chmod(0o755)
+    server = start_sandbox(
+        tmp_path,
+        extra_args=["--execute", "--data-dir", str(data), "--fleet", str(tmp_path / "fleet.yaml")],
+    )
+    try:
+        member = Member(server, "site-b", data)
+        loop = sh("echo", "echo {{item}}")
+        main = steps("main", [{"name": "e", "template": "echo", "withSequence": {"count": "20"}}])
+        name = member.create(wf(main, loop))
+        status = member.wait(name)
+        assert status["phase"] == "Succeeded"
+        assert "nodes" not in status
+        nodes = json.loads(gzip.decompress(base64.b64decode(status["compressedNodes"])))
+        assert sum(1 for n in nodes.values() if n["type"] == "Pod") == 20
+    finally:
+        server.stop()
+        shutil.rmtree(data, ignore_errors=True)

@@ -379,7 +379,7 @@ class Graph(RunCore):
             n = results.get(ref)
             if n is None:
                 raise ExprError(f"unknown task {ref}")
-            ph = n["phase"]
+            ph = str(n["phase"])
             children = list(loops.get(ref) or [])
             if suffix == "":
                 return ph in ("Succeeded", "Skipped")

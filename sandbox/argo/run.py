@@ -201,40 +201,7 @@ class RunCore:
                 self.message = f"Stopped with strategy '{self.shutdown}'"
             elif phase in FAILED:
                 self.message = (root or {}).get("message") or f"child '{self.name}' failed"
-            on_exit = spec.get("onExit")
-            if on_exit and self.shutdown != "Terminate":
-                exit_scope = dict(
-                    self.global_scope,
-                    **{
-                        "workflow.status": phase,
-                        "workflow.failures": json.dumps(
-                            [
-                                {
-                                    "displayName": n["displayName"],
-                                    "message": n.get("message", ""),
-                                    "templateName": n.get("templateName", ""),
-                                    "phase": n["phase"],
-                                    "podName": n["id"],
-                                    "finishedAt": n.get("finishedAt", ""),
-                                }
-                                for n in self.nodes.values()
-                                if n["type"] == "Pod" and n["phase"] in FAILED
-                            ]
-                        ),
-                    },
-                )
-                exit_node = await self.execute(
-                    on_exit,
-                    {},
-                    {},
-                    f"{self.name}.onExit",
-                    f"{self.name}.onExit",
-                    Ctx(exit_scope, None),
-                    parent=None,
-                )
-                if exit_node["phase"] in FAILED and phase == "Succeeded":
-                    phase = "Failed"
-                    self.message = exit_node.get("message") or "exit handler failed"
+            phase = await self._exit_handler(spec, phase)
             if root is not None and root.get("outputs"):
                 self.outputs = clone(root["outputs"])
             self.phase = phase if phase in ("Succeeded", "Failed", "Error") else "Succeeded"
@@ -246,6 +213,45 @@ class RunCore:
             self.message = str(exc)
         self.finished_at = now_iso()
         self.touch()
+
+    async def _exit_handler(self, spec: dict[str, Any], phase: str) -> str:
+        """The workflow's onExit template, which sees workflow.status and .failures."""
+        on_exit = spec.get("onExit")
+        if not on_exit or self.shutdown == "Terminate":
+            return phase
+        exit_scope = dict(
+            self.global_scope,
+            **{
+                "workflow.status": phase,
+                "workflow.failures": json.dumps(
+                    [
+                        {
+                            "displayName": n["displayName"],
+                            "message": n.get("message", ""),
+                            "templateName": n.get("templateName", ""),
+                            "phase": n["phase"],
+                            "podName": n["id"],
+                            "finishedAt": n.get("finishedAt", ""),
+                        }
+                        for n in self.nodes.values()
+                        if n["type"] == "Pod" and n["phase"] in FAILED
+                    ]
+                ),
+            },
+        )
+        exit_node = await self.execute(
+            on_exit,
+            {},
+            {},
+            f"{self.name}.onExit",
+            f"{self.name}.onExit",
+            Ctx(exit_scope, None),
+            parent=None,
+        )
+        if exit_node["phase"] in FAILED and phase == "Succeeded":
+            phase = "Failed"
+            self.message = exit_node.get("message") or "exit handler failed"
+        return phase
 
     # -- status -------------------------------------------------------------------------------
     def render_status(self) -> Obj:

@@ -124,6 +124,7 @@ class PodSpec:
     wallclock: float = 600.0  # real seconds; the sandbox's own limit
     time_scale: float = 1.0
     netns: int | None = None  # pid holding the network namespace the pod joins
+    log: Tail | None = None  # where stdout and stderr go as they come (besides the result)
 
 
 @dataclass
@@ -147,7 +148,8 @@ def prepare_bin(spec: PodSpec) -> Path:
     (bindir / "argosay").write_bytes((HERE / "bin" / "argosay").read_bytes())
     (bindir / "cowsay").write_text(f"#!{py}\n" + (HERE / "whalesay.py").read_text())
     (bindir / "sleep").write_text(
-        f"#!{py}\n"
+        # -S: without site, so the sitecustomize below does not scale it a second time.
+        f"#!{py} -S\n"
         "import re, sys, time\n"
         "units = {'': 1, 's': 1, 'm': 60, 'h': 3600, 'd': 86400}\n"
         "total = 0.0\n"
@@ -244,7 +246,7 @@ async def run_pod(spec: PodSpec) -> PodResult:
     if spec.time_scale != 1.0:
         env.setdefault("PYTHONPATH", "/.sandbox/bin")
     spec.env = env
-    stdout, log = Tail(RESULT_BYTES), Tail(LOG_BYTES)
+    stdout, log = Tail(RESULT_BYTES), spec.log if spec.log is not None else Tail(LOG_BYTES)
     proc = await asyncio.create_subprocess_exec(
         *bwrap_argv(spec, bindir),
         stdin=asyncio.subprocess.DEVNULL,

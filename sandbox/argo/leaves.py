@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
+import re
 from typing import Any
 
 from sandbox.argo.expr import (
@@ -12,7 +14,10 @@ from sandbox.argo.expr import (
     FAILED,
     LEAF_KINDS,
     MAX_NODE_NAME,
+    ExprError,
     as_param,
+    evaluate,
+    literal,
     parse_duration,
     render,
     template_requests,
@@ -82,8 +87,14 @@ class Leaves(Pods):
                     and policy != "OnTransientError"
                 ):
                     break
+                if strategy.get("expression") and not retry_expression(
+                    str(strategy["expression"]), attempt_node
+                ):
+                    break
                 if attempt < limit and backoff:
-                    await asyncio.sleep(backoff / self.sb.config.time_scale)
+                    factor = float((strategy.get("backoff") or {}).get("factor") or 1)
+                    wait = backoff * factor**attempt
+                    await asyncio.sleep(wait / self.sb.config.time_scale)
         except asyncio.CancelledError:
             self.finish(retry, "Failed", self._shutdown_message())
             raise
@@ -415,3 +426,35 @@ class Leaves(Pods):
         if not node["outputs"]:
             node.pop("outputs")
         self.finish(node, "Succeeded")
+
+
+def retry_expression(expr: str, node: dict[str, Any]) -> bool:
+    """A retryStrategy `expression` where it is simple: comparisons of `lastRetry.exitCode`,
+    `.status`, `.message`, `.duration` (with `asInt`/`asFloat`), `&&`, `||`, `!`. Argo's
+    expr language is not evaluated otherwise: such an expression stops the retries."""
+    started, finished = node.get("startedAt") or "", node.get("finishedAt") or ""
+    values = {
+        "lastRetry.exitCode": str((node.get("outputs") or {}).get("exitCode", "")),
+        "lastRetry.status": str(node.get("phase", "")),
+        "lastRetry.message": str(node.get("message", "")),
+        "lastRetry.duration": str(_seconds_between(started, finished)),
+    }
+    text = re.sub(r"\b(?:asInt|asFloat|string)\(([^()]*)\)", r"\1", expr)
+
+    def word(w: str) -> Any:
+        if w in values:
+            return literal(values[w])
+        return literal(w)
+
+    try:
+        return evaluate(text, word)
+    except ExprError:
+        return False
+
+
+def _seconds_between(a: str, b: str) -> int:
+    try:
+        fmt = "%Y-%m-%dT%H:%M:%SZ"
+        return int((dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)).total_seconds())
+    except ValueError:
+        return 0

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox import quantity
 from sandbox.argo.site import SiteExecution
 from sandbox.argo.workflow import WorkflowRun
+from sandbox.executor import Tail
 from sandbox.fleet import DEFAULT_CAPACITY, Site
 from sandbox.store import Obj, clone
 
@@ -41,7 +42,7 @@ class Member(SiteExecution):
     # Workflows created on the member itself (not propagated): Karmada does not manage them.
     direct: dict[tuple[str, str], WorkflowRun] = field(default_factory=dict)
     objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
-    logs: OrderedDict[tuple[str, str], bytes] = field(default_factory=OrderedDict)
+    logs: OrderedDict[tuple[str, str], Tail] = field(default_factory=OrderedDict)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _rr: int = 0
 

@@ -249,6 +249,9 @@ class Pods(RunCore):
         except ArtifactError as exc:
             return "Error", str(exc)
         netns = await self._network()
+        # The log is served while the pod runs, and kept after.
+        live = executor.Tail(executor.LOG_BYTES)
+        self.member.keep_log(self.namespace, pod, live)
         # A containerSet's containers run one after the other, in the pod's folders.
         results: list[tuple[dict[str, Any], executor.PodResult]] = []
         for c, env in zip(containers, envs, strict=True):
@@ -265,14 +268,16 @@ class Pods(RunCore):
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
                 netns=netns,
+                log=live,
             )
             results.append((c, await executor.run_pod(spec)))
             if results[-1][1].killed or results[-1][1].exit_code != 0:
                 break
-        result = next((r for c, r in results if c.get("name") == "main"), results[-1][1])
-        if results[-1][1] is not result:
-            result = results[-1][1]
-        self.member.keep_log(self.namespace, pod, b"".join(r.log for _c, r in results))
+        last = results[-1][1]
+        if last.killed is None and last.exit_code == 0:
+            result = next((r for c, r in results if c.get("name") == "main"), last)
+        else:
+            result = last
         failed = result.killed is not None or result.exit_code != 0
         outs = render(tmpl.get("outputs") or {}, scope)
         message = await asyncio.to_thread(self._real_outputs, outs, node, layout, result, failed)
@@ -299,7 +304,9 @@ class Pods(RunCore):
             if body.get(k) not in (None, "") and "{{" not in str(body[k])
         ]
         limits = [x for x in limits if x > 0]
-        return min(limits) / self.sb.config.time_scale if limits else None
+        # Plus half a real second for starting the sandbox's processes, which at a high time
+        # scale would otherwise eat a short deadline before the step began.
+        return min(limits) / self.sb.config.time_scale + 0.5 if limits else None
 
     @staticmethod
     def _memory(container: dict[str, Any]) -> int | None:

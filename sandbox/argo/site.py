@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandbox.artifacts import ArtifactError, Repository
+from sandbox.executor import Tail
 from sandbox.fleet import Execution, Site, load_execution
 from sandbox.store import Obj
 
@@ -42,7 +43,7 @@ class SiteExecution:
     name: str
     bucket: str
     objects: dict[tuple[str, str, str], Obj]
-    logs: OrderedDict[tuple[str, str], bytes]
+    logs: OrderedDict[tuple[str, str], Tail]
 
     @cached_property
     def execution(self) -> Execution:
@@ -144,7 +145,7 @@ class SiteExecution:
         raise NotImplementedError
 
     # -- pod logs ----------------------------------------------------------------------------
-    def keep_log(self, namespace: str, pod: str, data: bytes) -> None:
+    def keep_log(self, namespace: str, pod: str, data: Tail) -> None:
         self.logs[(namespace, pod)] = data
         self.logs.move_to_end((namespace, pod))
         while len(self.logs) > KEPT_LOGS:
@@ -157,11 +158,11 @@ class SiteExecution:
         the member has no such pod. Only `main` has a log here."""
         data = self.logs.get((namespace, pod))
         if data is None:
-            # A pod that was simulated, or has not ended yet, has printed nothing here.
+            # A pod that was simulated, or has not started yet, has printed nothing here.
             return "" if self.has_pod(namespace, pod) else None
         if container not in (None, "", "main"):
             return ""
-        text = data.decode("utf-8", "replace")
+        text = bytes(data.data).decode("utf-8", "replace")
         if tail_lines is not None:
             lines = text.splitlines(keepends=True)
             text = "".join(lines[-tail_lines:]) if tail_lines > 0 else ""

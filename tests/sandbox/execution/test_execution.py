@@ -348,3 +348,14 @@ def test_large_node_status_is_compressed(tmp_path: Path) -> None:
     finally:
         server.stop()
         shutil.rmtree(data, ignore_errors=True)
+
+
+def test_retry_expression_stops_retries(site_b: Member) -> None:
+    t = sh(
+        "main",
+        "exit 3",
+        retryStrategy={"limit": "3", "expression": "asInt(lastRetry.exitCode) == 2"},
+    )
+    status = site_b.wait(site_b.create(wf(t)))
+    assert status["phase"] == "Failed"
+    assert len(site_b.pods(status)) == 1

@@ -283,6 +283,9 @@ def _kill(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
+_REAPING: set[asyncio.Task[int]] = set()
+
+
 class Network:
     """One network namespace (only a loopback) that a Workflow's pods share, so that a daemon
     step is reachable from the other steps at 127.0.0.1 and nothing else is."""
@@ -320,12 +323,21 @@ class Network:
                     break
                 await asyncio.sleep(0.02)
         child = _child_in_new_netns(self.proc.pid)
-        return child if child is not None else self.proc.pid
+        if child is None:
+            # Never fall back to a process in the host's network namespace.
+            self.close()
+            raise RuntimeError("could not create the pods' network namespace")
+        return child
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            _kill(self.proc)
-        self.proc = None
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+            # Reaped by asyncio: dropping the process object unreaped would let subprocess's
+            # own clean-up reap it first (asyncio then warns of an unknown child).
+            task = asyncio.get_running_loop().create_task(proc.wait())
+            _REAPING.add(task)
+            task.add_done_callback(_REAPING.discard)
 
 
 def _child_in_new_netns(pid: int) -> int | None:

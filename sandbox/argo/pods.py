@@ -248,7 +248,10 @@ class Pods(RunCore):
             await asyncio.to_thread(self._load_inputs, node, layout)
         except ArtifactError as exc:
             return "Error", str(exc)
-        netns = await self._network()
+        try:
+            netns = await self._network()
+        except RuntimeError as exc:
+            return "Error", f"failed to create pod sandbox: {exc}"
         # The log is served while the pod runs, and kept after.
         live = executor.Tail(executor.LOG_BYTES)
         self.member.keep_log(self.namespace, pod, live)

@@ -334,154 +334,171 @@ class Graph(RunCore):
         node["phase"] = "Running"
         self.touch()
         dag = tmpl.get("dag") or {}
-        tasks = {t["name"]: t for t in dag.get("tasks") or []}
+        st = Dag(node, ctx.scope, {t["name"]: t for t in dag.get("tasks") or []})
         fail_fast = dag.get("failFast", True) is not False
-        scope = ctx.scope
-        deps: dict[str, set[str]] = {}
-        exprs: dict[str, str] = {}
+        try:
+            while len(st.results) < len(st.tasks):
+                stop = fail_fast and bool(st.unhandled)
+                for tname, t in st.tasks.items():
+                    if tname not in st.results and tname not in st.running:
+                        self._dag_start(st, tname, t, stop)
+                if len(st.results) == len(st.tasks) or not st.running:
+                    break
+                done, _ = await asyncio.wait(
+                    st.running.values(), return_when=asyncio.FIRST_COMPLETED
+                )
+                for tname in [n for n, tk in st.running.items() if tk in done]:
+                    self._dag_collect(st, tname)
+        except asyncio.CancelledError:
+            for tk in st.running.values():
+                tk.cancel()
+            await asyncio.gather(*st.running.values(), return_exceptions=True)
+            raise
+        if st.error:
+            self.finish(node, "Error", st.error)
+            return
+        if st.unhandled:
+            self.finish(node, "Failed", f"child '{st.unhandled[0]['id']}' failed")
+            return
+        self._template_outputs(tmpl, node, st.scope)
+        self.finish(node, "Succeeded")
+
+    def _dag_start(self, st: Dag, tname: str, t: dict[str, Any], stop: bool) -> None:
+        """Start a task whose dependencies are done, or omit it."""
+        if not st.deps[tname] <= set(st.results):
+            return
+        try:
+            ok = evaluate(st.exprs[tname], st.task_state) if st.exprs[tname] else True
+        except ExprError as exc:
+            st.error = f"invalid depends of task {tname}: {exc}"
+            ok = False
+        node = st.node
+        if not ok or stop or st.error:
+            omitted = self.new_node(
+                f"{node['name']}.{tname}",
+                tname,
+                "Skipped",
+                t.get("template", ""),
+                Ctx(st.scope, node["id"]),
+                st.parents(tname),
+            )
+            st.results[tname] = self.finish(
+                omitted, "Omitted", "omitted: depends condition not met"
+            )
+            st.loops[tname] = None
+            return
+        st.running[tname] = asyncio.ensure_future(
+            self._run_expanded(
+                t,
+                f"{node['name']}.{tname}",
+                tname,
+                st.scope,
+                node["id"],
+                st.parents(tname),
+                self._when(t),
+            )
+        )
+
+    def _dag_collect(self, st: Dag, tname: str) -> None:
+        """Record a finished task: its results in scope, its failure if nothing handles it."""
+        tk = st.running.pop(tname)
+        node = st.node
+        try:
+            tnode, children = tk.result()
+        except StepFailed as exc:
+            st.error = str(exc)
+            tnode = self.finish(
+                self.new_node(
+                    f"{node['name']}.{tname}",
+                    tname,
+                    "Pod",
+                    st.tasks[tname].get("template", ""),
+                    Ctx(st.scope, node["id"]),
+                    st.parents(tname),
+                ),
+                "Error",
+                str(exc),
+            )
+            children = None
+        st.results[tname] = tnode
+        st.loops[tname] = children
+        self._record(st.scope, f"tasks.{tname}", tnode, children)
+        if tnode["phase"] in FAILED and tname not in st.handled:
+            st.unhandled.append(tnode)
+
+
+class Dag:
+    """The state of one DAG template's run: its tasks' dependencies and results."""
+
+    def __init__(
+        self, node: dict[str, Any], scope: dict[str, Any], tasks: dict[str, dict[str, Any]]
+    ) -> None:
+        self.node = node
+        self.scope = scope
+        self.tasks = tasks
+        self.deps: dict[str, set[str]] = {}
+        self.exprs: dict[str, str] = {}
         for tname, t in tasks.items():
             if t.get("depends"):
-                exprs[tname] = str(t["depends"])
-                deps[tname] = {
+                self.exprs[tname] = str(t["depends"])
+                self.deps[tname] = {
                     w.split(".")[0]
-                    for w in re.findall(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", exprs[tname])
+                    for w in re.findall(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.exprs[tname])
                     if w.split(".")[0] in tasks
                 }
             else:
-                deps[tname] = set(t.get("dependencies") or [])
-                exprs[tname] = " && ".join(deps[tname])
-        handled: set[str] = set()
-        for expr in exprs.values():
+                self.deps[tname] = set(t.get("dependencies") or [])
+                self.exprs[tname] = " && ".join(self.deps[tname])
+        self.handled: set[str] = set()
+        for expr in self.exprs.values():
             for ref, _suffix in re.findall(
                 r"([A-Za-z0-9_-]+)\.(Failed|Errored|AnyFailed|AllFailed|Completed)", expr
             ):
-                handled.add(ref)
+                self.handled.add(ref)
         for tname, t in tasks.items():
-            if (t.get("continueOn") or {}).get("failed") or (t.get("continueOn") or {}).get(
-                "error"
-            ):
-                handled.add(tname)
-        results: dict[str, dict[str, Any]] = {}
-        loops: dict[str, list[dict[str, Any]] | None] = {}
-        running: dict[str, asyncio.Task[tuple[dict[str, Any], list[Any] | None]]] = {}
-        unhandled: list[dict[str, Any]] = []
-        error: str | None = None
+            cont = t.get("continueOn") or {}
+            if cont.get("failed") or cont.get("error"):
+                self.handled.add(tname)
+        self.results: dict[str, dict[str, Any]] = {}
+        self.loops: dict[str, list[dict[str, Any]] | None] = {}
+        self.running: dict[str, asyncio.Task[tuple[dict[str, Any], list[Any] | None]]] = {}
+        self.unhandled: list[dict[str, Any]] = []
+        self.error: str | None = None
 
-        def parents(tname: str) -> list[str]:
-            # Argo's DAG shape: tasks without dependencies hang off the DAG node, every
-            # other task off the tasks it depends on.
-            if not deps[tname]:
-                return [node["id"]]
-            return [results[d]["id"] for d in sorted(deps[tname]) if d in results]
+    def parents(self, tname: str) -> list[str]:
+        # Argo's DAG shape: tasks without dependencies hang off the DAG node, every other
+        # task off the tasks it depends on.
+        if not self.deps[tname]:
+            return [self.node["id"]]
+        return [self.results[d]["id"] for d in sorted(self.deps[tname]) if d in self.results]
 
-        def task_state(word: str) -> bool:
-            ref, _, suffix = word.partition(".")
-            n = results.get(ref)
-            if n is None:
-                raise ExprError(f"unknown task {ref}")
-            ph = str(n["phase"])
-            children = list(loops.get(ref) or [])
-            if suffix == "":
-                return ph in ("Succeeded", "Skipped")
-            if suffix == "Succeeded":
-                return ph == "Succeeded"
-            if suffix == "Failed":
-                return ph == "Failed"
-            if suffix == "Errored":
-                return ph == "Error"
-            if suffix == "Skipped":
-                return ph == "Skipped"
-            if suffix == "Omitted":
-                return ph == "Omitted"
-            if suffix == "Daemoned":
-                return False
-            if suffix == "Completed":
-                return ph in ("Succeeded", "Failed")
-            if suffix == "AnySucceeded":
-                return any(c["phase"] == "Succeeded" for c in children)
-            if suffix == "AllFailed":
-                return bool(children) and all(c["phase"] in FAILED for c in children)
-            if suffix == "AnyFailed":
-                return any(c["phase"] in FAILED for c in children)
-            raise ExprError(f"unknown task result {suffix}")
-
-        try:
-            while len(results) < len(tasks):
-                stop = fail_fast and bool(unhandled)
-                for tname, t in tasks.items():
-                    if tname in results or tname in running:
-                        continue
-                    if not deps[tname] <= set(results):
-                        continue
-                    try:
-                        ok = evaluate(exprs[tname], task_state) if exprs[tname] else True
-                    except ExprError as exc:
-                        error = f"invalid depends of task {tname}: {exc}"
-                        ok = False
-                    if not ok or stop or error:
-                        omitted = self.new_node(
-                            f"{node['name']}.{tname}",
-                            tname,
-                            "Skipped",
-                            t.get("template", ""),
-                            Ctx(scope, node["id"]),
-                            parents(tname),
-                        )
-                        results[tname] = self.finish(
-                            omitted, "Omitted", "omitted: depends condition not met"
-                        )
-                        loops[tname] = None
-                        continue
-                    running[tname] = asyncio.ensure_future(
-                        self._run_expanded(
-                            t,
-                            f"{node['name']}.{tname}",
-                            tname,
-                            scope,
-                            node["id"],
-                            parents(tname),
-                            self._when(t),
-                        )
-                    )
-                if len(results) == len(tasks):
-                    break
-                if not running:
-                    break
-                done, _ = await asyncio.wait(running.values(), return_when=asyncio.FIRST_COMPLETED)
-                for tname in [n for n, tk in running.items() if tk in done]:
-                    tk = running.pop(tname)
-                    try:
-                        tnode, children = tk.result()
-                    except StepFailed as exc:
-                        error = str(exc)
-                        tnode = self.finish(
-                            self.new_node(
-                                f"{node['name']}.{tname}",
-                                tname,
-                                "Pod",
-                                tasks[tname].get("template", ""),
-                                Ctx(scope, node["id"]),
-                                parents(tname),
-                            ),
-                            "Error",
-                            str(exc),
-                        )
-                        children = None
-                    results[tname] = tnode
-                    loops[tname] = children
-                    self._record(scope, f"tasks.{tname}", tnode, children)
-                    if tnode["phase"] in FAILED and tname not in handled:
-                        unhandled.append(tnode)
-        except asyncio.CancelledError:
-            for tk in running.values():
-                tk.cancel()
-            await asyncio.gather(*running.values(), return_exceptions=True)
-            raise
-        if error:
-            self.finish(node, "Error", error)
-            return
-        if unhandled:
-            self.finish(node, "Failed", f"child '{unhandled[0]['id']}' failed")
-            return
-        self._template_outputs(tmpl, node, scope)
-        self.finish(node, "Succeeded")
+    def task_state(self, word: str) -> bool:
+        ref, _, suffix = word.partition(".")
+        n = self.results.get(ref)
+        if n is None:
+            raise ExprError(f"unknown task {ref}")
+        ph = str(n["phase"])
+        children = list(self.loops.get(ref) or [])
+        if suffix == "":
+            return ph in ("Succeeded", "Skipped")
+        if suffix == "Succeeded":
+            return ph == "Succeeded"
+        if suffix == "Failed":
+            return ph == "Failed"
+        if suffix == "Errored":
+            return ph == "Error"
+        if suffix == "Skipped":
+            return ph == "Skipped"
+        if suffix == "Omitted":
+            return ph == "Omitted"
+        if suffix == "Daemoned":
+            return False
+        if suffix == "Completed":
+            return ph in ("Succeeded", "Failed")
+        if suffix == "AnySucceeded":
+            return any(c["phase"] == "Succeeded" for c in children)
+        if suffix == "AllFailed":
+            return bool(children) and all(c["phase"] in FAILED for c in children)
+        if suffix == "AnyFailed":
+            return any(c["phase"] in FAILED for c in children)
+        raise ExprError(f"unknown task result {suffix}")

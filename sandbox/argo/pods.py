@@ -12,11 +12,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from sandbox import executor
 from sandbox.argo.expr import as_param, parse_duration, render
 from sandbox.argo.run import RunCore
 from sandbox.artifacts import (
     ArtifactError,
+    Repository,
     fetch_http,
     is_archive_none,
     safe_inside,
@@ -80,10 +83,63 @@ class Pods(RunCore):
     daemons: dict[str, list[tuple[dict[str, Any], asyncio.Task[None]]]]
 
     # -- hooks ------------------------------------------------------------------------------
-    def refusal(self) -> str | None:
+    repo: Repository | None = None
+    repo_ref: dict[str, Any] | None = None
+
+    def refusal(self) -> tuple[str, str] | None:
         if not self.sb.config.execute:
             return None
-        return unresolved(self.obj)
+        bad = unresolved(self.obj)
+        if bad:
+            return "Failed", f"invalid spec: {bad}"
+        try:
+            self._resolve_repository()
+        except ArtifactError as exc:
+            return "Error", f"failed to resolve artifact repository: {exc}"
+        return None
+
+    def repository_status(self) -> dict[str, Any] | None:
+        return self.repo_ref
+
+    def _resolve_repository(self) -> None:
+        """The repository outputs go to, as Argo resolves it
+        (workflow/artifactrepositories/artifactrepositories.go): the ConfigMap that
+        `spec.artifactRepositoryRef` names in the Workflow's namespace, else the namespace's
+        `artifact-repositories` default, else the controller's (this site's bucket)."""
+        ref = (self.obj.get("spec") or {}).get("artifactRepositoryRef")
+        name = str((ref or {}).get("configMap") or "artifact-repositories")
+        cm = self.member.get_object("ConfigMap", self.namespace, name)
+        if cm is not None:
+            annotations = (cm.get("metadata") or {}).get("annotations") or {}
+            key = (ref or {}).get("key") or annotations.get(
+                "workflows.argoproj.io/default-artifact-repository"
+            )
+            raw = self.member.object_data(cm).get(str(key)) if key else None
+            try:
+                conf = yaml.safe_load(raw) if raw else None
+            except yaml.YAMLError:
+                conf = None
+            s3 = (conf or {}).get("s3") if isinstance(conf, dict) else None
+            if isinstance(s3, dict) and s3.get("bucket"):
+                owner = next((x for x in self.sb.sites.values() if x.bucket == s3["bucket"]), None)
+                if owner is not None and not owner.artifacts_readable_from(self.member.name):
+                    raise ArtifactError(
+                        f"bucket {s3['bucket']}: dial tcp: lookup {owner.artifact_endpoint}: "
+                        "no such host"
+                    )
+                self.repo = self.member.repo_named(str(s3["bucket"]), s3.get("endpoint"))
+                self.repo_ref = {
+                    "configMap": name,
+                    "key": key,
+                    "namespace": self.namespace,
+                    "artifactRepository": conf,
+                }
+                return
+        if ref is not None:
+            raise ArtifactError(
+                f'failed to find any artifact repository for artifact repository ref "{ref}"'
+            )
+        self.repo = self.member.repository
 
     async def teardown(self) -> None:
         await self.stop_daemons(None)
@@ -352,7 +408,10 @@ class Pods(RunCore):
             )
         elif "s3" in art:
             s3 = art.get("s3") or {}
-            self.member.repository_for(s3, self.namespace).load(str(s3.get("key", "")), dest)
+            own = not s3.get("endpoint") and not s3.get("bucket")
+            repo = self.repo if own and self.repo is not None else None
+            repo = repo or self.member.repository_for(s3, self.namespace)
+            repo.load(str(s3.get("key", "")), dest)
         else:
             raise ArtifactError(f"required artifact '{name}' not supplied")
 
@@ -430,7 +489,7 @@ class Pods(RunCore):
                 f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
             )
             try:
-                self.member.repository.save(real, str(key), archive=not none)
+                (self.repo or self.member.repository).save(real, str(key), archive=not none)
             except (ArtifactError, OSError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) else str(exc)
                 problem = problem or f"failed to save outputs: {a['path']}: {reason}"

@@ -151,10 +151,10 @@ class RunCore:
         self.started_at = now_iso()
         refused = self.refusal()
         if refused:
-            # What the controller does with a Workflow that fails validation
-            # (workflow/controller/operator.go: "invalid spec: ...").
-            self.phase = "Failed"
-            self.message = f"invalid spec: {refused}"
+            # What the controller does with a Workflow that fails validation ("invalid spec:
+            # ...", Failed) or whose artifact repository it cannot resolve (Error)
+            # (workflow/controller/operator.go).
+            self.phase, self.message = refused
             self.finished_at = now_iso()
             self.touch()
             return
@@ -283,7 +283,7 @@ class RunCore:
         cpu = sum(n.get("resourcesDuration", {}).get("cpu", 0) for n in pods)
         mem = sum(n.get("resourcesDuration", {}).get("memory", 0) for n in pods)
         status["resourcesDuration"] = {"cpu": cpu, "memory": mem}
-        status["artifactRepositoryRef"] = {
+        status["artifactRepositoryRef"] = self.repository_status() or {
             "default": True,
             "artifactRepository": {
                 "s3": {
@@ -345,7 +345,10 @@ class RunCore:
         return node
 
     # -- hooks of real execution (pods.py) --------------------------------------------------
-    def refusal(self) -> str | None:
+    def refusal(self) -> tuple[str, str] | None:
+        return None
+
+    def repository_status(self) -> dict[str, Any] | None:
         return None
 
     async def teardown(self) -> None:

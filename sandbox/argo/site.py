@@ -78,6 +78,13 @@ class SiteExecution:
             root=self.data_dir / "buckets" / site.bucket,
         )
 
+    def repo_named(self, bucket: str, endpoint: Any) -> Repository:
+        return Repository(
+            bucket=bucket,
+            endpoint=str(endpoint or self.site.artifact_endpoint),
+            root=self.data_dir / "buckets" / bucket,
+        )
+
     @property
     def repository(self) -> Repository:
         return self.repo_of(self.site)

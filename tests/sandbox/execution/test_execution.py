@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from sandbox.fleet import DEMO_FLEET
-from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, start_sandbox
 from tests.sandbox.execution.conftest import Member, needs_bwrap, secret
 
 pytestmark = needs_bwrap
@@ -382,3 +382,25 @@ def test_workflow_deadline_stops_running_steps(site_b: Member) -> None:
     (node,) = site_b.pods(status).values()
     assert node["phase"] == "Failed"
     assert node["message"] == "Step exceeded its deadline"
+
+
+def test_artifact_repository_ref_from_the_members_configmap(site_b: Member) -> None:
+    example = yaml.safe_load((ARGO_EXAMPLES / "artifact-repository-ref.yaml").read_text())
+    # Its own ConfigMap name, so that the example run elsewhere still finds none.
+    example["spec"]["artifactRepositoryRef"]["configMap"] = "team-repositories"
+    repo = "s3:\n  bucket: team-bucket\n  endpoint: s3.site-b.sandbox.invalid\n"
+    site_b.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "team-repositories"},
+            "data": {"my-key": repo},
+        }
+    )
+    status = site_b.wait(site_b.create(example))
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["artifactRepositoryRef"]["configMap"] == "team-repositories"
+    assert status["artifactRepositoryRef"]["key"] == "my-key"
+    (node,) = site_b.pods(status).values()
+    key = node["outputs"]["artifacts"][0]["s3"]["key"]
+    assert (site_b.data_dir / "buckets" / "team-bucket" / key).is_file()

@@ -9,6 +9,7 @@ import base64
 import json
 import posixpath
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,9 @@ class Pods(RunCore):
         if self.network is not None:
             self.network.close()
             self.network = None
+        if self.sb.config.execute:
+            volumes = self.member.data_dir / "volumes" / self.namespace / self.name
+            await asyncio.to_thread(shutil.rmtree, volumes, True)
 
     # -- daemons ----------------------------------------------------------------------------
     def start_daemon(
@@ -340,6 +344,9 @@ class Pods(RunCore):
         failed = result.killed is not None or result.exit_code != 0
         outs = render(tmpl.get("outputs") or {}, scope)
         message = await asyncio.to_thread(self._real_outputs, outs, node, layout, result, failed)
+        # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
+        # all day).
+        await asyncio.to_thread(shutil.rmtree, root, True)
         if result.killed == "deadline":
             # workflow/executor/executor.go
             return "Failed", "Step exceeded its deadline"

@@ -96,10 +96,10 @@ def test_retry_strategy_retries_real_failures(site_b: Member) -> None:
     # Fails on the first two attempts, by what it leaves in a shared volume.
     t = sh(
         "main",
-        "n=$(cat /work/n 2>/dev/null || echo 0); echo $((n+1)) > /work/n; [ $n -ge 2 ]",
+        "n=$(cat /data/n 2>/dev/null || echo 0); echo $((n+1)) > /data/n; [ $n -ge 2 ]",
         retryStrategy={"limit": "3"},
     )
-    t["container"]["volumeMounts"] = [{"name": "work", "mountPath": "/work"}]
+    t["container"]["volumeMounts"] = [{"name": "work", "mountPath": "/data"}]
     body = wf(
         t,
         volumeClaimTemplates=[

@@ -38,8 +38,11 @@ class ActionRefused(Exception):
 
 
 def parser_limits() -> parser.Limits:
+    """The parser's bounds from the settings: the API, the forms and the webhook use these."""
     return parser.Limits(
-        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES, max_units=settings.PORTAL_MAX_UNITS
+        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
+        max_units=settings.PORTAL_MAX_UNITS,
+        max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
     )
 
 

@@ -53,6 +53,7 @@ from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
 from portal.admission.queue import decision_entry, decision_record
 from portal.models import UnitRun, WorkflowTemplate
+from portal.services import parser_limits
 
 log = logging.getLogger(__name__)
 
@@ -378,10 +379,7 @@ def _admit_direct(
         parsed = parser.parse_workflow(
             obj,
             catalogue,
-            limits=parser.Limits(
-                max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
-                max_units=settings.PORTAL_MAX_UNITS,
-            ),
+            limits=parser_limits(),
             domain=settings.PORTAL_LABEL_DOMAIN,
         )
     except WorkflowInvalid as exc:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -10,14 +11,17 @@ from typing import Any
 import yaml
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.cache import cache
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
+from placement import parser
 from portal.selectors import projects_of
 from sites.models import Project
 
 MAX_UPLOAD_BYTES = 1024 * 1024
 PARAM_PREFIX = "param-"
+_FORM_LIMITS = parser.Limits(max_body_bytes=MAX_UPLOAD_BYTES)
 
 
 class SubmitForm(forms.Form):
@@ -100,15 +104,33 @@ def _scalar(value: Any) -> str | None:
     return str(value)
 
 
+# The parameter form is rebuilt on every keystroke in the editor: the same document is read
+# again and again, so its parameters are kept by the document's hash.
+PARAMETERS_CACHE_SECONDS = 600
+
+
 def workflow_parameters(text: str) -> list[WorkflowParameter]:
     """``spec.arguments.parameters`` of a YAML/JSON workflow; an empty list when the text cannot
-    be read (the preview reports why). Only plain YAML is accepted here: aliases are refused, so
-    a hostile document cannot make this cheap helper expensive."""
+    be read (the preview reports why). Read with the parser's bounded decoder (libyaml, alias
+    and size limits), so a hostile document cannot make this cheap helper expensive, and cached
+    by the document's hash (Django's cache)."""
     if not text.strip() or len(text) > MAX_UPLOAD_BYTES or re.search(r"(^|\s)\*\w", text):
         return []
+    key = (
+        "portal:workflow-parameters:" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+    )
+    cached = cache.get(key)
+    if isinstance(cached, list):
+        return cached
+    params = _read_parameters(text)
+    cache.set(key, params, PARAMETERS_CACHE_SECONDS)
+    return params
+
+
+def _read_parameters(text: str) -> list[WorkflowParameter]:
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError:
+        doc = parser.decode_document(text, _FORM_LIMITS)
+    except parser.WorkflowInvalid:
         return []
     spec = doc.get("spec") if isinstance(doc, dict) else None
     args = spec.get("arguments") if isinstance(spec, dict) else None

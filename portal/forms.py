@@ -212,13 +212,38 @@ def _path_parts(path: str) -> list[str | int]:
     ]
 
 
-def line_of(text: str, path: str) -> int | None:
-    """The 1-based line where ``path`` (``spec.templates[2].dag``) is in the YAML ``text``:
-    the deepest part of the path that exists, so a missing key points at its parent."""
+# libyaml when present: finding an error's line in a large document with PyYAML's pure-Python
+# composer took longer than refusing the document.
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NESTING_LIMIT = 64
+
+
+def _compose(text: str) -> Any:
+    """The YAML node tree of ``text`` (with line marks), or None when it cannot be read. Nesting
+    is checked on the flat event stream first: libyaml's composer recurses in C."""
     try:
-        node: Any = yaml.compose(text, Loader=yaml.SafeLoader)
+        depth = 0
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > _NESTING_LIMIT:
+                    return None
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+        return yaml.compose(text, Loader=_YAML_LOADER)
     except yaml.YAMLError:
         return None
+
+
+_UNSET: Any = object()
+
+
+def line_of(text: str, path: str, node: Any = _UNSET) -> int | None:
+    """The 1-based line where ``path`` (``spec.templates[2].dag``) is in the YAML ``text``:
+    the deepest part of the path that exists, so a missing key points at its parent.
+    ``node``: the text already composed (``_compose``), when the caller has it."""
+    if node is _UNSET:
+        node = _compose(text)
     if node is None:
         return None
     line: int = node.start_mark.line + 1
@@ -246,6 +271,7 @@ def shown_errors(text: str, errors: list[Any]) -> list[ShownError]:
     attributes) with the line each concerns, found from the path when the service gave none."""
     lines = text.splitlines()
     out: list[ShownError] = []
+    composed: list[Any] = []  # composed once, on the first error that needs a line
     for err in errors:
         get = err.get if isinstance(err, dict) else lambda k, e=err: getattr(e, k, None)
         path = str(get("path") or "")
@@ -255,8 +281,12 @@ def shown_errors(text: str, errors: list[Any]) -> list[ShownError]:
             found = _LINE_IN_MESSAGE.search(message)
             if found:
                 line = int(found.group(1))
+            elif path and len(lines) == 1:
+                line = 1  # one line (JSON as a client sends it): nothing to look for
             elif path:
-                line = line_of(text, path)
+                if not composed:
+                    composed.append(_compose(text))
+                line = line_of(text, path, composed[0])
             else:
                 line = None
         source = lines[line - 1].rstrip() if line and 0 < line <= len(lines) else ""

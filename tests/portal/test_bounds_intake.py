@@ -170,3 +170,25 @@ def test_the_parameter_form_reads_a_document_once(client_for, scientist, monkeyp
     ).content.decode()
     assert 'name="param-shade"' in body
     assert len(reads) == 2
+
+
+def test_error_lines_are_found_from_one_composition(monkeypatch) -> None:
+    calls: list[str] = []
+    real = forms._compose
+
+    def counting(text: str) -> Any:
+        calls.append(text)
+        return real(text)
+
+    monkeypatch.setattr(forms, "_compose", counting)
+    text = "kind: Workflow\nspec:\n  templates:\n  - name: a\n  - name: b\n"
+    errors = [
+        {"path": "spec.templates[0].name", "message": "x"},
+        {"path": "spec.templates[1].name", "message": "y"},
+    ]
+    shown = forms.shown_errors(text, errors)
+    assert [e.line for e in shown] == [4, 5]
+    assert len(calls) == 1
+    # A document nested deeper than the parser allows gets no line, and no crash.
+    deep = "a: " + "[" * 5000 + "]" * 5000 + "\n"
+    assert forms.shown_errors(deep + "b: 1\n", [{"path": "a", "message": "m"}])[0].line is None

@@ -53,7 +53,6 @@ from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
 from portal.admission.queue import decision_entry, decision_record
 from portal.models import UnitRun, WorkflowTemplate
-from portal.services import parser_limits
 
 log = logging.getLogger(__name__)
 
@@ -379,7 +378,13 @@ def _admit_direct(
         parsed = parser.parse_workflow(
             obj,
             catalogue,
-            limits=parser_limits(),
+            # As portal.services.parser_limits(), which this module must not import (it would
+            # load the gateway into the webhook).
+            limits=parser.Limits(
+                max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
+                max_units=settings.PORTAL_MAX_UNITS,
+                max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
+            ),
             domain=settings.PORTAL_LABEL_DOMAIN,
         )
     except WorkflowInvalid as exc:

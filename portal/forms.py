@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -10,14 +11,17 @@ from typing import Any
 import yaml
 from django import forms
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.cache import cache
 from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
+from placement import parser
 from portal.selectors import projects_of
 from sites.models import Project
 
 MAX_UPLOAD_BYTES = 1024 * 1024
 PARAM_PREFIX = "param-"
+_FORM_LIMITS = parser.Limits(max_body_bytes=MAX_UPLOAD_BYTES)
 
 
 class SubmitForm(forms.Form):
@@ -100,17 +104,33 @@ def _scalar(value: Any) -> str | None:
     return str(value)
 
 
+# The parameter form is rebuilt on every keystroke in the editor: the same document is read
+# again and again, so its parameters are kept by the document's hash.
+PARAMETERS_CACHE_SECONDS = 600
+
+
 def workflow_parameters(text: str) -> list[WorkflowParameter]:
     """``spec.arguments.parameters`` of a YAML/JSON workflow; an empty list when the text cannot
-    be read (the preview reports why). Only plain YAML is accepted here: aliases are refused, so
-    a hostile document cannot make this cheap helper expensive."""
+    be read (the preview reports why). Read with the parser's bounded decoder (libyaml, alias
+    and size limits), so a hostile document cannot make this cheap helper expensive, and cached
+    by the document's hash (Django's cache)."""
     if not text.strip() or len(text) > MAX_UPLOAD_BYTES or re.search(r"(^|\s)\*\w", text):
         return []
+    key = (
+        "portal:workflow-parameters:" + hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+    )
+    cached = cache.get(key)
+    if isinstance(cached, list):
+        return cached
+    params = _read_parameters(text)
+    cache.set(key, params, PARAMETERS_CACHE_SECONDS)
+    return params
+
+
+def _read_parameters(text: str) -> list[WorkflowParameter]:
     try:
-        doc = yaml.safe_load(text)
-    except (yaml.YAMLError, RecursionError):
-        # Nested too deeply for PyYAML's recursive constructor: the preview and submit say so
-        # with the workflow parser's own message.
+        doc = parser.decode_document(text, _FORM_LIMITS)
+    except parser.WorkflowInvalid:
         return []
     spec = doc.get("spec") if isinstance(doc, dict) else None
     args = spec.get("arguments") if isinstance(spec, dict) else None
@@ -192,13 +212,38 @@ def _path_parts(path: str) -> list[str | int]:
     ]
 
 
-def line_of(text: str, path: str) -> int | None:
-    """The 1-based line where ``path`` (``spec.templates[2].dag``) is in the YAML ``text``:
-    the deepest part of the path that exists, so a missing key points at its parent."""
+# libyaml when present: finding an error's line in a large document with PyYAML's pure-Python
+# composer took longer than refusing the document.
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NESTING_LIMIT = 64
+
+
+def _compose(text: str) -> Any:
+    """The YAML node tree of ``text`` (with line marks), or None when it cannot be read. Nesting
+    is checked on the flat event stream first: libyaml's composer recurses in C."""
     try:
-        node: Any = yaml.compose(text, Loader=yaml.SafeLoader)
-    except (yaml.YAMLError, RecursionError):
+        depth = 0
+        for event in yaml.parse(text, Loader=_YAML_LOADER):
+            if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                depth += 1
+                if depth > _NESTING_LIMIT:
+                    return None
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                depth -= 1
+        return yaml.compose(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError:
         return None
+
+
+_UNSET: Any = object()
+
+
+def line_of(text: str, path: str, node: Any = _UNSET) -> int | None:
+    """The 1-based line where ``path`` (``spec.templates[2].dag``) is in the YAML ``text``:
+    the deepest part of the path that exists, so a missing key points at its parent.
+    ``node``: the text already composed (``_compose``), when the caller has it."""
+    if node is _UNSET:
+        node = _compose(text)
     if node is None:
         return None
     line: int = node.start_mark.line + 1
@@ -226,6 +271,7 @@ def shown_errors(text: str, errors: list[Any]) -> list[ShownError]:
     attributes) with the line each concerns, found from the path when the service gave none."""
     lines = text.splitlines()
     out: list[ShownError] = []
+    composed: list[Any] = []  # composed once, on the first error that needs a line
     for err in errors:
         get = err.get if isinstance(err, dict) else lambda k, e=err: getattr(e, k, None)
         path = str(get("path") or "")
@@ -235,8 +281,12 @@ def shown_errors(text: str, errors: list[Any]) -> list[ShownError]:
             found = _LINE_IN_MESSAGE.search(message)
             if found:
                 line = int(found.group(1))
+            elif path and len(lines) == 1:
+                line = 1  # one line (JSON as a client sends it): nothing to look for
             elif path:
-                line = line_of(text, path)
+                if not composed:
+                    composed.append(_compose(text))
+                line = line_of(text, path, composed[0])
             else:
                 line = None
         source = lines[line - 1].rstrip() if line and 0 < line <= len(lines) else ""

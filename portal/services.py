@@ -38,8 +38,12 @@ class ActionRefused(Exception):
 
 
 def parser_limits() -> parser.Limits:
+    """The parser's bounds from the settings, for the API and the submit page (the webhook
+    builds the same from the settings itself: it must not import this module)."""
     return parser.Limits(
-        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES, max_units=settings.PORTAL_MAX_UNITS
+        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
+        max_units=settings.PORTAL_MAX_UNITS,
+        max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
     )
 
 

@@ -256,6 +256,9 @@ KARMADA_CONNECT_TIMEOUT = envfloat("KARMADA_CONNECT_TIMEOUT", 3.0)
 PORTAL_LABEL_DOMAIN = env("PORTAL_LABEL_DOMAIN", "portal.multisite.io")
 PORTAL_POLICY_PREFIX = env("PORTAL_POLICY_PREFIX", "portal-site-")
 PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
+# Unit-to-unit dependencies one workflow may have (after loops expand): what checking, planning
+# and drawing a run costs grows with them.
+PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A run with work left and nothing moving for this long is advanced again by the resync.

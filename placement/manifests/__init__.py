@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from placement.manifests.conditions import (
     FINAL_PHASES,
+    DependsError,
+    ExpressionError,
     WhenError,
     evaluate_depends,
     evaluate_when,
@@ -78,6 +80,8 @@ __all__ = [
     "POLICY_API",
     "SITE_POLICY_PRIORITY",
     "WEBHOOK_NAME",
+    "DependsError",
+    "ExpressionError",
     "TaskOutputs",
     "Unresolved",
     "WhenError",

@@ -4,12 +4,19 @@ evaluates the expression tree it returns."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from placement.manifests.substitution import TaskOutputs, _as_text, substitute
-from placement.parser import DependsExpr, parse_depends
+from placement.parser import (
+    DependsExpr,
+    DependsSyntaxError,
+    WhenExpr,
+    WhenSyntaxError,
+    compile_regex,
+    parse_depends,
+    parse_when,
+)
 
 FINAL_PHASES = frozenset({"Succeeded", "Failed", "Error", "Skipped", "Omitted"})
 
@@ -27,10 +34,14 @@ def evaluate_depends(expr: str, phases: Mapping[str, str | Sequence[str] | None]
     """Argo's ``depends`` over finished upstream tasks: True (run), False (omit), or None (an
     upstream task is not finished yet). ``phases`` maps task names to a phase, or to the list
     of phases of an expanded task. A bare ``A`` means ``A.Succeeded || A.Skipped || A.Daemoned``;
-    an empty expression is True."""
+    an empty expression is True. Raises ``DependsError`` (an ``ExpressionError``) when the
+    expression cannot be read."""
     if not expr.strip():
         return True
-    tree = parse_depends(expr.strip())
+    try:
+        tree = parse_depends(expr.strip())
+    except DependsSyntaxError as exc:
+        raise DependsError(f"depends {expr.strip()[:80]!r}: {exc}") from None
     groups: dict[str, list[str]] = {}
     for task in tree.tasks():
         g = _group(phases.get(task))
@@ -75,16 +86,19 @@ def _group_phase(g: Sequence[str]) -> str:
     return "Succeeded"
 
 
-class WhenError(ValueError):
-    pass
+class ExpressionError(ValueError):
+    """A ``when`` or ``depends`` that cannot be evaluated: it does not parse, it is beyond the
+    evaluator's bounds (length, nesting, regular expression), or a reference is missing. The
+    one error evaluation raises (never a hang, a ``RecursionError`` or a ``UnicodeError``); the
+    message says why, for the unit's failure."""
 
 
-_WHEN_TOKEN = re.compile(
-    r"\s*(?:(?P<op>==|!=|>=|<=|=~|!~|&&|\|\||[<>!()])"
-    r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
-    r"|(?P<num>[+-]?\d+(?:\.\d+)?(?![\w.\-/:]))"
-    r"|(?P<word>[^\s()=!<>&|'\"]+))"
-)
+class WhenError(ExpressionError):
+    """``evaluate_when`` could not decide."""
+
+
+class DependsError(ExpressionError):
+    """``evaluate_depends`` could not read the expression."""
 
 
 def evaluate_when(
@@ -95,9 +109,7 @@ def evaluate_when(
     item: Any = None,
     has_item: bool = False,
 ) -> bool:
-    """Argo's ``when`` after substitution, in the govaluate subset Argo's examples use:
-    ``==``, ``!=``, ``<``, ``>``, ``<=``, ``>=``, ``=~``, ``!~``, ``&&``, ``||``, ``!``,
-    parentheses, quoted strings, numbers, ``true``/``false``, and bare words as strings.
+    """Argo's ``when`` after substitution, in the govaluate subset ``parse_when`` reads.
     Raises ``WhenError`` when it cannot be evaluated (also when a reference is missing)."""
     missing: list[str] = []
     text = substitute(
@@ -108,88 +120,26 @@ def evaluate_when(
     if "{{" in text:
         # {{=expr}} (Argo's expr language) and references Argo fills are not evaluated here.
         raise WhenError(f"cannot evaluate {text.strip()[:80]!r} before Argo fills it")
-    tokens: list[tuple[str, Any]] = []
-    pos = 0
-    while pos < len(text):
-        if not text[pos:].strip():
-            break
-        m = _WHEN_TOKEN.match(text, pos)
-        if not m or m.end() == pos:
-            raise WhenError(f"cannot read {text[pos:].strip()[:20]!r}")
-        pos = m.end()
-        if m.group("op"):
-            tokens.append(("op", m.group("op")))
-        elif m.group("str") is not None:
-            tokens.append(("val", m.group("str")[1:-1].encode().decode("unicode_escape")))
-        elif m.group("num") is not None:
-            tokens.append(("val", float(m.group("num"))))
-        else:
-            word = m.group("word")
-            tokens.append(("val", {"true": True, "false": False}.get(word, word)))
-    return bool(_WhenParser(tokens).parse())
+    try:
+        return _truthy(_eval_when(parse_when(text)))
+    except WhenSyntaxError as exc:
+        raise WhenError(str(exc)) from None
+    except (RecursionError, UnicodeError, OverflowError, MemoryError) as exc:
+        # Not expected within the parser's bounds; a unit fails with a message all the same.
+        raise WhenError(f"cannot evaluate: {type(exc).__name__}") from None
 
 
-class _WhenParser:
-    def __init__(self, tokens: list[tuple[str, Any]]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-
-    def parse(self) -> Any:
-        if not self.tokens:
-            raise WhenError("empty expression")
-        value = self.or_()
-        if self.pos != len(self.tokens):
-            raise WhenError(f"unexpected {self.tokens[self.pos][1]!r}")
-        return value
-
-    def peek(self) -> str | None:
-        if self.pos < len(self.tokens) and self.tokens[self.pos][0] == "op":
-            return str(self.tokens[self.pos][1])
-        return None
-
-    def or_(self) -> Any:
-        value = self.and_()
-        while self.peek() == "||":
-            self.pos += 1
-            right = self.and_()
-            value = _truthy(value) or _truthy(right)
-        return value
-
-    def and_(self) -> Any:
-        value = self.cmp()
-        while self.peek() == "&&":
-            self.pos += 1
-            right = self.cmp()
-            value = _truthy(value) and _truthy(right)
-        return value
-
-    def cmp(self) -> Any:
-        left = self.unary()
-        op = self.peek()
-        if op in ("==", "!=", "<", ">", "<=", ">=", "=~", "!~"):
-            self.pos += 1
-            right = self.unary()
-            return _compare(op, left, right)
-        return left
-
-    def unary(self) -> Any:
-        if self.pos >= len(self.tokens):
-            raise WhenError("expression ends too early")
-        kind, value = self.tokens[self.pos]
-        if kind == "op" and value == "!":
-            self.pos += 1
-            return not _truthy(self.unary())
-        if kind == "op" and value == "(":
-            self.pos += 1
-            inner = self.or_()
-            if self.peek() != ")":
-                raise WhenError("missing ')'")
-            self.pos += 1
-            return inner
-        if kind == "op":
-            raise WhenError(f"unexpected {value!r}")
-        self.pos += 1
-        return value
+def _eval_when(node: WhenExpr) -> Any:
+    if node.op == "value":
+        return node.value
+    if node.op == "not":
+        return not _truthy(_eval_when(node.args[0]))
+    if node.op == "and":
+        return all(_truthy(_eval_when(a)) for a in node.args)
+    if node.op == "or":
+        return any(_truthy(_eval_when(a)) for a in node.args)
+    left, right = (_eval_when(a) for a in node.args)
+    return _compare(node.op, left, right)
 
 
 def _truthy(v: Any) -> bool:
@@ -211,11 +161,9 @@ def _number(v: Any) -> float | None:
 
 def _compare(op: str, left: Any, right: Any) -> bool:
     if op in ("=~", "!~"):
-        try:
-            hit = re.search(str(right), _as_text(left)) is not None
-        except re.error as exc:
-            raise WhenError(f"bad regular expression {right!r}: {exc}") from None
-        return hit if op == "=~" else not hit
+        # RE2: linear in the subject, which the expression's length bound keeps small.
+        hit = compile_regex(right).search(_as_text(left)) is not None
+        return bool(hit) if op == "=~" else not hit
     ln, rn = _number(left), _number(right)
     if ln is not None and rn is not None:
         a: Any = ln

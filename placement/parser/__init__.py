@@ -16,6 +16,7 @@ The modules, from the bottom up (each imports only those above it):
 * ``decode``: safe YAML and JSON decoding into plain JSON types (``decode_document``).
 * ``schema``: structure against Argo's schema (``schema_errors``).
 * ``depends``: Argo's ``depends`` grammar, the project's one reader of it.
+* ``when``: the bounded ``when`` grammar (``parse_when``, ``when_problem``), RE2 patterns.
 * ``resources``: Kubernetes quantities and what a template's pod asks for.
 * ``arguments``: arguments and the data references in them.
 * ``names``: Kubernetes and Argo name rules, unit slugs.
@@ -63,6 +64,17 @@ from placement.parser.results import (
     UnitKind,
 )
 from placement.parser.schema import SCHEMA_PATH, _fast_validator, _validator, schema_errors
+from placement.parser.when import (
+    MAX_REGEX_CHARS,
+    MAX_WHEN_CHARS,
+    MAX_WHEN_DEPTH,
+    MAX_WHEN_TOKENS,
+    WhenExpr,
+    WhenSyntaxError,
+    compile_regex,
+    parse_when,
+    when_problem,
+)
 from placement.parser.workflow import (
     API_VERSION,
     DEFAULT_DOMAIN,
@@ -79,6 +91,10 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DNS1123_LABEL",
     "DNS1123_SUBDOMAIN",
+    "MAX_REGEX_CHARS",
+    "MAX_WHEN_CHARS",
+    "MAX_WHEN_DEPTH",
+    "MAX_WHEN_TOKENS",
     "PARAM_NAME",
     "SCHEMA_PATH",
     "SLUG_MAX",
@@ -97,12 +113,15 @@ __all__ = [
     "Resources",
     "Unit",
     "UnitKind",
+    "WhenExpr",
+    "WhenSyntaxError",
     "WorkflowInvalid",
     "_NeedsFullLoader",
     "_fast_validator",
     "_load_plain",
     "_validator",
     "artifact_locations",
+    "compile_regex",
     "decode_document",
     "depends_tasks",
     "expand_with_param",
@@ -110,6 +129,7 @@ __all__ = [
     "parse_arguments",
     "parse_depends",
     "parse_quantity",
+    "parse_when",
     "parse_with_param_value",
     "parse_workflow",
     "parse_workflow_template",
@@ -119,4 +139,5 @@ __all__ = [
     "template_images",
     "template_pod_resources",
     "uses_catalogue",
+    "when_problem",
 ]

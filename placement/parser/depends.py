@@ -23,6 +23,11 @@ TASK_RESULTS = (
     "AllFailed",
 )
 
+# Nesting of parentheses and "!": far beyond any real expression, far below Python's recursion
+# limit (the parser and the evaluators recurse once per level).
+MAX_DEPENDS_DEPTH = 32
+MAX_DEPENDS_TOKENS = 2000
+
 _DEP_TOKEN = re.compile(r"\s*(?:(\&\&|\|\||!|\(|\))|([A-Za-z0-9_][-A-Za-z0-9_]*(?:\.[A-Za-z]+)?))")
 
 
@@ -50,10 +55,8 @@ class DependsSyntaxError(ValueError):
 
 def _tokenise_depends(expr: str) -> list[str]:
     tokens: list[str] = []
-    pos = 0
-    while pos < len(expr):
-        if expr[pos:].strip() == "":
-            break
+    pos, end = 0, len(expr.rstrip())
+    while pos < end:
         m = _DEP_TOKEN.match(expr, pos)
         if not m:
             raise DependsSyntaxError(
@@ -61,6 +64,9 @@ def _tokenise_depends(expr: str) -> list[str]:
             )
         tokens.append(m.group(1) or m.group(2))
         pos = m.end()
+        if len(tokens) > MAX_DEPENDS_TOKENS:
+            # Stop reading here: the rest of a huge expression is never looked at.
+            raise DependsSyntaxError(f"expression has more than {MAX_DEPENDS_TOKENS} tokens")
     return tokens
 
 
@@ -71,6 +77,13 @@ def parse_depends(expr: str) -> DependsExpr:
     if not tokens:
         raise DependsSyntaxError("empty expression")
     pos = 0
+    depth = 0
+
+    def nest(delta: int) -> None:
+        nonlocal depth
+        depth += delta
+        if depth > MAX_DEPENDS_DEPTH:
+            raise DependsSyntaxError(f"nested deeper than {MAX_DEPENDS_DEPTH} levels")
 
     def peek() -> str | None:
         return tokens[pos] if pos < len(tokens) else None
@@ -101,10 +114,15 @@ def parse_depends(expr: str) -> DependsExpr:
             raise DependsSyntaxError("expression ends too early")
         if tok == "!":
             take()
-            return DependsExpr("not", args=(parse_not(),))
+            nest(1)
+            negated = parse_not()
+            nest(-1)
+            return DependsExpr("not", args=(negated,))
         if tok == "(":
             take()
+            nest(1)
             inner = parse_or()
+            nest(-1)
             if peek() != ")":
                 raise DependsSyntaxError("missing ')'")
             take()
@@ -119,8 +137,8 @@ def parse_depends(expr: str) -> DependsExpr:
             )
         return DependsExpr("name", task=name, result=result or None)
 
-    if len(tokens) > 2000:
-        raise DependsSyntaxError("expression too long")
+    if len(tokens) > MAX_DEPENDS_TOKENS:
+        raise DependsSyntaxError(f"expression has more than {MAX_DEPENDS_TOKENS} tokens")
     tree = parse_or()
     if pos != len(tokens):
         raise DependsSyntaxError(f"unexpected {tokens[pos]!r}")

@@ -39,6 +39,9 @@ class Limits:
 
     max_body_bytes: int = 1024 * 1024
     max_units: int = 5000
+    # Unit-to-unit dependencies after expansion (and task-to-task ones in every DAG): what
+    # checking, ordering, planning and drawing a run cost grows with them, not with the units.
+    max_dependency_edges: int = 20_000
     # Alias *uses* are cheap for PyYAML (it shares the node), but every consumer that walks the
     # result pays for the expansion: bound both the number of aliases and the expanded size.
     max_yaml_aliases: int = 1000

@@ -11,6 +11,7 @@ from placement.parser.catalogue import _Catalogue
 from placement.parser.depends import DependsSyntaxError, parse_depends
 from placement.parser.errors import FieldError, Limits, WorkflowInvalid, _join
 from placement.parser.names import ARGO_FIELD_MAX, ARGO_FIELD_NAME, PARAM_NAME
+from placement.parser.when import MAX_WHEN_CHARS
 
 TEMPLATE_TYPES = (
     "container",
@@ -73,6 +74,8 @@ class _TemplateIndex:
         self.template_paths: dict[str, str] = {}
         self._reach_cache: dict[str, tuple[str, ...]] = {}
         self._walked: set[str] = set()
+        # Task-to-task dependencies over every DAG walked so far (Limits.max_dependency_edges).
+        self._dag_edges = 0
 
     def err(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
@@ -242,6 +245,12 @@ class _TemplateIndex:
                     hook, scope, _join(_join(path, "hooks"), hook_name), optional=False
                 )
         self._check_parameter_names(call.get("arguments"), _join(path, "arguments"))
+        when = call.get("when")
+        if isinstance(when, str) and len(when) > MAX_WHEN_CHARS:
+            self.err(
+                _join(path, "when"),
+                f"expression is {len(when)} characters long; the limit is {MAX_WHEN_CHARS}",
+            )
         items = [k for k in ("withItems", "withParam", "withSequence") if call.get(k) is not None]
         if len(items) > 1:
             self.err(path, f"use only one of {', '.join(items)}")
@@ -269,6 +278,18 @@ class _TemplateIndex:
                 )
             if isinstance(n, str) and n in edges:
                 edges[n] = upstream
+        before = self._dag_edges
+        self._dag_edges += sum(len(up) for up in edges.values())
+        if self._dag_edges > self.limits.max_dependency_edges:
+            # Checked before cycles are looked for, units built or anything planned: the work
+            # of every later step grows with the edges. Said once, where the limit is crossed.
+            if before <= self.limits.max_dependency_edges:
+                self.err(
+                    _join(path, "tasks"),
+                    f"{self._dag_edges} dependencies between tasks; the limit is "
+                    f"{self.limits.max_dependency_edges}",
+                )
+            return
         target = dag.get("target")
         if isinstance(target, str) and target.strip():
             for tname in re.split(r"[\s,]+", target.strip()):

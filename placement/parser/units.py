@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -20,11 +21,18 @@ from placement.parser.arguments import (
 )
 from placement.parser.depends import parse_depends
 from placement.parser.errors import _join
-from placement.parser.expansion import _sequence_items, parse_with_param_value, substitute_item
+from placement.parser.expansion import (
+    SequenceInvalid,
+    parse_with_param_value,
+    sequence_items,
+    sequence_range,
+    substitute_item,
+)
 from placement.parser.names import item_label, slugify
 from placement.parser.references import _TemplateIndex
 from placement.parser.resources import _max, template_images, template_pod_resources
 from placement.parser.results import Resources, Unit, UnitKind
+from placement.parser.when import when_problem
 
 
 def _topological(units: Sequence[Unit]) -> list[Unit] | None:
@@ -48,6 +56,14 @@ def _topological(units: Sequence[Unit]) -> list[Unit] | None:
             if pending[c] == 0:
                 heapq.heappush(ready, (position[c], c))
     return out if len(out) == len(units) else None
+
+
+def _loop_path(path: str, call: Mapping[str, Any]) -> str:
+    """The path of the field a loop's size comes from, for the error that refuses it."""
+    seq = call.get("withSequence")
+    if isinstance(seq, Mapping) and call.get("withItems") is None:
+        return _join(_join(path, "withSequence"), "end" if seq.get("count") is None else "count")
+    return _join(path, "withItems" if call.get("withItems") is not None else "withParam")
 
 
 class _UnitBuilder:
@@ -79,6 +95,7 @@ class _UnitBuilder:
                 self.task_datasets.setdefault(task.strip(), []).append(ds.strip())
             else:
                 self.root_datasets.append(item)
+        self._known: dict[str, list[Any] | None] = {}
         self._facts_cache: dict[
             str, tuple[Resources, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
         ] = {}
@@ -207,6 +224,12 @@ class _UnitBuilder:
             depends=depends,
             root=root,
         )
+        when = call.get("when")
+        if isinstance(when, str) and when.strip():
+            # The portal evaluates this one: refuse now what it could never evaluate later.
+            problem = when_problem(when)
+            if problem:
+                self.p.err(_join(path, "when"), problem)
         items = call.get("withItems")
         seq = call.get("withSequence")
         param = call.get("withParam")
@@ -215,15 +238,23 @@ class _UnitBuilder:
             # withParam over the run's own parameters is known now: expand like withItems.
             items, param = known, None
         if isinstance(items, list) or isinstance(seq, Mapping):
-            values = items if isinstance(items, list) else _sequence_items(seq or {})
-            if values is None:
-                # A templated sequence: only known at run time, like withParam.
-                return [make(name=task, with_param=json.dumps(seq))]
-            if len(values) > self.p.limits.max_units:
-                self.p.err(
-                    _join(path, "withItems" if items is not None else "withSequence"),
-                    f"{len(values)} items; the limit is {self.p.limits.max_units} units",
-                )
+            if isinstance(items, list):
+                values: list[Any] = items
+            else:
+                assert isinstance(seq, Mapping)
+                try:
+                    numbers = sequence_range(seq)
+                except SequenceInvalid as exc:
+                    self.p.err(_join(_join(path, "withSequence"), exc.field), str(exc))
+                    return []
+                if numbers is None:
+                    # A templated sequence: only known at run time, like withParam.
+                    return [make(name=task, with_param=json.dumps(seq))]
+                # The size is checked (in loop_size) before a single item is built.
+                if self.over_limit(len(numbers), _loop_path(path, call)):
+                    return []
+                values = sequence_items(seq, numbers)
+            if self.over_limit(len(values), _loop_path(path, call)):
                 return []
             return [
                 make(name=f"{task}({i}:{item_label(v)})", item=v, item_index=i)
@@ -233,11 +264,62 @@ class _UnitBuilder:
             return [make(name=task, with_param=param)]
         return [make(name=task)]
 
+    def over_limit(self, n: int, path: str) -> bool:
+        if n <= self.p.limits.max_units:
+            return False
+        self.p.err(path, f"{n} items; the limit is {self.p.limits.max_units} units")
+        return True
+
+    def loop_size(self, call: Mapping[str, Any]) -> int:
+        """How many units a call expands to, counted without building any (a loop that cannot
+        expand counts 1: ``expand`` reports it)."""
+        known = self.known_at_submit(call.get("withParam"))
+        items = known if known is not None else call.get("withItems")
+        if isinstance(items, list):
+            return len(items)
+        seq = call.get("withSequence")
+        if isinstance(seq, Mapping):
+            try:
+                numbers = sequence_range(seq)
+            except SequenceInvalid:
+                return 1
+            return 1 if numbers is None else len(numbers)
+        return 1
+
+    def within_budget(self, sizes: Sequence[int], edges: int, path: str) -> bool:
+        """Whether the units and unit-to-unit edges these loops give stay within the limits,
+        decided before any unit is built (a fan-out of fan-outs is refused by arithmetic)."""
+        limits = self.p.limits
+        total = sum(sizes)
+        ok = True
+        if total > limits.max_units and max(sizes, default=0) <= limits.max_units:
+            # (A single loop over the limit is reported at its own field by ``expand``.)
+            self.p.err(
+                path,
+                f"the loops here expand to {total} placement units; the limit is "
+                f"{limits.max_units}",
+            )
+            ok = False
+        if edges > limits.max_dependency_edges:
+            self.p.err(
+                path,
+                f"the dependencies here expand to {edges} unit-to-unit edges; the limit is "
+                f"{limits.max_dependency_edges}",
+            )
+            ok = False
+        return ok
+
     def known_at_submit(self, param: Any) -> list[Any] | None:
         """The list a ``withParam`` names when it only uses workflow parameters (the
         entrypoint's inputs are the workflow's arguments), else None (expanded at run time)."""
         if not isinstance(param, str) or "{{" not in param:
             return None
+        # Counted before expanding, then expanded: decode each list once.
+        if param not in self._known:
+            self._known[param] = self._known_at_submit(param)
+        return self._known[param]
+
+    def _known_at_submit(self, param: str) -> list[Any] | None:
         entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
         text = _substitute_wf_params(param, self.wf_params)
         text = re.sub(
@@ -272,6 +354,12 @@ class _UnitBuilder:
                 up, expr = (), ""
             if key is not None:
                 specs.append((t, key, up, expr, i))
+        sizes = {str(t["name"]): self.loop_size(t) for t, *_ in specs}
+        edges = sum(
+            sizes[str(t["name"])] * sum(sizes.get(d, 0) for d in up) for t, _, up, *_ in specs
+        )
+        if not self.within_budget(list(sizes.values()), edges, f"{path}.tasks"):
+            return []
         for t, key, up, expr, i in specs:
             expanded[str(t["name"])] = self.expand(
                 kind="task",
@@ -290,6 +378,16 @@ class _UnitBuilder:
         return out
 
     def from_steps(self, steps: Sequence[Any], path: str) -> list[Unit]:
+        # Each group waits for every unit of the previous one: sizes multiply into edges.
+        groups = [
+            [self.loop_size(s) for s in g if isinstance(s, Mapping)]
+            for g in steps
+            if isinstance(g, list)
+        ]
+        sizes = [sum(g) for g in groups if g]
+        edges = sum(a * b for a, b in itertools.pairwise(sizes))
+        if not self.within_budget(sizes, edges, path):
+            return []
         out: list[Unit] = []
         previous: list[Unit] = []
         previous_tasks: list[str] = []

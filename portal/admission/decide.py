@@ -378,9 +378,12 @@ def _admit_direct(
         parsed = parser.parse_workflow(
             obj,
             catalogue,
+            # As portal.services.parser_limits(), which this module must not import (it would
+            # load the gateway into the webhook).
             limits=parser.Limits(
                 max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
                 max_units=settings.PORTAL_MAX_UNITS,
+                max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
             ),
             domain=settings.PORTAL_LABEL_DOMAIN,
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -50,7 +51,9 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
     try:
         if missing:
             raise ValueError(f"unresolved: {', '.join(missing)}")
-        items = parser.parse_with_param_value(value)
+        # Sized against the run's unit limit before a single unit is built.
+        room = settings.PORTAL_MAX_UNITS - len(units)
+        items = parser.parse_with_param_value(value, max_items=room)
     except ValueError as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"withParam: {exc}")
         return []

@@ -18,8 +18,9 @@ from portal.choices import UnitPhase
 from portal.models import UnitRun
 from portal.selectors import runs_visible_to
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, page_of
-from sites.models import Dataset, Site, SiteLink
+from sites.models import Site, SiteLink
 from sites.permissions import can_operate_site
+from sites.selectors import dataset_list_visible
 from sites.services import site_set_cordoned
 
 
@@ -88,7 +89,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
     rows = _site_rows(request, sites)
     if is_htmx(request):
         return render(request, "portal/htmx/fleet_sites.html", {"rows": rows})
-    datasets = list(Dataset.objects.select_related("project").prefetch_related("replicas__site"))
+    # The API's selector: the page shows exactly the datasets the API would list for this user.
+    datasets = list(dataset_list_visible(request.user).order_by("name"))
     replicas = [
         {
             "dataset": d,
@@ -134,7 +136,11 @@ def site_detail(request: HttpRequest, name: str) -> HttpResponse:
         "running_page": page_of(request, running, UNITS_PER_PAGE),
         "links_out": [lk for lk in links if lk.source_id == site.pk],
         "links_in": [lk for lk in links if lk.target_id == site.pk],
-        "replicas": site.replicas.select_related("dataset").order_by("dataset__name"),
+        "replicas": site.replicas.filter(
+            dataset__in=dataset_list_visible(request.user).values("pk")
+        )
+        .select_related("dataset")
+        .order_by("dataset__name"),
         "can_cordon": can_operate_site(request.user, site),
         "colours": fleet_colours(),
     }

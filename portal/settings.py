@@ -192,6 +192,11 @@ if not CELERY_BROKER_URL:
         "store_processed": False,
         # Broadcast/pidbox files; kombu's default is "control" in the working directory.
         "control_folder": str(VAR_DIR / "celery-control"),
+        # kombu's virtual transports sleep ``polling_interval`` (1 s by default) whenever a
+        # poll finds nothing it may take; with acks_late and a prefetch of one that is after
+        # every message, so a 200-item fan-out queued a one-step run behind minutes of naps.
+        # Listing a local directory every 50 ms costs nothing measurable.
+        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 0.05),
     }
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

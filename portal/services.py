@@ -323,6 +323,14 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         if not failed:
             raise ActionRefused("no failed units to retry")
         for unit in failed:
+            RunEvent.objects.create(
+                run=run,
+                unit=unit,
+                kind="unit-retried",
+                message=f"{unit.name}: attempt {unit.attempt} {unit.phase}; "
+                f"retried as attempt {unit.attempt + 1}",
+                data={"ended_attempt": unit.attempt_record(ended="retried", why=unit.message)},
+            )
             state.units_move(
                 UnitRun.objects.filter(pk=unit.pk),
                 UnitPhase.PENDING,
@@ -346,6 +354,39 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     run.refresh_from_db()
+    return run
+
+
+def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> WorkflowRun:
+    """Resume a suspended step (``node``: a unit's name) or every running step of the run, as
+    ``argo resume`` does; the worker clears ``spec.suspend`` and marks the suspended nodes."""
+    from portal import tasks
+
+    if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+        raise ActionRefused(f"run is {run.status}; only a running run has steps to resume")
+    units = run.units.filter(phase=UnitPhase.RUNNING).exclude(workflow_name="")
+    if node:
+        if not run.units.filter(name=node).exists():
+            raise WorkflowInvalid([FieldError("node", f"no step {node!r} in run {run.name}")])
+        units = units.filter(name=node)
+    targets = list(units.values_list("pk", "name"))
+    if not targets:
+        raise ActionRefused(f"step {node} is not running" if node else "no running step")
+    by = user.get_username()
+    RunEvent.objects.create(
+        run=run,
+        kind="resume-requested",
+        message=f"Resume of {', '.join(n for _, n in targets)} requested by {by}",
+    )
+
+    def enqueue() -> None:
+        for pk, _name in targets:
+            try:
+                tasks.unit_resume.delay(pk, by)
+            except Exception:  # noqa: BLE001 - broker down: the user sees no "resumed" event
+                log.warning("could not enqueue the resume of unit %s", pk, exc_info=True)
+
+    transaction.on_commit(enqueue)
     return run
 
 

@@ -215,6 +215,10 @@ KARMADA_REQUEST_TIMEOUT = envfloat("KARMADA_REQUEST_TIMEOUT", 10.0)
 PORTAL_LABEL_DOMAIN = env("PORTAL_LABEL_DOMAIN", "portal.multisite.io")
 PORTAL_POLICY_PREFIX = env("PORTAL_POLICY_PREFIX", "portal-site-")
 PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
+# Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
+# log is cut after this long (the reader follows again), so a reader never holds a worker.
+PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
+PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A run with work left and nothing moving for this long is advanced again by the resync.

@@ -13,7 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.parsers import BaseParser
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,6 +30,7 @@ from portal.api.serializers import (
     WorkflowRunListSerializer,
     WorkflowRunSerializer,
 )
+from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
@@ -138,8 +139,6 @@ class WorkflowRunViewSet(
         # The workflow parser reads the raw body itself (YAML or JSON, with its own limits).
         # ``request`` is None while drf-spectacular builds the schema.
         request = getattr(self, "request", None)
-        if getattr(self, "action", None) == "resume":
-            return [JSONParser()]
         if getattr(self, "action", None) in ("create", "preview") or (
             request is not None and request.method == "POST"
         ):
@@ -233,7 +232,15 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        body = ResumeSerializer(data=request.data if isinstance(request.data, dict) else {})
+        # Every POST of this viewset is read raw (``get_parsers``, before DRF knows the action).
+        raw = request.data
+        try:
+            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
+        except (ValueError, UnicodeDecodeError):
+            return errors_response([{"path": "", "message": "the body must be JSON"}])
+        if not isinstance(data, dict):
+            return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+        body = ResumeSerializer(data=data)
         if not body.is_valid():
             return errors_response(
                 [{"path": k, "message": str(v[0])} for k, v in body.errors.items()]
@@ -307,7 +314,12 @@ class WorkflowRunViewSet(
             return errors_response([e.as_dict() for e in errors])
         attempt = attempts[number]
         container = params.get("container") or "main"
-        follow = params.get("follow") in ("1", "true", "yes") and attempt.current
+        # Only a step that still runs is followed; a finished one's log is read once.
+        follow = (
+            params.get("follow") in ("1", "true", "yes")
+            and attempt.current
+            and u.phase in (UnitPhase.PENDING, UnitPhase.RUNNING)
+        )
         try:
             pods = logs.attempt_pods(u, attempt.number, attempt.site)
             wanted = params.get("pod")

@@ -75,12 +75,40 @@ def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> d
     return doc
 
 
+def _check_enums(doc: dict[str, Any], arguments: dict[str, str] | None) -> None:
+    """A workflow parameter with an ``enum`` takes only one of its values (Argo refuses the
+    workflow otherwise): a value given in ``arguments`` is reported at ``arguments.<name>``,
+    one written in the manifest at its place in ``spec.arguments.parameters``."""
+    spec = doc.get("spec")
+    params = (spec.get("arguments") or {}).get("parameters") if isinstance(spec, dict) else None
+    errors = []
+    for i, p in enumerate(params if isinstance(params, list) else []):
+        if not isinstance(p, dict) or not isinstance(p.get("enum"), list) or not p["enum"]:
+            continue
+        value = p.get("value", p.get("default"))
+        if value is None:
+            continue
+        allowed = [str(e).lower() if isinstance(e, bool) else str(e) for e in p["enum"]]
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        if shown not in allowed:
+            name = p.get("name")
+            path = (
+                f"arguments.{name}"
+                if arguments and name in arguments
+                else f"spec.arguments.parameters[{i}].value"
+            )
+            errors.append(FieldError(path, f"{shown!r} is not one of {', '.join(allowed)}"))
+    if errors:
+        raise WorkflowInvalid(errors)
+
+
 def workflow_parse(
     *, body: str | bytes | dict[str, Any], arguments: dict[str, str] | None = None
 ) -> ParsedWorkflow:
     """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid)."""
     doc = parser.decode_document(body, parser_limits())
     doc = _apply_arguments(doc, arguments)
+    _check_enums(doc, arguments)
     return parser.parse_workflow(
         doc,
         _catalogue() if parser.uses_catalogue(doc) else {},
@@ -91,13 +119,22 @@ def workflow_parse(
 
 def _project_for(user: Any, project: Project | str | None) -> Project | None:
     if project is None or project == "":
-        return None
+        return default_project(user)
     # One query: the project by name among the user's own (unknown and not-yours look alike).
     key: dict[str, Any] = {"pk": project.pk} if isinstance(project, Project) else {"name": project}
     obj = projects_of(user).filter(**key).first()
     if obj is None:
         raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
     return obj
+
+
+def default_project(user: Any) -> Project | None:
+    """The user's only project, when they have exactly one (staff, who see every project,
+    choose). A run in no project is visible to its owner alone."""
+    if getattr(user, "is_staff", False) or not getattr(user, "is_authenticated", False):
+        return None
+    mine = list(projects_of(user)[:2])
+    return mine[0] if len(mine) == 1 else None
 
 
 def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:

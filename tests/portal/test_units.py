@@ -615,3 +615,50 @@ def test_the_project_defaults_to_the_users_only_project(
     )
     assert answer.status_code == 201, answer.content
     assert answer.json()["project"] == project.name
+
+
+def test_the_embedded_broker_polls_often_enough_for_a_fan_out(tmp_path: Any) -> None:
+    """The demo's filesystem transport used kombu's 1 s poll, after every message (acks_late,
+    prefetch 1): a 200-item fan-out queued a one-step run behind minutes of naps."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
+    env.update(PORTAL_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
+    code = (
+        "import django; django.setup()\n"
+        "from portal.celery import app\n"
+        "conn = app.connection_for_write()\n"
+        "print(conn.transport.driver_type, conn.transport.polling_interval)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out[0] == "filesystem"
+    assert float(out[1]) <= 0.1
+
+
+def test_run_demo_stops_what_it_started_when_start_up_fails(
+    tmp_path: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    from portal.management.commands import run_demo
+
+    settings.VAR_DIR = tmp_path
+    started: list[Any] = []
+
+    def failing_start(self: Any, children: Any, *args: Any) -> None:
+        started.append(
+            children.start("sandbox", [sys.executable, "-c", "import time; time.sleep(60)"])
+        )
+        raise SystemExit("bad DATABASE_URL")
+
+    monkeypatch.setattr(run_demo.Command, "_start", failing_start)
+    monkeypatch.setattr(run_demo.signal, "signal", lambda *a: None)
+    command = run_demo.Command(stdout=io.StringIO(), stderr=io.StringIO())
+    with pytest.raises(SystemExit, match="bad DATABASE_URL"):
+        command.handle(port=run_demo.SANDBOX_PORT + 200, time_scale=1.0)
+    assert started and started[0].poll() is not None  # the child is gone, not adopted by init

@@ -25,7 +25,12 @@ from portal import services
 from portal.choices import RunStatus, UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import ended_attempts_of_run, run_outputs, runs_visible_to
+from portal.selectors import (
+    ended_attempts_of_run,
+    run_outputs,
+    runs_visible_to,
+    unit_suspended,
+)
 from portal.templatetags.portal_ui import PHASES as PHASE_ORDER
 from portal.templatetags.portal_ui import group_units
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, legend, page_of
@@ -161,6 +166,12 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         group_link += f"{expand_query.urlencode()}&"
     group_link += "expand="
     events = list(run.events.select_related("unit").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    suspended = []
+    if counts[UnitPhase.RUNNING]:
+        for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
+            u.run = run  # no query per unit for the run's templates
+            if unit_suspended(u):
+                suspended.append(u)
     return {
         "run": run,
         "units": units,
@@ -189,6 +200,7 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         "ended_attempts": ended_attempts_of_run(run),
         "unit_link": reverse("ui-unit-detail", args=[run.pk, "-"])[:-2],
         "events": events,
+        "suspended_units": suspended,
         "event_count": run.events.count(),
         "outputs": run_outputs(run, limit=FINAL_OUTPUTS_SHOWN),
         "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),

@@ -662,3 +662,28 @@ def test_run_demo_stops_what_it_started_when_start_up_fails(
     with pytest.raises(SystemExit, match="bad DATABASE_URL"):
         command.handle(port=run_demo.SANDBOX_PORT + 200, time_scale=1.0)
     assert started and started[0].poll() is not None  # the child is gone, not adopted by init
+
+
+def test_the_run_page_shows_waiting_for_approval_and_resume_posts(
+    suspended: WorkflowRun,
+    client_for: Any,
+    scientist: User,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from portal import tasks
+
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.unit_resume, "delay", lambda pk, by: sent.append(pk))
+    client = client_for(scientist)
+    body = client.get(reverse("ui-run-detail", args=[suspended.pk])).content.decode()
+    assert "Waiting for approval:" in body and "Resume preprocess" in body
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(reverse("ui-run-resume", args=[suspended.pk]), {"node": "preprocess"})
+    assert answer.status_code == 302 and answer["Location"].endswith("/units/preprocess/")
+    assert sent == [suspended.units.get(name="preprocess").pk]
+    # Someone who may not see the run cannot resume it.
+    outsider_answer = client_for(User.objects.create_user("nosy", password="x")).post(
+        reverse("ui-run-resume", args=[suspended.pk]), {"node": "preprocess"}
+    )
+    assert outsider_answer.status_code == 404

@@ -162,7 +162,8 @@ def log_chunks(
         )
     except gateway.LogsUnavailable as exc:
         raise LogsNotAvailable(
-            f"Logs not available from {site} through Karmada's cluster proxy: {exc.message}"
+            f"Logs not available: Karmada's cluster proxy to {site} did not give the pod's log "
+            f"({exc.message})."
         ) from exc
     except gateway.KarmadaError as exc:
         raise LogsNotAvailable(f"Logs not available: Karmada did not answer ({exc}).") from exc

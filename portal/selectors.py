@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -152,7 +153,7 @@ def unit_detail(unit: UnitRun) -> dict[str, Any]:
         "decision": decision,
         "waiting_for": unit_waiting_for(unit, phases),
         "suspended": unit_suspended(unit),
-        "inputs": spec.get("arguments") or {"parameters": [], "artifacts": []},
+        "inputs": resolved_inputs(unit, spec.get("arguments") or {}),
         "outputs": outputs,
         "exit_code": outputs.get("exitCode"),
         "resources": spec.get("resources") or {},
@@ -199,3 +200,69 @@ def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dic
         "final": final[:limit] if limit is not None else final,
         "final_total": len(final),
     }
+
+
+_TASK_REF = re.compile(
+    r"\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.(result|exitCode|parameters\.([^}\s]+))\s*\}\}"
+)
+_ARTIFACT_REF = re.compile(
+    r"^\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.artifacts\.([^}\s]+)\s*\}\}$"
+)
+_WORKFLOW_PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([^}\s]+)\s*\}\}")
+
+
+def resolved_inputs(unit: UnitRun, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The unit's arguments with what they refer to filled in where it is known: upstream
+    outputs (``{{tasks.x.outputs...}}``) and workflow parameters; a reference to an output not
+    produced yet stays as written. Artifacts taken ``from`` an upstream step get that
+    artifact's location."""
+    params = list(arguments.get("parameters") or [])
+    artifacts = list(arguments.get("artifacts") or [])
+    names = {m.group(1) for p in params for m in _TASK_REF.finditer(str(p.get("value") or ""))}
+    names |= {m.group(1) for a in artifacts if (m := _ARTIFACT_REF.match(str(a.get("from") or "")))}
+    outputs = dict(unit.run.units.filter(name__in=names).values_list("name", "outputs"))
+    workflow_params = (unit.run.compiled or {}).get("parameters") or {}
+
+    def task_value(m: re.Match[str]) -> str:
+        out = outputs.get(m.group(1)) or {}
+        if m.group(2) == "result":
+            value = out.get("result")
+        elif m.group(2) == "exitCode":
+            value = out.get("exitCode")
+        else:
+            value = next(
+                (
+                    p.get("value")
+                    for p in out.get("parameters") or []
+                    if p.get("name") == m.group(3)
+                ),
+                None,
+            )
+        return m.group(0) if value is None else str(value)
+
+    def fill(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        value = _TASK_REF.sub(task_value, value)
+        return _WORKFLOW_PARAM.sub(
+            lambda m: str(workflow_params.get(m.group(1), m.group(0))), value
+        )
+
+    filled_params = [{**p, "value": fill(p.get("value"))} for p in params if isinstance(p, dict)]
+    filled_artifacts = []
+    for a in artifacts:
+        if not isinstance(a, dict):
+            continue
+        m = _ARTIFACT_REF.match(str(a.get("from") or ""))
+        source = None
+        if m:
+            source = next(
+                (
+                    x
+                    for x in (outputs.get(m.group(1)) or {}).get("artifacts") or []
+                    if isinstance(x, dict) and x.get("name") == m.group(2)
+                ),
+                None,
+            )
+        filled_artifacts.append({**source, **a, "name": a.get("name")} if source else a)
+    return {"parameters": filled_params, "artifacts": filled_artifacts}

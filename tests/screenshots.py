@@ -129,7 +129,7 @@ def fail_over_through_orm(var_dir: Path, run_id: int) -> None:
     finish_through_orm(var_dir, run_id, only_setup=True)
     from datetime import timedelta
 
-    from portal.models import RunEvent, UnitRun
+    from portal.models import PlacementDecision, RunEvent, UnitRun
 
     unit = UnitRun.objects.get(run_id=run_id, name="preprocess")
     lost = unit.site or "site-b"
@@ -143,6 +143,14 @@ def fail_over_through_orm(var_dir: Path, run_id: int) -> None:
         kind="failover",
         message=f"preprocess: site {lost} not ready; attempt {unit.attempt + 1} at site-a",
         data={"ended_attempt": record},
+    )
+    PlacementDecision.objects.create(
+        run_id=run_id,
+        unit=unit,
+        attempt=unit.attempt + 1,
+        source="failover",
+        site="site-a",
+        reason=f"failover from {lost}: free capacity at site-a",
     )
     UnitRun.objects.filter(pk=unit.pk).update(
         attempt=unit.attempt + 1,
@@ -245,7 +253,10 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
             fan_how = "still running when shot"
         page.goto(fan_url)
         written.append(OUT / "fan-out.png")
-        page.screenshot(path=written[-1], full_page=True)
+        # The top of the page: status, outputs, the graph with its group node and counts.
+        page.set_viewport_size({"width": VIEWPORT["width"], "height": 1100})
+        page.screenshot(path=written[-1])
+        page.set_viewport_size(VIEWPORT)
 
         # A failover: the second demo run's preprocess lost its site.
         second_id = int(

@@ -282,7 +282,7 @@ def dag_svg(
         for k in range(min(len(earlier), 2), 0, -1):
             # Earlier attempts: greyed cards stacked behind the node.
             parts.append(
-                f'<rect class="ghost" x="{n.x + 4 * k}" y="{n.y - 4 * k}" width="{lay.node_w}" '
+                f'<rect class="ghost" x="{n.x + 5 * k}" y="{n.y - 5 * k}" width="{lay.node_w}" '
                 f'height="{lay.node_h}" rx="{3 if compact else 6}"/>'
             )
         if group is not None and group.size:

@@ -687,3 +687,31 @@ def test_the_run_page_shows_waiting_for_approval_and_resume_posts(
         reverse("ui-run-resume", args=[suspended.pk]), {"node": "preprocess"}
     )
     assert outsider_answer.status_code == 404
+
+
+def test_the_panel_shows_inputs_resolved_from_upstream_outputs(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="ingest").update(
+        outputs={
+            "parameters": [{"name": "tile-count", "value": "42"}],
+            "artifacts": [{"name": "tiles", "s3": {"bucket": "site-a-art", "key": "t.tgz"}}],
+        }
+    )
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        spec={
+            "arguments": {
+                "parameters": [
+                    {
+                        "name": "tile-count",
+                        "value": "{{tasks.ingest.outputs.parameters.tile-count}}",
+                    }
+                ],
+                "artifacts": [
+                    {"name": "tiles", "from": "{{tasks.ingest.outputs.artifacts.tiles}}"}
+                ],
+            }
+        }
+    )
+    body = client_for(scientist).get(panel_url(run, "preprocess"), **HX).content.decode()
+    assert ">42</code>" in body and "s3://site-a-art/t.tgz" in body

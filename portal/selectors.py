@@ -193,7 +193,9 @@ def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dic
         for a in out.get("artifacts") or []:
             if isinstance(a, dict) and a.get("globalName"):
                 artifacts[a["globalName"]] = {**a, "name": a["globalName"]}
-        if r["name"] not in needed and out:
+        if r["name"] not in needed and (
+            out.get("parameters") or out.get("artifacts") or out.get("result")
+        ):
             final.append({"unit": r["name"], "phase": r["phase"], "outputs": out})
     return {
         "global": {"parameters": list(params.values()), "artifacts": list(artifacts.values())},

@@ -152,10 +152,13 @@ def fail_over_through_orm(var_dir: Path, run_id: int) -> None:
         site="site-a",
         reason=f"failover from {lost}: free capacity at site-a",
     )
+    restarted = (unit.finished_at or unit.started_at) + timedelta(seconds=5)
     UnitRun.objects.filter(pk=unit.pk).update(
         attempt=unit.attempt + 1,
         site="site-a",
-        started_at=(unit.finished_at or unit.started_at) + timedelta(seconds=5),
+        workflow_name=unit.workflow_name.rsplit("-", 1)[0] + f"-{unit.attempt + 1}",
+        started_at=restarted,
+        finished_at=restarted + timedelta(seconds=2),
         reason=f"failover from {lost}: free capacity at site-a",
     )
 

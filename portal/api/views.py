@@ -261,11 +261,11 @@ class WorkflowRunViewSet(
             raise Http404(f"no unit {key!r} in run {run.name}") from None
 
     @extend_schema(responses={200: UnitDetailSerializer})
-    @action(detail=True, methods=["get"], url_path=r"units/(?P<unit>[^/]+)")
-    def unit(self, request: Request, pk: str | None = None, unit: str = "") -> Response:
+    @action(detail=True, methods=["get"], url_path=r"units/(?P<name>[^/]+)")
+    def unit(self, request: Request, pk: str | None = None, name: str = "") -> Response:
         """One unit (by name, or by slug when the name holds a slash) with every attempt,
         inputs, outputs and the decision that placed it."""
-        return Response(UnitDetailSerializer(unit_detail(self._unit(unit))).data)
+        return Response(UnitDetailSerializer(unit_detail(self._unit(name))).data)
 
     @extend_schema(
         parameters=[
@@ -284,15 +284,15 @@ class WorkflowRunViewSet(
     @action(
         detail=True,
         methods=["get"],
-        url_path=r"units/(?P<unit>[^/]+)/logs",
+        url_path=r"units/(?P<name>[^/]+)/logs",
         renderer_classes=[JSONRenderer, PlainTextRenderer],
     )
-    def unit_logs(self, request: Request, pk: str | None = None, unit: str = "") -> Any:
+    def unit_logs(self, request: Request, pk: str | None = None, name: str = "") -> Any:
         """The step's log, read from its site through Karmada's cluster proxy (text), at most
         PORTAL_LOG_MAX_BYTES. A step with several pods gives each, headed by its name. When
         the log cannot be read (a pull-mode site, an attempt whose workflow is gone) the
         answer is 404 with the reason."""
-        u = self._unit(unit)
+        u = self._unit(name)
         params = request.query_params
         errors = []
         numbers: dict[str, int | None] = {}

@@ -156,7 +156,7 @@ def test_a_broken_workflow_shows_errors_next_to_their_lines(
     page.fill("#id_manifest", BROKEN)
     page.click("button:has-text('Preview placement')")
     error = page.locator("#preview .yaml-error").first
-    expect(error).to_be_visible()
+    expect(error).to_be_visible(timeout=30_000)
     expect(error.locator(".line-no")).to_have_text("Line 12")
     expect(error.locator("pre.source")).to_contain_text("template: nowhere")
     # Submitting it stores nothing and keeps what was typed.
@@ -243,16 +243,18 @@ def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     page.locator("#run-live svg.dag g.node[data-unit=inference]").click()
     panel = page.locator("#unit-panel")
-    expect(panel).to_be_visible()
-    expect(panel).to_contain_text("cloud-fraction")
-    expect(panel).to_contain_text("s3://site-c-artifacts/m.tif")
+    expect(panel).to_be_visible(timeout=30_000)
+    expect(panel).to_contain_text("cloud-fraction", timeout=30_000)
+    expect(panel).to_contain_text("s3://site-c-artifacts/m.tif", timeout=30_000)
     # The demo's site-c joined Karmada in Pull mode: no proxy path, and the panel says so.
-    expect(panel.locator(".logs-unavailable")).to_contain_text("pull-mode")
+    expect(panel.locator(".logs-unavailable")).to_contain_text("pull-mode", timeout=30_000)
     Site.objects.filter(name="site-c").update(sync_mode="Push")
     # The panel has its own address: a reload opens it again, and a push site's log shows.
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/inference/$"))
     page.reload()
-    expect(page.locator("#unit-panel pre.log-text")).to_contain_text("inference done: 4 tiles")
+    expect(page.locator("#unit-panel pre.log-text")).to_contain_text(
+        "inference done: 4 tiles", timeout=30_000
+    )
     expect(page.locator("#unit-panel pre.log-text")).to_contain_text("loading model unet")
     page.close()
 
@@ -277,7 +279,7 @@ def test_a_failed_over_unit_shows_both_attempts(browser: Any, live_server: Any, 
     page = login(browser, live_server.url, "scientist")
     page.goto(f"{live_server.url}/runs/{run.pk}/units/preprocess/")
     attempts = page.locator("#unit-panel ol.attempts li")
-    expect(attempts).to_have_count(2)
+    expect(attempts).to_have_count(2, timeout=30_000)
     expect(attempts.first).to_contain_text("failed over: site site-b not ready")
     expect(attempts.first).to_have_class(re.compile("ended"))
     expect(page.locator("#run-live svg.dag g.node.retried rect.ghost")).to_have_count(1)
@@ -319,11 +321,11 @@ def test_a_500_item_fan_out_draws_fewer_than_50_nodes_and_stays_interactive(
     expect(page.locator("table.groups")).to_contain_text("site-b 250")
     # Interactive: the units table filters by site, and a row opens the step panel.
     page.select_option("#unit-site", "site-c")
-    expect(page.locator("#units-h")).to_contain_text("250 of 501")
+    expect(page.locator("#units-h")).to_contain_text("250 of 501", timeout=30_000)
     page.locator("table.units a.unit-name").first.click()
-    expect(page.locator("#unit-panel")).to_contain_text("site-c")
+    expect(page.locator("#unit-panel")).to_contain_text("site-c", timeout=30_000)
     page.locator("table.groups a.expand-group").click()
-    expect(page.locator("#run-live svg.dag g.node")).to_have_count(501)
+    expect(page.locator("#run-live svg.dag g.node")).to_have_count(501, timeout=30_000)
     page.close()
 
 

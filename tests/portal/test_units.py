@@ -314,12 +314,12 @@ def test_the_api_logs_say_why_when_not_available(
 def test_the_schema_has_the_unit_and_logs_endpoints(api_client: APIClient) -> None:
     schema = api_client.get("/api/schema/?format=json").json()
     paths = schema["paths"]
-    assert "/api/v1/runs/{id}/units/{unit}/" in paths
-    assert "/api/v1/runs/{id}/units/{unit}/logs/" in paths
+    assert "/api/v1/runs/{id}/units/{name}/" in paths
+    assert "/api/v1/runs/{id}/units/{name}/logs/" in paths
     assert "/api/v1/runs/{id}/resume/" in paths
     assert (
         "text/plain"
-        in paths["/api/v1/runs/{id}/units/{unit}/logs/"]["get"]["responses"]["200"]["content"]
+        in paths["/api/v1/runs/{id}/units/{name}/logs/"]["get"]["responses"]["200"]["content"]
     )
 
 

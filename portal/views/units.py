@@ -106,4 +106,6 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
         context["more_pods"] = max(len(shown) - 10, 0)
     except logs.LogsNotAvailable as exc:
         context["unavailable"] = str(exc)
-    return render(request, "portal/htmx/unit_logs.html", context)
+    response = render(request, "portal/htmx/unit_logs.html", context)
+    response["Cache-Control"] = "no-store"  # a log is read fresh from the site every time
+    return response

@@ -17,7 +17,6 @@ from django.core.management import call_command
 
 from portal.choices import RunStatus
 from portal.models import WorkflowRun
-from sites.models import Site
 from tests.factories import PASSWORD as FACTORY_PASSWORD
 from tests.factories import WorkflowRunFactory
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
@@ -238,7 +237,12 @@ def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
 ) -> None:
     from playwright.sync_api import expect
 
+    from portal.models import UnitRun
+
     run = _finished_demo_run(User.objects.get(username="scientist"))
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        workflow_name=f"{run.name}-preprocess-1"
+    )
     page = login(browser, live_server.url, "scientist")
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     page.locator("#run-live svg.dag g.node[data-unit=inference]").click()
@@ -248,14 +252,15 @@ def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
     expect(panel).to_contain_text("s3://site-c-artifacts/m.tif", timeout=30_000)
     # The demo's site-c joined Karmada in Pull mode: no proxy path, and the panel says so.
     expect(panel.locator(".logs-unavailable")).to_contain_text("pull-mode", timeout=30_000)
-    Site.objects.filter(name="site-c").update(sync_mode="Push")
-    # The panel has its own address: a reload opens it again, and a push site's log shows.
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/inference/$"))
+    # site-b is a push site: its step's log comes through Karmada's cluster proxy.
+    page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
+    logs = page.locator("#unit-panel pre.log-text")
+    expect(logs).to_contain_text("inference done: 4 tiles", timeout=30_000)
+    # The panel has its own address: a reload opens it again.
+    page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/preprocess/$"))
     page.reload()
-    expect(page.locator("#unit-panel pre.log-text")).to_contain_text(
-        "inference done: 4 tiles", timeout=30_000
-    )
-    expect(page.locator("#unit-panel pre.log-text")).to_contain_text("loading model unet")
+    expect(logs).to_contain_text("loading model unet", timeout=30_000)
     page.close()
 
 

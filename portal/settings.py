@@ -193,10 +193,11 @@ if not CELERY_BROKER_URL:
         # Broadcast/pidbox files; kombu's default is "control" in the working directory.
         "control_folder": str(VAR_DIR / "celery-control"),
         # kombu's virtual transports sleep ``polling_interval`` (1 s by default) whenever a
-        # poll finds nothing it may take; with acks_late and a prefetch of one that is after
-        # every message, so a 200-item fan-out queued a one-step run behind minutes of naps.
-        # Listing a local directory every 50 ms costs nothing measurable.
-        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 0.05),
+        # poll finds nothing it may take, which throttles a fan-out. Shorter polls make the
+        # reader meet files the writer has created but not yet filled (kombu's filesystem
+        # transport does not write atomically) and the worker dies on the empty message, so
+        # the default stays until the transport is made safe: an open problem.
+        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 1.0),
     }
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -617,28 +617,6 @@ def test_the_project_defaults_to_the_users_only_project(
     assert answer.json()["project"] == project.name
 
 
-def test_the_embedded_broker_polls_often_enough_for_a_fan_out(tmp_path: Any) -> None:
-    """The demo's filesystem transport used kombu's 1 s poll, after every message (acks_late,
-    prefetch 1): a 200-item fan-out queued a one-step run behind minutes of naps."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "CELERY_BROKER_URL")}
-    env.update(PORTAL_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="portal.settings")
-    code = (
-        "import django; django.setup()\n"
-        "from portal.celery import app\n"
-        "conn = app.connection_for_write()\n"
-        "print(conn.transport.driver_type, conn.transport.polling_interval)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
-    assert out[0] == "filesystem"
-    assert float(out[1]) <= 0.1
-
-
 def test_run_demo_stops_what_it_started_when_start_up_fails(
     tmp_path: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,6 +60,15 @@ class SubmitForm(forms.Form):
         project_field = self.fields["project"]
         assert isinstance(project_field, forms.ModelChoiceField)
         project_field.queryset = projects_for(user)
+        if not self.is_bound:
+            from portal.services import default_project
+
+            only = default_project(user) if user is not None else None
+            if only is not None:
+                project_field.initial = only.name
+        if user is not None and _has_one_project(user):
+            # Submitted without a project, the run goes to the user's only project anyway.
+            project_field.empty_label = None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -76,6 +85,12 @@ class SubmitForm(forms.Form):
         if not (data.get("manifest") or "").strip():
             self.add_error("manifest", "Paste a workflow or upload a file.")
         return data
+
+
+def _has_one_project(user: Any) -> bool:
+    from portal.services import default_project
+
+    return default_project(user) is not None
 
 
 def projects_for(user: AbstractBaseUser | AnonymousUser | None) -> QuerySet[Project]:

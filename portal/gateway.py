@@ -491,3 +491,114 @@ def apply_mutating_webhook(body: dict[str, Any]) -> None:
         except ApiException as exc:
             if exc.status != 409 or attempt == 4:
                 raise
+
+
+# --- pod logs through Karmada's cluster proxy -----------------------------------------------
+# Self-contained on purpose: its own timeouts and no retries (a reader waits on the answer).
+
+CLUSTER_PROXY_LOG = (
+    "/apis/cluster.karmada.io/v1alpha1/clusters/{site}/proxy"
+    "/api/v1/namespaces/{namespace}/pods/{pod}/log"
+)
+LOG_CONNECT_TIMEOUT = 3.0
+
+
+class LogsUnavailable(PermanentError):
+    """Karmada has no proxy path to the pod: a pull-mode site, the pod is gone, or the
+    member refused."""
+
+
+def pod_log(
+    site: str,
+    namespace: str,
+    pod: str,
+    *,
+    container: str = "main",
+    tail_lines: int | None = None,
+    follow: bool = False,
+    limit_bytes: int | None = None,
+    read_timeout: float = 10.0,
+) -> Iterator[bytes]:
+    """The pod's log, read through Karmada's cluster proxy, as chunks of bytes.
+
+    ``follow`` keeps the stream open while the container runs; the caller bounds it (time and
+    size) and closes the generator. ``read_timeout`` bounds each wait for the next chunk."""
+    query: list[tuple[str, Any]] = [("container", container)]
+    if tail_lines is not None:
+        query.append(("tailLines", int(tail_lines)))
+    if limit_bytes is not None:
+        query.append(("limitBytes", int(limit_bytes)))
+    if follow:
+        query.append(("follow", "true"))
+    try:
+        response = _api_client().call_api(
+            CLUSTER_PROXY_LOG,
+            "GET",
+            path_params={"site": site, "namespace": namespace, "pod": pod},
+            query_params=query,
+            header_params={"Accept": "text/plain, */*"},
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,
+            _request_timeout=(LOG_CONNECT_TIMEOUT, read_timeout),
+        )
+    except ApiException as exc:
+        err = translate_errors(exc)
+        if isinstance(err, TransientError):
+            raise err from exc
+        raise LogsUnavailable(err.message, err.status, err.reason) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise translate_errors(exc) from exc
+
+    def chunks() -> Iterator[bytes]:
+        try:
+            yield from response.stream(8192, decode_content=True)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise translate_errors(exc) from exc
+        finally:
+            response.release_conn()
+
+    return chunks()
+
+
+# --- a member's Workflow through Karmada's cluster proxy (resume of a suspended node) -------
+
+CLUSTER_PROXY_WORKFLOW = (
+    "/apis/cluster.karmada.io/v1alpha1/clusters/{site}/proxy"
+    "/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}"
+)
+
+
+def _member_workflow_call(
+    method: str, site: str, namespace: str, name: str, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    try:
+        raw = _api_client().call_api(
+            CLUSTER_PROXY_WORKFLOW,
+            method,
+            path_params={"site": site, "namespace": namespace, "name": name},
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=body,
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+            _preload_content=False,
+            _request_timeout=(LOG_CONNECT_TIMEOUT, _timeout()),
+        )
+    except ApiException as exc:
+        raise translate_errors(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise translate_errors(exc) from exc
+    return dict(json.loads(raw.data or b"{}"))
+
+
+def member_workflow_get(site: str, namespace: str, name: str) -> dict[str, Any]:
+    """The Workflow as the member cluster has it (with the status its Argo controller
+    writes), read through Karmada's cluster proxy (push-mode sites only)."""
+    return _member_workflow_call("GET", site, namespace, name)
+
+
+def member_workflow_replace(
+    site: str, namespace: str, name: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    """Replace the member's Workflow (``body`` carries the resourceVersion read)."""
+    return _member_workflow_call("PUT", site, namespace, name, body)

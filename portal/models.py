@@ -132,6 +132,30 @@ class UnitRun(models.Model):
     def __str__(self) -> str:
         return f"{self.run.name}/{self.name}"
 
+    def attempt_record(self, *, ended: str, why: str) -> dict[str, Any]:
+        """What an event keeps of an attempt that ends for good (failover, retry): the row is
+        reused by the next attempt, so this is the attempt's only record (the step panel, the
+        graph and the timeline show it)."""
+        return {
+            "attempt": self.attempt,
+            "site": self.site,
+            "workflow": self.workflow_name,
+            "phase": self.phase,
+            "ended": ended,
+            "why": why,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "message": self.message,
+        }
+
+    @property
+    def item_index(self) -> int | None:
+        value = (self.spec or {}).get("item_index")
+        return value if isinstance(value, int) else None
+
+    @property
+    def task(self) -> str:
+        return str((self.spec or {}).get("task") or self.name)
+
     @classmethod
     def from_plan(
         cls, run: WorkflowRun, unit: Unit, decision: Decision, *, position: int

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
 
-from portal.models import WorkflowRun
+from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Project
 
 
@@ -24,3 +30,241 @@ def projects_of(user: Any) -> QuerySet[Project]:
     if user.is_staff:
         return Project.objects.all()
     return Project.objects.filter(members=user)
+
+
+# --- one unit: its attempts, what it waits for, what it took and made ----------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    number: int
+    site: str
+    workflow: str
+    phase: str
+    started_at: datetime | None
+    finished_at: datetime | None
+    ended: str  # "" for the current attempt; "failed over", "retried"
+    why: str
+
+    @property
+    def current(self) -> bool:
+        return not self.ended
+
+
+def unit_by_key(run: WorkflowRun, key: str) -> UnitRun:
+    """A unit of ``run`` by name, or by slug (names of loop items may hold a slash, which a
+    URL path segment cannot). Raises ``UnitRun.DoesNotExist``."""
+    units = run.units.select_related("run")
+    found = units.filter(name=key).first() or units.filter(slug=key).first()
+    if found is None:
+        raise UnitRun.DoesNotExist(key)
+    return found
+
+
+def unit_attempts(unit: UnitRun, events: list[RunEvent] | None = None) -> list[Attempt]:
+    """Every attempt of the unit, oldest first: the ended ones from the events that ended
+    them (failover, retry), the current one from the unit itself."""
+    if events is None:
+        events = list(unit.events.filter(kind__in=ENDED_ATTEMPT_KINDS).order_by("created_at", "id"))
+    ended: dict[int, Attempt] = {}
+    for e in events:
+        rec = (e.data or {}).get("ended_attempt")
+        if not isinstance(rec, dict) or not isinstance(rec.get("attempt"), int):
+            continue
+        started = parse_datetime(rec["started_at"]) if rec.get("started_at") else None
+        ended[rec["attempt"]] = Attempt(
+            number=rec["attempt"],
+            site=str(rec.get("site") or ""),
+            workflow=str(rec.get("workflow") or ""),
+            phase=str(rec.get("phase") or ""),
+            started_at=started,
+            finished_at=e.created_at,
+            ended=str(rec.get("ended") or "ended"),
+            why=str(rec.get("why") or rec.get("message") or ""),
+        )
+    out = [ended[n] for n in sorted(ended) if n < unit.attempt]
+    out.append(
+        Attempt(
+            number=unit.attempt,
+            site=unit.site,
+            workflow=unit.workflow_name,
+            phase=unit.phase,
+            started_at=unit.started_at,
+            finished_at=unit.finished_at,
+            ended="",
+            why="",
+        )
+    )
+    return out
+
+
+ENDED_ATTEMPT_KINDS = ("failover", "unit-retried")
+
+
+def ended_attempts_of_run(run: WorkflowRun) -> dict[str, list[Attempt]]:
+    """The ended attempts of every unit of the run, by unit name (for the graph and the
+    timeline), in one query."""
+    out: dict[str, list[Attempt]] = {}
+    rows = run.events.filter(kind__in=ENDED_ATTEMPT_KINDS, unit__isnull=False).select_related(
+        "unit"
+    )
+    for e in rows.order_by("created_at", "id"):
+        assert e.unit is not None
+        for a in unit_attempts(e.unit, [e])[:-1]:
+            out.setdefault(e.unit.name, []).append(a)
+    return out
+
+
+def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
+    """What a pending unit waits for, in words ("" when it is not waiting)."""
+    if unit.phase != UnitPhase.PENDING:
+        return ""
+    if not unit.workflow_name:
+        open_ = [u for u in unit.upstream or [] if phases.get(u) not in FINAL_UNIT]
+        if open_:
+            shown = ", ".join(open_[:5]) + (f" and {len(open_) - 5} more" if len(open_) > 5 else "")
+            return f"Waiting for {shown} to finish."
+        if unit.run.status == RunStatus.STOPPED:
+            return "The run was stopped before this unit started."
+        return "Ready: the step workflow is being created on Karmada."
+    if not unit.site:
+        return "Waiting for placement: the admission webhook or the fallback policy picks a site."
+    return (
+        f"Waiting for {unit.site} to start the step workflow {unit.workflow_name} "
+        "(the site's capacity, or its image pulls)."
+    )
+
+
+def unit_detail(unit: UnitRun) -> dict[str, Any]:
+    """Everything the step panel and the unit's REST representation show."""
+    run = unit.run
+    events = list(unit.events.order_by("created_at", "id"))
+    attempts = unit_attempts(unit, [e for e in events if e.kind in ENDED_ATTEMPT_KINDS])
+    phases = dict(run.units.filter(name__in=unit.upstream or []).values_list("name", "phase"))
+    decision = (
+        unit.decisions.order_by("-attempt", "-created_at", "-id").first() if unit.pk else None
+    )
+    spec = unit.spec or {}
+    outputs = unit.outputs or {}
+    return {
+        "unit": unit,
+        "attempts": attempts,
+        "events": events,
+        "decision": decision,
+        "waiting_for": unit_waiting_for(unit, phases),
+        "suspended": unit_suspended(unit),
+        "inputs": resolved_inputs(unit, spec.get("arguments") or {}),
+        "outputs": outputs,
+        "exit_code": outputs.get("exitCode"),
+        "resources": spec.get("resources") or {},
+        "namespace": str(settings.KARMADA_NAMESPACE),
+    }
+
+
+def unit_suspended(unit: UnitRun) -> bool:
+    """A running unit whose template is (or holds) an Argo ``suspend`` template: while it
+    runs, it waits for someone to resume it ("waiting for approval")."""
+    if unit.phase != UnitPhase.RUNNING:
+        return False
+    templates = (unit.run.compiled or {}).get("templates") or {}
+    keys = (unit.spec or {}).get("templates") or [unit.template]
+    return any(isinstance(templates.get(k), dict) and "suspend" in templates[k] for k in keys)
+
+
+def run_outputs(run: WorkflowRun, limit: int | None = None) -> dict[str, Any]:
+    """The run's outputs (``outputs_summary``), read in one query."""
+    rows = run.units.order_by("position", "id").values("name", "upstream", "phase", "outputs")
+    return outputs_summary([dict(r) for r in rows], limit)
+
+
+def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dict[str, Any]:
+    """Global outputs (output parameters and artifacts with a ``globalName``, as Argo lifts
+    them into the workflow's ``status.outputs``) and the final steps' outputs (units no other
+    unit depends on), at most ``limit`` of those; ``rows``: name, upstream, phase, outputs."""
+    needed = {d for r in rows for d in (r["upstream"] or [])}
+    params: dict[str, Any] = {}
+    artifacts: dict[str, Any] = {}
+    final = []
+    for r in rows:
+        out = r["outputs"] or {}
+        for p in out.get("parameters") or []:
+            if isinstance(p, dict) and p.get("globalName"):
+                params[p["globalName"]] = {"name": p["globalName"], "value": p.get("value")}
+        for a in out.get("artifacts") or []:
+            if isinstance(a, dict) and a.get("globalName"):
+                artifacts[a["globalName"]] = {**a, "name": a["globalName"]}
+        if r["name"] not in needed and (
+            out.get("parameters") or out.get("artifacts") or out.get("result")
+        ):
+            final.append({"unit": r["name"], "phase": r["phase"], "outputs": out})
+    return {
+        "global": {"parameters": list(params.values()), "artifacts": list(artifacts.values())},
+        "final": final[:limit] if limit is not None else final,
+        "final_total": len(final),
+    }
+
+
+_TASK_REF = re.compile(
+    r"\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.(result|exitCode|parameters\.([^}\s]+))\s*\}\}"
+)
+_ARTIFACT_REF = re.compile(
+    r"^\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.artifacts\.([^}\s]+)\s*\}\}$"
+)
+_WORKFLOW_PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([^}\s]+)\s*\}\}")
+
+
+def resolved_inputs(unit: UnitRun, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The unit's arguments with what they refer to filled in where it is known: upstream
+    outputs (``{{tasks.x.outputs...}}``) and workflow parameters; a reference to an output not
+    produced yet stays as written. Artifacts taken ``from`` an upstream step get that
+    artifact's location."""
+    params = list(arguments.get("parameters") or [])
+    artifacts = list(arguments.get("artifacts") or [])
+    names = {m.group(1) for p in params for m in _TASK_REF.finditer(str(p.get("value") or ""))}
+    names |= {m.group(1) for a in artifacts if (m := _ARTIFACT_REF.match(str(a.get("from") or "")))}
+    outputs = dict(unit.run.units.filter(name__in=names).values_list("name", "outputs"))
+    workflow_params = (unit.run.compiled or {}).get("parameters") or {}
+
+    def task_value(m: re.Match[str]) -> str:
+        out = outputs.get(m.group(1)) or {}
+        if m.group(2) == "result":
+            value = out.get("result")
+        elif m.group(2) == "exitCode":
+            value = out.get("exitCode")
+        else:
+            value = next(
+                (
+                    p.get("value")
+                    for p in out.get("parameters") or []
+                    if p.get("name") == m.group(3)
+                ),
+                None,
+            )
+        return m.group(0) if value is None else str(value)
+
+    def fill(value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        value = _TASK_REF.sub(task_value, value)
+        return _WORKFLOW_PARAM.sub(
+            lambda m: str(workflow_params.get(m.group(1), m.group(0))), value
+        )
+
+    filled_params = [{**p, "value": fill(p.get("value"))} for p in params if isinstance(p, dict)]
+    filled_artifacts = []
+    for a in artifacts:
+        if not isinstance(a, dict):
+            continue
+        m = _ARTIFACT_REF.match(str(a.get("from") or ""))
+        source = None
+        if m:
+            source = next(
+                (
+                    x
+                    for x in (outputs.get(m.group(1)) or {}).get("artifacts") or []
+                    if isinstance(x, dict) and x.get("name") == m.group(2)
+                ),
+                None,
+            )
+        filled_artifacts.append({**source, **a, "name": a.get("name")} if source else a)
+    return {"parameters": filled_params, "artifacts": filled_artifacts}

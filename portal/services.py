@@ -79,12 +79,40 @@ def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> d
     return doc
 
 
+def _check_enums(doc: dict[str, Any], arguments: dict[str, str] | None) -> None:
+    """A workflow parameter with an ``enum`` takes only one of its values (Argo refuses the
+    workflow otherwise): a value given in ``arguments`` is reported at ``arguments.<name>``,
+    one written in the manifest at its place in ``spec.arguments.parameters``."""
+    spec = doc.get("spec")
+    params = (spec.get("arguments") or {}).get("parameters") if isinstance(spec, dict) else None
+    errors = []
+    for i, p in enumerate(params if isinstance(params, list) else []):
+        if not isinstance(p, dict) or not isinstance(p.get("enum"), list) or not p["enum"]:
+            continue
+        value = p.get("value", p.get("default"))
+        if value is None:
+            continue
+        allowed = [str(e).lower() if isinstance(e, bool) else str(e) for e in p["enum"]]
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        if shown not in allowed:
+            name = p.get("name")
+            path = (
+                f"arguments.{name}"
+                if arguments and name in arguments
+                else f"spec.arguments.parameters[{i}].value"
+            )
+            errors.append(FieldError(path, f"{shown!r} is not one of {', '.join(allowed)}"))
+    if errors:
+        raise WorkflowInvalid(errors)
+
+
 def workflow_parse(
     *, body: str | bytes | dict[str, Any], arguments: dict[str, str] | None = None
 ) -> ParsedWorkflow:
     """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid)."""
     doc = parser.decode_document(body, parser_limits())
     doc = _apply_arguments(doc, arguments)
+    _check_enums(doc, arguments)
     return parser.parse_workflow(
         doc,
         _catalogue() if parser.uses_catalogue(doc) else {},
@@ -95,13 +123,22 @@ def workflow_parse(
 
 def _project_for(user: Any, project: Project | str | None) -> Project | None:
     if project is None or project == "":
-        return None
+        return default_project(user)
     # One query: the project by name among the user's own (unknown and not-yours look alike).
     key: dict[str, Any] = {"pk": project.pk} if isinstance(project, Project) else {"name": project}
     obj = projects_of(user).filter(**key).first()
     if obj is None:
         raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
     return obj
+
+
+def default_project(user: Any) -> Project | None:
+    """The user's only project, when they have exactly one (staff, who see every project,
+    choose). A run in no project is visible to its owner alone."""
+    if getattr(user, "is_staff", False) or not getattr(user, "is_authenticated", False):
+        return None
+    mine = list(projects_of(user)[:2])
+    return mine[0] if len(mine) == 1 else None
 
 
 def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
@@ -327,6 +364,14 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         if not failed:
             raise ActionRefused("no failed units to retry")
         for unit in failed:
+            RunEvent.objects.create(
+                run=run,
+                unit=unit,
+                kind="unit-retried",
+                message=f"{unit.name}: attempt {unit.attempt} {unit.phase}; "
+                f"retried as attempt {unit.attempt + 1}",
+                data={"ended_attempt": unit.attempt_record(ended="retried", why=unit.message)},
+            )
             state.units_move(
                 UnitRun.objects.filter(pk=unit.pk),
                 UnitPhase.PENDING,
@@ -350,6 +395,39 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     run.refresh_from_db()
+    return run
+
+
+def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> WorkflowRun:
+    """Resume a suspended step (``node``: a unit's name) or every running step of the run, as
+    ``argo resume`` does; the worker clears ``spec.suspend`` and marks the suspended nodes."""
+    from portal import tasks
+
+    if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
+        raise ActionRefused(f"run is {run.status}; only a running run has steps to resume")
+    units = run.units.filter(phase=UnitPhase.RUNNING).exclude(workflow_name="")
+    if node:
+        if not run.units.filter(name=node).exists():
+            raise WorkflowInvalid([FieldError("node", f"no step {node!r} in run {run.name}")])
+        units = units.filter(name=node)
+    targets = list(units.values_list("pk", "name"))
+    if not targets:
+        raise ActionRefused(f"step {node} is not running" if node else "no running step")
+    by = user.get_username()
+    RunEvent.objects.create(
+        run=run,
+        kind="resume-requested",
+        message=f"Resume of {', '.join(n for _, n in targets)} requested by {by}",
+    )
+
+    def enqueue() -> None:
+        for pk, _name in targets:
+            try:
+                tasks.unit_resume.delay(pk, by)
+            except Exception:  # noqa: BLE001 - broker down: the user sees no "resumed" event
+                log.warning("could not enqueue the resume of unit %s", pk, exc_info=True)
+
+    transaction.on_commit(enqueue)
     return run
 
 

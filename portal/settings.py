@@ -235,6 +235,12 @@ if not CELERY_BROKER_URL:
         "store_processed": False,
         # Broadcast/pidbox files; kombu's default is "control" in the working directory.
         "control_folder": str(VAR_DIR / "celery-control"),
+        # kombu's virtual transports sleep ``polling_interval`` (1 s by default) whenever a
+        # poll finds nothing it may take, which throttles a fan-out. Shorter polls make the
+        # reader meet files the writer has created but not yet filled (kombu's filesystem
+        # transport does not write atomically) and the worker dies on the empty message, so
+        # the default stays until the transport is made safe: an open problem.
+        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 1.0),
     }
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -259,6 +265,10 @@ PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
 # Unit-to-unit dependencies one workflow may have (after loops expand): what checking, planning
 # and drawing a run costs grows with them.
 PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
+# Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
+# log is cut after this long (the reader follows again), so a reader never holds a worker.
+PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
+PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A run with work left and nothing moving for this long is advanced again by the resync.

@@ -32,6 +32,16 @@ def run_advance(run_id: int) -> None:
 
 
 @shared_task(**RETRY)
+def unit_resume(unit_id: int, by: str) -> None:
+    from portal.execution.resume import unit_resume as resume
+    from portal.models import UnitRun
+
+    unit = UnitRun.objects.filter(pk=unit_id).first()
+    if unit is not None:
+        resume(unit, by=by)
+
+
+@shared_task(**RETRY)
 def policies_sync() -> None:
     execution.policies_sync()
 

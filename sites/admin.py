@@ -107,6 +107,19 @@ class SiteAdmin(admin.ModelAdmin):
         ("Reported by Karmada", {"fields": KARMADA_FIELDS}),
     )
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # A site is a Karmada Cluster: it appears when the cluster joins Karmada (the watcher
+        # writes the row) and a row added here would be a site no step workflow can reach.
+        return False
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        extra = {
+            "subtitle": "Sites appear when their cluster joins Karmada (karmadactl join or "
+            "register); here you cordon them and set labels and overrides.",
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Site]:
         sites = super().get_queryset(request)
         if is_scoped_operator(request.user):

@@ -8,6 +8,11 @@ previews and submits ``examples/eo-pipeline.yaml``, waits for the run to finish,
     docs/screenshots/submit-preview.png  the submit page with the placement preview
     docs/screenshots/run.png             the finished demo run (DAG, timeline, units, decisions)
     docs/screenshots/fleet.png           the fleet
+    docs/screenshots/step-panel.png      the step panel of the demo run's preprocess (logs)
+    docs/screenshots/failover.png        a run whose preprocess was failed over (composed
+                                         through the ORM: the attempt record a failover writes)
+    docs/screenshots/fan-out.png         a 200-item fan-out drawn as one group node
+    docs/screenshots/run-390.png         the run page on a 390 px wide screen
 
 Should the demo's execution not finish the run (no sandbox or worker), the run is completed
 through the ORM instead and the script says so: the picture then shows the pages, not a real run.
@@ -54,7 +59,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float
     sys.exit(f"{url} did not answer in {timeout:.0f} s:\n{log.read_text()[-3000:]}")
 
 
-def finish_through_orm(var_dir: Path, run_id: int) -> None:
+def finish_through_orm(var_dir: Path, run_id: int, only_setup: bool = False) -> None:
     """The fallback when nothing executes the run: mark it finished as the pipeline would."""
     os.environ["PORTAL_VAR_DIR"] = str(var_dir)
     os.environ.pop("DATABASE_URL", None)
@@ -64,6 +69,8 @@ def finish_through_orm(var_dir: Path, run_id: int) -> None:
     import django
 
     django.setup()
+    if only_setup:
+        return
     from datetime import timedelta
 
     from django.utils import timezone
@@ -82,6 +89,78 @@ def finish_through_orm(var_dir: Path, run_id: int) -> None:
     run.started_at = start
     run.finished_at = timezone.now()
     run.save()
+
+
+def fan_out_yaml(items: int) -> str:
+    values = ", ".join(f'"t{i:04d}"' for i in range(items))
+    return f"""apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: tile-fan-out-
+spec:
+  entrypoint: main
+  templates:
+    - name: main
+      dag:
+        tasks:
+          - name: prepare
+            template: step
+          - name: tile
+            template: step
+            depends: prepare
+            withItems: [{values}]
+          - name: report
+            template: step
+            depends: tile
+    - name: step
+      container:
+        image: alpine:3.20
+        command: [sh, -c, "echo working"]
+        resources:
+          requests:
+            cpu: 100m
+            memory: 64Mi
+"""
+
+
+def fail_over_through_orm(var_dir: Path, run_id: int) -> None:
+    """A failover as the resync records it: attempt 1 at site-b ended "failed over", attempt 2
+    at site-a. The demo has no way to lose a site on cue, so the picture is composed."""
+    finish_through_orm(var_dir, run_id, only_setup=True)
+    from datetime import timedelta
+
+    from portal.models import PlacementDecision, RunEvent, UnitRun
+
+    unit = UnitRun.objects.get(run_id=run_id, name="preprocess")
+    lost = unit.site or "site-b"
+    unit.site = lost
+    unit.started_at = unit.started_at or unit.run.created_at
+    record = unit.attempt_record(ended="failed over", why=f"site {lost} not ready")
+    record["phase"] = "Running"
+    RunEvent.objects.create(
+        run_id=run_id,
+        unit=unit,
+        kind="failover",
+        message=f"preprocess: site {lost} not ready; attempt {unit.attempt + 1} at site-a",
+        data={"ended_attempt": record},
+    )
+    PlacementDecision.objects.create(
+        run_id=run_id,
+        unit=unit,
+        attempt=unit.attempt + 1,
+        source="failover",
+        site="site-a",
+        reason=f"failover from {lost}: free capacity at site-a",
+    )
+    restarted = (unit.finished_at or unit.started_at) + timedelta(seconds=5)
+    UnitRun.objects.filter(pk=unit.pk).update(
+        attempt=unit.attempt + 1,
+        site="site-a",
+        workflow_name=unit.workflow_name.rsplit("-", 1)[0] + f"-{unit.attempt + 1}",
+        started_at=restarted,
+        finished_at=restarted + timedelta(seconds=2),
+        reason=f"failover from {lost}: free capacity at site-a",
+    )
 
 
 def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
@@ -145,7 +224,56 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
         page.goto(f"{base}/fleet/")
         written.append(OUT / "fleet.png")
         page.screenshot(path=written[-1], full_page=True)
+
+        # The step panel of the finished run's preprocess (a push-mode site: logs through
+        # Karmada's cluster proxy, or the reason they are not there).
+        page.goto(run_url)
+        page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
+        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
+        written.append(OUT / "step-panel.png")
+        page.screenshot(path=written[-1], full_page=True)
+
+        # The run page on a phone.
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(run_url)
+        written.append(OUT / "run-390.png")
+        page.screenshot(path=written[-1], full_page=True)
+        page.set_viewport_size(VIEWPORT)
+
+        # A big fan-out: prepare, 200 tiles, report.
+        page.goto(f"{base}/submit/")
+        page.fill("#id_manifest", fan_out_yaml(200))
+        page.select_option("#id_project", "eo-demo")
+        page.click("button:has-text('Submit'):not(:has-text('Preview'))")
+        page.wait_for_url("**/runs/*/", timeout=60_000)
+        fan_url = page.url
+        try:
+            expect(page.locator("#run-live[data-finished=true]")).to_have_count(
+                1, timeout=wait_s * 1000
+            )
+            fan_how = "finished"
+        except AssertionError:
+            fan_how = "still running when shot"
+        page.goto(fan_url)
+        written.append(OUT / "fan-out.png")
+        # The top of the page: status, outputs, the graph with its group node and counts.
+        page.set_viewport_size({"width": VIEWPORT["width"], "height": 1100})
+        page.screenshot(path=written[-1])
+        page.set_viewport_size(VIEWPORT)
+
+        # A failover: the second demo run's preprocess lost its site.
+        second_id = int(
+            page.evaluate(
+                "fetch('/api/v1/runs/?ordering=-created_at').then(r => r.json())"
+                ".then(d => d.results.filter(r => r.name.startsWith('eo-pipeline'))[0].id)"
+            )
+        )
+        fail_over_through_orm(var_dir, second_id)
+        page.goto(f"{base}/runs/{second_id}/units/preprocess/")
+        written.append(OUT / "failover.png")
+        page.screenshot(path=written[-1], full_page=True)
         browser.close()
+    print(f"the fan-out run: {fan_how}")
     print(f"the demo run {run_id}: {how}")
     return written
 

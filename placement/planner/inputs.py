@@ -191,7 +191,7 @@ class Fleet:
 
     @cached_property
     def free_notes(self) -> tuple[str, ...]:
-        """ "free 12 CPU, 40 GB, 8 GPU" per site (ordered by name), shown in candidate rows."""
+        """ "free 12 CPU, 40 GiB, 8 GPU" per site (ordered by name), shown in candidate rows."""
         out = []
         for s in self.ordered_sites:
             gpu = f", {s.gpu_free} GPU" if s.gpu_allocatable else ""

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
+from portal.selectors import outputs_summary
 
 
 class PrototypeFieldsMixin:
@@ -49,6 +50,46 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
         read_only_fields = fields
 
 
+class AttemptSerializer(serializers.Serializer[Any]):
+    number = serializers.IntegerField()
+    site = serializers.CharField()
+    workflow = serializers.CharField()
+    phase = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    ended = serializers.CharField(help_text='"" for the current attempt; "failed over", "retried"')
+    why = serializers.CharField()
+
+
+class UnitDetailSerializer(serializers.Serializer[dict[str, Any]]):
+    """One unit with every attempt, its inputs and outputs, and the decision that placed it."""
+
+    name = serializers.CharField(source="unit.name")
+    slug = serializers.CharField(source="unit.slug")
+    template = serializers.CharField(source="unit.template")
+    site = serializers.CharField(source="unit.site")
+    phase = serializers.CharField(source="unit.phase")
+    message = serializers.CharField(source="unit.message")
+    timing = serializers.CharField(source="unit.timing")
+    reason = serializers.CharField(source="unit.reason")
+    attempt = serializers.IntegerField(source="unit.attempt")
+    workflow_name = serializers.CharField(source="unit.workflow_name")
+    namespace = serializers.CharField()
+    started_at = serializers.DateTimeField(source="unit.started_at", allow_null=True)
+    finished_at = serializers.DateTimeField(source="unit.finished_at", allow_null=True)
+    exit_code = serializers.JSONField(allow_null=True)
+    waiting_for = serializers.CharField(help_text="What a pending unit waits for, in words")
+    suspended = serializers.BooleanField(help_text="Waiting for approval (resume)")
+    inputs = serializers.JSONField()
+    outputs = serializers.JSONField()
+    attempts = AttemptSerializer(many=True)
+    decision = serializers.SerializerMethodField()
+
+    def get_decision(self, detail: dict[str, Any]) -> dict[str, Any] | None:
+        d = detail.get("decision")
+        return PlacementDecisionSerializer(d).data if d is not None else None
+
+
 class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[WorkflowRun]):
     """A run with its units (DESIGN section 9)."""
 
@@ -58,6 +99,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     owner = serializers.CharField(source="owner.get_username", read_only=True)
     units = UnitRunSerializer(many=True, read_only=True)
     progress = serializers.SerializerMethodField()
+    outputs = serializers.SerializerMethodField()
 
     class Meta:
         model = WorkflowRun
@@ -73,9 +115,19 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "started_at",
             "finished_at",
             "progress",
+            "outputs",
             "units",
         ]
         read_only_fields = fields
+
+    def get_outputs(self, run: WorkflowRun) -> dict[str, Any]:
+        """Global outputs (``globalName``) and the final steps' outputs."""
+        rows = [
+            {"name": u.name, "upstream": u.upstream, "phase": u.phase, "outputs": u.outputs}
+            for u in run.units.all()
+        ]
+        summary = outputs_summary(rows)
+        return {**summary["global"], "final": summary["final"]}
 
     def get_progress(self, run: WorkflowRun) -> dict[str, int]:
         units = list(run.units.all())
@@ -85,7 +137,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
 
 class WorkflowRunListSerializer(WorkflowRunSerializer):
     class Meta(WorkflowRunSerializer.Meta):
-        fields = [f for f in WorkflowRunSerializer.Meta.fields if f != "units"]
+        fields = [f for f in WorkflowRunSerializer.Meta.fields if f not in ("units", "outputs")]
         read_only_fields = fields
 
 
@@ -136,6 +188,12 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     site = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     candidates = CandidateSerializer(many=True)
+
+
+class ResumeSerializer(serializers.Serializer[dict[str, Any]]):
+    node = serializers.CharField(
+        required=False, allow_blank=True, help_text="A unit's name; none: every running step"
+    )
 
 
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):

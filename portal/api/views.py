@@ -7,28 +7,33 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from placement.parser import WorkflowInvalid
-from portal import services
+from placement.parser import FieldError, WorkflowInvalid
+from portal import logs, services
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
     PreviewSerializer,
+    ResumeSerializer,
     RunEventSerializer,
+    UnitDetailSerializer,
     WorkflowRunListSerializer,
     WorkflowRunSerializer,
 )
+from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import runs_visible_to
+from portal.selectors import runs_visible_to, unit_by_key, unit_detail
 
 
 class RawWorkflowParser(BaseParser):
@@ -39,6 +44,21 @@ class RawWorkflowParser(BaseParser):
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         return stream.read() if stream is not None else b""
+
+
+class PlainTextRenderer(BaseRenderer):
+    """Logs are text; a refusal (404, 400) on the logs endpoint is rendered as its text."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if isinstance(data, dict):
+            return str(data.get("detail") or json.dumps(data)).encode()
+        return str(data).encode() if not isinstance(data, bytes) else data
 
 
 class BodyTooLarge(Exception):
@@ -204,3 +224,140 @@ class WorkflowRunViewSet(
         run = self.get_object()
         rows = run.events.select_related("unit").order_by("created_at", "id")
         return Response(RunEventSerializer(rows, many=True).data)
+
+    @extend_schema(
+        request=ResumeSerializer,
+        responses={200: WorkflowRunSerializer},
+        description="Resume a suspended step (``node``: the unit's name) or every running "
+        "step of the run, as ``argo resume`` does.",
+    )
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        # Every POST of this viewset is read raw (``get_parsers``, before DRF knows the action).
+        raw = request.data
+        try:
+            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
+        except (ValueError, UnicodeDecodeError):
+            return errors_response([{"path": "", "message": "the body must be JSON"}])
+        if not isinstance(data, dict):
+            return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+        body = ResumeSerializer(data=data)
+        if not body.is_valid():
+            return errors_response(
+                [{"path": k, "message": str(v[0])} for k, v in body.errors.items()]
+            )
+        try:
+            run = services.run_resume(
+                run=run, user=request.user, node=body.validated_data.get("node") or None
+            )
+        except (services.ActionRefused, WorkflowInvalid) as exc:
+            return _refused_action(exc)
+        return self._run_answer(run)
+
+    def _unit(self, key: str) -> Any:
+        run = self.get_object()  # the run's permission check, as for the run itself
+        try:
+            return unit_by_key(run, key)
+        except UnitRun.DoesNotExist:
+            raise Http404(f"no unit {key!r} in run {run.name}") from None
+
+    @extend_schema(responses={200: UnitDetailSerializer})
+    @action(detail=True, methods=["get"], url_path=r"units/(?P<name>[^/]+)")
+    def unit(self, request: Request, pk: str | None = None, name: str = "") -> Response:
+        """One unit (by name, or by slug when the name holds a slash) with every attempt,
+        inputs, outputs and the decision that placed it."""
+        return Response(UnitDetailSerializer(unit_detail(self._unit(name))).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("attempt", int, description="default: the current attempt"),
+            OpenApiParameter("container", str, description='default: "main"'),
+            OpenApiParameter("tail", int, description="only the last N lines"),
+            OpenApiParameter("pod", str, description="one pod (default: every pod, in turn)"),
+            OpenApiParameter(
+                "follow",
+                bool,
+                description="stream while the step runs (ends after PORTAL_LOG_FOLLOW_SECONDS)",
+            ),
+        ],
+        responses={(200, "text/plain"): OpenApiTypes.STR, 400: OpenApiTypes.OBJECT},
+    )
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"units/(?P<name>[^/]+)/logs",
+        renderer_classes=[JSONRenderer, PlainTextRenderer],
+    )
+    def unit_logs(self, request: Request, pk: str | None = None, name: str = "") -> Any:
+        """The step's log, read from its site through Karmada's cluster proxy (text), at most
+        PORTAL_LOG_MAX_BYTES. A step with several pods gives each, headed by its name. When
+        the log cannot be read (a pull-mode site, an attempt whose workflow is gone) the
+        answer is 404 with the reason."""
+        u = self._unit(name)
+        params = request.query_params
+        errors = []
+        numbers: dict[str, int | None] = {}
+        for key in ("attempt", "tail"):
+            raw = params.get(key)
+            try:
+                numbers[key] = int(raw) if raw else None
+            except ValueError:
+                errors.append(FieldError(key, "must be a whole number"))
+                continue
+            value = numbers[key]
+            if value is not None and value < (1 if key == "attempt" else 0):
+                errors.append(FieldError(key, "must be positive"))
+        attempts = {a.number: a for a in unit_detail(u)["attempts"]}
+        number = numbers.get("attempt") or u.attempt
+        if not errors and number not in attempts:
+            errors.append(FieldError("attempt", f"the unit has attempts 1 to {u.attempt}"))
+        if errors:
+            return errors_response([e.as_dict() for e in errors])
+        attempt = attempts[number]
+        container = params.get("container") or "main"
+        # Only a step that still runs is followed; a finished one's log is read once.
+        follow = (
+            params.get("follow") in ("1", "true", "yes")
+            and attempt.current
+            and u.phase in (UnitPhase.PENDING, UnitPhase.RUNNING)
+        )
+        try:
+            pods = logs.attempt_pods(u, attempt.number, attempt.site)
+            wanted = params.get("pod")
+            shown = [p for p in pods.pods if not wanted or p.pod == wanted]
+            if not shown:
+                raise logs.LogsNotAvailable("No pod has run for this attempt yet.")
+            if len(shown) == 1 and not follow:
+                text = logs.log_text(
+                    attempt.site, shown[0].pod, container=container, tail=numbers["tail"]
+                )
+                return HttpResponse(text, content_type="text/plain; charset=utf-8")
+            first = logs.log_chunks(
+                attempt.site, shown[0].pod, container=container, tail=numbers["tail"], follow=follow
+            )
+        except logs.LogsNotAvailable as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+
+        def stream() -> Any:
+            # Several pods: each in turn, headed by its name; following reads the last one.
+            for i, pod in enumerate(shown):
+                if len(shown) > 1:
+                    yield f"==> {pod.pod} ({pod.node}) <==\n".encode()
+                try:
+                    chunks = (
+                        first
+                        if i == 0
+                        else logs.log_chunks(
+                            attempt.site,
+                            pod.pod,
+                            container=container,
+                            tail=numbers["tail"],
+                            follow=follow and i == len(shown) - 1,
+                        )
+                    )
+                    yield from chunks
+                except logs.LogsNotAvailable as exc:
+                    yield f"[{exc}]\n".encode()
+
+        return StreamingHttpResponse(stream(), content_type="text/plain; charset=utf-8")

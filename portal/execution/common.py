@@ -10,8 +10,14 @@ from portal.models import RunEvent, UnitRun
 from sites.models import Site
 
 
-def event(run_id: int, kind: str, message: str, unit: UnitRun | None = None) -> None:
-    RunEvent.objects.create(run_id=run_id, unit=unit, kind=kind, message=message)
+def event(
+    run_id: int,
+    kind: str,
+    message: str,
+    unit: UnitRun | None = None,
+    data: dict[str, Any] | None = None,
+) -> None:
+    RunEvent.objects.create(run_id=run_id, unit=unit, kind=kind, message=message, data=data or {})
 
 
 @dataclass(frozen=True)

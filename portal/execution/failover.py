@@ -47,6 +47,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         )
         return False
     old_name = unit.workflow_name
+    ended = unit.attempt_record(ended="failed over", why=reason)
     now = timezone.now()
     with transaction.atomic():
         changed = state.units_move(
@@ -83,6 +84,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
             "failover",
             f"{unit.name}: {reason}; attempt {unit.attempt} at {decision.site}",
             unit,
+            data={"ended_attempt": ended},
         )
     if old_name:
         try:

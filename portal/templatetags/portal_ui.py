@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from django import template
 from django.utils.safestring import SafeString, mark_safe
@@ -32,11 +34,21 @@ PHASE_GLYPH = {
 }
 # Beyond this many nodes labels are dropped (each node keeps a <title> tooltip) and nodes shrink.
 COMPACT_NODES = 300
+# A looped task (withItems, withParam) with more items than this is drawn as one group node
+# with its counts per site and per phase, unless the page asks to expand it.
+GROUP_ITEMS = 12
+# The phases in the order the legend and the counts list them.
+TIMES = "\u00d7"  # the multiplication sign, as in "task x500" drawn with it
+PHASES = ("Succeeded", "Running", "Pending", "Failed", "Error", "Skipped", "Omitted")
 LABEL_CHARS = 19
 
 
 UNIT_KEYS = (
     "name",
+    "slug",
+    "task",
+    "item_index",
+    "expanded",
     "site",
     "planned_site",
     "phase",
@@ -61,6 +73,112 @@ def _plain(units: Sequence[Any]) -> list[dict[str, Any]]:
     return [u if type(u) is dict else {k: _get(u, k, None) for k in UNIT_KEYS} for u in units]
 
 
+@dataclass
+class Group:
+    """The items of one looped task, drawn as one node."""
+
+    task: str
+    members: list[dict[str, Any]] = field(default_factory=list)
+    sites: dict[str, int] = field(default_factory=dict)
+    phases: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+    @property
+    def phase(self) -> str:
+        """The group's phase as Argo would give its fan-out node."""
+        for p in ("Running", "Pending", "Error", "Failed"):
+            if self.phases.get(p):
+                return p
+        return "Succeeded" if self.phases.get("Succeeded") else next(iter(self.phases), "")
+
+    @property
+    def site_counts(self) -> list[tuple[str, int]]:
+        return sorted(self.sites.items(), key=lambda kv: (-kv[1], kv[0]))
+
+    @property
+    def phase_counts(self) -> list[tuple[str, int]]:
+        return [(p, self.phases[p]) for p in PHASES if self.phases.get(p)]
+
+
+def group_units(
+    units: Sequence[Any], expand: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], dict[str, Group]]:
+    """The units to draw: the items of a looped task with more than ``GROUP_ITEMS`` items
+    (and the task's own row, for withParam) become one node named after the task, unless the
+    task is in ``expand``. Returns the nodes and the groups drawn."""
+    plain = _plain(units)
+    by_task: dict[str, list[dict[str, Any]]] = {}
+    for u in plain:
+        if u.get("item_index") is not None or u.get("expanded"):
+            by_task.setdefault(str(u.get("task") or u["name"]), []).append(u)
+    groups: dict[str, Group] = {}
+    member_of: dict[str, str] = {}
+    for task, members in by_task.items():
+        items = [m for m in members if m.get("item_index") is not None]
+        if len(items) <= GROUP_ITEMS or task in expand:
+            continue
+        g = Group(task=task, members=items)
+        for m in items:
+            site = str(m.get("site") or m.get("planned_site") or "")
+            phase = str(m.get("phase") or "")
+            g.sites[site] = g.sites.get(site, 0) + 1
+            g.phases[phase] = g.phases.get(phase, 0) + 1
+        groups[task] = g
+        for m in members:
+            member_of[str(m["name"])] = task
+    if not groups:
+        return plain, {}
+    out: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    for u in plain:
+        in_group = member_of.get(str(u["name"]))
+        if in_group is None:
+            deps = depends_names(u.get("upstream") or u.get("depends") or "", _all_names(plain))
+            mapped = list(dict.fromkeys(member_of.get(d, d) for d in deps))
+            out.append({**u, "upstream": mapped, "depends": ""})
+            continue
+        task = in_group
+        if task in placed:
+            continue
+        placed.add(task)
+        g = groups[task]
+        first = g.members[0]
+        known = _all_names(plain)
+        ups = [
+            member_of.get(d, d)
+            for m in g.members
+            for d in depends_names(m.get("upstream") or m.get("depends") or "", known)
+        ]
+        top_site = g.site_counts[0][0] if g.site_counts else ""
+        out.append(
+            {
+                "name": task,
+                "group": g,
+                "site": top_site,
+                "planned_site": "",
+                "phase": g.phase,
+                "timing": first.get("timing"),
+                "upstream": [x for x in dict.fromkeys(ups) if x != task],
+                "depends": "",
+            }
+        )
+    return out, groups
+
+
+_names_cache: dict[int, frozenset[str]] = {}
+
+
+def _all_names(units: list[dict[str, Any]]) -> frozenset[str]:
+    key = id(units)
+    if key not in _names_cache:
+        _names_cache.clear()
+        _names_cache[key] = frozenset(str(u["name"]) for u in units)
+    return _names_cache[key]
+
+
 def _edges(units: list[dict[str, Any]]) -> list[tuple[str, str]]:
     names = [str(u["name"]) for u in units]
     known = frozenset(names)
@@ -72,10 +190,21 @@ def _edges(units: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 @register.simple_tag
-def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -> SafeString:
+def dag_svg(
+    units: Sequence[Any],
+    colours: Mapping[str, str],
+    label: str = "",
+    link: str = "",
+    expand: Sequence[str] = (),
+    ended: Mapping[str, Sequence[Any]] | None = None,
+    group_link: str = "",
+) -> SafeString:
     """The DAG of ``units`` (UnitRuns or preview dicts with name, site, phase, depends or
-    upstream) coloured by site and outlined by phase."""
-    units = _plain(units)
+    upstream) coloured by site and outlined by phase. With ``link`` (a URL prefix) each node
+    opens its step panel; big looped tasks are group nodes (``group_units``); ``ended`` are
+    the earlier attempts per unit name, drawn greyed behind the node."""
+    units, _groups = group_units(units, expand)
+    ended = ended or {}
     names = [str(u["name"]) for u in units]
     compact = len(units) > COMPACT_NODES
     lay = layout(
@@ -114,21 +243,90 @@ def dag_svg(units: Sequence[Any], colours: Mapping[str, str], label: str = "") -
         if likely:
             where = f"likely {site}, placed at runtime"
         tip = f"{n.id} · {where}" + (f" · {phase}" if phase else "")
+        group: Group | None = u.get("group")
+        earlier = ended.get(n.id) or ()
+        if earlier:
+            tip += "".join(
+                f"\nattempt {a.number} at {a.site or '?'}: {a.ended}"
+                + (f" ({a.why})" if a.why else "")
+                for a in earlier
+            )
+        if group is not None:
+            tip = (
+                f"{n.id}: {group.size} items\n"
+                + " · ".join(f"{s or 'unplaced'} {c}" for s, c in group.site_counts)
+                + "\n"
+                + " · ".join(f"{p} {c}" for p, c in group.phase_counts)
+            )
         cls = f"node phase-{phase or 'none'}{' likely' if likely else ''}"
+        cls += " group" if group is not None else ""
+        cls += " retried" if earlier else ""
+        href = ""
+        if group is not None and group_link:
+            href = f"{group_link}{quote(n.id)}"
+        elif link and group is None and u.get("slug"):
+            href = f"{link}{quote(str(u['slug']))}/"
+        if href:
+            target = "#run-live" if group is not None else "#unit-panel-slot"
+            swap = "outerHTML" if group is not None else "innerHTML show:#unit-panel-slot:top"
+            push = "" if group is not None else ' hx-push-url="true"'
+            parts.append(
+                f'<a href="{escape(href)}" hx-get="{escape(href)}" hx-target="{target}" '
+                f'hx-swap="{swap}"{push}>'
+            )
         parts.append(
-            f'<g class="{cls}" data-unit="{escape(n.id)}" data-site="{escape(site)}">'
-            f"<title>{escape(tip)}</title>"
-            f'<rect x="{n.x}" y="{n.y}" width="{lay.node_w}" height="{lay.node_h}" '
-            f'rx="{3 if compact else 6}" fill="{fill}"/>'
+            f'<g class="{cls}" data-unit="{escape(n.id)}" data-site="{escape(site)}"'
+            + (f' data-items="{group.size}"' if group is not None else "")
+            + f"><title>{escape(tip)}</title>"
         )
+        for k in range(min(len(earlier), 2), 0, -1):
+            # Earlier attempts: greyed cards stacked behind the node.
+            parts.append(
+                f'<rect class="ghost" x="{n.x + 5 * k}" y="{n.y - 5 * k}" width="{lay.node_w}" '
+                f'height="{lay.node_h}" rx="{3 if compact else 6}"/>'
+            )
+        if group is not None and group.size:
+            # Filled by site in proportion, with a strip of phases along the bottom.
+            x = float(n.x)
+            for s_name, count in group.site_counts:
+                w = lay.node_w * count / group.size
+                parts.append(
+                    f'<rect class="share" x="{x:.1f}" y="{n.y}" width="{w:.1f}" '
+                    f'height="{lay.node_h}" fill="{colours.get(s_name, UNPLACED)}"/>'
+                )
+                x += w
+            x = float(n.x)
+            for p_name, count in group.phase_counts:
+                w = lay.node_w * count / group.size
+                parts.append(
+                    f'<rect class="strip strip-{p_name}" x="{x:.1f}" y="{n.y + lay.node_h - 4}" '
+                    f'width="{w:.1f}" height="4"/>'
+                )
+                x += w
+            parts.append(
+                f'<rect class="frame" x="{n.x}" y="{n.y}" width="{lay.node_w}" '
+                f'height="{lay.node_h}" rx="{3 if compact else 6}" fill="none"/>'
+            )
+        else:
+            parts.append(
+                f'<rect x="{n.x}" y="{n.y}" width="{lay.node_w}" height="{lay.node_h}" '
+                f'rx="{3 if compact else 6}" fill="{fill}"/>'
+            )
         if not compact:
             glyph = PHASE_GLYPH.get(phase, "≈" if likely else "")
-            text = n.id if len(n.id) <= LABEL_CHARS else n.id[: LABEL_CHARS - 1] + "…"
+            shown = f"{n.id} {TIMES}{group.size}" if group is not None else n.id
+            if earlier:
+                shown = f"{n.id} #{len(earlier) + 1}"
+            text = shown if len(shown) <= LABEL_CHARS else shown[: LABEL_CHARS - 1] + "…"
+            if group is not None and len(shown) > LABEL_CHARS:
+                text = n.id[: LABEL_CHARS - 6] + f"… {TIMES}{group.size}"
             parts.append(
                 f'<text x="{n.x + 8}" y="{n.y + lay.node_h // 2 + 5}">'
                 f"{escape(glyph + ' ' if glyph else '')}{escape(text)}</text>"
             )
         parts.append("</g>")
+        if href:
+            parts.append("</a>")
     parts.append("</g></svg>")
     return mark_safe("".join(parts))  # every interpolated string is escaped
 
@@ -169,10 +367,27 @@ def _fmt_offset(seconds: float, fine: bool = False) -> str:
 
 @register.simple_tag
 def timeline_svg(
-    units: Sequence[Any], colours: Mapping[str, str], now: datetime | None = None
+    units: Sequence[Any],
+    colours: Mapping[str, str],
+    now: datetime | None = None,
+    ended: Mapping[str, Sequence[Any]] | None = None,
 ) -> SafeString:
-    """One lane per site; each started unit is a bar from its start to its end (or now)."""
+    """One lane per site; each started unit is a bar from its start to its end (or now).
+    ``ended``: earlier attempts per unit name, drawn greyed in the lane of their site."""
     started = [u for u in _plain(units) if u.get("started_at")]
+    for name, attempts in (ended or {}).items():
+        for a in attempts:
+            if a.started_at is not None:
+                started.append(
+                    {
+                        "name": name,
+                        "site": a.site,
+                        "phase": a.phase,
+                        "started_at": a.started_at,
+                        "finished_at": a.finished_at or a.started_at,
+                        "ended": f"attempt {a.number} {a.ended}" + (f": {a.why}" if a.why else ""),
+                    }
+                )
     if not started:
         return mark_safe('<p class="muted">No unit has started yet.</p>')
     end_of = {id(u): u.get("finished_at") or now or u["started_at"] for u in started}
@@ -203,9 +418,14 @@ def timeline_svg(
             by = y + 4 + row * (BAR_H + 2)
             phase = str(u.get("phase") or "")
             tip = f"{u['name']} · {site} · {phase} · {_fmt_offset(e - s, fine=True)}"
+            extra = ""
+            if u.get("ended"):
+                tip += f" · {u['ended']}"
+                extra = " ended"
             parts.append(
-                f'<rect class="bar phase-{escape(phase)}" x="{x:.1f}" y="{by}" width="{w:.1f}" '
-                f'height="{BAR_H}" fill="{fill}"><title>{escape(tip)}</title></rect>'
+                f'<rect class="bar phase-{escape(phase)}{extra}" x="{x:.1f}" y="{by}" '
+                f'width="{w:.1f}" height="{BAR_H}" fill="{fill}">'
+                f"<title>{escape(tip)}</title></rect>"
             )
         parts.append("</g>")
         y += lane_h + 4
@@ -243,6 +463,46 @@ def human_seconds(value: Any) -> str:
     if s < 1:
         return "< 1 s" if s > 0 else "0 s"
     return _fmt_offset(s).replace("s", " s").replace("m", " min ").replace("h", " h ").strip()
+
+
+@register.filter
+def duration_to(start: datetime | None, end: datetime | None) -> timedelta | None:
+    """From ``start`` to ``end`` (or to now, for what still runs)."""
+    if start is None:
+        return None
+    from django.utils import timezone
+
+    return (end or timezone.now()) - start
+
+
+ARTIFACT_KINDS = ("s3", "gcs", "azure", "oss", "hdfs", "http", "git", "artifactory", "hf")
+
+
+@register.filter
+def artifact_location(artifact: Any) -> str:
+    """Where an Argo artifact lives, in full (``s3://bucket/key``, a URL, a path)."""
+    if not isinstance(artifact, Mapping):
+        return ""
+    if artifact.get("locations"):
+        return ", ".join(str(x) for x in artifact["locations"])
+    raw = artifact.get("raw") if isinstance(artifact.get("raw"), Mapping) else {}
+    for kind in ARTIFACT_KINDS:
+        loc = artifact.get(kind) or (raw or {}).get(kind)
+        if not isinstance(loc, Mapping):
+            continue
+        if kind in ("s3", "oss", "gcs"):
+            scheme = {"s3": "s3", "oss": "oss", "gcs": "gs"}[kind]
+            bucket = loc.get("bucket") or "(the site's default bucket)"
+            where = f"{scheme}://{bucket}/{loc.get('key', '')}"
+            return where + (f" at {loc['endpoint']}" if loc.get("endpoint") else "")
+        if kind == "azure":
+            return f"azure://{loc.get('container', '')}/{loc.get('blob', '')}"
+        if kind == "hdfs":
+            return f"hdfs://{loc.get('path', '')}"
+        if kind == "git":
+            return f"{loc.get('repo', '')}@{loc.get('revision', 'HEAD')}"
+        return str(loc.get("url") or loc.get("path") or kind)
+    return str(artifact.get("path") or "")
 
 
 @register.filter

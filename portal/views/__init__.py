@@ -13,10 +13,12 @@ from portal.views.runs import (
     run_list,
     run_live,
     run_resubmit,
+    run_resume,
     run_retry,
     run_stop,
 )
 from portal.views.submit import submit, submit_parameters, submit_preview
+from portal.views.units import unit_logs, unit_panel
 
 # Kept for the URL name "home" that the foundation uses.
 home = run_list
@@ -29,6 +31,7 @@ __all__ = [
     "run_list",
     "run_live",
     "run_resubmit",
+    "run_resume",
     "run_retry",
     "run_stop",
     "site_cordon",
@@ -36,4 +39,6 @@ __all__ = [
     "submit",
     "submit_parameters",
     "submit_preview",
+    "unit_logs",
+    "unit_panel",
 ]

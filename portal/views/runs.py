@@ -12,22 +12,32 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, QueryDict
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
+from placement.parser import WorkflowInvalid
 from portal import services
 from portal.choices import RunStatus, UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import runs_visible_to
+from portal.selectors import (
+    ended_attempts_of_run,
+    run_outputs,
+    runs_visible_to,
+    unit_suspended,
+)
+from portal.templatetags.portal_ui import PHASES as PHASE_ORDER
+from portal.templatetags.portal_ui import group_units
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, legend, page_of
 
 GRAPH_FIELDS = (
     "name",
+    "slug",
     "upstream",
     "depends",
     "timing",
@@ -46,6 +56,8 @@ DECISIONS_PER_PAGE = 25
 RUN_POLL = "2s"
 RUN_POLL_LARGE = "6s"
 LARGE_RUN_UNITS = 300
+EVENTS_SHOWN = 30
+FINAL_OUTPUTS_SHOWN = 20
 
 
 def _with_progress(runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -111,7 +123,14 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
     now = timezone.now()
     # The DAG and the timeline need a few fields of every unit: plain dicts, not model
     # instances, keep a 2,000-unit run cheap. The table shows one page of full rows.
-    units = list(run.units.order_by("position", "id").values(*GRAPH_FIELDS))
+    units = list(
+        run.units.order_by("position", "id").values(
+            *GRAPH_FIELDS,
+            task=KT("spec__task"),
+            item_index=KT("spec__item_index"),
+            expanded=KT("spec__expanded"),
+        )
+    )
     colours = fleet_colours(u["site"] or u["planned_site"] for u in units)
     counts: dict[str, int] = defaultdict(int)
     for u in units:
@@ -120,11 +139,39 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
     done = sum(counts[p] for p in DONE_PHASES)
     failed = sum(counts[p] for p in FAILED_PHASES)
     finished = run.is_finished
-    page = page_of(request, run.units.order_by("position", "id"), UNITS_PER_PAGE)
-    live_query = {"page": page.number} if page.number > 1 else {}
+    table = run.units.order_by("position", "id")
+    phase_filter = request.GET.get("phase") or ""
+    site_filter = request.GET.get("site") or ""
+    if phase_filter:
+        table = table.filter(phase=phase_filter)
+    if site_filter:
+        table = table.filter(site=site_filter)
+    page = page_of(request, table, UNITS_PER_PAGE)
+    expand = [t for t in request.GET.getlist("expand") if t]
+    query = QueryDict(mutable=True)
+    for key, value in (("phase", phase_filter), ("site", site_filter)):
+        if value:
+            query[key] = value
+    query.setlist("expand", expand)
+    filter_query = query.urlencode()
+    if page.number > 1:
+        query["page"] = str(page.number)
     live_url = reverse("ui-run-live", args=[run.pk])
-    if live_query:
-        live_url += f"?page={page.number}"
+    if query:
+        live_url += f"?{query.urlencode()}"
+    expand_query = QueryDict(mutable=True)
+    expand_query.setlist("expand", expand)
+    group_link = f"{reverse('ui-run-live', args=[run.pk])}?"
+    if expand_query:
+        group_link += f"{expand_query.urlencode()}&"
+    group_link += "expand="
+    events = list(run.events.select_related("unit").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    suspended = []
+    if counts[UnitPhase.RUNNING]:
+        for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
+            u.run = run  # no query per unit for the run's templates
+            if unit_suspended(u):
+                suspended.append(u)
     return {
         "run": run,
         "units": units,
@@ -141,6 +188,21 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         "live_url": live_url,
         "unit_page": page,
         "unit_rows": [UnitRow(u, _duration(u.started_at, u.finished_at, now)) for u in page],
+        "phase_filter": phase_filter,
+        "site_filter": site_filter,
+        "filter_query": filter_query,
+        "unit_sites": sorted({u["site"] for u in units if u["site"]}),
+        "phases_drawn": [p for p in PHASE_ORDER if counts.get(p)],
+        "all_phases": PHASE_ORDER,
+        "expand": expand,
+        "group_link": group_link,
+        "groups": group_units(units, expand)[1],
+        "ended_attempts": ended_attempts_of_run(run),
+        "unit_link": reverse("ui-unit-detail", args=[run.pk, "-"])[:-2],
+        "events": events,
+        "suspended_units": suspended,
+        "event_count": run.events.count(),
+        "outputs": run_outputs(run, limit=FINAL_OUTPUTS_SHOWN),
         "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),
         "can_retry": failed > 0 or run.status in (RunStatus.FAILED, RunStatus.ERROR),
         "now": now,
@@ -203,7 +265,12 @@ def _refused(request: HttpRequest, run: WorkflowRun, verb: str, exc: Exception) 
     if isinstance(exc, PermissionDenied):
         messages.error(request, str(exc) or f"You may not {verb} this run.")
     else:
-        text = "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc)
+        if isinstance(exc, ValidationError):
+            text = "; ".join(exc.messages)
+        elif isinstance(exc, WorkflowInvalid):
+            text = "; ".join(f"{e['path']}: {e['message']}" for e in exc.as_dicts())
+        else:
+            text = str(exc)
         messages.error(request, f"Could not {verb} the run: {text}")
     return redirect("ui-run-detail", pk=run.pk)
 
@@ -242,3 +309,20 @@ def run_resubmit(request: HttpRequest, pk: int) -> HttpResponseBase:
         return _refused(request, run, "resubmit", exc)
     messages.success(request, f"Resubmitted as {new.name}.")
     return redirect("ui-run-detail", pk=new.pk)
+
+
+@login_required
+@require_POST
+def run_resume(request: HttpRequest, pk: int) -> HttpResponseBase:
+    run = _get_run(request, pk)
+    node = request.POST.get("node") or None
+    try:
+        services.run_resume(run=run, user=request.user, node=node)
+    except (*ACTION_REFUSALS, WorkflowInvalid) as exc:
+        return _refused(request, run, "resume", exc)
+    messages.success(request, f"Resume of {node or 'the run'} requested.")
+    if node:
+        unit = run.units.filter(name=node).values_list("slug", flat=True).first()
+        if unit:
+            return redirect("ui-unit-detail", pk=run.pk, key=unit)
+    return redirect("ui-run-detail", pk=run.pk)

@@ -36,11 +36,22 @@ class PreviewRow:
     transfer_s: float | None
     candidates: list[dict[str, Any]]
 
+    @property
+    def losing(self) -> list[dict[str, Any]]:
+        return [c for c in self.candidates if c.get("site") != self.site]
+
+    @property
+    def ineligible(self) -> int:
+        return sum(1 for c in self.candidates if not c.get("eligible"))
+
 
 def _preview_rows(units: list[dict[str, Any]]) -> list[PreviewRow]:
     rows = []
     for u in units:
-        candidates = [c for c in u.get("candidates") or [] if isinstance(c, dict)]
+        candidates = sorted(
+            (c for c in u.get("candidates") or [] if isinstance(c, dict)),
+            key=lambda c: (not c.get("eligible"), -(c.get("score") or 0), str(c.get("site"))),
+        )
         site = u.get("site")
         likely = False
         if not site:

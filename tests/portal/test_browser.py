@@ -99,7 +99,13 @@ def test_a_scientist_previews_submits_and_follows_the_demo_run(
         "rects => rects.map(r => r.getAttribute('fill'))"
     )
     assert len(set(fills)) == 3
-    expect(preview.locator("table.plan tbody tr")).to_have_count(3)
+    expect(preview.locator("table.plan > tbody > tr:not(.candidates-row)")).to_have_count(3)
+    # Each unit's losing sites and why, one click away.
+    why = preview.locator("details.candidates-of").last
+    expect(why.locator("table.candidates")).to_be_hidden()
+    why.locator("summary").click()
+    expect(why.locator("table.candidates")).to_be_visible()
+    expect(why.locator("tr.ineligible").first).to_be_visible()
     assert page.url == f"{base}/submit/"  # the preview did not leave the page
 
     page.click("button:has-text('Submit'):not(:has-text('Preview'))")
@@ -149,7 +155,7 @@ def test_a_broken_workflow_shows_errors_next_to_their_lines(
     page.fill("#id_manifest", BROKEN)
     page.click("button:has-text('Preview placement')")
     error = page.locator("#preview .yaml-error").first
-    expect(error).to_be_visible()
+    expect(error).to_be_visible(timeout=30_000)
     expect(error.locator(".line-no")).to_have_text("Line 12")
     expect(error.locator("pre.source")).to_contain_text("template: nowhere")
     # Submitting it stores nothing and keeps what was typed.
@@ -175,4 +181,178 @@ def test_a_run_of_2000_units_renders_and_stays_interactive(
     expect(page.locator("nav[aria-label='Pages of units']")).to_contain_text("Units 51")
     page.locator("nav[aria-label='Pages of decisions'] a", has_text="Next").click()
     expect(page.locator("nav[aria-label='Pages of decisions']")).to_contain_text("Decisions 26")
+    page.close()
+
+
+# --- the step panel, attempts, big fan-outs, narrow screens -------------------------------
+
+LOG_LINES = b"loading model unet\ninference tile 1/4\ninference done: 4 tiles\n"
+
+
+@pytest.fixture
+def site_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Karmada answering for the sites (the live server runs in this process)."""
+    from portal import gateway, logs
+
+    def member_status(workflow: str) -> dict[str, Any]:
+        node = {
+            "id": f"{workflow}-1",
+            "name": f"{workflow}.main",
+            "displayName": "main",
+            "type": "Pod",
+            "templateName": "inference",
+            "phase": "Succeeded",
+        }
+        return {"phase": "Succeeded", "nodes": {node["id"]: node}}
+
+    monkeypatch.setattr(logs, "_member_status", member_status)
+    monkeypatch.setattr(gateway, "pod_log", lambda *a, **k: iter([LOG_LINES]))
+
+
+def _finished_demo_run(owner: User) -> WorkflowRun:
+    from portal.models import UnitRun
+
+    run = make_run(
+        owner,
+        status=RunStatus.SUCCEEDED,
+        units=[
+            ("ingest", "site-a", "Succeeded", []),
+            ("preprocess", "site-b", "Succeeded", ["ingest"]),
+            ("inference", "site-c", "Succeeded", ["preprocess"]),
+        ],
+    )
+    UnitRun.objects.filter(run=run, name="inference").update(
+        workflow_name=f"{run.name}-inference-1",
+        outputs={
+            "parameters": [{"name": "cloud-fraction", "value": "0.12"}],
+            "artifacts": [{"name": "mask", "s3": {"bucket": "site-c-artifacts", "key": "m.tif"}}],
+            "exitCode": "0",
+        },
+    )
+    return run
+
+
+def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
+    browser: Any, live_server: Any, demo: None, site_logs: None
+) -> None:
+    from playwright.sync_api import expect
+
+    from portal.models import UnitRun
+
+    run = _finished_demo_run(User.objects.get(username="scientist"))
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        workflow_name=f"{run.name}-preprocess-1"
+    )
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    page.locator("#run-live svg.dag g.node[data-unit=inference]").click()
+    panel = page.locator("#unit-panel")
+    expect(panel).to_be_visible(timeout=30_000)
+    expect(panel).to_contain_text("cloud-fraction", timeout=30_000)
+    expect(panel).to_contain_text("s3://site-c-artifacts/m.tif", timeout=30_000)
+    # The demo's site-c joined Karmada in Pull mode: no proxy path, and the panel says so.
+    expect(panel.locator(".logs-unavailable")).to_contain_text("pull-mode", timeout=30_000)
+    page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/inference/$"))
+    # site-b is a push site: its step's log comes through Karmada's cluster proxy.
+    page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
+    logs = page.locator("#unit-panel pre.log-text")
+    expect(logs).to_contain_text("inference done: 4 tiles", timeout=30_000)
+    # The panel has its own address: a reload opens it again.
+    page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/preprocess/$"))
+    page.reload()
+    expect(logs).to_contain_text("loading model unet", timeout=30_000)
+    page.close()
+
+
+def test_a_failed_over_unit_shows_both_attempts(browser: Any, live_server: Any, demo: None) -> None:
+    from playwright.sync_api import expect
+
+    from portal.models import RunEvent, UnitRun
+
+    run = _finished_demo_run(User.objects.get(username="scientist"))
+    unit = run.units.get(name="preprocess")
+    RunEvent.objects.create(
+        run=run,
+        unit=unit,
+        kind="failover",
+        message="preprocess: site site-b not ready; attempt 2 at site-a",
+        data={
+            "ended_attempt": unit.attempt_record(ended="failed over", why="site site-b not ready")
+        },
+    )
+    UnitRun.objects.filter(pk=unit.pk).update(attempt=2, site="site-a")
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/units/preprocess/")
+    attempts = page.locator("#unit-panel ol.attempts li")
+    expect(attempts).to_have_count(2, timeout=30_000)
+    expect(attempts.first).to_contain_text("failed over: site site-b not ready")
+    expect(attempts.first).to_have_class(re.compile("ended"))
+    expect(page.locator("#run-live svg.dag g.node.retried rect.ghost")).to_have_count(1)
+    expect(page.locator("#run-events")).to_contain_text("attempt 2 at site-a")
+    page.close()
+
+
+def test_a_500_item_fan_out_draws_fewer_than_50_nodes_and_stays_interactive(
+    browser: Any, live_server: Any, demo: None
+) -> None:
+    from playwright.sync_api import expect
+
+    from portal.models import UnitRun
+    from tests.factories import UnitRunFactory
+
+    run = make_run(
+        User.objects.get(username="scientist"), units=[("prepare", "site-a", "Succeeded", [])]
+    )
+    UnitRun.objects.bulk_create(
+        [
+            UnitRunFactory.build(
+                run=run,
+                name=f"tile({i}:{i})",
+                slug=f"tile-{i}",
+                position=i + 1,
+                upstream=["prepare"],
+                planned_site="site-b" if i % 2 else "site-c",
+                phase="Succeeded",
+                spec={"task": "tile", "item_index": i},
+            )
+            for i in range(500)
+        ]
+    )
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/")
+    nodes = page.locator("#run-live svg.dag g.node")
+    assert 0 < nodes.count() < 50
+    expect(page.locator("#run-live svg.dag g.node.group")).to_have_attribute("data-items", "500")
+    expect(page.locator("table.groups")).to_contain_text("site-b 250")
+    # Interactive: the units table filters by site, and a row opens the step panel.
+    page.select_option("#unit-site", "site-c")
+    expect(page.locator("#units-h")).to_contain_text("250 of 501", timeout=30_000)
+    page.locator("table.units a.unit-name").first.click()
+    expect(page.locator("#unit-panel")).to_contain_text("site-c", timeout=30_000)
+    page.locator("table.groups a.expand-group").click()
+    expect(page.locator("#run-live svg.dag g.node")).to_have_count(501, timeout=30_000)
+    page.close()
+
+
+def test_the_pages_have_no_horizontal_scroll_at_390_px(
+    browser: Any, live_server: Any, demo: None, site_logs: None
+) -> None:
+    run = _finished_demo_run(User.objects.get(username="scientist"))
+    page = login(browser, live_server.url, "scientist")
+    page.set_viewport_size({"width": 390, "height": 844})
+    for path in (
+        "/runs/",
+        f"/runs/{run.pk}/",
+        f"/runs/{run.pk}/units/inference/",
+        "/submit/",
+        "/fleet/",
+    ):
+        page.goto(f"{live_server.url}{path}")
+        page.wait_for_load_state("networkidle")
+        wide = page.evaluate("document.documentElement.scrollWidth")
+        culprits = page.evaluate(
+            "[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()"
+            ".right > 392).slice(0, 5).map(e => e.tagName + '.' + e.className)"
+        )
+        assert wide <= 390, f"{path} is {wide} px wide: {culprits}"
     page.close()

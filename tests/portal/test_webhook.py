@@ -515,7 +515,8 @@ def test_a_runtime_step_workflow_carries_its_placement_context(demo_run):
     obj = real_step_workflow(demo_run)
 
     context = context_of(obj)
-    assert context["project"] is None
+    # Submitted without a project, the run went to the scientist's only project.
+    assert context["project"] == "eo-demo"
     assert context["unit"]["name"] == "preprocess"
     assert context["unit"]["resources"]["cpu_millicores"] == 8000
     assert context["upstream"] == {"ingest": ["site-a", 20 * GB]}

@@ -45,6 +45,13 @@ class _Children:
         return proc
 
     def stop_all(self, *_: Any) -> None:
+        self.stop()
+        sys.exit(0)
+
+    def stop(self) -> None:
+        """Stop every child started so far (each in its own session, so its children too)."""
+        if not self.procs:
+            return
         self.command.stdout.write("\nStopping the demo ...")
         for _name, proc in reversed(self.procs):
             if proc.poll() is None:
@@ -55,7 +62,7 @@ class _Children:
                 proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-        sys.exit(0)
+        self.procs.clear()
 
     def watch(self) -> None:
         """Until one of them exits: then stop them all."""
@@ -93,8 +100,26 @@ class Command(BaseCommand):
         os.environ["PORTAL_WEBHOOK_TOKEN"] = env["PORTAL_WEBHOOK_TOKEN"]
         if not _port_free(port):
             raise SystemExit(f"port {port} is in use: stop what runs there or pass --port")
+        try:
+            self._start(children, env, var, port, options["time_scale"])
+        except BaseException:
+            # A failed start-up (a bad DATABASE_URL, a port taken meanwhile, Ctrl-C) must not
+            # leave the children already started running, adopted by init.
+            children.stop()
+            raise
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nThe portal is at http://127.0.0.1:{port}/ (API docs: /api/docs/). "
+                "Press Ctrl-C to stop everything."
+            )
+        )
+        children.watch()
+
+    def _start(
+        self, children: _Children, env: dict[str, str], var: Path, port: int, time_scale: float
+    ) -> None:
         if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):
-            _start_sandbox(children, options["time_scale"])
+            _start_sandbox(children, time_scale)
 
         call_command("migrate", interactive=False, verbosity=0)
         call_command("load_demo")
@@ -110,13 +135,6 @@ class Command(BaseCommand):
             "web", [py, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"]
         )
         _wait_for(f"http://127.0.0.1:{port}/healthz", web)
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"\nThe portal is at http://127.0.0.1:{port}/ (API docs: /api/docs/). "
-                "Press Ctrl-C to stop everything."
-            )
-        )
-        children.watch()
 
 
 def _start_sandbox(children: _Children, time_scale: float) -> None:

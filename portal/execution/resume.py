@@ -1,0 +1,80 @@
+"""Resuming a suspended step, as Argo's ``ResumeWorkflow`` (``workflow/util/util.go``) does:
+clear ``spec.suspend``, and mark every active Suspend node Succeeded.
+
+``spec.suspend`` is cleared on karmada-apiserver, which propagates the spec to the member.
+Node status is the member controller's, and Karmada does not propagate status downwards, so
+the suspended nodes are marked on the member's Workflow through Karmada's cluster proxy (a
+pull-mode site has none: the event says to resume it there)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from portal import gateway
+from portal.execution.common import event
+from portal.models import UnitRun
+
+log = logging.getLogger(__name__)
+
+MAX_CONFLICTS = 5
+
+
+def _active_suspend_nodes(wf: dict[str, Any]) -> list[str]:
+    nodes = (wf.get("status") or {}).get("nodes") or {}
+    return [
+        node_id
+        for node_id, node in nodes.items()
+        if isinstance(node, dict)
+        and node.get("type") == "Suspend"
+        and node.get("phase") == "Running"
+    ]
+
+
+def unit_resume(unit: UnitRun, *, by: str) -> bool:
+    """Resume the unit's step workflow. True when something was resumed."""
+    name = unit.workflow_name
+    if not name:
+        return False
+    gateway.patch(gateway.WORKFLOW, name, {"spec": {"suspend": None}})
+    resumed = 0
+    if unit.site:
+        ns = gateway.namespace()
+        for _ in range(MAX_CONFLICTS):
+            try:
+                wf = gateway.member_workflow_get(unit.site, ns, name)
+            except gateway.KarmadaError as exc:
+                event(
+                    unit.run_id,
+                    "resume-partial",
+                    f"{unit.name}: spec.suspend cleared; suspended nodes at {unit.site} not "
+                    f"reachable through Karmada ({exc.message}); resume them on the site",
+                    unit,
+                )
+                return True
+            active = _active_suspend_nodes(wf)
+            if not active:
+                break
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            for node_id in active:
+                node = wf["status"]["nodes"][node_id]
+                message = f"Resumed by: {by}"
+                node["phase"] = "Succeeded"
+                node["message"] = (
+                    f"{node['message']}; {message}" if node.get("message") else message
+                )
+                node["finishedAt"] = now
+            try:
+                gateway.member_workflow_replace(unit.site, ns, name, wf)
+            except gateway.Conflict:
+                continue
+            resumed = len(active)
+            break
+    event(
+        unit.run_id,
+        "resumed",
+        f"{unit.name}: resumed by {by}" + (f" ({resumed} suspended node(s))" if resumed else ""),
+        unit,
+    )
+    return True

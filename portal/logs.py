@@ -1,0 +1,198 @@
+"""A step's logs: which pods an attempt's step workflow ran, and their log read through
+Karmada's cluster proxy, bounded in size and time so a reader never holds a web worker.
+
+Pod names follow Argo (``workflow/util/pod_name.go``, ``GeneratePodName``): with the default
+v2 names a pod is ``<workflow>-<template>-<fnv32a(node name)>`` (the workflow's own name for
+its root node); with v1 names (annotation ``workflows.argoproj.io/pod-name-format: v1``) it is
+the node's id.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from placement.manifests.workflows import step_workflow_name
+from portal import gateway
+from portal.models import UnitRun
+from sites.choices import SyncMode
+from sites.models import Site
+
+POD_NAME_FORMAT = "workflows.argoproj.io/pod-name-format"
+MAX_K8S_NAME = 253
+NAMING_HASH_LEN = 10
+
+
+class LogsNotAvailable(Exception):
+    """Why there is no log to show; the message is for the reader."""
+
+
+def fnv32a(text: str) -> int:
+    h = 0x811C9DC5
+    for byte in text.encode("utf-8"):
+        h ^= byte
+        h = (h * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def argo_pod_name(
+    workflow: str, node_name: str, template: str, node_id: str, version: str = "v2"
+) -> str:
+    """Argo's ``GeneratePodName``."""
+    if version == "v1":
+        return node_id
+    if workflow == node_name:
+        return workflow
+    prefix = f"{workflow}-{template}" if template else workflow
+    limit = MAX_K8S_NAME - NAMING_HASH_LEN - 1
+    return f"{prefix[:limit]}-{fnv32a(node_name)}"
+
+
+@dataclass(frozen=True)
+class PodNode:
+    pod: str
+    node: str  # the node's display name
+    template: str
+    phase: str
+
+
+@dataclass(frozen=True)
+class AttemptPods:
+    site: str
+    workflow: str
+    phase: str
+    pods: tuple[PodNode, ...]
+
+
+def _member_status(workflow: str) -> Mapping[str, Any] | None:
+    """The member Workflow's status as Karmada aggregated it into the ResourceBinding."""
+    try:
+        binding = gateway.get(gateway.RESOURCE_BINDING, f"{workflow}-workflow")
+    except gateway.NotFound:
+        return None
+    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
+    status = (aggregated[0] or {}).get("status") if aggregated else None
+    return status if isinstance(status, Mapping) else None
+
+
+def pods_of(workflow: str, status: Mapping[str, Any], version: str = "v2") -> list[PodNode]:
+    nodes = status.get("nodes") or {}
+    out = []
+    for node_id, node in nodes.items() if isinstance(nodes, Mapping) else []:
+        if not isinstance(node, Mapping) or node.get("type") != "Pod":
+            continue
+        name = str(node.get("name") or node_id)
+        template = str(node.get("templateName") or "")
+        out.append(
+            PodNode(
+                pod=argo_pod_name(
+                    workflow, name, template, str(node.get("id") or node_id), version
+                ),
+                node=str(node.get("displayName") or name),
+                template=template,
+                phase=str(node.get("phase") or ""),
+            )
+        )
+    out.sort(key=lambda p: p.node)
+    return out
+
+
+def attempt_workflow(unit: UnitRun, attempt: int) -> str:
+    if attempt == unit.attempt and unit.workflow_name:
+        return unit.workflow_name
+    return step_workflow_name(unit.run.name, unit.slug, attempt)
+
+
+def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
+    """The pods of one attempt. Raises ``LogsNotAvailable`` saying why there are none."""
+    if attempt == unit.attempt and not unit.workflow_name:
+        raise LogsNotAvailable("This attempt has no step workflow yet: nothing has run.")
+    workflow = attempt_workflow(unit, attempt)
+    if not site:
+        raise LogsNotAvailable("The step workflow is not placed at a site yet.")
+    mode = Site.objects.filter(name=site).values_list("sync_mode", flat=True).first()
+    if mode == SyncMode.PULL:
+        raise LogsNotAvailable(
+            f"Logs not available: {site} is a pull-mode site, and Karmada has no proxy path "
+            "to its pods. Read them on the site (kubectl logs, or the site's Argo UI)."
+        )
+    try:
+        status = _member_status(workflow)
+    except gateway.KarmadaError as exc:
+        raise LogsNotAvailable(f"Logs not available: Karmada did not answer ({exc}).") from exc
+    if status is None:
+        raise LogsNotAvailable(
+            f"Logs not available: the step workflow {workflow} is gone from Karmada "
+            "(an earlier attempt, or the run was cleaned up)."
+        )
+    pods = pods_of(workflow, status)
+    return AttemptPods(
+        site=site, workflow=workflow, phase=str(status.get("phase") or ""), pods=tuple(pods)
+    )
+
+
+def log_chunks(
+    site: str,
+    pod: str,
+    *,
+    container: str = "main",
+    tail: int | None = None,
+    follow: bool = False,
+    max_bytes: int | None = None,
+    max_seconds: float | None = None,
+) -> Iterator[bytes]:
+    """The pod's log in chunks, never more than ``max_bytes`` nor longer than ``max_seconds``
+    (following stops there, with a last line saying so). Raises ``LogsNotAvailable``."""
+    limit = int(max_bytes if max_bytes is not None else settings.PORTAL_LOG_MAX_BYTES)
+    budget = float(max_seconds if max_seconds is not None else settings.PORTAL_LOG_FOLLOW_SECONDS)
+    try:
+        stream = gateway.pod_log(
+            site,
+            gateway.namespace(),
+            pod,
+            container=container,
+            tail_lines=tail,
+            follow=follow,
+            limit_bytes=limit,
+            read_timeout=min(budget, 10.0) if follow else 10.0,
+        )
+    except gateway.LogsUnavailable as exc:
+        raise LogsNotAvailable(
+            f"Logs not available: Karmada's cluster proxy to {site} did not give the pod's log "
+            f"({exc.message})."
+        ) from exc
+    except gateway.KarmadaError as exc:
+        raise LogsNotAvailable(f"Logs not available: Karmada did not answer ({exc}).") from exc
+    return _bounded(stream, limit, budget if follow else None)
+
+
+def _bounded(stream: Iterator[bytes], limit: int, seconds: float | None) -> Iterator[bytes]:
+    deadline = time.monotonic() + seconds if seconds is not None else None
+    sent = 0
+    try:
+        for chunk in stream:
+            if sent + len(chunk) > limit:
+                yield chunk[: limit - sent]
+                yield f"\n[log cut at {limit} bytes]\n".encode()
+                return
+            sent += len(chunk)
+            yield chunk
+            if deadline is not None and time.monotonic() > deadline:
+                yield b"\n[still running: follow again for more]\n"
+                return
+    except gateway.KarmadaError as exc:
+        if deadline is None or "Timeout" not in exc.message:
+            yield f"\n[log stream ended: {exc.message}]\n".encode()
+    finally:
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+
+def log_text(site: str, pod: str, **kwargs: Any) -> str:
+    """The whole (bounded) log as text, undecodable bytes replaced."""
+    return b"".join(log_chunks(site, pod, **kwargs)).decode("utf-8", errors="replace")

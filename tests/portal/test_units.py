@@ -1,0 +1,695 @@
+"""The step panel and the unit's REST endpoints: detail, attempts, logs, resume; the run page's
+events, outputs, group nodes and unit filters."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from portal import gateway, logs
+from portal.choices import RunStatus, UnitPhase
+from portal.models import RunEvent, UnitRun, WorkflowRun
+from sites.choices import SyncMode
+from tests.factories import PlacementDecisionFactory, SiteFactory, UnitRunFactory
+from tests.portal.helpers import make_run
+
+pytestmark = pytest.mark.django_db
+
+HX = {"HTTP_HX_REQUEST": "true"}
+LOG = b"loading tiles\ninference on 4 GPUs\nwrote s3://results/eo/out.zarr\n"
+
+
+@pytest.fixture
+def sites(db: Any) -> None:
+    SiteFactory(name="site-a")
+    SiteFactory(name="site-b")
+    SiteFactory(name="site-c", gpu_allocatable=8)
+    SiteFactory(name="site-p", sync_mode=SyncMode.PULL)
+
+
+@pytest.fixture
+def run(sites: None, scientist: User, project: Any) -> WorkflowRun:
+    run = make_run(
+        scientist,
+        project=project,
+        status=RunStatus.SUCCEEDED,
+        units=[
+            ("ingest", "site-a", UnitPhase.SUCCEEDED, []),
+            ("preprocess", "site-b", UnitPhase.SUCCEEDED, ["ingest"]),
+            ("inference", "site-c", UnitPhase.SUCCEEDED, ["preprocess"]),
+        ],
+    )
+    UnitRun.objects.filter(run=run, name="inference").update(
+        workflow_name=f"{run.name}-inference-1",
+        outputs={
+            "parameters": [{"name": "score", "value": "0.93", "globalName": "best-score"}],
+            "artifacts": [{"name": "tiles", "s3": {"bucket": "results", "key": "eo/out.zarr"}}],
+            "exitCode": "0",
+            "result": "done",
+        },
+        spec={"arguments": {"parameters": [{"name": "model", "value": "unet"}], "artifacts": []}},
+    )
+    return run
+
+
+@pytest.fixture
+def fake_site(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """Karmada answering for a push-mode site: the binding's member status and a pod log."""
+    calls: list[dict[str, Any]] = []
+
+    def member_status(workflow: str) -> dict[str, Any]:
+        return {
+            "phase": "Succeeded",
+            "nodes": {
+                workflow: {"id": workflow, "name": workflow, "type": "Steps", "phase": "Succeeded"},
+                f"{workflow}-1": {
+                    "id": f"{workflow}-1",
+                    "name": f"{workflow}[0].run",
+                    "displayName": "run",
+                    "type": "Pod",
+                    "templateName": "infer",
+                    "phase": "Succeeded",
+                },
+            },
+        }
+
+    def pod_log(site: str, namespace: str, pod: str, **kwargs: Any) -> Iterator[bytes]:
+        calls.append({"site": site, "namespace": namespace, "pod": pod, **kwargs})
+        return iter([LOG[:20], LOG[20:]])
+
+    monkeypatch.setattr(logs, "_member_status", member_status)
+    monkeypatch.setattr(gateway, "pod_log", pod_log)
+    yield calls
+
+
+def panel_url(run: WorkflowRun, key: str) -> str:
+    return reverse("ui-unit-detail", args=[run.pk, key])
+
+
+# --- pod names ------------------------------------------------------------------------------
+
+
+def test_pod_names_follow_argo_v2_and_v1() -> None:
+    # Argo's GeneratePodName: fnv32a of the node name, after "<workflow>-<template>".
+    assert logs.fnv32a("") == 0x811C9DC5
+    assert logs.fnv32a("a") == 0xE40C292C
+    assert logs.argo_pod_name("wf", "wf", "main", "wf") == "wf"
+    assert logs.argo_pod_name("wf", "wf[0].a", "tmpl", "wf-123") == (
+        f"wf-tmpl-{logs.fnv32a('wf[0].a')}"
+    )
+    assert logs.argo_pod_name("wf", "wf[0].a", "tmpl", "wf-123", version="v1") == "wf-123"
+    long = logs.argo_pod_name("w" * 300, "n", "t", "id")
+    assert len(long) <= 253
+
+
+# --- the step panel -------------------------------------------------------------------------
+
+
+def test_the_panel_shows_site_workflow_inputs_outputs_and_decision(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    unit = run.units.get(name="inference")
+    PlacementDecisionFactory(unit=unit, site="site-c", reason="needs GPUs: site-c has 6 free")
+    body = client_for(scientist).get(panel_url(run, "inference"), **HX).content.decode()
+    assert 'id="unit-panel"' in body and "<html" not in body
+    assert "site-c" in body and unit.workflow_name in body
+    assert "unet" in body  # an input parameter
+    assert "0.93" in body and "s3://results/eo/out.zarr" in body and "done" in body
+    assert "needs GPUs: site-c has 6 free" in body
+    assert reverse("ui-unit-logs", args=[run.pk, unit.slug]) in body
+
+
+def test_a_deep_link_opens_the_run_page_with_the_panel(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    body = client_for(scientist).get(panel_url(run, "inference")).content.decode()
+    assert "<html" in body and 'id="unit-panel"' in body and 'id="run-live"' in body
+
+
+def test_a_member_sees_the_panel_and_an_outsider_gets_404(
+    run: WorkflowRun, client_for: Any, member: User, outsider: User
+) -> None:
+    assert client_for(member).get(panel_url(run, "inference"), **HX).status_code == 200
+    assert client_for(outsider).get(panel_url(run, "inference"), **HX).status_code == 404
+    logs_url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    assert client_for(outsider).get(logs_url, **HX).status_code == 404
+
+
+def test_an_unknown_unit_is_404(run: WorkflowRun, client_for: Any, scientist: User) -> None:
+    assert client_for(scientist).get(panel_url(run, "nope"), **HX).status_code == 404
+
+
+def test_the_panel_reads_the_log_through_the_cluster_proxy(
+    run: WorkflowRun, client_for: Any, scientist: User, fake_site: list[dict[str, Any]]
+) -> None:
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "inference on 4 GPUs" in body
+    wf = f"{run.name}-inference-1"
+    assert fake_site[0]["site"] == "site-c"
+    assert fake_site[0]["pod"] == f"{wf}-infer-{logs.fnv32a(f'{wf}[0].run')}"
+    assert fake_site[0]["container"] == "main"
+    assert 'data-live="false"' in body  # a finished step is not polled
+
+
+def test_a_pull_mode_site_says_logs_are_not_available(
+    run: WorkflowRun, client_for: Any, scientist: User, fake_site: list[dict[str, Any]]
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "Logs not available" in body and "pull-mode" in body
+    assert fake_site == []  # nothing asked of Karmada
+
+
+def test_a_unit_not_started_has_no_log_yet(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(
+        workflow_name="", phase=UnitPhase.PENDING
+    )
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "no step workflow yet" in body
+
+
+def test_a_waiting_unit_says_what_it_waits_for(
+    sites: None, scientist: User, client_for: Any
+) -> None:
+    run = make_run(scientist)  # preprocess running, inference pending after it
+    body = client_for(scientist).get(panel_url(run, "inference"), **HX).content.decode()
+    assert "Waiting for preprocess to finish." in body
+
+
+# --- attempts -------------------------------------------------------------------------------
+
+
+def _failed_over(run: WorkflowRun) -> UnitRun:
+    unit = run.units.get(name="preprocess")
+    record = unit.attempt_record(ended="failed over", why="site site-b not ready")
+    UnitRun.objects.filter(pk=unit.pk).update(attempt=2, site="site-a")
+    RunEvent.objects.create(
+        run=run,
+        unit=unit,
+        kind="failover",
+        message="preprocess: site site-b not ready; attempt 2 at site-a",
+        data={"ended_attempt": record},
+    )
+    return UnitRun.objects.get(pk=unit.pk)
+
+
+def test_every_attempt_is_shown_and_the_failed_over_one_says_why(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    _failed_over(run)
+    client = client_for(scientist)
+    body = client.get(panel_url(run, "preprocess"), **HX).content.decode()
+    attempts = re.search(r'<ol class="attempts">(.*?)</ol>', body, re.S)
+    assert attempts is not None
+    assert "#1" in attempts.group(1) and "#2" in attempts.group(1)
+    assert "failed over: site site-b not ready" in attempts.group(1)
+    page = client.get(reverse("ui-run-detail", args=[run.pk])).content.decode()
+    # The graph keeps the lost attempt as a greyed card, the timeline as a greyed bar.
+    assert 'class="ghost"' in page and "attempt 1 at site-b: failed over" in page
+    assert "bar phase-Succeeded ended" in page or "ended" in page
+
+
+def test_the_api_gives_every_attempt_numbered_consecutively(
+    run: WorkflowRun, api_client_for: Any, scientist: User
+) -> None:
+    _failed_over(run)
+    url = f"/api/v1/runs/{run.pk}/units/preprocess/"
+    data = api_client_for(scientist).get(url).json()
+    assert [a["number"] for a in data["attempts"]] == [1, 2]
+    assert data["attempts"][0]["ended"] == "failed over"
+    assert data["attempts"][0]["site"] == "site-b"
+    assert data["attempts"][1]["site"] == "site-a"
+
+
+# --- REST -----------------------------------------------------------------------------------
+
+
+def test_the_api_unit_detail_has_inputs_outputs_and_decision(
+    run: WorkflowRun, api_client_for: Any, scientist: User
+) -> None:
+    PlacementDecisionFactory(unit=run.units.get(name="inference"), site="site-c")
+    data = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/inference/").json()
+    assert data["site"] == "site-c" and data["phase"] == "Succeeded"
+    assert data["inputs"]["parameters"][0]["value"] == "unet"
+    assert data["outputs"]["result"] == "done"
+    assert data["decision"]["site"] == "site-c"
+    assert data["namespace"]
+
+
+def test_the_api_unit_endpoints_check_the_run_permission(
+    run: WorkflowRun, outsider_api: APIClient, api_client: APIClient
+) -> None:
+    for suffix in ("", "logs/"):
+        url = f"/api/v1/runs/{run.pk}/units/inference/{suffix}"
+        assert outsider_api.get(url).status_code == 404
+        assert api_client.get(url).status_code in (401, 403)
+
+
+def test_the_api_logs_are_text(
+    run: WorkflowRun, api_client_for: Any, scientist: User, fake_site: list[dict[str, Any]]
+) -> None:
+    client = api_client_for(scientist)
+    answer = client.get(f"/api/v1/runs/{run.pk}/units/inference/logs/?tail=2&container=init")
+    assert answer.status_code == 200
+    assert answer["Content-Type"].startswith("text/plain")
+    assert answer.content == LOG
+    assert fake_site[0]["tail_lines"] == 2 and fake_site[0]["container"] == "init"
+
+
+def test_the_api_logs_follow_streams_and_is_bounded(
+    run: WorkflowRun,
+    api_client_for: Any,
+    scientist: User,
+    fake_site: list[dict[str, Any]],
+    settings: Any,
+) -> None:
+    settings.PORTAL_LOG_MAX_BYTES = 25
+    client = api_client_for(scientist)
+    url = f"/api/v1/runs/{run.pk}/units/inference/logs/?follow=1"
+    answer = client.get(url)
+    assert answer.status_code == 200
+    assert b"log cut at 25 bytes" in answer.content
+    # A finished step is not followed: the log is read once.
+    assert fake_site[0]["follow"] is False
+    UnitRun.objects.filter(run=run, name="inference").update(phase=UnitPhase.RUNNING)
+    answer = client.get(url)
+    assert answer.status_code == 200 and answer.streaming
+    text = b"".join(answer.streaming_content)
+    assert text.startswith(LOG[:25]) and b"log cut at 25 bytes" in text
+    assert fake_site[1]["follow"] is True and fake_site[1]["limit_bytes"] == 25
+
+
+@pytest.mark.parametrize(
+    "query,path",
+    [("attempt=x", "attempt"), ("attempt=7", "attempt"), ("tail=-1", "tail"), ("tail=z", "tail")],
+)
+def test_the_api_logs_refuse_bad_parameters_with_the_path(
+    run: WorkflowRun, api_client_for: Any, scientist: User, query: str, path: str
+) -> None:
+    answer = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/inference/logs/?{query}")
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["path"] == path
+
+
+def test_the_api_logs_say_why_when_not_available(
+    run: WorkflowRun, api_client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
+    answer = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/inference/logs/")
+    assert answer.status_code == 404 and "pull-mode" in answer.json()["detail"]
+
+
+def test_the_schema_has_the_unit_and_logs_endpoints(api_client: APIClient) -> None:
+    schema = api_client.get("/api/schema/?format=json").json()
+    paths = schema["paths"]
+    assert "/api/v1/runs/{id}/units/{name}/" in paths
+    assert "/api/v1/runs/{id}/units/{name}/logs/" in paths
+    assert "/api/v1/runs/{id}/resume/" in paths
+    assert (
+        "text/plain"
+        in paths["/api/v1/runs/{id}/units/{name}/logs/"]["get"]["responses"]["200"]["content"]
+    )
+
+
+def test_the_logs_view_against_the_sandbox_reads_or_says_why(
+    run: WorkflowRun, client_for: Any, scientist: User, sandbox: Any, settings: Any
+) -> None:
+    """Against the sandbox over HTTP: a log where the sandbox serves the proxy path, else the
+    clear "not available" message (never an error page)."""
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    gateway.reset()
+    try:
+        url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+        answer = client_for(scientist).get(url, **HX)
+    finally:
+        gateway.reset()
+    assert answer.status_code == 200
+    body = answer.content.decode()
+    assert "Logs not available" in body or '<pre class="log-text"' in body
+
+
+# --- the run page ---------------------------------------------------------------------------
+
+
+def test_the_run_page_shows_outputs_events_and_clickable_nodes(
+    run: WorkflowRun, client_for: Any, scientist: User, api_client_for: Any
+) -> None:
+    RunEvent.objects.create(run=run, kind="failover-blocked", message="no other site for x")
+    body = client_for(scientist).get(reverse("ui-run-detail", args=[run.pk])).content.decode()
+    assert 'id="run-outputs"' in body and "best-score" in body and "0.93" in body
+    assert 'id="run-events"' in body and "no other site for x" in body
+    assert f'href="/runs/{run.pk}/units/inference/"' in body
+    assert 'id="unit-panel-slot"' in body
+    data = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/").json()
+    assert data["outputs"]["parameters"] == [{"name": "best-score", "value": "0.93"}]
+    assert data["outputs"]["final"][0]["unit"] == "inference"
+
+
+def test_the_legend_has_an_entry_for_every_phase_drawn(
+    sites: None, scientist: User, client_for: Any
+) -> None:
+    run = make_run(
+        scientist,
+        units=[
+            ("a", "site-a", UnitPhase.FAILED, []),
+            ("b", "site-a", UnitPhase.OMITTED, ["a"]),
+            ("c", "site-a", UnitPhase.ERROR, []),
+        ],
+    )
+    body = client_for(scientist).get(reverse("ui-run-detail", args=[run.pk])).content.decode()
+    legend = re.search(r'<ul class="legend".*?</ul>', body, re.S)
+    assert legend is not None
+    for phase in ("Failed", "Omitted", "Error"):
+        assert f"outline phase-{phase}" in legend.group(0)
+
+
+def _fan_out(owner: User, items: int) -> WorkflowRun:
+    run = make_run(owner, units=[("prepare", "site-a", UnitPhase.SUCCEEDED, [])])
+    rows = [
+        UnitRunFactory.build(
+            run=run,
+            name=f"process({i}:{i})",
+            slug=f"process-{i}",
+            position=i + 1,
+            upstream=["prepare"],
+            planned_site="site-b" if i % 3 else "site-c",
+            phase=UnitPhase.SUCCEEDED if i % 5 else UnitPhase.RUNNING,
+            spec={"task": "process", "item_index": i},
+        )
+        for i in range(items)
+    ]
+    rows.append(
+        UnitRunFactory.build(
+            run=run,
+            name="report",
+            position=items + 1,
+            upstream=[r.name for r in rows],
+            planned_site="site-a",
+        )
+    )
+    UnitRun.objects.bulk_create(rows)
+    return run
+
+
+def test_a_big_fan_out_is_one_group_node_with_counts_and_expands(
+    sites: None, scientist: User, client_for: Any
+) -> None:
+    run = _fan_out(scientist, 500)
+    client = client_for(scientist)
+    body = client.get(reverse("ui-run-detail", args=[run.pk])).content.decode()
+    svg = re.search(r"<svg class=\"dag.*?</svg>", body, re.S)
+    assert svg is not None
+    assert svg.group(0).count('class="node ') < 50
+    assert 'data-items="500"' in svg.group(0)
+    assert "site-b 333" in body and "site-c 167" in body  # per-site counts
+    assert "Running 100" in body and "Succeeded 400" in body  # per-phase counts
+    expanded = client.get(
+        reverse("ui-run-live", args=[run.pk]) + "?expand=process", **HX
+    ).content.decode()
+    svg = re.search(r"<svg class=\"dag.*?</svg>", expanded, re.S)
+    assert svg is not None and svg.group(0).count('class="node ') == 502
+
+
+def test_the_units_table_filters_by_phase_and_site_and_pages(
+    sites: None, scientist: User, client_for: Any
+) -> None:
+    run = _fan_out(scientist, 120)
+    client = client_for(scientist)
+    live = reverse("ui-run-live", args=[run.pk])
+    body = client.get(f"{live}?phase=Running&site=site-c", **HX).content.decode()
+    rows = re.findall(r'<a class="unit-name"[^>]*>([^<]+)</a>', body)
+    assert rows and all(name.startswith("process(") for name in rows)
+    assert len(rows) == len({i for i in range(120) if i % 5 == 0 and i % 3 == 0})
+    page2 = client.get(f"{live}?site=site-b&page=2", **HX).content.decode()
+    assert "Units 51\u201380 of 80" in page2
+    assert "site=site-b&amp;page=1" in page2  # the pager keeps the filter
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def suspended(sites: None, scientist: User, project: Any) -> WorkflowRun:
+    run = make_run(scientist, project=project)
+    run.compiled = {"templates": {"approve": {"name": "approve", "suspend": {}}}}
+    run.save(update_fields=["compiled"])
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        template="approve", spec={"templates": ["approve"]}, workflow_name=f"{run.name}-pp-1"
+    )
+    return run
+
+
+def test_a_suspended_step_shows_waiting_for_approval_and_a_resume_button(
+    suspended: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    body = client_for(scientist).get(panel_url(suspended, "preprocess"), **HX).content.decode()
+    assert "Waiting for approval" in body
+    assert reverse("ui-run-resume", args=[suspended.pk]) in body
+
+
+def test_resume_over_rest_enqueues_the_resume(
+    suspended: WorkflowRun,
+    api_client_for: Any,
+    scientist: User,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from portal import tasks
+
+    sent: list[tuple[int, str]] = []
+    monkeypatch.setattr(tasks.unit_resume, "delay", lambda pk, by: sent.append((pk, by)))
+    client = api_client_for(scientist)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(
+            f"/api/v1/runs/{suspended.pk}/resume/", {"node": "preprocess"}, format="json"
+        )
+    assert answer.status_code == 200, answer.content
+    unit = suspended.units.get(name="preprocess")
+    assert sent == [(unit.pk, scientist.username)]
+    assert suspended.events.filter(kind="resume-requested").exists()
+
+
+def test_resume_refuses_an_unknown_or_idle_step(
+    suspended: WorkflowRun, api_client_for: Any, scientist: User, outsider_api: APIClient
+) -> None:
+    client = api_client_for(scientist)
+    url = f"/api/v1/runs/{suspended.pk}/resume/"
+    answer = client.post(url, {"node": "nope"}, format="json")
+    assert answer.status_code == 400 and answer.json()["errors"][0]["path"] == "node"
+    assert client.post(url, {"node": "inference"}, format="json").status_code == 409
+    assert outsider_api.post(url, {}, format="json").status_code == 404
+
+
+def test_resume_clears_suspend_and_marks_suspended_nodes(
+    suspended: WorkflowRun, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from portal.execution import resume
+
+    patched: list[Any] = []
+    replaced: list[dict[str, Any]] = []
+    member = {
+        "metadata": {"resourceVersion": "7"},
+        "status": {
+            "nodes": {
+                "n1": {"type": "Suspend", "phase": "Running"},
+                "n2": {"type": "Pod", "phase": "Running"},
+            }
+        },
+    }
+    monkeypatch.setattr(gateway, "patch", lambda *a, **k: patched.append(a) or {})
+    monkeypatch.setattr(gateway, "member_workflow_get", lambda *a: member)
+    monkeypatch.setattr(gateway, "member_workflow_replace", lambda *a: replaced.append(a[3]) or {})
+    unit = suspended.units.get(name="preprocess")
+    assert resume.unit_resume(unit, by="alice")
+    assert patched[0][2] == {"spec": {"suspend": None}}
+    nodes = replaced[0]["status"]["nodes"]
+    assert nodes["n1"]["phase"] == "Succeeded" and "Resumed by: alice" in nodes["n1"]["message"]
+    assert nodes["n2"]["phase"] == "Running"
+    assert suspended.events.filter(kind="resumed").exists()
+
+
+# --- small things the issue names -----------------------------------------------------------
+
+
+def test_the_admin_offers_no_add_site(client_for: Any, superuser: User) -> None:
+    client: Client = client_for(superuser)
+    assert client.get("/admin/sites/site/add/").status_code == 403
+    body = client.get("/admin/sites/site/").content.decode()
+    assert "/admin/sites/site/add/" not in body
+    assert "joins Karmada" in body
+
+
+# --- preview and submission -----------------------------------------------------------------
+
+EO = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
+
+
+def test_the_preview_lists_losing_sites_and_why(
+    sites: None, scientist: User, client_for: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = {
+        "units": [
+            {
+                "name": "inference",
+                "template": "inference",
+                "depends": "",
+                "timing": "submit",
+                "site": "site-c",
+                "reason": "GPUs",
+                "candidates": [
+                    {
+                        "site": "site-a",
+                        "eligible": False,
+                        "why": "no GPU",
+                        "score": None,
+                        "bytes_to_move": 0,
+                        "est_transfer_s": 0,
+                    },
+                    {
+                        "site": "site-c",
+                        "eligible": True,
+                        "why": "",
+                        "score": 0.9,
+                        "bytes_to_move": 2**30,
+                        "est_transfer_s": 3,
+                    },
+                ],
+            }
+        ]
+    }
+    monkeypatch.setattr("portal.services.workflow_preview", lambda **kw: plan)
+    body = (
+        client_for(scientist)
+        .post(reverse("ui-submit-preview"), {"manifest": EO.read_text()}, **HX)
+        .content.decode()
+    )
+    details = re.search(r'<details class="decision candidates-of">.*?</details>', body, re.S)
+    assert details is not None
+    assert "Why not elsewhere" in details.group(0) and "1 other site" in details.group(0)
+    assert "no GPU" in details.group(0) and "(chosen)" in details.group(0)
+    assert "1.0 GiB" in details.group(0)  # binary units, as everywhere
+
+
+def test_an_enum_parameter_refuses_other_values_over_rest(
+    sites: None, scientist: User, api_client_for: Any
+) -> None:
+    client = api_client_for(scientist)
+    body = {"manifest": EO.read_text(), "arguments": {"model": "not-a-model"}}
+    answer = client.post("/api/v1/runs/preview/", body, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["path"] == "arguments.model"
+    written = EO.read_text().replace("value: cloud-segmentation-v3", "value: other-model")
+    answer = client.post("/api/v1/runs/", written, content_type="application/yaml")
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["path"] == "spec.arguments.parameters[1].value"
+
+
+def test_an_enum_parameter_refuses_other_values_in_the_form(
+    sites: None, scientist: User, client_for: Any
+) -> None:
+    data = {"manifest": EO.read_text(), "param-model": "not-a-model"}
+    body = client_for(scientist).post(reverse("ui-submit-preview"), data, **HX).content.decode()
+    assert "not-a-model" in body and "Placement preview" not in body
+
+
+def test_the_project_defaults_to_the_users_only_project(
+    sites: None, scientist: User, project: Any, client_for: Any, api_client_for: Any
+) -> None:
+    page = client_for(scientist).get(reverse("ui-submit")).content.decode()
+    assert re.search(rf'<option value="{project.name}" selected>', page)
+    assert "(no project)" not in page
+    answer = api_client_for(scientist).post(
+        "/api/v1/runs/", EO.read_text(), content_type="application/yaml"
+    )
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["project"] == project.name
+
+
+def test_run_demo_stops_what_it_started_when_start_up_fails(
+    tmp_path: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    from portal.management.commands import run_demo
+
+    settings.VAR_DIR = tmp_path
+    started: list[Any] = []
+
+    def failing_start(self: Any, children: Any, *args: Any) -> None:
+        started.append(
+            children.start("sandbox", [sys.executable, "-c", "import time; time.sleep(60)"])
+        )
+        raise SystemExit("bad DATABASE_URL")
+
+    monkeypatch.setattr(run_demo.Command, "_start", failing_start)
+    monkeypatch.setattr(run_demo.signal, "signal", lambda *a: None)
+    command = run_demo.Command(stdout=io.StringIO(), stderr=io.StringIO())
+    with pytest.raises(SystemExit, match="bad DATABASE_URL"):
+        command.handle(port=run_demo.SANDBOX_PORT + 200, time_scale=1.0)
+    assert started and started[0].poll() is not None  # the child is gone, not adopted by init
+
+
+def test_the_run_page_shows_waiting_for_approval_and_resume_posts(
+    suspended: WorkflowRun,
+    client_for: Any,
+    scientist: User,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from portal import tasks
+
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.unit_resume, "delay", lambda pk, by: sent.append(pk))
+    client = client_for(scientist)
+    body = client.get(reverse("ui-run-detail", args=[suspended.pk])).content.decode()
+    assert "Waiting for approval:" in body and "Resume preprocess" in body
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(reverse("ui-run-resume", args=[suspended.pk]), {"node": "preprocess"})
+    assert answer.status_code == 302 and answer["Location"].endswith("/units/preprocess/")
+    assert sent == [suspended.units.get(name="preprocess").pk]
+    # Someone who may not see the run cannot resume it.
+    outsider_answer = client_for(User.objects.create_user("nosy", password="x")).post(
+        reverse("ui-run-resume", args=[suspended.pk]), {"node": "preprocess"}
+    )
+    assert outsider_answer.status_code == 404
+
+
+def test_the_panel_shows_inputs_resolved_from_upstream_outputs(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="ingest").update(
+        outputs={
+            "parameters": [{"name": "tile-count", "value": "42"}],
+            "artifacts": [{"name": "tiles", "s3": {"bucket": "site-a-art", "key": "t.tgz"}}],
+        }
+    )
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        spec={
+            "arguments": {
+                "parameters": [
+                    {
+                        "name": "tile-count",
+                        "value": "{{tasks.ingest.outputs.parameters.tile-count}}",
+                    }
+                ],
+                "artifacts": [
+                    {"name": "tiles", "from": "{{tasks.ingest.outputs.artifacts.tiles}}"}
+                ],
+            }
+        }
+    )
+    body = client_for(scientist).get(panel_url(run, "preprocess"), **HX).content.decode()
+    assert ">42</code>" in body and "s3://site-a-art/t.tgz" in body

@@ -37,9 +37,11 @@ class Site(models.Model):
     """One Karmada member cluster; ``name`` is the Karmada Cluster name.
 
     Capacity figures come from the Cluster's ``status.resourceSummary`` (CPU in millicores,
-    memory in bytes). ``overrides`` is set by the site's operators and compiled into the site's
-    OverridePolicy: ``{"artifact_repository": {...}, "gpu_node_selector": {...},
-    "image_registry_mirror": "registry.example.org"}``.
+    memory in bytes); ``*_allocated`` counts Karmada's ``allocated`` plus ``allocating`` (pods
+    created but not yet scheduled hold their requests too), so free is
+    ``allocatable - allocated - allocating``. ``overrides`` is set by the site's operators and
+    compiled into the site's OverridePolicy: ``{"artifact_repository": {...},
+    "gpu_node_selector": {...}, "image_registry_mirror": "registry.example.org"}``.
     """
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
@@ -64,6 +66,10 @@ class Site(models.Model):
     pods_allocatable = models.IntegerField(default=0)
     pods_allocated = models.IntegerField(default=0)
     last_sync = models.DateTimeField(null=True, blank=True)
+    policy_error = models.TextField(
+        blank=True,
+        help_text="why the last sync could not write this site's policies (empty: in step)",
+    )
     operators = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="operated_sites", blank=True
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -32,10 +35,39 @@ def _parse_time(value: Any) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) and value else None
 
 
+class NodeStatusUnreadable(ValueError):
+    """The member's Workflow status has no node status the portal can read."""
+
+
+def nodes_of(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A Workflow status's nodes: ``status.nodes``, else ``status.compressedNodes`` (Argo
+    compresses large node maps: base64 of gzipped JSON, ``util/file`` CompressEncodeString).
+    Raises ``NodeStatusUnreadable`` when the member offloaded them to its own database
+    (``offloadNodeStatusVersion``): no one outside that site can read them."""
+    nodes = status.get("nodes")
+    if isinstance(nodes, dict) and nodes:
+        return nodes
+    compressed = status.get("compressedNodes")
+    if isinstance(compressed, str) and compressed:
+        try:
+            decoded = json.loads(gzip.decompress(base64.b64decode(compressed)))
+        except (ValueError, OSError, EOFError) as exc:
+            raise NodeStatusUnreadable(f"compressedNodes cannot be decoded: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise NodeStatusUnreadable("compressedNodes is not a map of nodes")
+        return decoded
+    version = status.get("offloadNodeStatusVersion")
+    if version:
+        raise NodeStatusUnreadable(
+            f"node status offloaded to the member's database (offloadNodeStatusVersion {version})"
+        )
+    return {}
+
+
 def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     """The step workflow's outputs: its root node's (Argo keys the root node by the
     workflow's name), else the entrypoint node's."""
-    nodes = status.get("nodes") or {}
+    nodes = nodes_of(status)
     root = nodes.get(name) if isinstance(nodes, dict) else None
     if not isinstance(root, dict) and isinstance(nodes, dict):
         root = next(
@@ -94,12 +126,22 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     finished = _parse_time(member.get("finishedAt"))
     if started:
         fields["started_at"] = started
-    if phase in FINAL_UNIT:
-        fields["finished_at"] = finished or timezone.now()
-        fields["outputs"] = _outputs_of(name, member)
     message = (
         str(member.get("message") or "") if phase in (UnitPhase.FAILED, UnitPhase.ERROR) else ""
     )
+    if phase in FINAL_UNIT:
+        fields["finished_at"] = finished or timezone.now()
+        try:
+            fields["outputs"] = _outputs_of(name, member)
+        except NodeStatusUnreadable as exc:
+            # Its outputs are lost to the portal: a success it cannot read is no success.
+            site_name = site or unit.site or "its site"
+            phase = UnitPhase.ERROR
+            message = (
+                f"{site_name}: {exc}; the portal cannot read this step's outputs. "
+                f"Turn off Argo's nodeStatusOffLoad at {site_name}."
+            )
+            log.error("%s: %s", name, message)
     if phase == UnitPhase.PENDING:
         return None
     changed = state.unit_move(unit, phase, message=message, **fields)

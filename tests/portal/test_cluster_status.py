@@ -1,4 +1,5 @@
-"""Site figures read from Karmada's Cluster status (issue #17, items 8 and 9)."""
+"""What the portal reads back from Karmada (issue #17, items 8 and 9): free capacity from a
+Cluster's status, a member Workflow's nodes in any of Argo's formats."""
 
 from __future__ import annotations
 
@@ -55,3 +56,62 @@ def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_a
         assert site.cpu_free == max(
             milli["allocatable"] - milli["allocated"] - milli["allocating"], 0
         )
+
+
+def _binding(name: str, member: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "spec": {"resource": {"kind": "Workflow", "name": name}, "clusters": [{"name": "site-b"}]},
+        "status": {"aggregatedStatus": [{"clusterName": "site-b", "status": member}]},
+    }
+
+
+def _finished_member(**status: Any) -> dict[str, Any]:
+    return {
+        "phase": "Succeeded",
+        "startedAt": "2026-12-03T07:00:00Z",
+        "finishedAt": "2026-12-03T07:05:00Z",
+        **status,
+    }
+
+
+def _preprocess(scientist: Any) -> Any:
+    from portal.models import UnitRun
+    from tests.portal.helpers import make_run
+
+    run = make_run(scientist)
+    unit = run.units.get(name="preprocess")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-preprocess")
+    return run.units.get(name="preprocess")
+
+
+def test_outputs_are_read_from_compressed_nodes(scientist: Any) -> None:
+    import base64
+    import gzip
+    import json
+
+    unit = _preprocess(scientist)
+    nodes = {
+        unit.workflow_name: {
+            "id": unit.workflow_name,
+            "outputs": {"parameters": [{"name": "tiles", "value": "42"}]},
+        }
+    }
+    packed = base64.b64encode(gzip.compress(json.dumps(nodes).encode())).decode()
+    execution.binding_observe(
+        _binding(unit.workflow_name, _finished_member(compressedNodes=packed))
+    )
+    unit.refresh_from_db()
+    assert unit.phase == "Succeeded"
+    assert unit.outputs["parameters"] == [{"name": "tiles", "value": "42"}]
+
+
+def test_a_member_that_offloads_node_status_ends_the_unit_in_error_naming_it(
+    scientist: Any,
+) -> None:
+    unit = _preprocess(scientist)
+    member = _finished_member(offloadNodeStatusVersion="fnv:1234")
+    execution.binding_observe(_binding(unit.workflow_name, member))
+    unit.refresh_from_db()
+    assert unit.phase == "Error"
+    assert "site-b" in unit.message
+    assert "offloadNodeStatusVersion" in unit.message

@@ -77,6 +77,12 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     return outputs
 
 
+def _ran_again(unit: UnitRun, member: Mapping[str, Any]) -> bool:
+    """The member reports a run that started after the recorded one ended."""
+    started = _parse_time(member.get("startedAt"))
+    return bool(started and unit.finished_at and started > unit.finished_at)
+
+
 def _bound_workflow(binding: Mapping[str, Any]) -> str:
     """The name of the Workflow a ResourceBinding binds ('' for any other kind)."""
     resource = (binding.get("spec") or {}).get("resource") or {}
@@ -119,7 +125,21 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     if not isinstance(member, dict):
         return None
     phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)
-    if phase is None or phase == unit.phase or unit.phase in FINAL_UNIT:
+    if unit.phase in FINAL_UNIT:
+        if phase is not None and (phase != unit.phase or _ran_again(unit, member)):
+            # A member deleted its finished copy and Karmada re-created it from its Work, or
+            # an attempt ran twice: the recorded outcome stands, this one is not counted.
+            log.warning(
+                "%s: ignored a re-run of an already recorded attempt %s at %s (now %s, "
+                "recorded %s)",
+                name,
+                unit.attempt,
+                site or "?",
+                member.get("phase"),
+                unit.phase,
+            )
+        return None
+    if phase is None or phase == unit.phase:
         return None
     fields: dict[str, Any] = {}
     started = _parse_time(member.get("startedAt"))

@@ -17,6 +17,7 @@ from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.common import event
+from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
 
@@ -88,9 +89,10 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         try:
             gateway.delete(gateway.WORKFLOW, old_name)
         except gateway.KarmadaError as exc:
-            # The site or Karmada is unreachable: the old attempt's labels no longer match a
-            # unit, so whatever it reports later is ignored.
+            # Karmada is unreachable: the old attempt's name no longer matches the unit, so
+            # whatever it reports later is ignored, and the resync deletes it then.
             log.info("could not delete %s after failover: %s", old_name, exc)
+            superseded_remember(unit, old_name)
     return True
 
 

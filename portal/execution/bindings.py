@@ -202,7 +202,12 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         # A webhook decision may still be queued: do not call it the fallback policy's.
         log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)
     elif not had_decision:
-        reason = "fallback policy: Karmada chose a ready site (the placement webhook did not)"
+        reason = (
+            f"fallback site: the placement webhook did not answer; {site} was chosen by the "
+            "worker when the step was created, as a site satisfying every hard constraint"
+            if unit.timing == UnitTiming.RUNTIME
+            else "fallback policy: Karmada chose a ready site (the placement webhook did not)"
+        )
         PlacementDecision.objects.create(
             run_id=unit.run_id,
             unit=unit,

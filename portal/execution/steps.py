@@ -10,9 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from placement import codec, manifests
+from placement import codec, manifests, planner
 from placement.context import context_annotation
 from placement.parser import ParsedWorkflow
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, event, sites_state
@@ -116,6 +117,33 @@ def step_workflow_for(
     return body
 
 
+WAITING = "waiting:"
+
+
+class NoEligibleSite(Exception):
+    """No site satisfies the unit's hard constraints now: it waits unsubmitted."""
+
+
+def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> str:
+    """Where a runtime unit goes if the webhook cannot answer: the planner's choice from the
+    newest state among the sites that satisfy every hard constraint (residency, hardware,
+    pins, cordons, readiness); free capacity is a preference here, not a filter, since the
+    unit may wait in the site's queue. Raises ``NoEligibleSite`` with the planner's reason."""
+    upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
+    decision = planner.decide(
+        codec.unit_from_dict(unit.spec),
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project_id and run.project else None,
+        upstream_sites=upstream,
+        timing="runtime",
+    )
+    if decision.site is None:
+        raise NoEligibleSite(decision.reason)
+    return decision.site
+
+
 def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
     have = (obj.get("metadata") or {}).get("labels") or {}
     return (
@@ -138,6 +166,14 @@ def submit_unit(
     except manifests.Unresolved as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
         return False
+    if not unit.site:
+        # A runtime step must never land where it must not, even with the webhook down.
+        try:
+            fallback = fallback_site(run, unit, units)
+        except NoEligibleSite as exc:
+            _wait_for_a_site(run, unit, str(exc))
+            return True
+        body["metadata"]["labels"][labels.key(labels.FALLBACK_SITE)] = fallback
     name = body["metadata"]["name"]
     try:
         gateway.create(gateway.WORKFLOW, body)
@@ -155,7 +191,23 @@ def submit_unit(
         pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
     ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now())
     if claimed:
+        if unit.reason.startswith(WAITING):
+            unit.reason = "placed at runtime"
+            UnitRun.objects.filter(pk=unit.pk).update(reason=unit.reason)
         unit.workflow_name = name
         where = f"at {unit.site}" if unit.site else "for runtime placement"
         event(run.pk, "unit-submitted", f"{unit.name}: step workflow {name} created {where}", unit)
     return True
+
+
+def _wait_for_a_site(run: WorkflowRun, unit: UnitRun, why: str) -> None:
+    """Leave the unit Pending and unsubmitted, saying why; the resync advances the run again
+    (``stale_runs``) and the next attempt to submit decides from the newest state."""
+    reason = f"{WAITING} no site satisfies its hard constraints now ({why})"
+    if unit.reason == reason:
+        return
+    unit.reason = reason
+    UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt).update(
+        reason=reason, updated_at=timezone.now()
+    )
+    event(run.pk, "unit-waiting", f"{unit.name}: {reason}", unit)

@@ -24,6 +24,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Decision, Plan
 from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.reservations import reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.planner.scoring import _best
 from placement.planner.table import _Table
@@ -88,11 +89,19 @@ def plan(
             ups = {u: where[u] for u in unit.upstream if u in where}
             d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
             decisions.append(d)
+            if d.site is not None and _requests(unit.resources):
+                # The next unit sees this one's requests taken (reservations.py).
+                fleet = reserve(fleet, d.site, unit.resources)
+                ctx = _Context(fleet, ctx.rulebook, ctx.data, project)
             # Later units plan with the site a runtime decision would choose today.
             planned = d.site or d.runtime_hint
             if planned is not None and unit.name not in where:
                 where[unit.name] = Upstream(planned)
     return Plan(tuple(decisions))
+
+
+def _requests(r: Resources) -> bool:
+    return bool(r.cpu_millicores or r.memory_bytes or r.gpus)
 
 
 @contextmanager

@@ -53,6 +53,7 @@ from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
 from portal.admission.queue import decision_entry, decision_record
 from portal.models import UnitRun, WorkflowTemplate
+from portal.selectors import fleet_with_holds
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ def snapshot_get() -> Snapshot:
         if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
             return snap
         snap = Snapshot(
-            fleet=fleet_state(),
+            # What other runs placed and no member reports yet counts as taken.
+            fleet=fleet_with_holds(fleet_state()),
             rules=planner.RuleBook(rule_inputs()),
             datasets=planner.DataCatalogue(dataset_inputs()),
             taken_at=time.monotonic(),

@@ -19,6 +19,7 @@ from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, Un
 from portal.execution.common import event
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.selectors import fleet_with_holds
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
     upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
     decision = planner.decide(
         spec,
-        fleet_state(),
+        fleet_with_holds(fleet_state()),
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,

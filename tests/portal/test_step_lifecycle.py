@@ -37,7 +37,7 @@ def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSer
         gateway.reset()
 
 
-def one_step(sandbox: SandboxServer, **spec: Any) -> str:
+def one_step(sandbox: SandboxServer, duration: str = "1s", **spec: Any) -> str:
     """A one-step workflow that reads the demo's dataset (so it is placed at site-a at
     submission) and prints a result."""
     return yaml.safe_dump(
@@ -54,7 +54,7 @@ def one_step(sandbox: SandboxServer, **spec: Any) -> str:
                         "metadata": {
                             "annotations": {
                                 "portal.multisite.io/datasets": "sentinel2-l1c",
-                                sandbox.annotation("duration"): "1s",
+                                sandbox.annotation("duration"): duration,
                                 sandbox.annotation("result"): "done",
                             }
                         },
@@ -93,9 +93,9 @@ def member_copy(sandbox: SandboxServer, site: str, name: str) -> dict[str, Any] 
     return found
 
 
-def submit(sandbox: SandboxServer, **spec: Any) -> WorkflowRun:
+def submit(sandbox: SandboxServer, duration: str = "1s", **spec: Any) -> WorkflowRun:
     user = get_user_model().objects.get(username="scientist")
-    return services.run_submit(user=user, body=one_step(sandbox, **spec))
+    return services.run_submit(user=user, body=one_step(sandbox, duration, **spec))
 
 
 def test_a_users_ttl_strategy_is_not_inherited_by_step_workflows(fleet) -> None:

@@ -41,6 +41,7 @@ def decide(
     *,
     timing: Timing | None = None,
     strict_capacity: bool = False,
+    ancestors: Iterable[Unit] = (),
 ) -> Decision:
     """Decide one unit now (the webhook, failover, or a re-plan).
 
@@ -49,12 +50,22 @@ def decide(
     removed with the reason "excluded by caller" (a lost site during failover). ``timing`` is
     reported as given (default: the timing the matching rules ask for); the site is always
     chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
+    ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
+    what they read binds this unit too.
     """
     with _gc_paused():
         ctx = _Context(fleet, rules, datasets, project)
         where = _normalise_upstream(upstream_sites, unit.upstream)
+        bound = _bound(ctx, ancestors)
         decision = _decide(
-            ctx, unit, where, frozenset(exclude_sites), timing, strict_capacity, force_site=True
+            ctx,
+            unit,
+            where,
+            frozenset(exclude_sites),
+            timing,
+            strict_capacity,
+            force_site=True,
+            bound=bound,
         )
         # One unit: its caller records the candidate table, so build the rows now.
         decision.table.rows()
@@ -68,6 +79,8 @@ def plan(
     datasets: Sequence[DatasetInfo] | DataCatalogue,
     project: str | None = None,
     upstream_sites: UpstreamArg = None,
+    *,
+    ancestors: Iterable[Unit] = (),
 ) -> Plan:
     """Plan every unit in topological order (the order ``ParsedWorkflow.units`` has).
 
@@ -84,10 +97,19 @@ def plan(
     ctx = _Context(fleet, rules, datasets, project)
     where = _normalise_upstream(upstream_sites)
     decisions: list[Decision] = []
+    # Residency-bound datasets each unit read, itself or through its upstream's outputs.
+    bound_by: dict[str, tuple[DatasetInfo, ...]] = {}
+    # ``ancestors``: units outside this plan whose outputs every unit of it reads (the items
+    # of a withParam read what their parent's upstream produced).
+    outside = _bound(ctx, ancestors)
     with _gc_paused():
         for unit in units:
             ups = {u: where[u] for u in unit.upstream if u in where}
-            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
+            inherited = _merge([outside, *(bound_by.get(u, ()) for u in unit.upstream)])
+            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False, bound=inherited)
+            bound_by[unit.name] = _merge(
+                [inherited, tuple(x for x in ctx.data.read_by(unit) if x.residency)]
+            )
             decisions.append(d)
             if d.site is not None and _requests(unit.resources):
                 # The next unit sees this one's requests taken (reservations.py).
@@ -98,6 +120,18 @@ def plan(
             if planned is not None and unit.name not in where:
                 where[unit.name] = Upstream(planned)
     return Plan(tuple(decisions))
+
+
+def _merge(groups: Iterable[tuple[DatasetInfo, ...]]) -> tuple[DatasetInfo, ...]:
+    found: dict[str, DatasetInfo] = {}
+    for group in groups:
+        for d in group:
+            found[d.name] = d
+    return tuple(found[n] for n in sorted(found))
+
+
+def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
+    return _merge(tuple(d for d in ctx.data.read_by(u) if d.residency) for u in ancestors)
 
 
 def _requests(r: Resources) -> bool:
@@ -143,9 +177,18 @@ def _decide(
     timing: Timing | None,
     strict_capacity: bool,
     force_site: bool,
+    bound: tuple[DatasetInfo, ...] = (),
 ) -> Decision:
     matched = ctx.rulebook.matching(unit, ctx.project)
     reads = ctx.data.read_by(unit)
+    own = {d.name for d in reads}
+    # Outputs derived from a residency-bound dataset are bound by it too (a filter only:
+    # nothing of the dataset itself moves).
+    derived = tuple(
+        DatasetInfo(name=f"{d.name} (read upstream)", residency=d.residency)
+        for d in bound
+        if d.name not in own
+    )
     rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
     effective: Timing = timing or rule_timing
     moving = tuple(
@@ -163,10 +206,13 @@ def _decide(
         moving,
         exclude,
         strict_capacity,
+        tuple(d.name for d in derived),
     )
     memo = ctx.memo.get(memo_key)
     if memo is None:
-        memo = _evaluate(ctx, unit.resources, matched, reads, moving, exclude, strict_capacity)
+        memo = _evaluate(
+            ctx, unit.resources, matched, reads, moving, exclude, strict_capacity, derived
+        )
         ctx.memo[memo_key] = memo
     else:
         ctx.memo_hits += 1
@@ -198,13 +244,14 @@ def _evaluate(
     moving: Sequence[tuple[str, int, bool]],
     exclude: frozenset[str],
     strict_capacity: bool,
+    derived: tuple[DatasetInfo, ...] = (),
 ) -> tuple[_Table, str | None, str]:
     hard = [r for r in matched if r.effect in HARD_EFFECTS]
     locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
     capacity_w = CAPACITY_WEIGHT + sum(
         r.weight for r in matched if r.effect == "prefer_free_capacity"
     )
-    elig = ctx.eligibility(hard, reads, req, exclude, strict_capacity)
+    elig = ctx.eligibility(hard, (*reads, *derived), req, exclude, strict_capacity)
     capacity = ctx.capacity(req)
     costs = [ctx.dataset_costs(reads)] if reads else []
     costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
@@ -241,4 +288,8 @@ def _evaluate(
     if best < 0:
         return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"
     reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
+    if derived:
+        regions = sorted(set.intersection(*(set(d.residency) for d in derived)))
+        names = ", ".join(d.name.removesuffix(" (read upstream)") for d in derived)
+        reason += f"; bound to {', '.join(regions) or 'no region'} by {names} read upstream"
     return table, ctx.sites[idx[best]].name, reason

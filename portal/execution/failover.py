@@ -16,7 +16,7 @@ from placement import codec, planner
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import event
+from portal.execution.common import ancestors, event
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.selectors import fleet_with_holds
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], reason: str) -> bool:
     """Place the unit again without its lost site, as a new attempt (decision "failover")."""
     lost = unit.site
+    units = list(units)
     spec = codec.unit_from_dict(unit.spec)
     upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
     decision = planner.decide(
@@ -39,6 +40,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         upstream_sites=upstream,
         exclude_sites=[lost] if lost else [],
         timing="submit",
+        ancestors=ancestors(unit, units),
     )
     if decision.site is None:
         event(

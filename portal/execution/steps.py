@@ -16,7 +16,7 @@ from placement.parser import ParsedWorkflow
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
-from portal.execution.common import SiteState, event, sites_state
+from portal.execution.common import SiteState, ancestors, event, sites_state
 from portal.models import UnitRun, WorkflowRun
 
 
@@ -138,6 +138,7 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
         project=run.project.name if run.project_id and run.project else None,
         upstream_sites=upstream,
         timing="runtime",
+        ancestors=ancestors(unit, units),
     )
     if decision.site is None:
         raise NoEligibleSite(decision.reason)

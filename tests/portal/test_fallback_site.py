@@ -13,7 +13,7 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, gateway, services
+from portal import execution, gateway, services, state
 from portal.choices import DecisionSource, UnitPhase
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, Site
@@ -136,3 +136,72 @@ def test_the_generic_fallback_policy_only_catches_workflows_the_portal_did_not_c
     assert {"portal.multisite.io/fallback-site": "site-c"} in [
         s["labelSelector"].get("matchLabels") for s in site_c["resourceSelectors"]
     ]
+
+
+def test_a_step_reading_outputs_of_a_bound_dataset_is_bound_too(fleet) -> None:
+    """ingest read the eu-central-only dataset; preprocess reads only ingest's outputs, which
+    stay where they are even if ingest ran elsewhere: its fallback is still in eu-central."""
+    from pathlib import Path
+
+    from portal.execution.steps import fallback_site
+
+    user = get_user_model().objects.get(username="scientist")
+    demo = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
+    run = services.run_submit(user=user, body=demo)
+    UnitRun.objects.filter(run=run, name="ingest").update(phase=UnitPhase.SUCCEEDED)
+    units = list(run.units.all())
+    preprocess = next(u for u in units if u.name == "preprocess")
+    # Where ingest's outputs are would pull preprocess to site-a; residency must not.
+    for u in units:
+        if u.name == "ingest":
+            u.site = "site-a"
+    assert fallback_site(run, preprocess, units) == "site-c"
+
+
+def test_with_param_items_get_their_own_bound_decisions(fleet) -> None:
+    """gen read the eu-central-only dataset; each item of the fan-out over its output gets a
+    decision row of its own, bound to eu-central."""
+    doc = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "fan-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            {"name": "gen", "template": "gen"},
+                            {
+                                "name": "tile",
+                                "template": "tile",
+                                "depends": "gen",
+                                "withParam": "{{tasks.gen.outputs.result}}",
+                            },
+                        ]
+                    },
+                },
+                {
+                    "name": "gen",
+                    "metadata": {"annotations": {"portal.multisite.io/datasets": "sentinel2-l1c"}},
+                    "script": {"image": "python", "source": "print('[1, 2, 3]')"},
+                },
+                {"name": "tile", "container": {"image": "busybox"}},
+            ],
+        },
+    }
+    user = get_user_model().objects.get(username="scientist")
+    run = services.run_submit(user=user, body=yaml.safe_dump(doc))
+    gen = run.units.get(name="gen")
+    assert gen.site == "site-c"
+    state.unit_move(gen, UnitPhase.RUNNING)
+    state.unit_move(gen, UnitPhase.SUCCEEDED, outputs={"result": "[1, 2, 3]"})
+    execution.run_advance(run.pk)
+
+    items = [u for u in run.units.all() if u.spec.get("item_index") is not None]
+    assert len(items) == 3
+    for item in items:
+        decision = PlacementDecision.objects.get(unit=item)
+        assert decision.site == "site-c"
+        assert "bound to eu-central by sentinel2-l1c read upstream" in decision.reason

@@ -122,6 +122,14 @@ def _serve_main(argv: list[str]) -> int:
         "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"
     )
     p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--execute",
+        action="store_true",
+        help="really run steps (isolated with bubblewrap); this runs submitted code",
+    )
+    p.add_argument(
+        "--data-dir", type=Path, help="pods' folders and artifact buckets (default: a temp dir)"
+    )
     args = p.parse_args(argv)
     from sandbox.core import Config
 
@@ -136,7 +144,19 @@ def _serve_main(argv: list[str]) -> int:
         default_duration=args.default_duration,
         event_log_size=args.event_log,
         bookmark_interval=args.bookmark_interval,
+        execute=args.execute,
+        data_dir=args.data_dir,
     )
+    if args.execute:
+        from sandbox import executor
+
+        if not executor.available():
+            raise SystemExit("--execute needs bubblewrap (/usr/bin/bwrap) and setpriv")
+        if args.data_dir is not None and not executor.reachable(args.data_dir):
+            raise SystemExit(
+                f"--data-dir {args.data_dir}: steps run as other users and cannot reach it "
+                "(every folder above it needs o+x)"
+            )
     asyncio.run(serve(config, args.host, args.port, args.kubeconfig, args.server_url))
     return 0
 

@@ -34,6 +34,9 @@ class Config:
     event_log_size: int = 2000
     bookmark_interval: float = 30.0
     tick: float = 0.05
+    # -- execution (issue 16): steps really run with --execute; see sandbox/executor.py --
+    execute: bool = False
+    data_dir: Path | None = None
 
     def annotation(self, name: str) -> str:
         return f"{self.label_domain}/sandbox-{name}"

@@ -28,6 +28,9 @@ class Site:
     baseline: dict[str, float] = field(default_factory=dict)
     bucket: str = ""
     kubernetes_version: str = "v1.31.2"
+    # -- execution (issue 16): the site's artifact repository ------------------------------
+    # {endpoint?, credentialsSecret?, readableFrom?: [site, ...]}
+    artifacts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
@@ -45,7 +48,20 @@ class Site:
             baseline=quantity.parse_map(d.get("baseline")),
             bucket=str(d.get("bucket") or f"{name}-artifacts"),
             kubernetes_version=str(d.get("kubernetesVersion", "v1.31.2")),
+            artifacts=dict(d.get("artifacts") or {}),
         )
+
+    # -- execution (issue 16) ---------------------------------------------------------------
+    @property
+    def artifact_endpoint(self) -> str:
+        return str(self.artifacts.get("endpoint") or f"s3.{self.name}.sandbox.invalid")
+
+    @property
+    def artifact_secret(self) -> str:
+        return str(self.artifacts.get("credentialsSecret") or f"{self.name}-artifacts-credentials")
+
+    def artifacts_readable_from(self, site: str) -> bool:
+        return site == self.name or site in (self.artifacts.get("readableFrom") or [])
 
     def cluster_object(self) -> dict[str, Any]:
         """The Cluster object as karmada-aggregated-apiserver would hold it after `join`."""
@@ -88,3 +104,28 @@ def _sync_mode(value: Any, site: str) -> str:
 def load_fleet(path: Path | None = None) -> list[Site]:
     data = yaml.safe_load((path or DEMO_FLEET).read_text()) or {}
     return [Site.from_dict(s) for s in data.get("sites", [])]
+
+
+# -- execution (issue 16) -------------------------------------------------------------------
+@dataclass
+class Execution:
+    """The fleet file's `execution:` block: image mappings and the node status size above
+    which a member Workflow's nodes are stored compressed (Argo's default is 1 MiB,
+    workflow/packer/packer.go)."""
+
+    images: list[dict[str, str]] | None = None
+    max_node_status_bytes: int = 1024 * 1024
+    step_wallclock_seconds: float = 600.0
+
+
+def load_execution(path: Path | None = None) -> Execution:
+    data = yaml.safe_load((path or DEMO_FLEET).read_text()) or {}
+    block = data.get("execution") or {}
+    images = block.get("images")
+    return Execution(
+        images=[{"match": str(i["match"]), "runner": str(i["runner"])} for i in images]
+        if images is not None
+        else None,
+        max_node_status_bytes=int(block.get("maxNodeStatusBytes", 1024 * 1024)),
+        step_wallclock_seconds=float(block.get("stepWallclockSeconds", 600)),
+    )

@@ -541,6 +541,15 @@ class Api:
         parts = tail.split("/")
         if len(parts) == 3 and parts[0] == "members" and parts[2] == "workflows" and m == "GET":
             return json_response({"items": self.sb.member_workflows(parts[1])})
+        # -- a member's own API (issue 16: direct Workflows, Secrets/ConfigMaps, pod logs) --
+        if len(parts) >= 3 and parts[0] == "members":
+            from sandbox.argo.endpoint import member_endpoint
+
+            body = await self._body(request) if m in ("POST", "PUT") else None
+            code, payload = member_endpoint(self.sb, m, parts[1:], body, dict(request.query))
+            if isinstance(payload, str):
+                return web.Response(text=payload, status=code, content_type="text/plain")
+            return json_response(payload, code)
         raise ApiError(404, "NotFound", f"no sandbox endpoint {request.method} /_sandbox/{tail}")
 
 

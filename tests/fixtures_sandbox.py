@@ -200,6 +200,8 @@ def start_sandbox(
             str(KARMADA_CRDS),
             "--crds",
             str(ARGO_CRD),
+            # SANDBOX_EXECUTE=1: steps really run (python -m sandbox --execute).
+            *(["--execute"] if os.environ.get("SANDBOX_EXECUTE") == "1" else []),
             *(extra_args or []),
         ),
         log_path=workdir / "sandbox.log",

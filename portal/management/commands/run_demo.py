@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,6 +124,14 @@ def _start_sandbox(children: _Children, time_scale: float) -> None:
     kubeconfig = children.var / "kubeconfig"
     port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
     argv = ["--port", str(port), "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale)]
+    # Steps really run (isolated by bubblewrap) so a scientist sees real results; without
+    # bubblewrap on the machine they are simulated, and the run page's node messages say so.
+    if shutil.which("bwrap"):
+        argv.append("--execute")
+    else:
+        children.command.stderr.write(
+            "bubblewrap (bwrap) not found: the sandbox simulates the steps instead of running them"
+        )
     proc = children.start("sandbox", [sys.executable, "-m", "sandbox", *argv])
     _wait_for(f"http://127.0.0.1:{port}/version", proc)
     children.env["KARMADA_KUBECONFIG"] = str(kubeconfig)

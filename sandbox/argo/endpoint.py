@@ -1,0 +1,54 @@
+"""`/_sandbox/members/{site}/...`: a member cluster's own API for tests and demos.
+
+* `POST workflows` creates a Workflow on the member directly (no Karmada), `GET workflows`
+  lists the member's Workflows with live status;
+* `POST objects` stores a Secret or ConfigMap in the member (what a step's env, volumes and
+  cross-site artifact credentials read);
+* `GET pods/{namespace}/{pod}/log[?container=&tailLines=]` a pod's log, as the kubelet's.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sandbox.errors import ApiError
+from sandbox.store import now_iso
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+
+def member_endpoint(
+    sb: Sandbox, method: str, parts: list[str], body: Any, query: dict[str, str]
+) -> tuple[int, Any]:
+    """(status, JSON body or text) for `parts` = [site, ...]."""
+    member = sb.members.get(parts[0])
+    if member is None:
+        raise ApiError(404, "NotFound", f"no member cluster {parts[0]}")
+    rest = parts[1:]
+    if rest == ["workflows"] and method == "POST":
+        if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
+            raise ApiError.bad_request("a Workflow with metadata.name")
+        meta = body.setdefault("metadata", {})
+        meta.setdefault("namespace", "default")
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", now_iso())
+        body.setdefault("apiVersion", "argoproj.io/v1alpha1")
+        body.setdefault("kind", "Workflow")
+        member.apply_direct(body)
+        return 201, body
+    if rest == ["workflows"] and method == "GET":
+        return 200, {"items": member.workflow_objects()}
+    if rest == ["objects"] and method == "POST":
+        if not isinstance(body, dict) or body.get("kind") not in ("Secret", "ConfigMap"):
+            raise ApiError.bad_request("a Secret or a ConfigMap")
+        member.put_object(body)
+        return 201, body
+    if len(rest) == 4 and rest[0] == "pods" and rest[3] == "log" and method == "GET":
+        tail = query.get("tailLines")
+        text = member.pod_log(rest[1], rest[2], query.get("container"), int(tail) if tail else None)
+        if text is None:
+            raise ApiError(404, "NotFound", f'pods "{rest[2]}" not found')
+        return 200, text
+    raise ApiError(404, "NotFound", f"no member endpoint {method} {'/'.join(parts)}")

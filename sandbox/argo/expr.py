@@ -1,0 +1,234 @@
+"""Helpers of the Argo-like engine: variables, durations, requests and the govaluate-ish
+evaluator for `when` and `depends`."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from sandbox import quantity
+from sandbox.store import Obj
+
+LEAF_KINDS = ("container", "script", "resource", "containerSet", "data", "http", "plugin")
+# Bounds runaway recursion (e.g. coinflip-recursive with a result that never changes).
+MAX_NODE_NAME = 2000
+DONE = ("Succeeded", "Failed", "Error", "Skipped", "Omitted")
+FAILED = ("Failed", "Error")
+_VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+# -- small helpers -------------------------------------------------------------------------
+def parse_duration(value: Any, default: float) -> float:
+    if value is None or value == "":
+        return default
+    if isinstance(value, int | float):
+        return float(value)
+    total = 0.0
+    matched = False
+    for num, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", str(value)):
+        matched = True
+        total += float(num) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "": 1}[unit]
+    return total if matched else default
+
+
+def fnv32a(text: str) -> int:
+    h = 0x811C9DC5
+    for b in text.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def as_param(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)
+
+
+def render(value: Any, scope: dict[str, Any]) -> Any:
+    """Substitute the {{...}} variables that scope knows; leave the rest for a later pass,
+    as Argo resolves step outputs only once those steps have run."""
+    if isinstance(value, str):
+        if "{{" not in value:
+            return value
+
+        def sub(m: re.Match[str]) -> str:
+            key = m.group(1).strip()
+            if key in scope and not isinstance(scope[key], dict):
+                return as_param(scope[key])
+            return m.group(0)
+
+        return _VAR_RE.sub(sub, value)
+    if isinstance(value, dict):
+        return {k: render(v, scope) for k, v in value.items()}
+    if isinstance(value, list):
+        return [render(v, scope) for v in value]
+    return value
+
+
+def template_requests(tmpl: dict[str, Any]) -> dict[str, float]:
+    req: dict[str, float] = {}
+    containers = []
+    for kind in ("container", "script"):
+        if isinstance(tmpl.get(kind), dict):
+            containers.append(tmpl[kind])
+    if isinstance(tmpl.get("containerSet"), dict):
+        containers.extend(tmpl["containerSet"].get("containers") or [])
+    for c in containers:
+        res = c.get("resources") or {}
+        amounts = quantity.parse_map(res.get("requests") or res.get("limits"))
+        for k, v in amounts.items():
+            req[k] = req.get(k, 0.0) + v
+    return req
+
+
+def workflow_requests(wf: Obj) -> dict[str, float]:
+    """What the largest single leaf of a workflow needs: a cluster without that much free
+    cannot run it, which is what the scheduler's fit check is about."""
+    out: dict[str, float] = {}
+    for tmpl in (wf.get("spec") or {}).get("templates") or []:
+        if any(k in tmpl for k in LEAF_KINDS):
+            for k, v in template_requests(tmpl).items():
+                out[k] = max(out.get(k, 0.0), v)
+    return out
+
+
+# -- a govaluate-ish expression evaluator for `when` and `depends` ---------------------------
+_TOKEN_RE = re.compile(
+    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|=~|!~|&&|\|\||[<>!()])"
+    r"|(?P<word>[^\s()=!<>&|]+))"
+)
+
+
+class ExprError(ValueError):
+    pass
+
+
+def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    expr = expr.strip()
+    while pos < len(expr):
+        m = _TOKEN_RE.match(expr, pos)
+        if not m or m.end() == pos:
+            raise ExprError(f"cannot parse {expr!r}")
+        pos = m.end()
+        kind = m.lastgroup or ""
+        tokens.append((kind, m.group(kind)))
+    it = iter([*tokens, ("end", "")])
+    cur = [next(it)]
+
+    def peek() -> tuple[str, str]:
+        return cur[0]
+
+    def take() -> tuple[str, str]:
+        tok = cur[0]
+        cur[0] = next(it)
+        return tok
+
+    def atom() -> Any:
+        kind, val = take()
+        if kind == "op" and val == "(":
+            v = or_()
+            if take() != ("op", ")"):
+                raise ExprError("missing )")
+            return v
+        if kind == "op" and val == "!":
+            return not truthy(atom())
+        if kind == "str":
+            return val[1:-1]
+        if kind == "word":
+            if word is not None:
+                return word(val)
+            return literal(val)
+        raise ExprError(f"unexpected {val!r}")
+
+    def cmp() -> Any:
+        left = atom()
+        kind, val = peek()
+        if kind == "op" and val in ("==", "!=", "<", ">", "<=", ">=", "=~", "!~"):
+            take()
+            return compare(left, val, atom())
+        return left
+
+    def not_() -> Any:
+        if peek() == ("op", "!"):
+            take()
+            return not truthy(not_())
+        return cmp()
+
+    def and_() -> Any:
+        v = not_()
+        while peek() == ("op", "&&"):
+            take()
+            rhs = not_()
+            v = truthy(v) and truthy(rhs)
+        return v
+
+    def or_() -> Any:
+        v = and_()
+        while peek() == ("op", "||"):
+            take()
+            rhs = and_()
+            v = truthy(v) or truthy(rhs)
+        return v
+
+    result = or_()
+    if peek()[0] != "end":
+        raise ExprError(f"trailing tokens in {expr!r}")
+    return truthy(result)
+
+
+def literal(val: str) -> Any:
+    if val in ("true", "false"):
+        return val == "true"
+    try:
+        return float(val)
+    except ValueError:
+        return val
+
+
+def truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v not in ("", "false")
+    return bool(v)
+
+
+def compare(a: Any, op: str, b: Any) -> bool:
+    if op in ("=~", "!~"):
+        found = re.search(str(b), as_param(a)) is not None
+        return found if op == "=~" else not found
+    if (
+        isinstance(a, float | int)
+        and isinstance(b, float | int)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    ):
+        x: Any = a
+        y: Any = b
+    else:
+        x, y = as_param(a), as_param(b)
+    if op == "==":
+        return bool(x == y)
+    if op == "!=":
+        return bool(x != y)
+    if op == "<":
+        return bool(x < y)
+    if op == ">":
+        return bool(x > y)
+    if op == "<=":
+        return bool(x <= y)
+    return bool(x >= y)
+
+
+def literal_json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value

@@ -1,0 +1,472 @@
+"""Template invocation, retries, inputs and the leaves (pods and suspend nodes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import re
+from typing import Any
+
+from sandbox import executor
+from sandbox.argo.expr import (
+    DONE,
+    FAILED,
+    LEAF_KINDS,
+    MAX_NODE_NAME,
+    ExprError,
+    as_param,
+    evaluate,
+    literal,
+    parse_duration,
+    render,
+    template_requests,
+)
+from sandbox.argo.pods import NotRunnable, Pods
+from sandbox.argo.run import Ctx, Parent, StepFailed
+from sandbox.store import clone, now_iso
+
+
+class Leaves(Pods):
+    # -- execution ----------------------------------------------------------------------------
+    async def execute(
+        self,
+        tmpl_name: str,
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+        inline: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        tmpl = inline or self.templates.get(tmpl_name)
+        if tmpl is None or len(name) > MAX_NODE_NAME:
+            node = self.new_node(name[:MAX_NODE_NAME], display, "Pod", tmpl_name, ctx, parent)
+            why = (
+                f"template {tmpl_name!r} not found"
+                if tmpl is None
+                else "nesting too deep (recursion without an end?)"
+            )
+            if tmpl is None and not tmpl_name:
+                why = "templateRef / WorkflowTemplates are not simulated by the sandbox"
+            return self.finish(node, "Error", why)
+        strategy = tmpl.get("retryStrategy")
+        if not strategy:
+            return await self.execute_once(tmpl, args, art_args, name, display, ctx, parent)
+        limit = (
+            int(render(str(strategy.get("limit", 0)), ctx.scope) or 0)
+            if str(strategy.get("limit", "")).strip().lstrip("-").isdigit()
+            else 0
+        )
+        policy = strategy.get("retryPolicy") or "OnFailure"
+        retry = self.new_node(name, display, "Retry", tmpl.get("name", tmpl_name), ctx, parent)
+        retry["phase"] = "Running"
+        backoff = parse_duration((strategy.get("backoff") or {}).get("duration"), 0.0)
+        attempt_node: dict[str, Any] = retry
+        try:
+            for attempt in range(limit + 1):
+                sub = Ctx(dict(ctx.scope, retries=str(attempt)), ctx.boundary, attempt)
+                attempt_node = await self.execute_once(
+                    tmpl,
+                    args,
+                    art_args,
+                    f"{name}({attempt})",
+                    f"{display}({attempt})",
+                    sub,
+                    retry["id"],
+                )
+                phase = attempt_node["phase"]
+                if phase not in FAILED:
+                    break
+                if policy == "OnError" and phase != "Error":
+                    break
+                if (
+                    policy in ("OnFailure", "OnTransientError")
+                    and phase == "Error"
+                    and policy != "OnTransientError"
+                ):
+                    break
+                if strategy.get("expression") and not retry_expression(
+                    str(strategy["expression"]), attempt_node
+                ):
+                    break
+                if attempt < limit and backoff:
+                    factor = float((strategy.get("backoff") or {}).get("factor") or 1)
+                    wait = backoff * factor**attempt
+                    await asyncio.sleep(wait / self.sb.config.time_scale)
+        except asyncio.CancelledError:
+            self.finish(retry, "Failed", self._shutdown_message())
+            raise
+        if attempt_node.get("outputs"):
+            retry["outputs"] = clone(attempt_node["outputs"])
+        return self.finish(retry, attempt_node["phase"], attempt_node.get("message", ""))
+
+    def _shutdown_message(self) -> str:
+        if self.deadline_exceeded:
+            return "Step exceeded its deadline"
+        return (
+            f"workflow shutdown with strategy:  {self.shutdown}"
+            if self.shutdown
+            else "workflow deleted"
+        )
+
+    def _inputs(
+        self, tmpl: dict[str, Any], args: dict[str, str], art_args: dict[str, Any], ctx: Ctx
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        scope = dict(self.global_scope)
+        for k, v in ctx.scope.items():
+            if k.startswith("workflow."):
+                scope[k] = v
+        inputs: dict[str, Any] = {}
+        params = []
+        for p in (tmpl.get("inputs") or {}).get("parameters") or []:
+            pname = p.get("name")
+            if pname in args:
+                value = args[pname]
+            elif "value" in p:
+                value = as_param(render(p["value"], scope))
+            elif "default" in p:
+                value = as_param(render(p["default"], scope))
+            else:
+                raise StepFailed(f"inputs.parameters.{pname} was not supplied")
+            scope[f"inputs.parameters.{pname}"] = value
+            params.append({"name": pname, "value": value})
+        if params:
+            inputs["parameters"] = params
+        arts = []
+        for a in (tmpl.get("inputs") or {}).get("artifacts") or []:
+            art = clone(art_args.get(a.get("name"), {}))
+            # The template's own name and path win over what the argument carried.
+            art = dict(clone(a), **{k: v for k, v in art.items() if k not in ("name", "path")})
+            art = render(art, scope)
+            if a.get("path"):
+                scope[f"inputs.artifacts.{a['name']}.path"] = a["path"]
+            scope[f"inputs.artifacts.{a['name']}"] = art
+            arts.append(art)
+        outs = tmpl.get("outputs") or {}
+        for p in outs.get("parameters") or []:
+            if (p.get("valueFrom") or {}).get("path"):
+                scope[f"outputs.parameters.{p['name']}.path"] = p["valueFrom"]["path"]
+        for a in outs.get("artifacts") or []:
+            if a.get("path"):
+                scope[f"outputs.artifacts.{a['name']}.path"] = a["path"]
+        if arts:
+            inputs["artifacts"] = arts
+        if params:
+            scope["inputs.parameters"] = json.dumps(params)
+        return inputs, scope
+
+    async def execute_once(
+        self,
+        tmpl: dict[str, Any],
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+    ) -> dict[str, Any]:
+        tname = tmpl.get("name", "")
+        if "steps" in tmpl:
+            ntype = "Steps"
+        elif "dag" in tmpl:
+            ntype = "DAG"
+        elif "suspend" in tmpl:
+            ntype = "Suspend"
+        else:
+            ntype = "Pod"
+        node = self.new_node(name, display, ntype, tname, ctx, parent)
+        try:
+            inputs, scope = self._inputs(tmpl, args, art_args, ctx)
+        except StepFailed as exc:
+            return self.finish(node, "Error", str(exc))
+        if inputs:
+            node["inputs"] = inputs
+        body = render(
+            {k: v for k, v in tmpl.items() if k not in ("steps", "dag", "outputs")}, scope
+        )
+        scope["pod.name"] = node["id"]
+        scope["node.name"] = name
+        sub = Ctx(scope, ctx.boundary, ctx.attempt)
+        try:
+            if ntype == "Steps":
+                try:
+                    await self.run_steps(tmpl, node, sub)
+                finally:
+                    await self.stop_daemons(node["id"])
+            elif ntype == "DAG":
+                try:
+                    await self.run_dag(tmpl, node, sub)
+                finally:
+                    await self.stop_daemons(node["id"])
+            elif ntype == "Suspend":
+                await self.run_suspend(body, tmpl, node, sub)
+            elif any(k in tmpl for k in LEAF_KINDS):
+                await self.run_leaf(body, tmpl, node, sub)
+            else:
+                return self.finish(node, "Error", f"template {tname!r} has nothing to run")
+        except asyncio.CancelledError:
+            if node["phase"] not in DONE:
+                self.finish(node, "Failed", self._shutdown_message())
+            raise
+        return node
+
+    # leaves ---------------------------------------------------------------------------------
+    def _leaf_outputs(
+        self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any], failed: bool
+    ) -> None:
+        given_raw = self.annotation(tmpl, "outputs")
+        try:
+            given = json.loads(given_raw) if given_raw else {}
+        except ValueError:
+            given = {}
+        outputs: dict[str, Any] = {}
+        params = []
+        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+            pname = p.get("name")
+            vf = p.get("valueFrom") or {}
+            if pname in given:
+                value = as_param(given[pname])
+            elif "value" in p:
+                value = as_param(render(p["value"], scope))
+            elif "default" in vf:
+                value = as_param(render(vf["default"], scope))
+            elif "parameter" in vf:
+                value = as_param(render(vf["parameter"], scope))
+            else:
+                value = f"{pname}-{node['id']}"
+            params.append(
+                {
+                    "name": pname,
+                    "value": value,
+                    **({"globalName": p["globalName"]} if p.get("globalName") else {}),
+                }
+            )
+            if p.get("globalName"):
+                self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+        if params:
+            outputs["parameters"] = params
+        arts = []
+        sizes_raw = self.annotation(tmpl, "artifact-sizes")
+        try:
+            sizes = json.loads(sizes_raw) if sizes_raw else {}
+        except ValueError:
+            sizes = {}
+        for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
+            if failed and not a.get("optional"):
+                continue
+            if a.get("from"):
+                ref = scope.get(str(a["from"]).strip("{} "))
+                art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) else clone(a)
+            else:
+                suffix = "" if (a.get("archive") or {}).get("none") is not None else ".tgz"
+                key = (a.get("s3") or {}).get(
+                    "key"
+                ) or f"{self.name}/{node['id']}/{a['name']}{suffix}"
+                art = {k: v for k, v in clone(a).items() if k not in ("s3", "archive")}
+                art["s3"] = {
+                    "bucket": self.member.bucket,
+                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
+                    "key": key,
+                }
+                art["size"] = int(sizes.get(a["name"], 1048576))
+            arts.append(art)
+        if arts:
+            outputs["artifacts"] = arts
+        result = self.annotation(tmpl, "result")
+        if result is None and "result" in given:
+            result = as_param(given["result"])
+        if result is None and "script" in tmpl:
+            # Argo captures a script's stdout as its result; the sandbox runs nothing, so the
+            # script printed nothing unless an annotation says what it printed.
+            result = ""
+        if result is not None:
+            outputs["result"] = result
+        outputs["exitCode"] = self.annotation(tmpl, "exit-code") or ("1" if failed else "0")
+        if failed and outputs["exitCode"] == "0":
+            outputs["exitCode"] = "1"
+        node["outputs"] = outputs
+
+    def _failure(self, tmpl: dict[str, Any], ctx: Ctx) -> str | None:
+        msg = self._fault(tmpl)
+        if msg:
+            return msg
+        fail = self.annotation(tmpl, "fail")
+        if fail and fail.lower() not in ("false", "0", "no"):
+            return "Error (exit code 1)" if fail.lower() in ("true", "1", "yes") else fail
+        attempts = self.annotation(tmpl, "fail-attempts")
+        if attempts and attempts.isdigit() and ctx.attempt < int(attempts):
+            return f"Error (exit code 1): failing attempt {ctx.attempt} of {attempts}"
+        return None
+
+    async def run_leaf(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
+        if self.parallel is not None:
+            async with self.parallel:
+                await self._run_leaf(body, tmpl, node, ctx)
+        else:
+            await self._run_leaf(body, tmpl, node, ctx)
+
+    async def _run_leaf(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
+        await self.unsuspended.wait()
+        req = template_requests(body)
+
+        def waiting(msg: str) -> None:
+            node["message"] = msg
+            self.touch()
+
+        lease = await self.member.acquire(req, waiting)
+        started = asyncio.get_running_loop().time()
+        runner = self.runner(body)
+        real: tuple[str, str] | None = None
+        try:
+            node.pop("message", None)
+            node["phase"] = "Running"
+            node["startedAt"] = now_iso()
+            node["hostNodeName"] = self.member.node_of(lease)
+            self.touch()
+            fault = self._fault(tmpl)
+            if runner is not None and fault is None and tmpl.get("daemon"):
+                # The lease is the daemon's until its scope ends.
+                self.start_daemon(body, tmpl, node, runner, ctx, lambda: self.member.release(lease))
+                return
+            if runner is not None and fault is None:
+                real = await self._run_real(body, tmpl, node, runner, ctx.scope)
+            else:
+                await asyncio.sleep(self._duration(tmpl) / self.sb.config.time_scale)
+        except asyncio.CancelledError:
+            self._account(node, req, started)
+            self.member.release(lease)
+            raise
+        self._account(node, req, started)
+        self.member.release(lease)
+        if real is not None:
+            self.finish(node, real[0], real[1])
+            return
+        failure = self._failure(tmpl, ctx)
+        self._leaf_outputs(tmpl, node, ctx.scope, failed=failure is not None)
+        self._simulated_log(node)
+        if failure:
+            self.finish(node, "Failed", failure)
+        elif self.sb.config.execute and any(
+            k in tmpl for k in ("container", "script", "containerSet")
+        ):
+            self.finish(node, "Succeeded", "simulated: image not executable here")
+        else:
+            self.finish(node, "Succeeded")
+
+    def _simulated_log(self, node: dict[str, Any]) -> None:
+        """A simulated pod's log is what it is said to have printed: its ``result``, so the
+        pod log API (and the cluster proxy) serve what the node's outputs show."""
+        result = (node.get("outputs") or {}).get("result")
+        if result is None:
+            return
+        log = executor.Tail(executor.LOG_BYTES)
+        log.write(f"{result}\n".encode())
+        self.member.keep_log(self.namespace, node["id"], log)
+
+    async def _run_real(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        scope: dict[str, Any],
+    ) -> tuple[str, str]:
+        while True:
+            try:
+                return await self.run_pod(body, tmpl, node, runner, scope)
+            except NotRunnable as exc:
+                # The kubelet keeps trying; the node stays Pending with its reason
+                # (getPendingReason, workflow/controller/operator.go).
+                if node.get("message") != str(exc) or node["phase"] != "Pending":
+                    node["phase"] = "Pending"
+                    node["message"] = str(exc)
+                    self.touch()
+                await asyncio.sleep(1.0)
+            if node["phase"] == "Pending":
+                node["phase"] = "Running"
+                node.pop("message", None)
+                self.touch()
+
+    def _duration(self, tmpl: dict[str, Any]) -> float:
+        default = parse_duration(
+            (self.obj["metadata"].get("annotations") or {}).get(
+                self.sb.config.annotation("duration")
+            ),
+            self.sb.config.default_duration,
+        )
+        return parse_duration(self.annotation(tmpl, "duration"), default)
+
+    def _fault(self, tmpl: dict[str, Any]) -> str | None:
+        return self.sb.faults.workflow_failure(
+            self.namespace, self.name
+        ) or self.sb.faults.template_failure(self.namespace, self.name, tmpl.get("name", ""))
+
+    def _account(self, node: dict[str, Any], req: dict[str, float], started: float) -> None:
+        secs = max(
+            1, int((asyncio.get_running_loop().time() - started) * self.sb.config.time_scale)
+        )
+        node["resourcesDuration"] = {
+            "cpu": int(secs * max(req.get("cpu", 0.1), 0.001)) or 1,
+            "memory": int(secs * req.get("memory", 0) / 2**20) or 1,
+        }
+
+    async def run_suspend(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> None:
+        node["phase"] = "Running"
+        self.touch()
+        duration = (body.get("suspend") or {}).get("duration")
+        event = asyncio.Event()
+        values: dict[str, Any] = {}
+        self.resumes[node["id"]] = (event, values)
+        if duration not in (None, ""):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    event.wait(), parse_duration(duration, 0.0) / self.sb.config.time_scale
+                )
+        else:
+            await event.wait()
+        self._leaf_outputs(tmpl, node, ctx.scope, failed=False)
+        node["outputs"].pop("exitCode", None)
+        if not node["outputs"]:
+            node.pop("outputs")
+        self.finish(node, "Succeeded")
+
+
+def retry_expression(expr: str, node: dict[str, Any]) -> bool:
+    """A retryStrategy `expression` where it is simple: comparisons of `lastRetry.exitCode`,
+    `.status`, `.message`, `.duration` (with `asInt`/`asFloat`), `&&`, `||`, `!`. Argo's
+    expr language is not evaluated otherwise: such an expression stops the retries."""
+    started, finished = node.get("startedAt") or "", node.get("finishedAt") or ""
+    values = {
+        "lastRetry.exitCode": str((node.get("outputs") or {}).get("exitCode", "")),
+        "lastRetry.status": str(node.get("phase", "")),
+        "lastRetry.message": str(node.get("message", "")),
+        "lastRetry.duration": str(_seconds_between(started, finished)),
+    }
+    text = re.sub(r"\b(?:asInt|asFloat|string)\(([^()]*)\)", r"\1", expr)
+
+    def word(w: str) -> Any:
+        if w in values:
+            return literal(values[w])
+        return literal(w)
+
+    try:
+        return evaluate(text, word)
+    except ExprError:
+        return False
+
+
+def _seconds_between(a: str, b: str) -> int:
+    try:
+        fmt = "%Y-%m-%dT%H:%M:%SZ"
+        return int((dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)).total_seconds())
+    except ValueError:
+        return 0

@@ -1,0 +1,216 @@
+"""A member cluster: capacity leases and the Workflows it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandbox import quantity
+from sandbox.argo.site import SiteExecution
+from sandbox.argo.workflow import WorkflowRun
+from sandbox.executor import Tail
+from sandbox.fleet import DEFAULT_CAPACITY, Site
+from sandbox.store import Obj, clone
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+
+@dataclass
+class Lease:
+    req: dict[str, float]
+    node: str
+
+
+@dataclass
+class Member(SiteExecution):
+    sb: Sandbox
+    name: str
+    capacity: dict[str, float]
+    baseline: dict[str, float]
+    nodes: list[str]
+    bucket: str
+    kubernetes_version: str
+    leases: dict[int, Lease] = field(default_factory=dict)
+    waiters: list[tuple[dict[str, float], asyncio.Future[int]]] = field(default_factory=list)
+    runs: dict[tuple[str, str], WorkflowRun] = field(default_factory=dict)
+    # Workflows created on the member itself (not propagated): Karmada does not manage them.
+    direct: dict[tuple[str, str], WorkflowRun] = field(default_factory=dict)
+    objects: dict[tuple[str, str, str], Obj] = field(default_factory=dict)
+    logs: OrderedDict[tuple[str, str], Tail] = field(default_factory=OrderedDict)
+    _ids: Iterator[int] = field(default_factory=itertools.count)
+    _rr: int = 0
+
+    @classmethod
+    def for_cluster(cls, sb: Sandbox, name: str, site: Site | None, cluster: Obj) -> Member:
+        if site is None:
+            raw = (cluster["metadata"].get("annotations") or {}).get(
+                sb.config.annotation("capacity")
+            )
+            try:
+                cap = quantity.parse_map(json.loads(raw) if raw else DEFAULT_CAPACITY)
+            except ValueError:
+                cap = quantity.parse_map(DEFAULT_CAPACITY)
+            site = Site(name=name, capacity=cap, bucket=f"{name}-artifacts")
+        return cls(
+            sb=sb,
+            name=name,
+            capacity=dict(site.capacity),
+            baseline=dict(site.baseline),
+            nodes=[f"{name}-node-{i}" for i in range(max(site.nodes, 1))],
+            bucket=site.bucket,
+            kubernetes_version=site.kubernetes_version,
+        )
+
+    # capacity -------------------------------------------------------------------------------
+    @property
+    def allocated(self) -> dict[str, float]:
+        out = dict(self.baseline)
+        for lease in self.leases.values():
+            for k, v in lease.req.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def pending_requests(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for req, _fut in self.waiters:
+            for k, v in req.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+    def fits(self, req: dict[str, float]) -> bool:
+        alloc = self.allocated
+        for k, v in req.items():
+            if v > self.capacity.get(k, 0.0) - alloc.get(k, 0.0) + 1e-9:
+                return False
+        return True
+
+    def free_fraction(self) -> float:
+        cpu = self.capacity.get("cpu", 0.0)
+        return (cpu - self.allocated.get("cpu", 0.0)) / cpu if cpu else 0.0
+
+    def _grant(self, req: dict[str, float]) -> int:
+        lease_id = next(self._ids)
+        self._rr = (self._rr + 1) % len(self.nodes)
+        self.leases[lease_id] = Lease(req, self.nodes[self._rr])
+        return lease_id
+
+    async def acquire(self, req: dict[str, float], on_wait: Callable[[str], None]) -> int:
+        req = dict(req, pods=req.get("pods", 0.0) + 1)
+        if not self.waiters and self.fits(req):
+            return self._grant(req)
+        short = [
+            k
+            for k, v in req.items()
+            if v > self.capacity.get(k, 0.0) - self.allocated.get(k, 0.0) + 1e-9
+        ]
+        on_wait(
+            f"Unschedulable: 0/{len(self.nodes)} nodes are available: "
+            + ", ".join(f"Insufficient {k}" for k in short or ["resources"])
+            + "."
+        )
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.waiters.append((req, fut))
+        self.sb.poke()
+        try:
+            return await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())
+            self.waiters = [w for w in self.waiters if w[1] is not fut]
+            raise
+
+    def release(self, lease_id: int) -> None:
+        if self.leases.pop(lease_id, None) is None:
+            return
+        still = []
+        for req, fut in self.waiters:
+            if fut.done():
+                continue
+            if self.fits(req):
+                fut.set_result(self._grant(req))
+            else:
+                still.append((req, fut))
+        self.waiters = still
+        self.sb.poke()
+
+    def node_of(self, lease_id: int) -> str:
+        lease = self.leases.get(lease_id)
+        return lease.node if lease else self.nodes[0]
+
+    # workflows ------------------------------------------------------------------------------
+    def apply(self, obj: Obj) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        run = self.runs.get(key)
+        if run is None:
+            run = WorkflowRun(self, obj)
+            self.runs[key] = run
+            run.start()
+        else:
+            run.update(obj)
+
+    def apply_direct(self, obj: Obj) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        old = self.direct.pop(key, None)
+        if old is not None:
+            old.cancel()
+        run = WorkflowRun(self, obj)
+        self.direct[key] = run
+        run.start()
+
+    def delete(self, namespace: str, name: str) -> None:
+        run = self.runs.pop((namespace, name), None)
+        if run is not None:
+            run.cancel()
+
+    def orphans(self, live: set[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [k for k in self.runs if k not in live]
+
+    def clear(self) -> None:
+        for run in [*self.runs.values(), *self.direct.values()]:
+            run.cancel()
+        self.runs.clear()
+        self.direct.clear()
+        self.leases.clear()
+        for _req, fut in self.waiters:
+            if not fut.done():
+                fut.cancel()
+        self.waiters.clear()
+        self.objects.clear()
+        self.logs.clear()
+
+    def status_version(self, namespace: str, name: str) -> int | None:
+        run = self.runs.get((namespace, name))
+        return run.version if run else None
+
+    def status_of(self, namespace: str, name: str) -> Obj | None:
+        run = self.runs.get((namespace, name))
+        return run.render_status() if run else None
+
+    def resume(self, namespace: str, name: str, node: str | None) -> int:
+        run = self.runs.get((namespace, name)) or self.direct.get((namespace, name))
+        return run.resume(node) if run else 0
+
+    def workflow_objects(self) -> list[Obj]:
+        runs = [*self.runs.values(), *self.direct.values()]
+        return [dict(clone(r.obj), status=r.render_status()) for r in runs]
+
+    def has_pod(self, namespace: str, pod: str) -> bool:
+        return any(
+            pod in r.nodes and r.nodes[pod]["type"] == "Pod"
+            for (ns, _n), r in [*self.runs.items(), *self.direct.items()]
+            if ns == namespace
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "capacity": quantity.fmt_map(self.capacity),
+            "allocated": quantity.fmt_map(self.allocated),
+            "waiting": len(self.waiters),
+            "workflows": {f"{k[0]}/{k[1]}": r.phase for k, r in self.runs.items()},
+        }

@@ -1,0 +1,564 @@
+"""Pods that really run (`python -m sandbox --execute`): the folders a step sees, its
+environment, its input artifacts, and its outputs read back after it ends as Argo's wait
+container does (workflow/executor/executor.go)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import posixpath
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sandbox import executor
+from sandbox.argo.expr import as_param, parse_duration, render
+from sandbox.argo.run import RunCore
+from sandbox.artifacts import (
+    ArtifactError,
+    Repository,
+    fetch_http,
+    is_archive_none,
+    safe_inside,
+)
+from sandbox.store import clone
+
+# Not writable by a step even when an output path points there.
+_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev")
+
+
+class NotRunnable(Exception):
+    """The pod cannot start; it stays Pending with this message (as the kubelet reports)."""
+
+
+class PodLayout:
+    """Where each container path of one pod lives on the host."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.mounts: list[executor.Mount] = []
+
+    def add(self, host: Path, dest: str, readonly: bool = False) -> None:
+        dest = posixpath.normpath(dest)
+        if any(m.dest == dest for m in self.mounts):
+            return
+        self.mounts.append(executor.Mount(host, dest, readonly))
+
+    def host_for(self, path: str) -> Path | None:
+        """The host path of a container path: under a volume mount, or in the pod's root file
+        system; None for the read-only system folders."""
+        path = posixpath.normpath("/" + path)
+        best: tuple[int, Path] | None = None
+        for m in self.mounts:
+            if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
+                rel = posixpath.relpath(path, m.dest)
+                host = m.host if rel == "." else m.host / rel
+                if best is None or len(m.dest) > best[0]:
+                    best = (len(m.dest), host)
+        if best is not None:
+            return best[1]
+        if any(path == s or path.startswith(s + "/") for s in _SYSTEM):
+            return None
+        return self.root / "fs" / path.lstrip("/")
+
+    def real(self, path: str) -> Path | None:
+        """The host file behind a container path, only if it does not lead out of the pod's
+        folders (a step may leave a symlink to a host file where an output should be)."""
+        host = self.host_for(path)
+        if host is None:
+            return None
+        for base in [self.root, *(m.host for m in self.mounts)]:
+            if host.is_relative_to(base):
+                found = safe_inside(base, host)
+                if found is not None:
+                    return found
+        return None
+
+
+class Pods(RunCore):
+    network: executor.Network | None = None
+    daemons: dict[str, list[tuple[dict[str, Any], asyncio.Task[None]]]]
+
+    # -- hooks ------------------------------------------------------------------------------
+    repo: Repository | None = None
+    repo_ref: dict[str, Any] | None = None
+
+    def refusal(self) -> tuple[str, str] | None:
+        if not self.sb.config.execute:
+            return None
+        bad = unresolved(self.obj)
+        if bad:
+            return "Failed", f"invalid spec: {bad}"
+        try:
+            self._resolve_repository()
+        except ArtifactError as exc:
+            return "Error", f"failed to resolve artifact repository: {exc}"
+        return None
+
+    def repository_status(self) -> dict[str, Any] | None:
+        return self.repo_ref
+
+    def _resolve_repository(self) -> None:
+        """The repository outputs go to, as Argo resolves it
+        (workflow/artifactrepositories/artifactrepositories.go): the ConfigMap that
+        `spec.artifactRepositoryRef` names in the Workflow's namespace, else the namespace's
+        `artifact-repositories` default, else the controller's (this site's bucket)."""
+        ref = (self.obj.get("spec") or {}).get("artifactRepositoryRef")
+        name = str((ref or {}).get("configMap") or "artifact-repositories")
+        cm = self.member.get_object("ConfigMap", self.namespace, name)
+        if cm is not None:
+            annotations = (cm.get("metadata") or {}).get("annotations") or {}
+            key = (ref or {}).get("key") or annotations.get(
+                "workflows.argoproj.io/default-artifact-repository"
+            )
+            raw = self.member.object_data(cm).get(str(key)) if key else None
+            try:
+                conf = yaml.safe_load(raw) if raw else None
+            except yaml.YAMLError:
+                conf = None
+            s3 = (conf or {}).get("s3") if isinstance(conf, dict) else None
+            if isinstance(s3, dict) and s3.get("bucket"):
+                owner = next((x for x in self.sb.sites.values() if x.bucket == s3["bucket"]), None)
+                if owner is not None and not owner.artifacts_readable_from(self.member.name):
+                    raise ArtifactError(
+                        f"bucket {s3['bucket']}: dial tcp: lookup {owner.artifact_endpoint}: "
+                        "no such host"
+                    )
+                self.repo = self.member.repo_named(str(s3["bucket"]), s3.get("endpoint"))
+                self.repo_ref = {
+                    "configMap": name,
+                    "key": key,
+                    "namespace": self.namespace,
+                    "artifactRepository": conf,
+                }
+                return
+        if ref is not None:
+            raise ArtifactError(
+                f'failed to find any artifact repository for artifact repository ref "{ref}"'
+            )
+        self.repo = self.member.repository
+
+    async def teardown(self) -> None:
+        await self.stop_daemons(None)
+        if self.network is not None:
+            self.network.close()
+            self.network = None
+        if self.sb.config.execute:
+            volumes = self.member.data_dir / "volumes" / self.namespace / self.name
+            await asyncio.to_thread(shutil.rmtree, volumes, True)
+
+    # -- daemons ----------------------------------------------------------------------------
+    def start_daemon(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        ctx: Any,
+        release: Any,
+    ) -> None:
+        """`daemon: true`: the pod keeps running, the step counts as done once it started,
+        and it is stopped when the steps or DAG template that started it ends. Its IP is
+        127.0.0.1: a Workflow's pods share one network namespace (only a loopback)."""
+
+        async def daemon() -> None:
+            try:
+                _phase, message = await self.run_pod(body, tmpl, node, runner, ctx.scope)
+                # A daemon that ends by itself has failed (workflow/controller/operator.go).
+                self.finish(node, "Failed", message or "daemoned pod exited")
+            except asyncio.CancelledError:
+                self.finish(node, "Succeeded")
+                raise
+            finally:
+                node.pop("daemoned", None)
+                release()
+
+        node["daemoned"] = True
+        node["podIP"] = "127.0.0.1"
+        task = asyncio.get_running_loop().create_task(daemon())
+        if not hasattr(self, "daemons"):
+            self.daemons = {}
+        self.daemons.setdefault(str(ctx.boundary), []).append((node, task))
+        self.touch()
+
+    async def stop_daemons(self, boundary: str | None) -> None:
+        if not hasattr(self, "daemons"):
+            return
+        keys = list(self.daemons) if boundary is None else [boundary]
+        tasks = [t for k in keys for _n, t in self.daemons.pop(k, [])]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- the container ---------------------------------------------------------------------
+    def runner(self, body: dict[str, Any]) -> str | None:
+        if not self.sb.config.execute:
+            return None
+        runners = [
+            executor.runner_for(str(c.get("image") or ""), self.member.execution.images)
+            for c in containers_of(body)
+        ]
+        if not runners or any(r is None for r in runners):
+            return None
+        return runners[0]
+
+    def _argv(
+        self, body: dict[str, Any], container: dict[str, Any], runner: str, layout: PodLayout
+    ) -> list[str]:
+        if container is body.get("script"):
+            script = container
+            staging = layout.root / "staging"
+            staging.mkdir(parents=True, exist_ok=True)
+            (staging / "script").write_text(str(script.get("source", "")))
+            layout.add(staging, "/argo/staging", readonly=True)
+            command = [str(c) for c in script.get("command") or []] or ["sh"]
+            return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
+        return executor.container_argv(runner, container)
+
+    def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for e in container.get("env") or []:
+            name = str(e.get("name"))
+            if "value" in e:
+                env[name] = as_param(e["value"])
+                continue
+            vf = e.get("valueFrom") or {}
+            field = (vf.get("fieldRef") or {}).get("fieldPath")
+            if field:
+                env[name] = {
+                    "metadata.name": pod,
+                    "metadata.namespace": self.namespace,
+                    "status.podIP": "127.0.0.1",
+                    "spec.nodeName": "",
+                }.get(str(field), "")
+                continue
+            for ref_kind, kind in (("secretKeyRef", "Secret"), ("configMapKeyRef", "ConfigMap")):
+                ref = vf.get(ref_kind)
+                if ref is None:
+                    continue
+                value = self.member.object_value(kind, self.namespace, ref.get("name"), ref["key"])
+                if value is None and not ref.get("optional"):
+                    what = "secret" if kind == "Secret" else "configmap"
+                    raise NotRunnable(
+                        f'CreateContainerConfigError: {what} "{ref.get("name")}" not found'
+                        if not self.member.has_object(kind, self.namespace, ref.get("name"))
+                        else f"CreateContainerConfigError: couldn't find key {ref['key']} in "
+                        f"{kind} {self.namespace}/{ref.get('name')}"
+                    )
+                if value is not None:
+                    env[name] = value
+        return env
+
+    def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
+        spec = self.obj.get("spec") or {}
+        declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
+        volumes = {v.get("name"): v for v in declared}
+        templates = spec.get("volumeClaimTemplates") or []
+        claims = {(c.get("metadata") or {}).get("name") for c in templates}
+        for vm in container.get("volumeMounts") or []:
+            vname = vm.get("name")
+            vol = volumes.get(vname) or {}
+            if vname in claims or "persistentVolumeClaim" in vol:
+                host = self.member.data_dir / "volumes" / self.namespace / self.name / str(vname)
+            else:
+                host = layout.root / "volumes" / str(vname)
+                self._fill_volume(vol, host)
+            if vm.get("subPath"):
+                host = host / str(vm["subPath"])
+            host.mkdir(parents=True, exist_ok=True)
+            layout.add(host, str(vm["mountPath"]), readonly=bool(vm.get("readOnly")))
+
+    def _fill_volume(self, vol: dict[str, Any], host: Path) -> None:
+        host.mkdir(parents=True, exist_ok=True)
+        for key, kind in (("secret", "Secret"), ("configMap", "ConfigMap")):
+            src = vol.get(key)
+            if src is None:
+                continue
+            name = src.get("secretName") if key == "secret" else src.get("name")
+            obj = self.member.get_object(kind, self.namespace, name)
+            if obj is None:
+                if src.get("optional"):
+                    return
+                raise NotRunnable(f'MountVolume.SetUp failed: {key.lower()} "{name}" not found')
+            for k, v in self.member.object_data(obj).items():
+                (host / k).write_text(v)
+
+    # -- running it -------------------------------------------------------------------------
+    async def run_pod(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        scope: dict[str, Any],
+    ) -> tuple[str, str]:
+        """Run the pod; returns the node's (phase, message) and fills node outputs."""
+        pod = node["id"]
+        root = self.member.pod_dir(self.namespace, pod)
+        layout = PodLayout(root)
+        containers = containers_of(body)
+        for c in containers:
+            self._volumes(body, c, layout)
+        envs = [self._env(c, pod) for c in containers]
+        try:
+            await asyncio.to_thread(self._load_inputs, node, layout)
+        except ArtifactError as exc:
+            return "Error", str(exc)
+        try:
+            netns = await self._network()
+        except RuntimeError as exc:
+            return "Error", f"failed to create pod sandbox: {exc}"
+        # The log is served while the pod runs, and kept after.
+        live = executor.Tail(executor.LOG_BYTES)
+        self.member.keep_log(self.namespace, pod, live)
+        # A containerSet's containers run one after the other, in the pod's folders.
+        results: list[tuple[dict[str, Any], executor.PodResult]] = []
+        for c, env in zip(containers, envs, strict=True):
+            image_runner = executor.runner_for(str(c.get("image")), self.member.execution.images)
+            spec = executor.PodSpec(
+                root=root,
+                argv=self._argv(body, c, image_runner or runner, layout),
+                env=env,
+                mounts=layout.mounts,
+                workdir=str(c.get("workingDir") or "/"),
+                uid=self.member.next_uid(),
+                memory=self._memory(c),
+                deadline=self._pod_deadline(body),
+                wallclock=self.member.execution.step_wallclock_seconds,
+                time_scale=self.sb.config.time_scale,
+                netns=netns,
+                log=live,
+            )
+            results.append((c, await executor.run_pod(spec)))
+            if results[-1][1].killed or results[-1][1].exit_code != 0:
+                break
+        last = results[-1][1]
+        if last.killed is None and last.exit_code == 0:
+            result = next((r for c, r in results if c.get("name") == "main"), last)
+        else:
+            result = last
+        failed = result.killed is not None or result.exit_code != 0
+        outs = render(tmpl.get("outputs") or {}, scope)
+        message = await asyncio.to_thread(self._real_outputs, outs, node, layout, result, failed)
+        # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
+        # all day).
+        await asyncio.to_thread(shutil.rmtree, root, True)
+        if result.killed == "deadline":
+            # workflow/executor/executor.go
+            return "Failed", "Step exceeded its deadline"
+        if result.killed:
+            return "Failed", "Step exceeded the sandbox's wall-clock limit for a step"
+        if result.exit_code != 0:
+            return "Failed", f"Error (exit code {result.exit_code})"
+        if message:
+            return "Error", message
+        return "Succeeded", ""
+
+    async def _network(self) -> int:
+        if self.network is None:
+            self.network = executor.Network()
+        return await self.network.pid()
+
+    def _pod_deadline(self, body: dict[str, Any]) -> float | None:
+        limits = [
+            parse_duration(body[k], 0.0)
+            for k in ("activeDeadlineSeconds", "timeout")
+            if body.get(k) not in (None, "") and "{{" not in str(body[k])
+        ]
+        limits = [x for x in limits if x > 0]
+        # Plus half a real second for starting the sandbox's processes, which at a high time
+        # scale would otherwise eat a short deadline before the step began.
+        return min(limits) / self.sb.config.time_scale + 0.5 if limits else None
+
+    @staticmethod
+    def _memory(container: dict[str, Any]) -> int | None:
+        from sandbox import quantity
+
+        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+        if not limit:
+            return None
+        # The interpreter's own mappings need some room under RLIMIT_DATA.
+        return max(int(quantity.parse(str(limit))), 64 * 2**20)
+
+    # -- artifacts and outputs --------------------------------------------------------------
+    def _load_inputs(self, node: dict[str, Any], layout: PodLayout) -> None:
+        for art in (node.get("inputs") or {}).get("artifacts") or []:
+            path = art.get("path")
+            if not path:
+                continue
+            dest = layout.host_for(str(path))
+            if dest is None:
+                continue
+            try:
+                self._load_one(art, dest)
+            except ArtifactError:
+                if art.get("optional"):
+                    continue
+                raise
+
+    def _load_one(self, art: dict[str, Any], dest: Path) -> None:
+        name = art.get("name")
+        if "raw" in art:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(str((art.get("raw") or {}).get("data", "")))
+        elif "http" in art:
+            fetch_http(str((art.get("http") or {}).get("url", "")), dest)
+        elif "git" in art:
+            repo = (art.get("git") or {}).get("repo", "")
+            raise ArtifactError(
+                f"failed to load artifact {name}: git clone {repo}: "
+                "dial tcp: lookup: Temporary failure in name resolution"
+            )
+        elif "s3" in art:
+            s3 = art.get("s3") or {}
+            own = not s3.get("endpoint") and not s3.get("bucket")
+            repo = self.repo if own and self.repo is not None else None
+            repo = repo or self.member.repository_for(s3, self.namespace)
+            repo.load(str(s3.get("key", "")), dest)
+        else:
+            raise ArtifactError(f"required artifact '{name}' not supplied")
+
+    def _real_outputs(
+        self,
+        outs: dict[str, Any],
+        node: dict[str, Any],
+        layout: PodLayout,
+        result: executor.PodResult,
+        failed: bool,
+    ) -> str:
+        outputs: dict[str, Any] = {}
+        problem = ""
+        params = []
+        for p in outs.get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            value: str | None = None
+            if "value" in p:
+                value = as_param(p["value"])
+            elif vf.get("path"):
+                value = self._read_param(layout, str(vf["path"]))
+                if value is None and "default" in vf:
+                    value = as_param(vf["default"])
+                if value is None:
+                    problem = problem or (
+                        f"failed to get output parameter {p.get('name')}: "
+                        f"open {vf['path']}: no such file or directory"
+                    )
+                    continue
+                # Trims off a single newline (workflow/executor/executor.go).
+                value = value.removesuffix("\n")
+            elif "default" in vf:
+                value = as_param(vf["default"])
+            else:
+                continue
+            entry = {"name": p["name"], "value": value}
+            if p.get("globalName"):
+                entry["globalName"] = p["globalName"]
+                self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+            params.append(entry)
+        if params:
+            outputs["parameters"] = params
+        arts, art_problem = self._save_outputs(outs, node, layout, failed)
+        problem = problem or art_problem
+        if arts:
+            outputs["artifacts"] = arts
+        outputs["result"] = result.stdout.decode("utf-8", "replace").removesuffix("\n")
+        outputs["exitCode"] = str(result.exit_code)
+        node["outputs"] = outputs
+        return problem
+
+    def _read_param(self, layout: PodLayout, path: str) -> str | None:
+        real = layout.real(path)
+        if real is None or not real.is_file():
+            return None
+        return real.read_text(errors="replace")
+
+    def _save_outputs(
+        self, outs: dict[str, Any], node: dict[str, Any], layout: PodLayout, failed: bool
+    ) -> tuple[list[dict[str, Any]], str]:
+        arts: list[dict[str, Any]] = []
+        problem = ""
+        for a in outs.get("artifacts") or []:
+            if a.get("from") or not a.get("path"):
+                continue
+            real = layout.real(str(a["path"]))
+            if real is None:
+                if not a.get("optional") and not failed:
+                    problem = problem or (
+                        f"failed to save outputs: open {a['path']}: no such file or directory"
+                    )
+                continue
+            none = is_archive_none(a)
+            key = (a.get("s3") or {}).get("key") or (
+                f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
+            )
+            try:
+                (self.repo or self.member.repository).save(real, str(key), archive=not none)
+            except (ArtifactError, OSError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+                problem = problem or f"failed to save outputs: {a['path']}: {reason}"
+                continue
+            entry = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
+            entry["s3"] = {"key": key}
+            arts.append(entry)
+        return arts, problem
+
+
+def decode_secret(data: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in data.items():
+        try:
+            out[k] = base64.b64decode(str(v)).decode()
+        except ValueError:
+            out[k] = str(v)
+    return out
+
+
+# -- Argo's validation of variables (workflow/validate/validate.go) --------------------------
+_TAG = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_PREFIXES = ("item", "steps.", "inputs.", "outputs.", "pod.", "workflow.", "tasks.")
+
+
+def unresolved(wf: dict[str, Any]) -> str | None:
+    """`templates.<t>: failed to resolve {{tag}}` for the first variable no scope could give
+    a value: undeclared inputs, workflow parameters that are not arguments, steps and tasks
+    that do not exist. Tags of other prefixes are left alone, as Argo does."""
+    spec = wf.get("spec") or {}
+    wf_params = {p.get("name") for p in (spec.get("arguments") or {}).get("parameters") or []}
+    for tmpl in spec.get("templates") or []:
+        inputs = tmpl.get("inputs") or {}
+        params = {p.get("name") for p in inputs.get("parameters") or []}
+        arts = {a.get("name") for a in inputs.get("artifacts") or []}
+        groups = [g if isinstance(g, list) else [g] for g in tmpl.get("steps") or []]
+        names = {s.get("name") for g in groups for s in g}
+        names |= {t.get("name") for t in (tmpl.get("dag") or {}).get("tasks") or []}
+        text = json.dumps({k: v for k, v in tmpl.items() if k != "outputs"})
+        for tag in _TAG.findall(text):
+            if tag.startswith("=") or not tag.startswith(_PREFIXES):
+                continue
+            parts = tag.split(".")
+            bad = False
+            if parts[0] == "inputs" and len(parts) >= 3:
+                bad = (parts[1] == "parameters" and parts[2] not in params) or (
+                    parts[1] == "artifacts" and parts[2] not in arts
+                )
+            elif parts[:2] == ["workflow", "parameters"] and len(parts) >= 3:
+                bad = ".".join(parts[2:]) not in wf_params | {"json"}
+            elif parts[0] in ("steps", "tasks") and len(parts) >= 2:
+                bad = parts[1] not in names and parts[1] != "name"
+            if bad:
+                return f"templates.{tmpl.get('name')}: failed to resolve {{{{{tag}}}}}"
+    return None
+
+
+def containers_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    if isinstance(body.get("container"), dict):
+        return [body["container"]]
+    if isinstance(body.get("script"), dict):
+        return [body["script"]]
+    if isinstance(body.get("containerSet"), dict):
+        return [c for c in body["containerSet"].get("containers") or [] if isinstance(c, dict)]
+    return []

@@ -1,0 +1,378 @@
+"""The state of one member Workflow: lifecycle, nodes and the status Argo would write."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sandbox.argo.expr import DONE, FAILED, as_param, fnv32a
+from sandbox.store import Obj, clone, now_iso
+
+if TYPE_CHECKING:
+    from sandbox.argo.member import Member
+
+log = logging.getLogger("sandbox.argo")
+
+
+Parent = str | list[str] | None
+
+
+class StepFailed(Exception):
+    pass
+
+
+@dataclass
+class Ctx:
+    """What a template invocation sees: its boundary and the variables in scope."""
+
+    scope: dict[str, Any]
+    boundary: str | None
+    attempt: int = 0
+
+
+class RunCore:
+    def __init__(self, member: Member, obj: Obj) -> None:
+        self.member = member
+        self.sb = member.sb
+        self.obj = obj
+        meta = obj["metadata"]
+        self.name: str = meta["name"]
+        self.namespace: str = meta["namespace"]
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.phase = "Pending"
+        self.started_at: str | None = None
+        self.finished_at: str | None = None
+        self.message = ""
+        self.outputs: dict[str, Any] = {}
+        self.version = 1
+        self._rendered: tuple[int, Obj] | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.main: asyncio.Task[dict[str, Any]] | None = None
+        self.shutdown: str | None = None
+        self.deadline_exceeded = False
+        self.resumes: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
+        self.unsuspended = asyncio.Event()
+        spec = obj.get("spec") or {}
+        if not spec.get("suspend"):
+            self.unsuspended.set()
+        par = spec.get("parallelism")
+        self.parallel = asyncio.Semaphore(int(par)) if par else None
+        self.templates = {t.get("name"): t for t in spec.get("templates") or []}
+        self.global_scope: dict[str, Any] = {
+            "workflow.name": self.name,
+            "workflow.namespace": self.namespace,
+            "workflow.uid": meta.get("uid", ""),
+            "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
+        }
+        for k, v in (meta.get("labels") or {}).items():
+            self.global_scope[f"workflow.labels.{k}"] = v
+        for k, v in (meta.get("annotations") or {}).items():
+            self.global_scope[f"workflow.annotations.{k}"] = v
+        for p in (spec.get("arguments") or {}).get("parameters") or []:
+            if "value" in p:
+                self.global_scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
+        # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
+        self.global_scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
+        self.global_scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
+        self.global_scope["workflow.parameters.json"] = json.dumps(
+            (spec.get("arguments") or {}).get("parameters") or []
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def touch(self) -> None:
+        self.version += 1
+        self.sb.karmada.mark((self.namespace, self.name))
+        self.sb.poke()
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self.run())
+
+    def cancel(self) -> None:
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def update(self, obj: Obj) -> None:
+        self.obj = obj
+        spec = obj.get("spec") or {}
+        if spec.get("suspend"):
+            self.unsuspended.clear()
+        else:
+            self.unsuspended.set()
+        shutdown = spec.get("shutdown")
+        if (
+            shutdown in ("Stop", "Terminate")
+            and self.shutdown is None
+            and self.phase in ("Pending", "Running")
+        ):
+            self.shutdown = shutdown
+            if self.main is not None and not self.main.done():
+                self.main.cancel()
+        self.touch()
+
+    def _deadline(self) -> None:
+        if self.main is not None and not self.main.done():
+            self.deadline_exceeded = True
+            self.shutdown = "Terminate"
+            self.main.cancel()
+
+    def resume(self, node: str | None) -> int:
+        count = 0
+        for node_id, (event, _values) in self.resumes.items():
+            n = self.nodes.get(node_id) or {}
+            if node in (None, n.get("name"), n.get("displayName"), node_id) and not event.is_set():
+                event.set()
+                count += 1
+        if not self.unsuspended.is_set():
+            self.unsuspended.set()
+            count += 1
+        return count
+
+    def annotation(self, tmpl: dict[str, Any], name: str) -> str | None:
+        key = self.sb.config.annotation(name)
+        value = ((tmpl.get("metadata") or {}).get("annotations") or {}).get(key)
+        if value is None:
+            value = (self.obj["metadata"].get("annotations") or {}).get(key)
+        return None if value is None else str(value)
+
+    async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            await self.teardown()
+
+    async def _run(self) -> None:
+        spec = self.obj.get("spec") or {}
+        self.phase = "Running"
+        self.started_at = now_iso()
+        refused = self.refusal()
+        if refused:
+            # What the controller does with a Workflow that fails validation ("invalid spec:
+            # ...", Failed) or whose artifact repository it cannot resolve (Error)
+            # (workflow/controller/operator.go).
+            self.phase, self.message = refused
+            self.finished_at = now_iso()
+            self.touch()
+            return
+        self.touch()
+        entry = spec.get("entrypoint") or ""
+        scope = dict(self.global_scope)
+        args = {
+            p["name"]: as_param(p["value"])
+            for p in (spec.get("arguments") or {}).get("parameters") or []
+            if "value" in p
+        }
+        arts = {
+            a["name"]: a
+            for a in (spec.get("arguments") or {}).get("artifacts") or []
+            if "name" in a
+        }
+        root: dict[str, Any] | None = None
+        try:
+            loop = asyncio.get_running_loop()
+            self.main = loop.create_task(
+                self.execute(entry, args, arts, self.name, self.name, Ctx(scope, None), parent=None)
+            )
+            deadline = spec.get("activeDeadlineSeconds")
+            timer = (
+                loop.call_later(float(deadline) / self.sb.config.time_scale, self._deadline)
+                if deadline is not None
+                else None
+            )
+            try:
+                root = await self.main
+            except asyncio.CancelledError:
+                if self.shutdown is None:
+                    raise
+                root = self.nodes.get(self.name)
+            finally:
+                if timer is not None:
+                    timer.cancel()
+            phase = (root or {}).get("phase", "Error")
+            if self.deadline_exceeded:
+                phase = "Failed"
+                self.message = "Max duration limit exceeded"
+            elif self.shutdown:
+                phase = "Failed"
+                self.message = f"Stopped with strategy '{self.shutdown}'"
+            elif phase in FAILED:
+                self.message = (root or {}).get("message") or f"child '{self.name}' failed"
+            phase = await self._exit_handler(spec, phase)
+            if root is not None and root.get("outputs"):
+                self.outputs = clone(root["outputs"])
+            self.phase = phase if phase in ("Succeeded", "Failed", "Error") else "Succeeded"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # pragma: no cover - a bug in the engine, shown as Argo would
+            log.exception("workflow %s/%s crashed", self.namespace, self.name)
+            self.phase = "Error"
+            self.message = str(exc)
+        self.finished_at = now_iso()
+        self.touch()
+
+    async def _exit_handler(self, spec: dict[str, Any], phase: str) -> str:
+        """The workflow's onExit template, which sees workflow.status and .failures."""
+        on_exit = spec.get("onExit")
+        if not on_exit or self.shutdown == "Terminate":
+            return phase
+        exit_scope = dict(
+            self.global_scope,
+            **{
+                "workflow.status": phase,
+                "workflow.failures": json.dumps(
+                    [
+                        {
+                            "displayName": n["displayName"],
+                            "message": n.get("message", ""),
+                            "templateName": n.get("templateName", ""),
+                            "phase": n["phase"],
+                            "podName": n["id"],
+                            "finishedAt": n.get("finishedAt", ""),
+                        }
+                        for n in self.nodes.values()
+                        if n["type"] == "Pod" and n["phase"] in FAILED
+                    ]
+                ),
+            },
+        )
+        exit_node = await self.execute(
+            on_exit,
+            {},
+            {},
+            f"{self.name}.onExit",
+            f"{self.name}.onExit",
+            Ctx(exit_scope, None),
+            parent=None,
+        )
+        if exit_node["phase"] in FAILED and phase == "Succeeded":
+            phase = "Failed"
+            self.message = exit_node.get("message") or "exit handler failed"
+        return phase
+
+    # -- status -------------------------------------------------------------------------------
+    def render_status(self) -> Obj:
+        if self._rendered is not None and self._rendered[0] == self.version:
+            return self._rendered[1]
+        pods = [n for n in self.nodes.values() if n["type"] == "Pod"]
+        done = sum(1 for n in pods if n["phase"] == "Succeeded")
+        status: Obj = {
+            "phase": self.phase,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "progress": f"{done}/{len(pods)}",
+            "nodes": clone(self.nodes),
+        }
+        if self.message:
+            status["message"] = self.message
+        if self.outputs:
+            status["outputs"] = clone(self.outputs)
+        if self.phase in DONE:
+            status["conditions"] = [
+                {"type": "PodRunning", "status": "False"},
+                {"type": "Completed", "status": "True"},
+            ]
+        else:
+            running = any(n["phase"] == "Running" for n in pods)
+            status["conditions"] = [
+                {"type": "PodRunning", "status": "True" if running else "False"}
+            ]
+        cpu = sum(n.get("resourcesDuration", {}).get("cpu", 0) for n in pods)
+        mem = sum(n.get("resourcesDuration", {}).get("memory", 0) for n in pods)
+        status["resourcesDuration"] = {"cpu": cpu, "memory": mem}
+        status["artifactRepositoryRef"] = self.repository_status() or {
+            "default": True,
+            "artifactRepository": {
+                "s3": {
+                    "bucket": self.member.bucket,
+                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
+                }
+            },
+        }
+        if self.sb.config.execute:
+            self._pack(status)
+        self._rendered = (self.version, status)
+        return status
+
+    def _pack(self, status: Obj) -> None:
+        """Nodes above the size limit go as `compressedNodes`: base64 of gzipped JSON
+        (workflow/packer/packer.go, util/file/fileutil.go)."""
+        raw = json.dumps(status["nodes"], separators=(",", ":")).encode()
+        if len(raw) > self.member.execution.max_node_status_bytes:
+            status["compressedNodes"] = base64.b64encode(gzip.compress(raw)).decode()
+            del status["nodes"]
+
+    # -- nodes --------------------------------------------------------------------------------
+    def node_id(self, name: str) -> str:
+        return self.name if name == self.name else f"{self.name}-{fnv32a(name)}"
+
+    def new_node(
+        self, name: str, display: str, ntype: str, tmpl_name: str, ctx: Ctx, parent: Parent
+    ) -> dict[str, Any]:
+        node_id = self.node_id(name)
+        node: dict[str, Any] = {
+            "id": node_id,
+            "name": name,
+            "displayName": display,
+            "type": ntype,
+            "templateName": tmpl_name,
+            "templateScope": f"local/{self.name}",
+            "phase": "Pending",
+            "startedAt": now_iso(),
+        }
+        if ctx.boundary:
+            node["boundaryID"] = ctx.boundary
+        self.nodes[node_id] = node
+        for pid in [parent] if isinstance(parent, str) else parent or []:
+            if pid in self.nodes:
+                children = self.nodes[pid].setdefault("children", [])
+                if node_id not in children:
+                    children.append(node_id)
+        self.touch()
+        return node
+
+    def finish(self, node: dict[str, Any], phase: str, message: str = "") -> dict[str, Any]:
+        node["phase"] = phase
+        node["finishedAt"] = now_iso()
+        if message:
+            node["message"] = message
+        if node["type"] == "Pod":
+            node["progress"] = "1/1" if phase == "Succeeded" else "0/1"
+        self.touch()
+        return node
+
+    # -- hooks of real execution (pods.py) --------------------------------------------------
+    def refusal(self) -> tuple[str, str] | None:
+        return None
+
+    def repository_status(self) -> dict[str, Any] | None:
+        return None
+
+    async def teardown(self) -> None:
+        return None
+
+    async def stop_daemons(self, boundary: str | None) -> None:
+        return None
+
+    # -- implemented by the node engine (graph.py) and the leaves (leaves.py) ---------------
+    async def execute(
+        self,
+        tmpl_name: str,
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+        inline: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def run_steps(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
+        raise NotImplementedError
+
+    async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
+        raise NotImplementedError

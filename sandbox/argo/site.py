@@ -1,0 +1,176 @@
+"""What a member needs to really run pods (`--execute`): its folders, its artifact
+repository and those it may read, the Secrets and ConfigMaps it holds, and pod logs."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import tempfile
+from collections import OrderedDict
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sandbox.artifacts import ArtifactError, Repository
+from sandbox.executor import Tail
+from sandbox.fleet import Execution, Site, load_execution
+from sandbox.store import Obj
+
+if TYPE_CHECKING:
+    from sandbox.core import Sandbox
+
+KEPT_LOGS = 500  # pods whose logs a member keeps
+_UIDS = itertools.count()
+_DATA: dict[int, Path] = {}
+
+
+def data_root(sb: Sandbox) -> Path:
+    """The sandbox's data folder: `--data-dir`, or a temp folder for this process."""
+    if sb.config.data_dir is not None:
+        root = sb.config.data_dir
+    else:
+        if id(sb) not in _DATA:
+            _DATA[id(sb)] = Path(tempfile.mkdtemp(prefix="sandbox-data-"))
+        root = _DATA[id(sb)]
+    root.mkdir(parents=True, exist_ok=True)
+    # Steps run under their own user ids and must reach their folders.
+    root.chmod(0o755)
+    return root
+
+
+class SiteExecution:
+    sb: Sandbox
+    name: str
+    bucket: str
+    objects: dict[tuple[str, str, str], Obj]
+    logs: OrderedDict[tuple[str, str], Tail]
+
+    @cached_property
+    def execution(self) -> Execution:
+        return load_execution(self.sb.config.fleet)
+
+    @property
+    def data_dir(self) -> Path:
+        return data_root(self.sb)
+
+    @property
+    def site(self) -> Site:
+        return self.sb.sites.get(self.name) or Site(name=self.name, bucket=self.bucket)
+
+    def pod_dir(self, namespace: str, pod: str) -> Path:
+        path = self.data_dir / "pods" / self.name / namespace / pod
+        path.mkdir(parents=True, exist_ok=True)
+        for p in (path.parent.parent.parent, path.parent.parent, path.parent):
+            p.chmod(0o755)
+        return path
+
+    @staticmethod
+    def next_uid() -> int:
+        """A user id per pod: the process limit counts one pod's processes, and a pod
+        cannot read another pod's folder."""
+        return 200000 + next(_UIDS) % 100000
+
+    # -- artifact repositories ---------------------------------------------------------------
+    def repo_of(self, site: Site) -> Repository:
+        return Repository(
+            bucket=site.bucket,
+            endpoint=site.artifact_endpoint,
+            root=self.data_dir / "buckets" / site.bucket,
+        )
+
+    def repo_named(self, bucket: str, endpoint: Any) -> Repository:
+        return Repository(
+            bucket=bucket,
+            endpoint=str(endpoint or self.site.artifact_endpoint),
+            root=self.data_dir / "buckets" / bucket,
+        )
+
+    @property
+    def repository(self) -> Repository:
+        return self.repo_of(self.site)
+
+    def repository_for(self, s3: dict[str, Any], namespace: str) -> Repository:
+        """The repository an `s3:` location names: this site's when it names no other; another
+        site's only if the fleet lets this site reach it and the credential Secret exists."""
+        endpoint = s3.get("endpoint")
+        bucket = s3.get("bucket")
+        own = self.site
+        if endpoint in (None, "", own.artifact_endpoint) and bucket in (None, "", own.bucket):
+            return self.repository
+        other = next(
+            (
+                s
+                for s in self.sb.sites.values()
+                if (endpoint and s.artifact_endpoint == endpoint)
+                or (not endpoint and bucket and s.bucket == bucket)
+            ),
+            None,
+        )
+        host = str(endpoint or f"{bucket}.s3")
+        if other is None or not other.artifacts_readable_from(self.name):
+            raise ArtifactError(
+                f'failed to load artifact: Get "https://{host}/{bucket or ""}/'
+                f'{s3.get("key", "")}": dial tcp: lookup {host}: no such host'
+            )
+        secret = (s3.get("accessKeySecret") or {}).get("name") or other.artifact_secret
+        if other.name != self.name and not self.has_object("Secret", namespace, secret):
+            raise ArtifactError(
+                f'failed to load artifact: secrets "{secret}" not found in this cluster'
+            )
+        return self.repo_of(other)
+
+    # -- objects the member holds (Secrets, ConfigMaps) --------------------------------------
+    def put_object(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        key = (str(obj.get("kind")), str(meta.get("namespace") or "default"), str(meta["name"]))
+        self.objects[key] = obj
+
+    def get_object(self, kind: str, namespace: str, name: Any) -> Obj | None:
+        return self.objects.get((kind, namespace, str(name)))
+
+    def has_object(self, kind: str, namespace: str, name: Any) -> bool:
+        return self.get_object(kind, namespace, name) is not None
+
+    @staticmethod
+    def object_data(obj: Obj) -> dict[str, str]:
+        out = {str(k): str(v) for k, v in (obj.get("stringData") or {}).items()}
+        for k, v in (obj.get("data") or {}).items():
+            if obj.get("kind") == "Secret":
+                try:
+                    out[str(k)] = base64.b64decode(str(v)).decode()
+                except ValueError:
+                    out[str(k)] = str(v)
+            else:
+                out[str(k)] = str(v)
+        return out
+
+    def object_value(self, kind: str, namespace: str, name: Any, key: str) -> str | None:
+        obj = self.get_object(kind, namespace, name)
+        return None if obj is None else self.object_data(obj).get(key)
+
+    def has_pod(self, namespace: str, pod: str) -> bool:
+        raise NotImplementedError
+
+    # -- pod logs ----------------------------------------------------------------------------
+    def keep_log(self, namespace: str, pod: str, data: Tail) -> None:
+        self.logs[(namespace, pod)] = data
+        self.logs.move_to_end((namespace, pod))
+        while len(self.logs) > KEPT_LOGS:
+            self.logs.popitem(last=False)
+
+    def pod_log(
+        self, namespace: str, pod: str, container: str | None, tail_lines: int | None
+    ) -> str | None:
+        """A pod's log (stdout and stderr as they came) as the kubelet serves it; None when
+        the member has no such pod. Only `main` has a log here."""
+        data = self.logs.get((namespace, pod))
+        if data is None:
+            # A pod that was simulated, or has not started yet, has printed nothing here.
+            return "" if self.has_pod(namespace, pod) else None
+        if container not in (None, "", "main"):
+            return ""
+        text = bytes(data.data).decode("utf-8", "replace")
+        if tail_lines is not None:
+            lines = text.splitlines(keepends=True)
+            text = "".join(lines[-tail_lines:]) if tail_lines > 0 else ""
+        return text

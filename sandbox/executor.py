@@ -1,0 +1,364 @@
+"""Runs one pod's main container for real, isolated with bubblewrap (`bwrap`).
+
+What a step gets: its own root file system (the pod's folder, as a container's writable layer)
+with the host's system folders (`/usr`, `/bin`, `/lib*`, `/etc`) mounted read-only over it, and
+its volume mounts; nothing else of the host is visible or writable; no network (`--unshare-net`,
+only a loopback of its own); its own pid, ipc and uts namespaces; a user id of its own (so the
+process limit counts only its processes, and it cannot read other pods' folders); a process
+limit (`RLIMIT_NPROC`), a memory limit from `resources.limits.memory` as `RLIMIT_DATA` (what
+an unprivileged process can enforce: a container's cgroup limit counts resident memory,
+this counts private writable mappings, and a step over it sees allocation failures instead of
+an OOM kill), and a wall-clock limit.
+
+Images do not exist here: the fleet maps image name patterns to a runner (`shell`, `python`,
+`argosay`, `whalesay`) that provides the commands such an image has, from the host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import os
+import shutil
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BWRAP = "/usr/bin/bwrap"
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# Argo keeps the last 256 kB of stdout as `result` (workflow/executor/executor.go).
+RESULT_BYTES = 256 * 1024
+LOG_BYTES = 1024 * 1024
+PIDS = 128
+# Every namespace of its own except the network, which a Workflow's pods share (Network).
+JOIN_NET = ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
+JOIN_NET += ["--unshare-cgroup-try"]
+PATH = "/.sandbox/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+HERE = Path(__file__).resolve().parent
+# Folders an image's root file system has besides the system ones.
+IMAGE_DIRS = ("tmp", "mnt", "opt", "srv", "home", "root", "run", "media", "var/tmp")
+
+# image pattern -> runner; fleet files may replace the list (`execution.images`).
+DEFAULT_IMAGES: list[dict[str, str]] = [
+    {"match": "alpine*", "runner": "shell"},
+    {"match": "busybox*", "runner": "shell"},
+    {"match": "debian*", "runner": "shell"},
+    {"match": "ubuntu*", "runner": "shell"},
+    {"match": "bash*", "runner": "shell"},
+    {"match": "python*", "runner": "python"},
+    {"match": "argoproj/argosay:*", "runner": "argosay"},
+    {"match": "docker/whalesay*", "runner": "whalesay"},
+]
+# What an image runs without `command`: (ENTRYPOINT, CMD) as the images define them.
+RUNNER_DEFAULTS: dict[str, tuple[list[str], list[str]]] = {
+    "shell": ([], ["sh"]),
+    "python": ([], ["python3"]),
+    "argosay": (["/argosay"], []),
+    "whalesay": ([], ["cowsay"]),
+}
+
+
+def host_python() -> str:
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(cand, os.X_OK):
+            return cand
+    return shutil.which("python3") or sys.executable
+
+
+def runner_for(image: str, images: list[dict[str, str]] | None = None) -> str | None:
+    name = image.strip()
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/"):
+        if name.startswith(prefix):
+            name = name[len(prefix) :]
+    for rule in images if images is not None else DEFAULT_IMAGES:
+        if fnmatch.fnmatchcase(name, rule["match"]):
+            return rule["runner"]
+    return None
+
+
+def container_argv(runner: str, container: dict[str, Any]) -> list[str]:
+    """Docker's rule: `command` replaces ENTRYPOINT, `args` replace CMD."""
+    entrypoint, cmd = RUNNER_DEFAULTS[runner]
+    command = [str(c) for c in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    if command:
+        return command + args
+    return entrypoint + (args or cmd)
+
+
+@dataclass
+class Tail:
+    """The last `limit` bytes written."""
+
+    limit: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def write(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        self.data += chunk
+        if len(self.data) > self.limit:
+            del self.data[: len(self.data) - self.limit]
+
+
+@dataclass
+class Mount:
+    host: Path
+    dest: str
+    readonly: bool = False
+
+
+@dataclass
+class PodSpec:
+    root: Path  # the pod's own folder on the host
+    argv: list[str]
+    env: dict[str, str]
+    mounts: list[Mount]
+    workdir: str
+    uid: int
+    memory: int | None = None
+    deadline: float | None = None  # real seconds; killing counts as exceeding the deadline
+    wallclock: float = 600.0  # real seconds; the sandbox's own limit
+    time_scale: float = 1.0
+    netns: int | None = None  # pid holding the network namespace the pod joins
+    log: Tail | None = None  # where stdout and stderr go as they come (besides the result)
+
+
+@dataclass
+class PodResult:
+    exit_code: int
+    stdout: bytes
+    log: bytes
+    killed: str | None = None  # "deadline" | "wallclock"
+
+
+def prepare_bin(spec: PodSpec) -> Path:
+    """`/.sandbox/bin`: python, the argosay and cowsay stand-ins and a `sleep` that follows
+    the sandbox's time scale (a step's `sleep 60` is 60 simulated seconds)."""
+    bindir = spec.root / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    py = host_python()
+    for name in ("python", "python3"):
+        link = bindir / name
+        if not link.exists():
+            link.symlink_to(py)
+    (bindir / "argosay").write_bytes((HERE / "bin" / "argosay").read_bytes())
+    (bindir / "cowsay").write_text(f"#!{py}\n" + (HERE / "whalesay.py").read_text())
+    (bindir / "sleep").write_text(
+        # -S: without site, so the sitecustomize below does not scale it a second time.
+        f"#!{py} -S\n"
+        "import re, sys, time\n"
+        "units = {'': 1, 's': 1, 'm': 60, 'h': 3600, 'd': 86400}\n"
+        "total = 0.0\n"
+        "for arg in sys.argv[1:]:\n"
+        "    m = re.fullmatch(r'(\\d+(?:\\.\\d*)?|\\.\\d+)([smhd]?)', arg)\n"
+        "    if arg in ('inf', 'infinity'):\n"
+        "        total = float('inf')\n"
+        "    elif not m:\n"
+        "        sys.exit(f'sleep: invalid time interval {arg!r}')\n"
+        "    else:\n"
+        "        total += float(m.group(1)) * units[m.group(2)]\n"
+        f"time.sleep(min(total / {spec.time_scale!r}, 1e6))\n"
+    )
+    for name in ("argosay", "cowsay", "sleep"):
+        (bindir / name).chmod(0o755)
+    # Python steps' time.sleep follows the time scale too (site-packages hook).
+    (bindir / "sitecustomize.py").write_text(
+        "import time as _t\n"
+        "_sleep = _t.sleep\n"
+        f"_t.sleep = lambda s: _sleep(max(float(s), 0.0) / {spec.time_scale!r})\n"
+    )
+    return bindir
+
+
+def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
+    argv = ["nsenter", f"--net=/proc/{spec.netns}/ns/net", "--"] if spec.netns else []
+    argv += [
+        "setpriv",
+        f"--reuid={spec.uid}",
+        f"--regid={spec.uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "prlimit",
+        f"--nproc={PIDS}",
+        "--core=0",
+    ]
+    if spec.memory:
+        argv.append(f"--data={spec.memory}")
+    argv += [
+        "--",
+        BWRAP,
+        *(JOIN_NET if spec.netns else ["--unshare-all"]),
+        "--die-with-parent",
+        "--new-session",
+        "--hostname",
+        "pod",
+    ]
+    # The pod's own folder is its root file system (a container's writable layer); the
+    # host's system folders are mounted read-only over it.
+    argv += ["--bind", str(spec.root / "fs"), "/", "--dev", "/dev", "--proc", "/proc"]
+    for d in SYSTEM_DIRS:
+        argv += ["--ro-bind-try", d, d]
+    argv += ["--ro-bind", str(bindir), "/.sandbox/bin"]
+    argv += ["--ro-bind", str(bindir / "argosay"), "/argosay"]
+    for m in sorted(spec.mounts, key=lambda m: m.dest.count("/")):
+        argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
+    argv += ["--chdir", spec.workdir or "/", "--clearenv"]
+    for k, v in spec.env.items():
+        argv += ["--setenv", k, v]
+    return [*argv, "--", *spec.argv]
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    for dirpath, dirnames, filenames in os.walk(path):
+        os.lchown(dirpath, uid, uid)
+        for n in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, n), uid, uid)
+
+
+async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(65536):
+        for s in sinks:
+            s.write(chunk)
+
+
+async def run_pod(spec: PodSpec) -> PodResult:
+    """Run the pod's main container to its end (or its deadline) and collect its output."""
+    for d in IMAGE_DIRS:
+        (spec.root / "fs" / d).mkdir(parents=True, exist_ok=True)
+    if spec.workdir:
+        (spec.root / "fs" / spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    bindir = prepare_bin(spec)
+    for m in spec.mounts:
+        if not m.host.exists():
+            m.host.mkdir(parents=True, exist_ok=True)
+    chown_tree(spec.root, spec.uid)
+    spec.root.chmod(0o700)  # other pods (other user ids) cannot look in
+    for m in spec.mounts:
+        if not m.host.is_relative_to(spec.root):
+            chown_tree(m.host, spec.uid)
+    env = {"PATH": PATH, "HOME": "/root", "HOSTNAME": "pod", **spec.env}
+    if spec.time_scale != 1.0:
+        env.setdefault("PYTHONPATH", "/.sandbox/bin")
+    spec.env = env
+    stdout, log = Tail(RESULT_BYTES), spec.log if spec.log is not None else Tail(LOG_BYTES)
+    proc = await asyncio.create_subprocess_exec(
+        *bwrap_argv(spec, bindir),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    pumps = asyncio.gather(_pump(proc.stdout, stdout, log), _pump(proc.stderr, log))
+    limit = spec.wallclock if spec.deadline is None else min(spec.deadline, spec.wallclock)
+    killed: str | None = None
+    try:
+        await asyncio.wait_for(proc.wait(), limit)
+    except TimeoutError:
+        killed = "deadline" if spec.deadline is not None and limit == spec.deadline else "wallclock"
+        _kill(proc)
+    except asyncio.CancelledError:
+        _kill(proc)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5)
+        pumps.cancel()
+        raise
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(pumps, 5)
+    code = await proc.wait()
+    # A signal death shows as 128+N, as a container runtime reports it.
+    code = 128 - code if code < 0 else code
+    return PodResult(exit_code=code, stdout=bytes(stdout.data), log=bytes(log.data), killed=killed)
+
+
+def _kill(proc: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+_REAPING: set[asyncio.Task[int]] = set()
+
+
+class Network:
+    """One network namespace (only a loopback) that a Workflow's pods share, so that a daemon
+    step is reachable from the other steps at 127.0.0.1 and nothing else is."""
+
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process | None = None
+        self.lock = asyncio.Lock()
+
+    async def pid(self) -> int:
+        async with self.lock:
+            return await self._pid()
+
+    async def _pid(self) -> int:
+        if self.proc is None or self.proc.returncode is not None:
+            self.proc = await asyncio.create_subprocess_exec(
+                BWRAP,
+                "--unshare-net",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--die-with-parent",
+                "--",
+                "sleep",
+                "infinity",
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            # bwrap forks the namespace's process: wait until it exists.
+            for _ in range(100):
+                if _child_in_new_netns(self.proc.pid) is not None:
+                    break
+                await asyncio.sleep(0.02)
+        child = _child_in_new_netns(self.proc.pid)
+        if child is None:
+            # Never fall back to a process in the host's network namespace.
+            self.close()
+            raise RuntimeError("could not create the pods' network namespace")
+        return child
+
+    def close(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.returncode is None:
+            _kill(proc)
+            # Reaped by asyncio: dropping the process object unreaped would let subprocess's
+            # own clean-up reap it first (asyncio then warns of an unknown child).
+            task = asyncio.get_running_loop().create_task(proc.wait())
+            _REAPING.add(task)
+            task.add_done_callback(_REAPING.discard)
+
+
+def _child_in_new_netns(pid: int) -> int | None:
+    try:
+        mine = os.readlink("/proc/self/ns/net")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        for c in children:
+            if os.readlink(f"/proc/{c}/ns/net") != mine:
+                return int(c)
+    except OSError:
+        return None
+    return None
+
+
+def reachable(path: Path) -> bool:
+    """Whether other users can reach `path` (every existing folder above it has o+x)."""
+    for p in [path.resolve(), *path.resolve().parents]:
+        if p.exists() and not p.stat().st_mode & 0o001:
+            return False
+    return True
+
+
+def available() -> bool:
+    return os.access(BWRAP, os.X_OK) and shutil.which("setpriv") is not None

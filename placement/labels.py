@@ -24,6 +24,10 @@ GPU = "gpu"  # "true" on step workflows that request GPUs: the GPU node-selector
 # The value of PLACEMENT that the webhook registration selects.
 RUNTIME = "runtime"
 
+# On Secrets in the portal's namespace: a site's artifact repository credentials, propagated
+# to every member (the artifact-credentials PropagationPolicy).
+ARTIFACT_CREDENTIALS = "artifact-credentials"
+
 # Annotations.
 REASON = "reason"  # one line saying why the step workflow is where it is
 UNIT_NAME = "unit-name"  # the unit's full name (the slug label may be shortened)

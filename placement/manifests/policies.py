@@ -94,6 +94,42 @@ def fallback_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str
     }
 
 
+ARTIFACT_CREDENTIALS_POLICY = "portal-artifact-credentials"
+
+
+def artifact_credentials_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """The credential Secrets of the sites' artifact repositories, propagated to every member:
+    a step reading an input another site produced names that site's Secret
+    (``accessKeySecret``/``secretKeySecret`` in its full location), and Argo reads it in the
+    reading site's namespace. Operators create each Secret once, in the portal's namespace on
+    karmada-apiserver, labelled ``P/artifact-credentials=true``; a PropagationPolicy (not
+    ``propagateDeps``: a step workflow's Secret references are inside argument artifacts, which
+    Karmada's Workflow interpreter does not report as dependencies)."""
+    managed = labels.key(domain, labels.MANAGED)
+    return {
+        "apiVersion": POLICY_API,
+        "kind": "PropagationPolicy",
+        "metadata": {
+            "name": ARTIFACT_CREDENTIALS_POLICY,
+            "namespace": namespace,
+            "labels": {managed: "true"},
+        },
+        "spec": {
+            "resourceSelectors": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "labelSelector": {
+                        "matchLabels": {labels.key(domain, labels.ARTIFACT_CREDENTIALS): "true"}
+                    },
+                }
+            ],
+            # No cluster affinity: every member cluster gets a copy.
+            "placement": {},
+        },
+    }
+
+
 def override_policies(
     site: str,
     overrides: Mapping[str, Any],
@@ -251,5 +287,6 @@ def karmada_manifests(
         out.append(propagation_policy(site, namespace=namespace, domain=domain, prefix=prefix))
         out += override_policies(site, overrides, namespace=namespace, domain=domain, prefix=prefix)
     out.append(fallback_policy(namespace=namespace, domain=domain))
+    out.append(artifact_credentials_policy(namespace=namespace, domain=domain))
     out.append(webhook_configuration(webhook_url, ca_bundle=ca_bundle, domain=domain))
     return out

@@ -115,6 +115,8 @@ def policies_sync() -> dict[str, int]:
             owner[("OverridePolicy", op["metadata"]["name"])] = name
     fb = manifests.fallback_policy(namespace=ns, domain=domain)
     wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
+    creds = manifests.artifact_credentials_policy(namespace=ns, domain=domain)
+    wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
     counts = {"applied": 0, "deleted": 0}
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()

@@ -60,7 +60,7 @@ def demo_manifests() -> list[dict]:
 def test_every_karmada_object_validates_against_the_upstream_crds() -> None:
     need_reference()
     objects = [o for o in demo_manifests() if o["apiVersion"].startswith("policy.karmada.io/")]
-    assert len(objects) == 3 + 2 + 1  # three sites, site-a's two override policies, fallback
+    assert len(objects) == 3 + 2 + 1 + 1  # three sites, site-a's two overrides, fallback, Secrets
     for obj in objects:
         assert karmada_problems(obj) == [], dump(obj)
     # The check can fail: a wrong field is caught.

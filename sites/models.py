@@ -105,6 +105,9 @@ class SiteLink(models.Model):
     bandwidth_mbps = models.FloatField(validators=[MinValueValidator(0.001)])
     cost_per_gb = models.DecimalField(max_digits=10, decimal_places=4, default=0)
     latency_ms = models.FloatField(default=0, validators=[MinValueValidator(0)])
+    # False: steps at ``target`` cannot read ``source``'s artifact repository (network, bucket
+    # policy), so a step reading an output made at ``source`` is not placed at ``target``.
+    artifacts_reachable = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["source__name", "target__name"]

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from placement.parser import ParsedWorkflow, Resources, Unit
 from placement.planner.catalogue import DataCatalogue
 from placement.planner.context import _Context
+from placement.planner.filters import _Eligibility
 from placement.planner.inputs import (
     ASSUMED_UPSTREAM_BYTES,
     CAPACITY_WEIGHT,
@@ -134,6 +135,26 @@ def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
     return _merge(tuple(d for d in ctx.data.read_by(u) if d.residency) for u in ancestors)
 
 
+def _reachable(
+    ctx: _Context, elig: _Eligibility, moving: Sequence[tuple[str, int, bool]]
+) -> _Eligibility:
+    """Sites that cannot read the artifact repository of a site upstream outputs are at."""
+    blocked = ctx.fleet.unreachable
+    if not blocked or not moving:
+        return elig
+    sources = sorted({src for src, _, _ in moving})
+    whys = list(elig.whys)
+    changed = False
+    for i, s in enumerate(ctx.sites):
+        if whys[i] is not None:
+            continue
+        cut = [src for src in sources if (src, s.name) in blocked]
+        if cut:
+            whys[i] = f"cannot reach the artifact repository of {', '.join(cut)} (upstream outputs)"
+            changed = True
+    return _Eligibility(whys) if changed else elig
+
+
 def _requests(r: Resources) -> bool:
     return bool(r.cpu_millicores or r.memory_bytes or r.gpus)
 
@@ -252,6 +273,7 @@ def _evaluate(
         r.weight for r in matched if r.effect == "prefer_free_capacity"
     )
     elig = ctx.eligibility(hard, (*reads, *derived), req, exclude, strict_capacity)
+    elig = _reachable(ctx, elig, moving)
     capacity = ctx.capacity(req)
     costs = [ctx.dataset_costs(reads)] if reads else []
     costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]

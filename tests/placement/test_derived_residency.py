@@ -68,3 +68,23 @@ def test_a_decision_now_is_bound_by_what_its_ancestors_read() -> None:
     assert free.site == "site-a"  # nothing binds it without its ancestors
     bound = planner.decide(clean, regional_fleet(), [], [BOUND], ancestors=[ingest])
     assert bound.site == "site-c"
+
+
+def test_a_site_that_cannot_reach_the_producers_repository_is_not_a_candidate() -> None:
+    """site-b cannot read site-c's artifact repository: a step reading outputs made at site-c
+    is not placed there, and its row says why."""
+    fleet = planner.Fleet(
+        sites=regional_fleet().sites,
+        links=(
+            planner.Link("site-c", "site-b", bandwidth_mbps=1000, artifacts_reachable=False),
+            planner.Link("site-c", "site-a", bandwidth_mbps=10),
+        ),
+    )
+    units = [_unit("make"), _unit("use", upstream=("make",))]
+    placed = planner.plan(
+        units, fleet, [], [], upstream_sites={"make": planner.Upstream("site-c", 10**9)}
+    )
+    use = placed.by_unit()["use"]
+    why = {c.site: c.why for c in use.candidates}
+    assert "cannot reach the artifact repository of site-c" in why["site-b"]
+    assert use.site in ("site-a", "site-c")

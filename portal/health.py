@@ -194,7 +194,8 @@ def readyz(request: HttpRequest) -> HttpResponse:
     }
     if detail and not failed:
         # A policy Karmada refuses does not make the portal unready (the other sites still
-        # work), but whoever may see the detail is told which one and why.
+        # work), but whoever may see the detail is told which one and why (with the database
+        # down there is nothing to read it from).
         from portal.execution.sync import policy_errors
 
         errors = policy_errors()

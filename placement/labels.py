@@ -16,9 +16,17 @@ UNIT = "unit"  # the unit's slug
 ATTEMPT = "attempt"  # the UnitRun attempt number
 SITE = "site"  # the site, when placed at submission (or patched in by the webhook)
 PLACEMENT = "placement"  # RUNTIME when the webhook must place it
+# On a runtime step workflow: a site satisfying every hard constraint, chosen by the worker.
+# Its site policy selects it too, so it lands there if the webhook does not answer; the
+# webhook removes it when it decides.
+FALLBACK_SITE = "fallback-site"
 GPU = "gpu"  # "true" on step workflows that request GPUs: the GPU node-selector override
 # The value of PLACEMENT that the webhook registration selects.
 RUNTIME = "runtime"
+
+# On Secrets in the portal's namespace: a site's artifact repository credentials, propagated
+# to every member (the artifact-credentials PropagationPolicy).
+ARTIFACT_CREDENTIALS = "artifact-credentials"
 
 # Annotations.
 REASON = "reason"  # one line saying why the step workflow is where it is

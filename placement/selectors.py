@@ -47,9 +47,15 @@ def fleet_state() -> planner.Fleet:
             bandwidth_mbps=float(bw),
             cost_per_gb=float(cost),
             latency_ms=float(lat),
+            artifacts_reachable=bool(reachable),
         )
-        for src, dst, bw, cost, lat in SiteLink.objects.values_list(
-            "source__name", "target__name", "bandwidth_mbps", "cost_per_gb", "latency_ms"
+        for src, dst, bw, cost, lat, reachable in SiteLink.objects.values_list(
+            "source__name",
+            "target__name",
+            "bandwidth_mbps",
+            "cost_per_gb",
+            "latency_ms",
+            "artifacts_reachable",
         )
     )
     return planner.Fleet(sites=sites, links=links)

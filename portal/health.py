@@ -31,6 +31,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, generate_late
 READY_CHECKS = Counter("portal_readyz_failures_total", "Failed readiness checks", ["check"])
 RUNS_BY_STATUS = Gauge("portal_runs", "Workflow runs by status", ["status"])
 SITES_READY = Gauge("portal_sites_ready", "Sites reporting Ready", ["site"])
+POLICY_FAILURES = Gauge(
+    "portal_policy_write_failures",
+    "Policies the last sync could not write on Karmada (1: failing), by site ('' for fleet-wide)",
+    ["site"],
+)
 
 
 @require_GET
@@ -179,7 +184,7 @@ def readyz(request: HttpRequest) -> HttpResponse:
     for name in failed:
         READY_CHECKS.labels(check=name).inc()
     detail = _shows_detail(request)
-    body = {
+    body: dict[str, object] = {
         "status": "ready" if not failed else "not ready",
         "checks": {
             name: (outcome.error if detail else outcome.category) or "ok"
@@ -187,6 +192,15 @@ def readyz(request: HttpRequest) -> HttpResponse:
         },
         "elapsed_ms": round((time.monotonic() - started) * 1000, 1),
     }
+    if detail and not failed:
+        # A policy Karmada refuses does not make the portal unready (the other sites still
+        # work), but whoever may see the detail is told which one and why (with the database
+        # down there is nothing to read it from).
+        from portal.execution.sync import policy_errors
+
+        errors = policy_errors()
+        if errors:
+            body["policies"] = {site or "fleet": text for site, text in errors.items()}
     return JsonResponse(body, status=503 if failed else 200)
 
 
@@ -221,4 +235,9 @@ def metrics(request: HttpRequest) -> HttpResponse:
         RUNS_BY_STATUS.labels(status=row["status"]).set(row["n"])
     for name, ready in Site.objects.values_list("name", "ready"):
         SITES_READY.labels(site=name).set(1 if ready else 0)
+    from portal.execution.sync import policy_errors
+
+    errors = policy_errors()
+    for name in [*Site.objects.values_list("name", flat=True), ""]:
+        POLICY_FAILURES.labels(site=name).set(1 if name in errors else 0)
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)

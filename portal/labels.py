@@ -10,6 +10,7 @@ from placement import labels as _contract
 from placement.labels import (
     ATTEMPT,
     DATASETS,
+    FALLBACK_SITE,
     GPU,
     MANAGED,
     PLACEMENT,
@@ -25,6 +26,7 @@ from placement.labels import (
 __all__ = [
     "ATTEMPT",
     "DATASETS",
+    "FALLBACK_SITE",
     "GPU",
     "MANAGED",
     "PLACEMENT",

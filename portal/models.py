@@ -117,6 +117,8 @@ class UnitRun(models.Model):
     spec = InlineJSONField(default=dict, blank=True)
     outputs = models.JSONField(default=dict, blank=True)
     workflow_name = models.CharField(max_length=63, blank=True)
+    # When the portal deleted the finished step workflow on karmada-apiserver (None: not yet).
+    workflow_deleted_at = models.DateTimeField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -8,10 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import BigIntegerField, Q, QuerySet, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast, Coalesce
 from django.utils.dateparse import parse_datetime
 
-from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from placement import planner
+from placement.parser import Resources
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Project
 
@@ -268,3 +272,30 @@ def resolved_inputs(unit: UnitRun, arguments: dict[str, Any]) -> dict[str, Any]:
             )
         filled_artifacts.append({**source, **a, "name": a.get("name")} if source else a)
     return {"parameters": filled_params, "artifacts": filled_artifacts}
+
+
+def held_reservations() -> dict[str, Resources]:
+    """What active runs hold per site and no member reports yet: units placed at a site and
+    still Pending (placement/planner/reservations.py says when a reservation ends). One
+    aggregate query."""
+
+    def total(field: str) -> Coalesce:
+        return Coalesce(Sum(Cast(KT(f"spec__resources__{field}"), BigIntegerField())), 0)
+
+    rows = (
+        UnitRun.objects.filter(phase=UnitPhase.PENDING, run__status__in=ACTIVE_RUN)
+        .exclude(site="")
+        .values("site")
+        .annotate(cpu=total("cpu_millicores"), memory=total("memory_bytes"), gpus=total("gpus"))
+    )
+    return {
+        r["site"]: Resources(
+            cpu_millicores=int(r["cpu"]), memory_bytes=int(r["memory"]), gpus=int(r["gpus"])
+        )
+        for r in rows
+    }
+
+
+def fleet_with_holds(fleet: planner.Fleet) -> planner.Fleet:
+    """The fleet with what other active runs hold counted as taken."""
+    return planner.hold(fleet, held_reservations())

@@ -27,7 +27,7 @@ from portal.models import (
     WorkflowRun,
     WorkflowTemplate,
 )
-from portal.selectors import projects_of
+from portal.selectors import fleet_with_holds, projects_of
 from sites.models import Project
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
     inputs = planner_inputs()
     return planner.plan(
         parsed,
-        inputs.fleet,
+        fleet_with_holds(inputs.fleet),
         inputs.rules,
         inputs.datasets,
         project=project.name if project else None,

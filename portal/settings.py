@@ -271,6 +271,10 @@ PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+# A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver
+# this long after it ended (at the next resync): a member that deletes its copy would otherwise
+# get it re-created from Karmada's Work and run the step again. Raise it to debug a step.
+PORTAL_KEEP_FINISHED_SECONDS = envint("PORTAL_KEEP_FINISHED_SECONDS", 60)
 # A run with work left and nothing moving for this long is advanced again by the resync.
 PORTAL_STALE_SECONDS = envint("PORTAL_STALE_SECONDS", 20)
 PORTAL_WEBHOOK_URL = env("PORTAL_WEBHOOK_URL", "http://127.0.0.1:8000/webhooks/placement/")

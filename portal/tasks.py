@@ -69,6 +69,12 @@ def bindings_resync() -> None:
         run_advance.delay(run_id)
 
 
+@shared_task(**RETRY)
+def step_workflows_cleanup() -> None:
+    """Finished step workflows leave karmada-apiserver after ``PORTAL_KEEP_FINISHED_SECONDS``."""
+    execution.step_workflows_cleanup()
+
+
 @shared_task
 def resync() -> None:
     """The periodic safety net (Celery beat): Karmada calls here are one list per kind,
@@ -76,6 +82,7 @@ def resync() -> None:
     if gateway.configured():
         sites_sync.delay()
         bindings_resync.delay()
+        step_workflows_cleanup.delay()
     # The watcher writes the webhook's queued decisions every second; this is for when it
     # does not run.
     try:

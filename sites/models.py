@@ -37,9 +37,11 @@ class Site(models.Model):
     """One Karmada member cluster; ``name`` is the Karmada Cluster name.
 
     Capacity figures come from the Cluster's ``status.resourceSummary`` (CPU in millicores,
-    memory in bytes). ``overrides`` is set by the site's operators and compiled into the site's
-    OverridePolicy: ``{"artifact_repository": {...}, "gpu_node_selector": {...},
-    "image_registry_mirror": "registry.example.org"}``.
+    memory in bytes); ``*_allocated`` counts Karmada's ``allocated`` plus ``allocating`` (pods
+    created but not yet scheduled hold their requests too), so free is
+    ``allocatable - allocated - allocating``. ``overrides`` is set by the site's operators and
+    compiled into the site's OverridePolicy: ``{"artifact_repository": {...},
+    "gpu_node_selector": {...}, "image_registry_mirror": "registry.example.org"}``.
     """
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
@@ -64,6 +66,10 @@ class Site(models.Model):
     pods_allocatable = models.IntegerField(default=0)
     pods_allocated = models.IntegerField(default=0)
     last_sync = models.DateTimeField(null=True, blank=True)
+    policy_error = models.TextField(
+        blank=True,
+        help_text="why the last sync could not write this site's policies (empty: in step)",
+    )
     operators = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="operated_sites", blank=True
     )
@@ -99,6 +105,9 @@ class SiteLink(models.Model):
     bandwidth_mbps = models.FloatField(validators=[MinValueValidator(0.001)])
     cost_per_gb = models.DecimalField(max_digits=10, decimal_places=4, default=0)
     latency_ms = models.FloatField(default=0, validators=[MinValueValidator(0)])
+    # False: steps at ``target`` cannot read ``source``'s artifact repository (network, bucket
+    # policy), so a step reading an output made at ``source`` is not placed at ``target``.
+    artifacts_reachable = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["source__name", "target__name"]

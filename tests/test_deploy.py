@@ -436,7 +436,7 @@ def test_the_example_is_what_karmada_manifests_prints_for_the_demo_fleet(setting
         "the demo fleet or the manifests changed: regenerate the example (see its header)"
     )
     kinds = [d["kind"] for d in printed]
-    assert kinds.count("PropagationPolicy") == 4  # three sites and the fallback
+    assert kinds.count("PropagationPolicy") == 5  # three sites, the fallback, the Secrets
     for doc in printed:
         assert manifest_problems(doc) == [], doc["metadata"]["name"]
 

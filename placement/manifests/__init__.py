@@ -50,6 +50,7 @@ from placement.manifests.names import (
     label_value,
 )
 from placement.manifests.policies import (
+    artifact_credentials_policy,
     fallback_policy,
     karmada_manifests,
     override_policies,
@@ -86,6 +87,7 @@ __all__ = [
     "Unresolved",
     "WhenError",
     "aggregate_outputs",
+    "artifact_credentials_policy",
     "dns_name",
     "emitted_template_names",
     "evaluate_depends",

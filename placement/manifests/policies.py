@@ -25,7 +25,7 @@ from placement.manifests.names import (
 def _workflow_selector(
     match_labels: Mapping[str, str], expressions: Sequence[Mapping[str, Any]] = ()
 ) -> dict[str, Any]:
-    selector: dict[str, Any] = {"matchLabels": dict(match_labels)}
+    selector: dict[str, Any] = {"matchLabels": dict(match_labels)} if match_labels else {}
     if expressions:
         selector["matchExpressions"] = [dict(e) for e in expressions]
     return {"apiVersion": API_VERSION, "kind": "Workflow", "labelSelector": selector}
@@ -38,8 +38,11 @@ def propagation_policy(
     domain: str = DEFAULT_DOMAIN,
     prefix: str = DEFAULT_POLICY_PREFIX,
 ) -> dict[str, Any]:
-    """``portal-site-<site>``: Workflows labelled ``P/site=<site>`` go to that one cluster."""
+    """``portal-site-<site>``: Workflows labelled ``P/site=<site>`` go to that one cluster, and
+    so do runtime ones the webhook did not place whose fallback site it is
+    (``P/fallback-site=<site>``): Karmada ORs a policy's resource selectors."""
     site_key = labels.key(domain, labels.SITE)
+    fallback_key = labels.key(domain, labels.FALLBACK_SITE)
     return {
         "apiVersion": POLICY_API,
         "kind": "PropagationPolicy",
@@ -49,7 +52,10 @@ def propagation_policy(
             "labels": {labels.key(domain, labels.MANAGED): "true", site_key: label_value(site)},
         },
         "spec": {
-            "resourceSelectors": [_workflow_selector({site_key: label_value(site)})],
+            "resourceSelectors": [
+                _workflow_selector({site_key: label_value(site)}),
+                _workflow_selector({fallback_key: label_value(site)}),
+            ],
             "priority": SITE_POLICY_PRIORITY,
             "placement": {"clusterAffinity": {"clusterNames": [site]}},
         },
@@ -57,8 +63,10 @@ def propagation_policy(
 
 
 def fallback_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
-    """Managed Workflows without a site label (the webhook was unreachable): Karmada picks
-    exactly one ready cluster (spread over clusters, one group)."""
+    """Workflows the portal did not create (``P/managed`` absent) and the webhook did not
+    place: Karmada picks exactly one ready cluster (spread over clusters, one group). The
+    portal's own step workflows never land here: a runtime one carries a fallback site that
+    satisfies its hard constraints, or waits unsubmitted."""
     managed = labels.key(domain, labels.MANAGED)
     return {
         "apiVersion": POLICY_API,
@@ -71,14 +79,53 @@ def fallback_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str
         "spec": {
             "resourceSelectors": [
                 _workflow_selector(
-                    {managed: "true"},
-                    [{"key": labels.key(domain, labels.SITE), "operator": "DoesNotExist"}],
+                    {},
+                    [
+                        {"key": managed, "operator": "DoesNotExist"},
+                        {"key": labels.key(domain, labels.SITE), "operator": "DoesNotExist"},
+                    ],
                 )
             ],
             "priority": FALLBACK_POLICY_PRIORITY,
             "placement": {
                 "spreadConstraints": [{"spreadByField": "cluster", "maxGroups": 1, "minGroups": 1}]
             },
+        },
+    }
+
+
+ARTIFACT_CREDENTIALS_POLICY = "portal-artifact-credentials"
+
+
+def artifact_credentials_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
+    """The credential Secrets of the sites' artifact repositories, propagated to every member:
+    a step reading an input another site produced names that site's Secret
+    (``accessKeySecret``/``secretKeySecret`` in its full location), and Argo reads it in the
+    reading site's namespace. Operators create each Secret once, in the portal's namespace on
+    karmada-apiserver, labelled ``P/artifact-credentials=true``; a PropagationPolicy (not
+    ``propagateDeps``: a step workflow's Secret references are inside argument artifacts, which
+    Karmada's Workflow interpreter does not report as dependencies)."""
+    managed = labels.key(domain, labels.MANAGED)
+    return {
+        "apiVersion": POLICY_API,
+        "kind": "PropagationPolicy",
+        "metadata": {
+            "name": ARTIFACT_CREDENTIALS_POLICY,
+            "namespace": namespace,
+            "labels": {managed: "true"},
+        },
+        "spec": {
+            "resourceSelectors": [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "labelSelector": {
+                        "matchLabels": {labels.key(domain, labels.ARTIFACT_CREDENTIALS): "true"}
+                    },
+                }
+            ],
+            # No cluster affinity: every member cluster gets a copy.
+            "placement": {},
         },
     }
 
@@ -240,5 +287,6 @@ def karmada_manifests(
         out.append(propagation_policy(site, namespace=namespace, domain=domain, prefix=prefix))
         out += override_policies(site, overrides, namespace=namespace, domain=domain, prefix=prefix)
     out.append(fallback_policy(namespace=namespace, domain=domain))
+    out.append(artifact_credentials_policy(namespace=namespace, domain=domain))
     out.append(webhook_configuration(webhook_url, ca_bundle=ca_bundle, domain=domain))
     return out

@@ -26,8 +26,35 @@ _NOT_INHERITED = frozenset(
         "workflowTemplateRef",
         "suspend",
         "shutdown",
+        # The portal deletes a step workflow once it has recorded its outcome; a member that
+        # deletes one first (its ttlStrategy) gets it re-created by Karmada and the step runs
+        # again. The run's own retention applies to the run, not to its step workflows.
+        "ttlStrategy",
+        "podGC",
     }
 )
+
+# podGC strategies that keep the pods of a failed step (their logs are what an operator reads
+# through Karmada's cluster proxy); the others are narrowed to these.
+_POD_GC_KEEPING_FAILURES = {
+    "OnPodCompletion": "OnPodSuccess",
+    "OnWorkflowCompletion": "OnWorkflowSuccess",
+    "OnPodSuccess": "OnPodSuccess",
+    "OnWorkflowSuccess": "OnWorkflowSuccess",
+}
+
+
+def _pod_gc(user: Any) -> dict[str, Any] | None:
+    """The user's podGC, narrowed so a failed step's pods (and logs) stay; pods are not
+    propagated objects, so deleting them cannot make Karmada run a step again."""
+    if not isinstance(user, dict):
+        return None
+    strategy = _POD_GC_KEEPING_FAILURES.get(str(user.get("strategy") or ""))
+    if strategy is None:
+        return None
+    out = {k: copy.deepcopy(v) for k, v in user.items() if k in ("labelSelector",)}
+    out["strategy"] = strategy
+    return out
 
 
 def step_workflow_name(run_name: str, unit_slug: str, attempt: int) -> str:
@@ -153,6 +180,9 @@ def step_workflow(
     }
     spec["entrypoint"] = names[unit.template]
     spec["templates"] = templates
+    pod_gc = _pod_gc(parsed.spec.get("podGC"))
+    if pod_gc:
+        spec["podGC"] = pod_gc
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments

@@ -61,6 +61,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Candidate, Decision, Plan
 from placement.planner.planning import decide, plan
+from placement.planner.reservations import hold, reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.units import human_bytes, human_seconds
 
@@ -89,8 +90,10 @@ __all__ = [
     "Upstream",
     "UpstreamArg",
     "decide",
+    "hold",
     "human_bytes",
     "human_seconds",
     "plan",
+    "reserve",
     "template_display_name",
 ]

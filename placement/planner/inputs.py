@@ -83,6 +83,8 @@ class Link:
     bandwidth_mbps: float
     cost_per_gb: float = 0.0
     latency_ms: float = 0.0
+    # False: steps at ``target`` cannot read ``source``'s artifact repository.
+    artifacts_reachable: bool = True
 
 
 @dataclass(frozen=True)
@@ -203,6 +205,11 @@ class Fleet:
         """Per-site vectors the planner derived from this fleet (it never changes), reused by
         every decision made against the same Fleet object: the webhook's snapshot pays once."""
         return _FleetCaches()
+
+    @cached_property
+    def unreachable(self) -> frozenset[tuple[str, str]]:
+        """(source, target): steps at target cannot read source's artifact repository."""
+        return frozenset((ln.source, ln.target) for ln in self.links if not ln.artifacts_reachable)
 
     @cached_property
     def bandwidth(self) -> dict[tuple[str, str], float]:

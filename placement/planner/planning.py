@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from placement.parser import ParsedWorkflow, Resources, Unit
 from placement.planner.catalogue import DataCatalogue
 from placement.planner.context import _Context
+from placement.planner.filters import _Eligibility
 from placement.planner.inputs import (
     ASSUMED_UPSTREAM_BYTES,
     CAPACITY_WEIGHT,
@@ -24,6 +25,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Decision, Plan
 from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.reservations import reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.planner.scoring import _best
 from placement.planner.table import _Table
@@ -40,6 +42,7 @@ def decide(
     *,
     timing: Timing | None = None,
     strict_capacity: bool = False,
+    ancestors: Iterable[Unit] = (),
 ) -> Decision:
     """Decide one unit now (the webhook, failover, or a re-plan).
 
@@ -48,12 +51,22 @@ def decide(
     removed with the reason "excluded by caller" (a lost site during failover). ``timing`` is
     reported as given (default: the timing the matching rules ask for); the site is always
     chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
+    ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
+    what they read binds this unit too.
     """
     with _gc_paused():
         ctx = _Context(fleet, rules, datasets, project)
         where = _normalise_upstream(upstream_sites, unit.upstream)
+        bound = _bound(ctx, ancestors)
         decision = _decide(
-            ctx, unit, where, frozenset(exclude_sites), timing, strict_capacity, force_site=True
+            ctx,
+            unit,
+            where,
+            frozenset(exclude_sites),
+            timing,
+            strict_capacity,
+            force_site=True,
+            bound=bound,
         )
         # One unit: its caller records the candidate table, so build the rows now.
         decision.table.rows()
@@ -67,6 +80,8 @@ def plan(
     datasets: Sequence[DatasetInfo] | DataCatalogue,
     project: str | None = None,
     upstream_sites: UpstreamArg = None,
+    *,
+    ancestors: Iterable[Unit] = (),
 ) -> Plan:
     """Plan every unit in topological order (the order ``ParsedWorkflow.units`` has).
 
@@ -83,16 +98,65 @@ def plan(
     ctx = _Context(fleet, rules, datasets, project)
     where = _normalise_upstream(upstream_sites)
     decisions: list[Decision] = []
+    # Residency-bound datasets each unit read, itself or through its upstream's outputs.
+    bound_by: dict[str, tuple[DatasetInfo, ...]] = {}
+    # ``ancestors``: units outside this plan whose outputs every unit of it reads (the items
+    # of a withParam read what their parent's upstream produced).
+    outside = _bound(ctx, ancestors)
     with _gc_paused():
         for unit in units:
             ups = {u: where[u] for u in unit.upstream if u in where}
-            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False)
+            inherited = _merge([outside, *(bound_by.get(u, ()) for u in unit.upstream)])
+            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False, bound=inherited)
+            bound_by[unit.name] = _merge(
+                [inherited, tuple(x for x in ctx.data.read_by(unit) if x.residency)]
+            )
             decisions.append(d)
+            if d.site is not None and _requests(unit.resources):
+                # The next unit sees this one's requests taken (reservations.py).
+                fleet = reserve(fleet, d.site, unit.resources)
+                ctx = _Context(fleet, ctx.rulebook, ctx.data, project)
             # Later units plan with the site a runtime decision would choose today.
             planned = d.site or d.runtime_hint
             if planned is not None and unit.name not in where:
                 where[unit.name] = Upstream(planned)
     return Plan(tuple(decisions))
+
+
+def _merge(groups: Iterable[tuple[DatasetInfo, ...]]) -> tuple[DatasetInfo, ...]:
+    found: dict[str, DatasetInfo] = {}
+    for group in groups:
+        for d in group:
+            found[d.name] = d
+    return tuple(found[n] for n in sorted(found))
+
+
+def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
+    return _merge(tuple(d for d in ctx.data.read_by(u) if d.residency) for u in ancestors)
+
+
+def _reachable(
+    ctx: _Context, elig: _Eligibility, moving: Sequence[tuple[str, int, bool]]
+) -> _Eligibility:
+    """Sites that cannot read the artifact repository of a site upstream outputs are at."""
+    blocked = ctx.fleet.unreachable
+    if not blocked or not moving:
+        return elig
+    sources = sorted({src for src, _, _ in moving})
+    whys = list(elig.whys)
+    changed = False
+    for i, s in enumerate(ctx.sites):
+        if whys[i] is not None:
+            continue
+        cut = [src for src in sources if (src, s.name) in blocked]
+        if cut:
+            whys[i] = f"cannot reach the artifact repository of {', '.join(cut)} (upstream outputs)"
+            changed = True
+    return _Eligibility(whys) if changed else elig
+
+
+def _requests(r: Resources) -> bool:
+    return bool(r.cpu_millicores or r.memory_bytes or r.gpus)
 
 
 @contextmanager
@@ -134,9 +198,18 @@ def _decide(
     timing: Timing | None,
     strict_capacity: bool,
     force_site: bool,
+    bound: tuple[DatasetInfo, ...] = (),
 ) -> Decision:
     matched = ctx.rulebook.matching(unit, ctx.project)
     reads = ctx.data.read_by(unit)
+    own = {d.name for d in reads}
+    # Outputs derived from a residency-bound dataset are bound by it too (a filter only:
+    # nothing of the dataset itself moves).
+    derived = tuple(
+        DatasetInfo(name=f"{d.name} (read upstream)", residency=d.residency)
+        for d in bound
+        if d.name not in own
+    )
     rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
     effective: Timing = timing or rule_timing
     moving = tuple(
@@ -154,10 +227,13 @@ def _decide(
         moving,
         exclude,
         strict_capacity,
+        tuple(d.name for d in derived),
     )
     memo = ctx.memo.get(memo_key)
     if memo is None:
-        memo = _evaluate(ctx, unit.resources, matched, reads, moving, exclude, strict_capacity)
+        memo = _evaluate(
+            ctx, unit.resources, matched, reads, moving, exclude, strict_capacity, derived
+        )
         ctx.memo[memo_key] = memo
     else:
         ctx.memo_hits += 1
@@ -189,13 +265,15 @@ def _evaluate(
     moving: Sequence[tuple[str, int, bool]],
     exclude: frozenset[str],
     strict_capacity: bool,
+    derived: tuple[DatasetInfo, ...] = (),
 ) -> tuple[_Table, str | None, str]:
     hard = [r for r in matched if r.effect in HARD_EFFECTS]
     locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
     capacity_w = CAPACITY_WEIGHT + sum(
         r.weight for r in matched if r.effect == "prefer_free_capacity"
     )
-    elig = ctx.eligibility(hard, reads, req, exclude, strict_capacity)
+    elig = ctx.eligibility(hard, (*reads, *derived), req, exclude, strict_capacity)
+    elig = _reachable(ctx, elig, moving)
     capacity = ctx.capacity(req)
     costs = [ctx.dataset_costs(reads)] if reads else []
     costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
@@ -232,4 +310,8 @@ def _evaluate(
     if best < 0:
         return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"
     reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
+    if derived:
+        regions = sorted(set.intersection(*(set(d.residency) for d in derived)))
+        names = ", ".join(d.name.removesuffix(" (read upstream)") for d in derived)
+        reason += f"; bound to {', '.join(regions) or 'no region'} by {names} read upstream"
     return table, ctx.sites[idx[best]].name, reason

@@ -53,6 +53,7 @@ from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
 from portal.admission.queue import decision_entry, decision_record
 from portal.models import UnitRun, WorkflowTemplate
+from portal.selectors import fleet_with_holds
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,8 @@ def snapshot_get() -> Snapshot:
         if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
             return snap
         snap = Snapshot(
-            fleet=fleet_state(),
+            # What other runs placed and no member reports yet counts as taken.
+            fleet=fleet_with_holds(fleet_state()),
             rules=planner.RuleBook(rule_inputs()),
             datasets=planner.DataCatalogue(dataset_inputs()),
             taken_at=time.monotonic(),
@@ -159,9 +161,9 @@ def json_pointer(*parts: str) -> str:
 
 
 def placement_patch(obj: Mapping[str, Any], site: str, reason: str) -> list[dict[str, Any]]:
-    """Add ``<domain>/site`` and ``<domain>/reason``, creating ``metadata.labels`` or
-    ``metadata.annotations`` when absent (a JSONPatch ``add`` into a missing map fails, and
-    Kubernetes would then reject the whole patch)."""
+    """Add ``<domain>/site`` and ``<domain>/reason`` and remove ``<domain>/fallback-site``,
+    creating ``metadata.labels`` or ``metadata.annotations`` when absent (a JSONPatch ``add``
+    into a missing map fails, and Kubernetes would then reject the whole patch)."""
     site_key, reason_key = labels.key(labels.SITE), labels.key(labels.REASON)
     reason = " ".join(reason.split())[:REASON_MAX_CHARS]
     meta = obj.get("metadata")
@@ -174,6 +176,12 @@ def placement_patch(obj: Mapping[str, Any], site: str, reason: str) -> list[dict
             }
         ]
     ops: list[dict[str, Any]] = []
+    fallback_key = labels.key(labels.FALLBACK_SITE)
+    meta_labels = meta.get("labels")
+    if isinstance(meta_labels, Mapping) and fallback_key in meta_labels:
+        # The decision replaces the worker's fallback: with both labels two site policies
+        # would select the Workflow.
+        ops.append({"op": "remove", "path": json_pointer("metadata", "labels", fallback_key)})
     for field, key, value in (("labels", site_key, site), ("annotations", reason_key, reason)):
         if isinstance(meta.get(field), Mapping):
             ops.append({"op": "add", "path": json_pointer("metadata", field, key), "value": value})

@@ -4,7 +4,8 @@
 * ``advance``: moving a run on (dependencies, withParam, the exit handler, its status);
 * ``bindings``: folding ResourceBindings into units (site, phase, outputs);
 * ``sync``: Clusters into Sites, policies and the webhook's registration on Karmada;
-* ``failover``: units at lost sites placed again, runs nothing would move on.
+* ``failover``: units at lost sites placed again, runs nothing would move on;
+* ``lifecycle``: finished and superseded step workflows deleted on karmada-apiserver.
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -20,11 +21,13 @@ from portal.execution.advance import run_advance, run_refresh_status
 from portal.execution.bindings import binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
 from portal.execution.failover import failover_check, stale_runs
+from portal.execution.lifecycle import step_workflows_cleanup
 from portal.execution.steps import parsed_of, step_workflow_for, submit_unit, upstream_outputs
 from portal.execution.sync import (
     cluster_deleted,
     cluster_observe,
     policies_sync,
+    policy_errors,
     webhook_configuration,
     webhook_register,
     webhook_url,
@@ -39,11 +42,13 @@ __all__ = [
     "failover_check",
     "parsed_of",
     "policies_sync",
+    "policy_errors",
     "run_advance",
     "run_refresh_status",
     "sites_state",
     "stale_runs",
     "step_workflow_for",
+    "step_workflows_cleanup",
     "submit_unit",
     "upstream_outputs",
     "webhook_configuration",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -15,7 +16,7 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import SiteState, event, site_usable, sites_state
+from portal.execution.common import SiteState, ancestors, event, site_usable, sites_state
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_unit, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
@@ -65,6 +66,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         dataset_inputs(),
         project=run.project.name if run.project else None,
         upstream_sites={u.name: u.site for u in units if u.site},
+        ancestors=ancestors(unit, units),  # residency of what they read binds the items
     ).by_unit()
     rows = [
         UnitRun.from_plan(run, child, decisions[child.name], position=unit.position)
@@ -76,6 +78,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         ).exists():
             return []
         UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
+        _item_decisions(run, decisions)
         unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
         state.units_move(
             UnitRun.objects.filter(pk=unit.pk),
@@ -89,6 +92,28 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
     if not children:
         state.unit_move(unit, UnitPhase.SKIPPED, message="withParam gave no items")
     return list(UnitRun.objects.filter(run=run, name__in=[c.name for c in children]))
+
+
+def _item_decisions(run: WorkflowRun, decisions: Mapping[str, Any]) -> None:
+    """Each withParam item its own decision row (its datasets, residency, candidate table),
+    as a submission's units have."""
+    items = UnitRun.objects.filter(run=run, name__in=list(decisions)).exclude(
+        decisions__isnull=False
+    )
+    PlacementDecision.objects.bulk_create(
+        [
+            PlacementDecision.from_plan(
+                decisions[item.name],
+                run=run,
+                unit=item,
+                source=DecisionSource.RULE,
+                timing=UnitTiming.SUBMIT,
+            )
+            for item in items
+            if decisions[item.name].timing == "submit"
+        ],
+        batch_size=BULK_ROWS,
+    )
 
 
 def _settle_groups(units: list[UnitRun]) -> None:

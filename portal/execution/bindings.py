@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -32,10 +35,39 @@ def _parse_time(value: Any) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) and value else None
 
 
+class NodeStatusUnreadable(ValueError):
+    """The member's Workflow status has no node status the portal can read."""
+
+
+def nodes_of(status: Mapping[str, Any]) -> dict[str, Any]:
+    """A Workflow status's nodes: ``status.nodes``, else ``status.compressedNodes`` (Argo
+    compresses large node maps: base64 of gzipped JSON, ``util/file`` CompressEncodeString).
+    Raises ``NodeStatusUnreadable`` when the member offloaded them to its own database
+    (``offloadNodeStatusVersion``): no one outside that site can read them."""
+    nodes = status.get("nodes")
+    if isinstance(nodes, dict) and nodes:
+        return nodes
+    compressed = status.get("compressedNodes")
+    if isinstance(compressed, str) and compressed:
+        try:
+            decoded = json.loads(gzip.decompress(base64.b64decode(compressed)))
+        except (ValueError, OSError, EOFError) as exc:
+            raise NodeStatusUnreadable(f"compressedNodes cannot be decoded: {exc}") from exc
+        if not isinstance(decoded, dict):
+            raise NodeStatusUnreadable("compressedNodes is not a map of nodes")
+        return decoded
+    version = status.get("offloadNodeStatusVersion")
+    if version:
+        raise NodeStatusUnreadable(
+            f"node status offloaded to the member's database (offloadNodeStatusVersion {version})"
+        )
+    return {}
+
+
 def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     """The step workflow's outputs: its root node's (Argo keys the root node by the
     workflow's name), else the entrypoint node's."""
-    nodes = status.get("nodes") or {}
+    nodes = nodes_of(status)
     root = nodes.get(name) if isinstance(nodes, dict) else None
     if not isinstance(root, dict) and isinstance(nodes, dict):
         root = next(
@@ -43,6 +75,12 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         )
     outputs = dict((root or {}).get("outputs") or status.get("outputs") or {})
     return outputs
+
+
+def _ran_again(unit: UnitRun, member: Mapping[str, Any]) -> bool:
+    """The member reports a run that started after the recorded one ended."""
+    started = _parse_time(member.get("startedAt"))
+    return bool(started and unit.finished_at and started > unit.finished_at)
 
 
 def _bound_workflow(binding: Mapping[str, Any]) -> str:
@@ -87,19 +125,43 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     if not isinstance(member, dict):
         return None
     phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)
-    if phase is None or phase == unit.phase or unit.phase in FINAL_UNIT:
+    if unit.phase in FINAL_UNIT:
+        if phase is not None and (phase != unit.phase or _ran_again(unit, member)):
+            # A member deleted its finished copy and Karmada re-created it from its Work, or
+            # an attempt ran twice: the recorded outcome stands, this one is not counted.
+            log.warning(
+                "%s: ignored a re-run of an already recorded attempt %s at %s (now %s, "
+                "recorded %s)",
+                name,
+                unit.attempt,
+                site or "?",
+                member.get("phase"),
+                unit.phase,
+            )
+        return None
+    if phase is None or phase == unit.phase:
         return None
     fields: dict[str, Any] = {}
     started = _parse_time(member.get("startedAt"))
     finished = _parse_time(member.get("finishedAt"))
     if started:
         fields["started_at"] = started
-    if phase in FINAL_UNIT:
-        fields["finished_at"] = finished or timezone.now()
-        fields["outputs"] = _outputs_of(name, member)
     message = (
         str(member.get("message") or "") if phase in (UnitPhase.FAILED, UnitPhase.ERROR) else ""
     )
+    if phase in FINAL_UNIT:
+        fields["finished_at"] = finished or timezone.now()
+        try:
+            fields["outputs"] = _outputs_of(name, member)
+        except NodeStatusUnreadable as exc:
+            # Its outputs are lost to the portal: a success it cannot read is no success.
+            site_name = site or unit.site or "its site"
+            phase = UnitPhase.ERROR
+            message = (
+                f"{site_name}: {exc}; the portal cannot read this step's outputs. "
+                f"Turn off Argo's nodeStatusOffLoad at {site_name}."
+            )
+            log.error("%s: %s", name, message)
     if phase == UnitPhase.PENDING:
         return None
     changed = state.unit_move(unit, phase, message=message, **fields)
@@ -140,7 +202,12 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         # A webhook decision may still be queued: do not call it the fallback policy's.
         log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)
     elif not had_decision:
-        reason = "fallback policy: Karmada chose a ready site (the placement webhook did not)"
+        reason = (
+            f"fallback site: the placement webhook did not answer; {site} was chosen by the "
+            "worker when the step was created, as a site satisfying every hard constraint"
+            if unit.timing == UnitTiming.RUNTIME
+            else "fallback policy: Karmada chose a ready site (the placement webhook did not)"
+        )
         PlacementDecision.objects.create(
             run_id=unit.run_id,
             unit=unit,

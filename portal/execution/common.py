@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from placement import codec
+from placement.parser import Unit
 from portal.models import RunEvent, UnitRun
 from sites.models import Site
 
@@ -40,3 +42,21 @@ def sites_state() -> dict[str, SiteState]:
 def site_usable(site: str, sites: Mapping[str, SiteState] | None = None) -> bool:
     state = (sites if sites is not None else sites_state()).get(site)
     return bool(state and state.usable)
+
+
+def ancestors(unit: UnitRun, units: Iterable[UnitRun]) -> list[Unit]:
+    """The units whose outputs ``unit`` reads, directly or through others: the planner binds
+    it by the residency of what they read."""
+    by_name = {u.name: u for u in units}
+    seen: set[str] = set()
+    todo = list(unit.upstream or [])
+    out: list[Unit] = []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in by_name:
+            continue
+        seen.add(name)
+        row = by_name[name]
+        out.append(codec.unit_from_dict(row.spec))
+        todo.extend(row.upstream or [])
+    return out

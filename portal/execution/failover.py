@@ -16,8 +16,10 @@ from placement import codec, planner
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import event
+from portal.execution.common import ancestors, event
+from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.selectors import fleet_with_holds
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -26,17 +28,19 @@ log = logging.getLogger(__name__)
 def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], reason: str) -> bool:
     """Place the unit again without its lost site, as a new attempt (decision "failover")."""
     lost = unit.site
+    units = list(units)
     spec = codec.unit_from_dict(unit.spec)
     upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
     decision = planner.decide(
         spec,
-        fleet_state(),
+        fleet_with_holds(fleet_state()),
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,
         upstream_sites=upstream,
         exclude_sites=[lost] if lost else [],
         timing="submit",
+        ancestors=ancestors(unit, units),
     )
     if decision.site is None:
         event(
@@ -90,9 +94,10 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         try:
             gateway.delete(gateway.WORKFLOW, old_name)
         except gateway.KarmadaError as exc:
-            # The site or Karmada is unreachable: the old attempt's labels no longer match a
-            # unit, so whatever it reports later is ignored.
+            # Karmada is unreachable: the old attempt's name no longer matches the unit, so
+            # whatever it reports later is ignored, and the resync deletes it then.
             log.info("could not delete %s after failover: %s", old_name, exc)
+            superseded_remember(unit, old_name)
     return True
 
 

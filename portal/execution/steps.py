@@ -10,13 +10,15 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from placement import codec, manifests
+from placement import codec, manifests, planner
 from placement.context import context_annotation
 from placement.parser import ParsedWorkflow
+from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
-from portal.execution.common import SiteState, event, sites_state
+from portal.execution.common import SiteState, ancestors, event, sites_state
 from portal.models import UnitRun, WorkflowRun
+from sites.models import Site
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -39,8 +41,39 @@ def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
     )
 
 
-def _task_outputs(unit: UnitRun) -> manifests.TaskOutputs:
+def artifact_stores() -> dict[str, dict[str, Any]]:
+    """Each site's artifact repository as its operators set it in the inventory
+    (``overrides["artifact_store"]``: ``endpoint``, ``bucket``, ``credentials_secret``)."""
+    return {
+        name: dict((overrides or {}).get("artifact_store") or {})
+        for name, overrides in Site.objects.order_by().values_list("name", "overrides")
+        if (overrides or {}).get("artifact_store")
+    }
+
+
+def _full_location(artifact: Mapping[str, Any], store: Mapping[str, Any]) -> dict[str, Any]:
+    """Argo records only an output's key, and a reader resolves a key against its *own* site's
+    repository: the portal writes where the producing site keeps it (endpoint, bucket, key,
+    credential Secret refs). Everywhere, the producer's own site included: a runtime step's
+    site is not known when it is built."""
+    s3 = artifact.get("s3")
+    if not isinstance(s3, Mapping) or not s3.get("key") or not store.get("bucket"):
+        return dict(artifact)
+    full = {**s3, "bucket": store["bucket"], "key": s3["key"]}
+    if store.get("endpoint"):
+        full["endpoint"] = store["endpoint"]
+    secret = store.get("credentials_secret")
+    if secret:
+        full["accessKeySecret"] = {"name": secret, "key": "accessKey"}
+        full["secretKeySecret"] = {"name": secret, "key": "secretKey"}
+    return {**artifact, "s3": full}
+
+
+def _task_outputs(
+    unit: UnitRun, stores: Mapping[str, Mapping[str, Any]] | None = None
+) -> manifests.TaskOutputs:
     out = unit.outputs or {}
+    store = (stores or {}).get(unit.site) or {}
     return manifests.TaskOutputs(
         phase=unit.phase,
         parameters={
@@ -50,14 +83,22 @@ def _task_outputs(unit: UnitRun) -> manifests.TaskOutputs:
         },
         result=out.get("result"),
         artifacts={
-            str(a.get("name")): a for a in out.get("artifacts") or [] if isinstance(a, dict)
+            str(a.get("name")): _full_location(a, store)
+            for a in out.get("artifacts") or []
+            if isinstance(a, dict)
         },
         exit_code=out.get("exitCode"),
     )
 
 
-def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutputs]:
-    """Outputs by task name; an expanded task (withItems/withParam) aggregates its items."""
+def upstream_outputs(
+    units: Iterable[UnitRun], stores: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, manifests.TaskOutputs]:
+    """Outputs by task name; an expanded task (withItems/withParam) aggregates its items.
+    Artifacts carry the full location in their producing site's repository (``stores``: by
+    site, read from the inventory when not given)."""
+    if stores is None:
+        stores = artifact_stores()
     by_task: dict[str, list[UnitRun]] = {}
     for u in units:
         if u.spec.get("expanded"):
@@ -68,9 +109,9 @@ def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutput
         expanded = any(r.spec.get("item_index") is not None for r in rows)
         if expanded:
             rows.sort(key=lambda r: r.spec.get("item_index") or 0)
-            out[task] = manifests.aggregate_outputs([_task_outputs(r) for r in rows])
+            out[task] = manifests.aggregate_outputs([_task_outputs(r, stores) for r in rows])
         else:
-            out[task] = _task_outputs(rows[0])
+            out[task] = _task_outputs(rows[0], stores)
     return out
 
 
@@ -116,6 +157,34 @@ def step_workflow_for(
     return body
 
 
+WAITING = "waiting:"
+
+
+class NoEligibleSite(Exception):
+    """No site satisfies the unit's hard constraints now: it waits unsubmitted."""
+
+
+def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> str:
+    """Where a runtime unit goes if the webhook cannot answer: the planner's choice from the
+    newest state among the sites that satisfy every hard constraint (residency, hardware,
+    pins, cordons, readiness); free capacity is a preference here, not a filter, since the
+    unit may wait in the site's queue. Raises ``NoEligibleSite`` with the planner's reason."""
+    upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
+    decision = planner.decide(
+        codec.unit_from_dict(unit.spec),
+        fleet_state(),
+        rule_inputs(),
+        dataset_inputs(),
+        project=run.project.name if run.project_id and run.project else None,
+        upstream_sites=upstream,
+        timing="runtime",
+        ancestors=ancestors(unit, units),
+    )
+    if decision.site is None:
+        raise NoEligibleSite(decision.reason)
+    return decision.site
+
+
 def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
     have = (obj.get("metadata") or {}).get("labels") or {}
     return (
@@ -138,6 +207,14 @@ def submit_unit(
     except manifests.Unresolved as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
         return False
+    if not unit.site:
+        # A runtime step must never land where it must not, even with the webhook down.
+        try:
+            fallback = fallback_site(run, unit, units)
+        except NoEligibleSite as exc:
+            _wait_for_a_site(run, unit, str(exc))
+            return True
+        body["metadata"]["labels"][labels.key(labels.FALLBACK_SITE)] = fallback
     name = body["metadata"]["name"]
     try:
         gateway.create(gateway.WORKFLOW, body)
@@ -155,7 +232,23 @@ def submit_unit(
         pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
     ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now())
     if claimed:
+        if unit.reason.startswith(WAITING):
+            unit.reason = "placed at runtime"
+            UnitRun.objects.filter(pk=unit.pk).update(reason=unit.reason)
         unit.workflow_name = name
         where = f"at {unit.site}" if unit.site else "for runtime placement"
         event(run.pk, "unit-submitted", f"{unit.name}: step workflow {name} created {where}", unit)
     return True
+
+
+def _wait_for_a_site(run: WorkflowRun, unit: UnitRun, why: str) -> None:
+    """Leave the unit Pending and unsubmitted, saying why; the resync advances the run again
+    (``stale_runs``) and the next attempt to submit decides from the newest state."""
+    reason = f"{WAITING} no site satisfies its hard constraints now ({why})"
+    if unit.reason == reason:
+        return
+    unit.reason = reason
+    UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt).update(
+        reason=reason, updated_at=timezone.now()
+    )
+    event(run.pk, "unit-waiting", f"{unit.name}: {reason}", unit)

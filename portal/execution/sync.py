@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -40,6 +41,13 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
     summary = status.get("resourceSummary") or {}
     alloc = summary.get("allocatable") or {}
     used = summary.get("allocated") or {}
+    # Pods created but not yet scheduled (Karmada's ``allocating``) will take their requests:
+    # free is allocatable - allocated - allocating (pkg/controllers/status, resourceSummary).
+    coming = summary.get("allocating") or {}
+
+    def taken(resource: str, milli: bool = False) -> int:
+        return _quantity(used.get(resource), milli) + _quantity(coming.get(resource), milli)
+
     gpus = _quantity(alloc.get("nvidia.com/gpu"))
     now = timezone.now()
     values: dict[str, Any] = {
@@ -48,13 +56,13 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
         "provider": spec.get("provider") or "",
         "sync_mode": SyncMode.PULL if spec.get("syncMode") == "Pull" else SyncMode.PUSH,
         "cpu_allocatable": _quantity(alloc.get("cpu"), milli=True),
-        "cpu_allocated": _quantity(used.get("cpu"), milli=True),
+        "cpu_allocated": taken("cpu", milli=True),
         "memory_allocatable": _quantity(alloc.get("memory")),
-        "memory_allocated": _quantity(used.get("memory")),
+        "memory_allocated": taken("memory"),
         "gpu_allocatable": gpus,
-        "gpu_allocated": _quantity(used.get("nvidia.com/gpu")),
+        "gpu_allocated": taken("nvidia.com/gpu"),
         "pods_allocatable": _quantity(alloc.get("pods")),
-        "pods_allocated": _quantity(used.get("pods")),
+        "pods_allocated": taken("pods"),
         "last_sync": now,
     }
     with transaction.atomic():
@@ -95,20 +103,26 @@ def policies_sync() -> dict[str, int]:
     prefix = settings.PORTAL_POLICY_PREFIX
     gateway.ensure_namespace(ns)
     wanted: dict[tuple[str, str], dict[str, Any]] = {}
+    owner: dict[tuple[str, str], str] = {}  # the site an object belongs to ("" for none)
     for name, overrides in Site.objects.values_list("name", "overrides"):
         pp = manifests.propagation_policy(name, namespace=ns, domain=domain, prefix=prefix)
         wanted[("PropagationPolicy", pp["metadata"]["name"])] = pp
+        owner[("PropagationPolicy", pp["metadata"]["name"])] = name
         for op in manifests.override_policies(
             name, overrides or {}, namespace=ns, domain=domain, prefix=prefix
         ):
             wanted[("OverridePolicy", op["metadata"]["name"])] = op
+            owner[("OverridePolicy", op["metadata"]["name"])] = name
     fb = manifests.fallback_policy(namespace=ns, domain=domain)
     wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
+    creds = manifests.artifact_credentials_policy(namespace=ns, domain=domain)
+    wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
     counts = {"applied": 0, "deleted": 0}
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()
         counts["applied"] += 1
     failed: list[gateway.KarmadaError] = []
+    errors: dict[str, list[str]] = {}  # by site ("" for the objects of no site)
     for (kind, name), body in wanted.items():
         # One object Karmada refuses must not keep the others (a new site's policy, an
         # override change) from being written.
@@ -117,9 +131,11 @@ def policies_sync() -> dict[str, int]:
         except gateway.KarmadaError as exc:
             log.error("could not write %s %s: %s", kind, name, exc)
             failed.append(exc)
+            errors.setdefault(owner.get((kind, name), ""), []).append(f"{kind} {name}: {exc}")
             continue
         counts["applied"] += 1
     counts["failed"] = len(failed)
+    _policy_errors_record(errors)
     selector = f"{labels.key(labels.MANAGED)}=true"
     for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
         items, _ = gateway.list_objects(resource, label_selector=selector)
@@ -133,6 +149,38 @@ def policies_sync() -> dict[str, int]:
     if transient:
         raise transient[0]
     return counts
+
+
+FLEET_POLICY_ERROR_KEY = "policy-sync:fleet-error"
+
+
+def _policy_errors_record(errors: Mapping[str, list[str]]) -> None:
+    """Keep what the last sync could not write where the web process sees it: a site's on its
+    row (the fleet page, ``/readyz`` detail, the ``portal_policy_write_failures`` metric), the
+    fallback policy's in the shared cache."""
+    for name in (
+        Site.objects.exclude(policy_error="")
+        .exclude(name__in=errors)
+        .values_list("name", flat=True)
+    ):
+        Site.objects.filter(name=name).update(policy_error="")
+    for name, messages in errors.items():
+        if name:
+            Site.objects.filter(name=name).update(policy_error="; ".join(messages)[:2000])
+    fleet = "; ".join(errors.get("", []))
+    if fleet:
+        cache.set(FLEET_POLICY_ERROR_KEY, fleet[:2000], timeout=None)
+    else:
+        cache.delete(FLEET_POLICY_ERROR_KEY)
+
+
+def policy_errors() -> dict[str, str]:
+    """What the last policy sync could not write, by site ("" for the fallback policy)."""
+    found = dict(Site.objects.exclude(policy_error="").values_list("name", "policy_error"))
+    fleet = cache.get(FLEET_POLICY_ERROR_KEY)
+    if fleet:
+        found[""] = str(fleet)
+    return found
 
 
 # The webhook's registration is applied with the policies (``PORTAL_WEBHOOK_REGISTER``).

@@ -100,8 +100,11 @@ def fleet(request: HttpRequest) -> HttpResponse:
         }
         for d in datasets
     ]
+    from portal.execution.sync import policy_errors
+
     context = {
         "rows": rows,
+        "fleet_policy_error": policy_errors().get("", ""),
         "sites": sites,
         "colours": fleet_colours(),
         "replicas": replicas,

@@ -60,7 +60,7 @@ def demo_manifests() -> list[dict]:
 def test_every_karmada_object_validates_against_the_upstream_crds() -> None:
     need_reference()
     objects = [o for o in demo_manifests() if o["apiVersion"].startswith("policy.karmada.io/")]
-    assert len(objects) == 3 + 2 + 1  # three sites, site-a's two override policies, fallback
+    assert len(objects) == 3 + 2 + 1 + 1  # three sites, site-a's two overrides, fallback, Secrets
     for obj in objects:
         assert karmada_problems(obj) == [], dump(obj)
     # The check can fail: a wrong field is caught.
@@ -72,16 +72,21 @@ def test_every_karmada_object_validates_against_the_upstream_crds() -> None:
 def test_the_site_policies_follow_the_contract() -> None:
     pp = propagation_policy("site-a", namespace="portal", domain="example.org", prefix="p-")
     assert pp["metadata"]["name"] == "p-site-a"
-    selector = pp["spec"]["resourceSelectors"][0]
+    selector, fallback = pp["spec"]["resourceSelectors"]
     assert selector["kind"] == "Workflow" and selector["apiVersion"] == "argoproj.io/v1alpha1"
     assert selector["labelSelector"] == {"matchLabels": {"example.org/site": "site-a"}}
+    # Runtime steps the webhook did not place, whose fallback site this is.
+    assert fallback["labelSelector"] == {"matchLabels": {"example.org/fallback-site": "site-a"}}
     assert pp["spec"]["placement"] == {"clusterAffinity": {"clusterNames": ["site-a"]}}
     fb = fallback_policy(namespace="portal")
     assert fb["metadata"]["name"] == FALLBACK_POLICY
     assert fb["spec"]["priority"] < propagation_policy("x", namespace="portal")["spec"]["priority"]
+    # Only Workflows the portal did not create: its own carry a fallback site.
     assert fb["spec"]["resourceSelectors"][0]["labelSelector"] == {
-        "matchLabels": {f"{P}/managed": "true"},
-        "matchExpressions": [{"key": f"{P}/site", "operator": "DoesNotExist"}],
+        "matchExpressions": [
+            {"key": f"{P}/managed", "operator": "DoesNotExist"},
+            {"key": f"{P}/site", "operator": "DoesNotExist"},
+        ],
     }
     assert fb["spec"]["placement"]["spreadConstraints"] == [
         {"spreadByField": "cluster", "maxGroups": 1, "minGroups": 1}

@@ -98,3 +98,34 @@ def test_a_field_karmada_defaulted_is_kept_and_one_the_portal_dropped_is_removed
     }
     assert gateway._covers(merged, want)
     assert not gateway._covers(current, want)
+
+
+def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
+    fleet, client, django_user_model
+) -> None:
+    execution.policies_sync()
+    path = (
+        "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/portal-site-site-c"
+    )
+    fleet.fault("api-error", status=403, path=path)
+    counts = execution.policies_sync()
+    assert counts["failed"] == 1
+    assert "403" in Site.objects.get(name="site-c").policy_error
+    assert Site.objects.get(name="site-a").policy_error == ""
+
+    staff = django_user_model.objects.create_user("op", password="pw-op-1234", is_staff=True)
+    client.force_login(staff)
+    page = client.get("/fleet/").content.decode()
+    assert "Policy not written" in page
+    metrics = client.get("/metrics").content.decode()
+    assert 'portal_policy_write_failures{site="site-c"} 1.0' in metrics
+    assert 'portal_policy_write_failures{site="site-a"} 0.0' in metrics
+    ready = client.get("/readyz").json()
+    assert "403" in ready.get("policies", {}).get("site-c", "")
+
+    fleet.clear_faults()
+    assert execution.policies_sync()["failed"] == 0
+    assert Site.objects.get(name="site-c").policy_error == ""
+    assert (
+        'portal_policy_write_failures{site="site-c"} 0.0' in client.get("/metrics").content.decode()
+    )

@@ -1,0 +1,60 @@
+"""Capacity the planner holds back for what it has placed but no member reports yet.
+
+A Cluster's ``resourceSummary`` counts a step only once the member's pods exist; until then the
+free capacity a plan reads is what it was before any of its own placements, and a fan-out of
+200 tiles would all see the same "60 CPUs free" and go to one site. So:
+
+* ``plan`` reserves each unit it places at submission before deciding the next one (the
+  reason of tile 150 says what is free after the 149 before it);
+* callers pass what other active runs hold (``hold``): units placed at a site whose step has
+  not started running there yet. A reservation ends when the member reports the step running
+  (its pods are then in ``allocated``/``allocating``), when the unit ends, is omitted or moves
+  to another site, and when its run ends.
+
+Only capacity changes: a new ``Fleet`` shares every cached per-site vector that does not depend
+on free capacity (dataset and upstream transfer costs, hard-rule exclusions, links).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+
+from placement.parser import Resources
+from placement.planner.inputs import Fleet, _FleetCaches
+
+
+def _caches_without_capacity(old: _FleetCaches) -> _FleetCaches:
+    new = _FleetCaches()
+    new.exclusions = old.exclusions
+    new.datasets = old.datasets
+    new.links = old.links
+    new.upstream = old.upstream
+    return new
+
+
+def hold(fleet: Fleet, held: Mapping[str, Resources]) -> Fleet:
+    """The fleet with ``held`` (per site) counted as allocated."""
+    wanted = {name: r for name, r in held.items() if r.cpu_millicores or r.memory_bytes or r.gpus}
+    if not wanted:
+        return fleet
+    sites = tuple(
+        replace(
+            s,
+            cpu_allocated=s.cpu_allocated + wanted[s.name].cpu_millicores,
+            memory_allocated=s.memory_allocated + wanted[s.name].memory_bytes,
+            gpu_allocated=s.gpu_allocated + wanted[s.name].gpus,
+        )
+        if s.name in wanted
+        else s
+        for s in fleet.sites
+    )
+    out = Fleet(sites=sites, links=fleet.links)
+    # cached_property stores in the instance dict: seed it with what stays valid.
+    out.__dict__["caches"] = _caches_without_capacity(fleet.caches)
+    return out
+
+
+def reserve(fleet: Fleet, site: str, req: Resources) -> Fleet:
+    """The fleet with one more unit of ``req`` placed at ``site``."""
+    return hold(fleet, {site: req})

@@ -1,0 +1,90 @@
+"""Residency for everything derived (issue #17, item 5): outputs computed from a
+residency-bound dataset inherit its residency, so every unit downstream is bound too, and the
+decision says so."""
+
+from __future__ import annotations
+
+from placement import planner
+from placement.parser import Arguments, Resources, Unit
+
+CPU = 1000
+
+
+def _unit(name: str, upstream: tuple[str, ...] = (), datasets: tuple[str, ...] = ()) -> Unit:
+    return Unit(
+        name=name,
+        slug=name,
+        kind="task",
+        task=name,
+        template=name,
+        templates=(name,),
+        upstream=upstream,
+        depends=" && ".join(upstream),
+        when=None,
+        arguments=Arguments(),
+        labels={},
+        images=("busybox",),
+        resources=Resources(cpu_millicores=CPU),
+        datasets=datasets,
+        data_refs=(),
+    )
+
+
+def regional_fleet() -> planner.Fleet:
+    return planner.Fleet(
+        sites=tuple(
+            planner.SiteState(name=name, region=region, cpu_allocatable=20 * CPU)
+            for name, region in (("site-a", "eu-west"), ("site-b", "eu-west"), ("site-c", "us"))
+        )
+    )
+
+
+BOUND = planner.DatasetInfo(
+    name="patients",
+    residency=frozenset({"us"}),
+    replicas=(planner.Replica(site="site-c"),),
+)
+
+
+def test_outputs_of_a_residency_bound_dataset_bind_every_unit_downstream() -> None:
+    units = [
+        _unit("ingest", datasets=("patients",)),
+        _unit("clean", upstream=("ingest",)),
+        _unit("report", upstream=("clean",)),
+    ]
+    result = planner.plan(units, regional_fleet(), [], [BOUND]).by_unit()
+    for name in ("clean", "report"):
+        d = result[name]
+        assert d.site == "site-c", d.reason
+        assert "bound to us by patients read upstream" in d.reason
+        why = {c.site: c.why for c in d.candidates}
+        assert "must stay in us" in why["site-a"]
+
+
+def test_a_decision_now_is_bound_by_what_its_ancestors_read() -> None:
+    ingest = _unit("ingest", datasets=("patients",))
+    clean = _unit("clean", upstream=("ingest",))
+    free = planner.decide(clean, regional_fleet(), [], [BOUND])
+    assert free.site == "site-a"  # nothing binds it without its ancestors
+    bound = planner.decide(clean, regional_fleet(), [], [BOUND], ancestors=[ingest])
+    assert bound.site == "site-c"
+
+
+def test_a_site_that_cannot_reach_the_producers_repository_is_not_a_candidate() -> None:
+    """site-b cannot read site-c's artifact repository: a step reading outputs made at site-c
+    is not placed there, and its row says why."""
+    fleet = planner.Fleet(
+        sites=regional_fleet().sites,
+        links=(
+            planner.Link("site-c", "site-b", bandwidth_mbps=1000, artifacts_reachable=False),
+            planner.Link("site-c", "site-a", bandwidth_mbps=10),
+        ),
+    )
+    units = [_unit("make"), _unit("use", upstream=("make",))]
+    placed = planner.plan(
+        units, fleet, [], [], upstream_sites={"make": planner.Upstream("site-c", 10**9)}
+    )
+    use = placed.by_unit()["use"]
+    why = {c.site: c.why for c in use.candidates}
+    assert "cannot reach the artifact repository of site-c" in why["site-b"]
+    assert use.site in ("site-a", "site-c")

@@ -1,0 +1,117 @@
+"""What the portal reads back from Karmada (issue #17, items 8 and 9): free capacity from a
+Cluster's status, a member Workflow's nodes in any of Argo's formats."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from portal import execution, gateway
+from sites.models import Site
+from tests.fixtures_sandbox import SandboxServer
+
+
+def _cluster(allocatable: str, allocated: str, allocating: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "site-x"},
+        "spec": {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "resourceSummary": {
+                "allocatable": {"cpu": allocatable, "memory": "64Gi", "pods": "110"},
+                "allocated": {"cpu": allocated, "memory": "8Gi", "pods": "4"},
+                "allocating": {"cpu": allocating, "memory": "2Gi", "pods": "2"},
+            },
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_it_counts_pods_being_scheduled_as_taken() -> None:
+    site, _ = execution.cluster_observe(_cluster("32", "10", "6500m"))
+    assert site.cpu_free == 32000 - 10000 - 6500
+    assert site.memory_free == (64 - 8 - 2) * 1024**3
+    assert Site.objects.get(name="site-x").pods_allocated == 6
+
+
+def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_allocating(
+    sandbox: SandboxServer, db: Any, settings: Any
+) -> None:
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    gateway.reset()
+    try:
+        clusters, _ = gateway.list_objects(gateway.CLUSTER)
+    finally:
+        gateway.reset()
+    assert clusters
+    for cluster in clusters:
+        site, _ = execution.cluster_observe(cluster)
+        summary = cluster["status"]["resourceSummary"]
+        assert "allocating" in summary
+        milli = {
+            part: execution.sync._quantity(summary[part].get("cpu"), milli=True)
+            for part in ("allocatable", "allocated", "allocating")
+        }
+        assert site.cpu_free == max(
+            milli["allocatable"] - milli["allocated"] - milli["allocating"], 0
+        )
+
+
+def _binding(name: str, member: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "spec": {"resource": {"kind": "Workflow", "name": name}, "clusters": [{"name": "site-b"}]},
+        "status": {"aggregatedStatus": [{"clusterName": "site-b", "status": member}]},
+    }
+
+
+def _finished_member(**status: Any) -> dict[str, Any]:
+    return {
+        "phase": "Succeeded",
+        "startedAt": "2026-12-03T07:00:00Z",
+        "finishedAt": "2026-12-03T07:05:00Z",
+        **status,
+    }
+
+
+def _preprocess(scientist: Any) -> Any:
+    from portal.models import UnitRun
+    from tests.portal.helpers import make_run
+
+    run = make_run(scientist)
+    unit = run.units.get(name="preprocess")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-preprocess")
+    return run.units.get(name="preprocess")
+
+
+def test_outputs_are_read_from_compressed_nodes(scientist: Any) -> None:
+    import base64
+    import gzip
+    import json
+
+    unit = _preprocess(scientist)
+    nodes = {
+        unit.workflow_name: {
+            "id": unit.workflow_name,
+            "outputs": {"parameters": [{"name": "tiles", "value": "42"}]},
+        }
+    }
+    packed = base64.b64encode(gzip.compress(json.dumps(nodes).encode())).decode()
+    execution.binding_observe(
+        _binding(unit.workflow_name, _finished_member(compressedNodes=packed))
+    )
+    unit.refresh_from_db()
+    assert unit.phase == "Succeeded"
+    assert unit.outputs["parameters"] == [{"name": "tiles", "value": "42"}]
+
+
+def test_a_member_that_offloads_node_status_ends_the_unit_in_error_naming_it(
+    scientist: Any,
+) -> None:
+    unit = _preprocess(scientist)
+    member = _finished_member(offloadNodeStatusVersion="fnv:1234")
+    execution.binding_observe(_binding(unit.workflow_name, member))
+    unit.refresh_from_db()
+    assert unit.phase == "Error"
+    assert "site-b" in unit.message
+    assert "offloadNodeStatusVersion" in unit.message

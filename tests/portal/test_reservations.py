@@ -1,0 +1,93 @@
+"""Fan-out reservations through submission (issue #17, item 6): a 60-tile fan-out over three
+sites that hold 20 CPUs each spreads over all three, and what active runs hold counts as taken
+until the member reports the step running."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from portal import selectors, services, state
+from portal.choices import UnitPhase
+from sites.models import Site
+
+CPU = 1000
+
+
+@pytest.fixture
+def fleet_of_twenties(db: Any, settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    call_command("load_demo", verbosity=0)
+    Site.objects.update(cpu_allocatable=20 * CPU, cpu_allocated=0, ready=True, cordoned=False)
+
+
+def tiles(n: int) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "tiles-"},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [
+                    {
+                        "name": "main",
+                        "dag": {
+                            "tasks": [
+                                {
+                                    "name": "tile",
+                                    "template": "tile",
+                                    "withItems": list(range(n)),
+                                }
+                            ]
+                        },
+                    },
+                    {
+                        "name": "tile",
+                        "container": {
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        },
+                    },
+                ],
+            },
+        }
+    )
+
+
+def submit(n: int) -> Any:
+    user = get_user_model().objects.get(username="scientist")
+    return services.run_submit(user=user, body=tiles(n))
+
+
+def placed(run: Any) -> Counter[str]:
+    return Counter(u.site for u in run.units.exclude(site=""))
+
+
+def test_sixty_one_cpu_tiles_spread_over_three_sites_of_twenty(fleet_of_twenties) -> None:
+    run = submit(60)
+    assert placed(run) == {"site-a": 20, "site-b": 20, "site-c": 20}
+
+
+def test_what_an_active_run_holds_is_taken_until_its_steps_run(fleet_of_twenties) -> None:
+    first = submit(30)
+    held = selectors.held_reservations()
+    assert sum(r.cpu_millicores for r in held.values()) == 30 * CPU
+
+    second = submit(30)
+    assert sum(placed(second).values()) == 30
+    # Together the two runs fill the three sites evenly: the second saw the first's tiles.
+    together = placed(first) + placed(second)
+    assert together == {"site-a": 20, "site-b": 20, "site-c": 20}
+
+    # A step the member reports running holds nothing any more (its pods are in the
+    # Cluster's allocated/allocating figures).
+    for unit in first.units.exclude(site=""):
+        state.unit_move(unit, UnitPhase.RUNNING)
+    held = selectors.held_reservations()
+    assert sum(r.cpu_millicores for r in held.values()) == 30 * CPU  # the second run's only

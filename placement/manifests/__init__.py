@@ -58,7 +58,9 @@ from placement.manifests.substitution import (
     TaskOutputs,
     Unresolved,
     aggregate_outputs,
+    fill_run_variables,
     resolve_arguments,
+    run_variables,
     substitute,
 )
 from placement.manifests.workflows import (
@@ -87,6 +89,7 @@ __all__ = [
     "evaluate_depends",
     "evaluate_when",
     "fallback_policy",
+    "fill_run_variables",
     "image_mirror_patch",
     "image_paths",
     "karmada_manifests",
@@ -95,6 +98,7 @@ __all__ = [
     "override_policies",
     "propagation_policy",
     "resolve_arguments",
+    "run_variables",
     "step_workflow",
     "step_workflow_name",
     "substitute",

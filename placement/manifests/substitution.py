@@ -42,16 +42,55 @@ _PORTAL_REFS = ("workflow.parameters.", "tasks.", "steps.")
 
 
 def aggregate_outputs(expanded: Sequence[TaskOutputs]) -> TaskOutputs:
-    """Outputs of an expanded task (withItems/withParam) as Argo shows them downstream:
-    each output parameter becomes a JSON list of the items' values."""
-    names = sorted({n for o in expanded for n in o.parameters})
+    """Outputs of an expanded task (withItems/withParam/withSequence) as Argo shows them
+    downstream (``processAggregateNodeOutputs`` in Argo's `workflow/controller/operator.go`):
+    ``expanded`` is in item order; only Succeeded items count (a failed or skipped item adds
+    nothing, not a null); ``outputs.parameters.p`` is the JSON list of the items' values, of the
+    parsed values when every one is a JSON object or list; ``outputs.result`` is the JSON list
+    of the parsed results; ``outputs.parameters`` the list of per-item ``{name: value}`` maps."""
+    done = [o for o in expanded if o.phase == "Succeeded"]
+    values: dict[str, list[str]] = {}
+    per_item: list[dict[str, str]] = []
+    results: list[Any] = []
+    for o in done:
+        if o.parameters:
+            per_item.append(dict(o.parameters))
+            for n, v in o.parameters.items():
+                values.setdefault(n, []).append(v)
+        if o.result is not None:
+            results.append(_json_or_text(o.result))
     phases = [o.phase for o in expanded]
     phase = "Succeeded" if all(p in ("Succeeded", "Skipped") for p in phases) else "Failed"
     return TaskOutputs(
         phase=phase,
-        parameters={n: json.dumps([o.parameters.get(n) for o in expanded]) for n in names},
-        result=json.dumps([o.result for o in expanded]),
+        parameters={n: _aggregated_list(v) for n, v in values.items()},
+        result=json.dumps(results, separators=(",", ":")),
+        extra={"outputs.parameters": json.dumps(per_item, separators=(",", ":"))},
     )
+
+
+def _json_or_text(text: str) -> Any:
+    """An item's result as Argo reads it (``json.Unmarshal`` into an Item). Argo fails the
+    task when a result is not JSON; the portal keeps it as a string instead (decisions)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _aggregated_list(values: Sequence[str]) -> str:
+    """Argo's ``aggregatedJSONValueList``: parsed values when all are JSON maps or lists,
+    otherwise the list of strings."""
+    parsed: list[Any] = []
+    for v in values:
+        try:
+            x = json.loads(v)
+        except ValueError:
+            return json.dumps(list(values), separators=(",", ":"))
+        if not isinstance(x, (list, dict)):
+            return json.dumps(list(values), separators=(",", ":"))
+        parsed.append(x)
+    return json.dumps(parsed, separators=(",", ":"))
 
 
 def _lookup(
@@ -100,6 +139,8 @@ def _lookup(
     if what == "exitCode":
         return out.exit_code is not None, out.exit_code
     if what == "outputs.parameters":
+        if "outputs.parameters" in out.extra:  # an expanded task: Argo's list of maps
+            return True, out.extra["outputs.parameters"]
         return True, json.dumps(dict(out.parameters), sort_keys=True)
     return what in out.extra, out.extra.get(what)
 
@@ -224,3 +265,67 @@ def _resolve_artifact(
     )
     resolved: dict[str, Any] = json.loads(filled) if filled != text else raw
     return resolved
+
+
+# Argo's ``{{workflow.creationTimestamp.<c>}}``: strftime characters (Argo's
+# `workflow/controller/operator.go` sets one variable per character it knows).
+_STRFTIME_CHARS = "aAbBcCdDeFgGhHIjklmMnpRrSTuUVwWxXyYzZ"
+
+
+def run_variables(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    created: Any,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    duration_seconds: float | None = None,
+    failures: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, str]:
+    """The ``{{workflow.*}}`` variables that describe the run rather than one step workflow
+    (Argo's ``setGlobalParameters`` and the exit-time ``workflow.duration``/``failures``).
+
+    ``created`` is an aware ``datetime``. Inside a step workflow Argo would answer with the step
+    workflow's own name, uid and age, so the portal fills these before it creates one."""
+    out = {
+        "workflow.name": name,
+        "workflow.namespace": namespace,
+        "workflow.uid": uid,
+        "workflow.creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "workflow.creationTimestamp.RFC3339": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "workflow.creationTimestamp.s": str(int(created.timestamp())),
+    }
+    for c in _STRFTIME_CHARS:
+        out[f"workflow.creationTimestamp.{c}"] = created.strftime("%" + c)
+    for k, v in (labels or {}).items():
+        out[f"workflow.labels.{k}"] = str(v)
+    for k, v in (annotations or {}).items():
+        out[f"workflow.annotations.{k}"] = str(v)
+    if duration_seconds is not None:
+        out["workflow.duration"] = f"{duration_seconds:f}"
+    if failures is not None:
+        out["workflow.failures"] = json.dumps(list(failures), separators=(",", ":"))
+    return out
+
+
+def fill_run_variables(obj: Any, variables: Mapping[str, str]) -> Any:
+    """A copy of ``obj`` (templates, arguments) with every ``{{workflow.x}}`` named in
+    ``variables`` filled; other references stay for Argo. Strings are filled one by one, so
+    a value with quotes (``workflow.failures``) cannot break the document."""
+    if not variables:
+        return obj
+
+    def one(m: re.Match[str]) -> str:
+        return variables.get(m.group(1), m.group(0))
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return _REF.sub(one, v) if "{{" in v and "workflow." in v else v
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return walk(obj)

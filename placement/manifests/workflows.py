@@ -12,7 +12,7 @@ from placement import labels
 from placement.labels import DEFAULT_DOMAIN
 from placement.manifests.images import mirror_images
 from placement.manifests.names import API_VERSION, dns_name, label_value
-from placement.manifests.substitution import TaskOutputs, resolve_arguments
+from placement.manifests.substitution import TaskOutputs, fill_run_variables, resolve_arguments
 from placement.parser import ParsedWorkflow, Unit
 
 # Workflow-level fields a step workflow must not inherit: the portal sets or runs them itself.
@@ -122,6 +122,7 @@ def step_workflow(
     outputs: Mapping[str, TaskOutputs] | None = None,
     domain: str = DEFAULT_DOMAIN,
     image_mirror: str | None = None,
+    run_vars: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The Argo Workflow that runs ``unit`` (DESIGN section 3).
 
@@ -131,7 +132,8 @@ def step_workflow(
     become the workflow's arguments (Argo feeds them to the entrypoint's inputs by name), beside
     the run's workflow parameters that templates may read as ``{{workflow.parameters.x}}``; on a
     name clash the task's value wins. Raises ``Unresolved`` when an upstream output is missing,
-    ``ValueError`` for a ``withParam`` unit not yet expanded.
+    ``ValueError`` for a ``withParam`` unit not yet expanded. ``run_vars`` (from
+    ``run_variables``) fill ``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values.
     """
     if unit.runtime_expansion:
         raise ValueError(
@@ -156,6 +158,9 @@ def step_workflow(
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
+    if run_vars:
+        # {{workflow.name}} and friends mean the run, not this step workflow (issue 18.10).
+        spec = fill_run_variables(spec, run_vars)
 
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,

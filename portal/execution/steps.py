@@ -4,6 +4,7 @@ with the upstream outputs filled into its arguments."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -74,12 +75,43 @@ def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutput
     return out
 
 
+def run_vars_for(run: WorkflowRun, units: Iterable[UnitRun]) -> dict[str, str]:
+    """``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values (issue 18.10).
+    The uid is derived from the run (stable, unique), so no migration is needed for it."""
+    c = run.compiled
+    created = run.created_at or timezone.now()
+    started = run.started_at or created
+    failures = [
+        {
+            "displayName": u.name,
+            "message": u.message,
+            "templateName": u.template,
+            "phase": u.phase,
+            "podName": u.workflow_name,
+            "finishedAt": u.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ") if u.finished_at else None,
+        }
+        for u in units
+        if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
+    ]
+    return manifests.run_variables(
+        name=run.name,
+        namespace=c.get("namespace") or gateway.namespace(),
+        uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"portal-run:{run.pk}:{run.name}")),
+        created=created,
+        labels=c.get("labels") or {},
+        annotations=c.get("annotations") or {},
+        duration_seconds=max(0.0, (timezone.now() - started).total_seconds()),
+        failures=failures,
+    )
+
+
 def step_workflow_for(
     run: WorkflowRun,
     unit: UnitRun,
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
 ) -> dict[str, Any]:
+    units = list(units)  # read more than once below
     site = unit.site or None
     mirror = None
     if site:
@@ -98,6 +130,7 @@ def step_workflow_for(
         outputs=upstream_outputs(units),
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
+        run_vars=run_vars_for(run, units),
     )
     if not site:
         context = context_annotation(

@@ -1,0 +1,136 @@
+"""Argo's meaning kept across the split into step workflows (issue 18): run-level
+``{{workflow.*}}`` variables, loop outputs, ..."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from placement.manifests import (
+    TaskOutputs,
+    aggregate_outputs,
+    fill_run_variables,
+    run_variables,
+    step_workflow,
+    substitute,
+)
+from placement.parser import parse_workflow
+
+CREATED = datetime(2026, 12, 3, 17, 4, 5, tzinfo=UTC)
+
+VARS_WF = {
+    "apiVersion": "argoproj.io/v1alpha1",
+    "kind": "Workflow",
+    "metadata": {
+        "generateName": "vars-",
+        "labels": {"team": "eo"},
+        "annotations": {"owner": "ada"},
+    },
+    "spec": {
+        "entrypoint": "main",
+        "templates": [
+            {
+                "name": "main",
+                "dag": {"tasks": [{"name": "a", "template": "echo"}]},
+            },
+            {
+                "name": "echo",
+                "container": {
+                    "image": "alpine",
+                    "command": ["echo"],
+                    "args": [
+                        "{{workflow.name}} {{workflow.namespace}} {{workflow.uid}}",
+                        "{{workflow.creationTimestamp}} {{workflow.creationTimestamp.Y}}",
+                        "{{workflow.labels.team}} {{workflow.annotations.owner}}",
+                        "{{workflow.duration}} {{workflow.failures}}",
+                        "{{inputs.parameters.x}} {{pod.name}} {{workflow.status}}",
+                    ],
+                },
+            },
+        ],
+    },
+}
+
+
+def _run_vars(failures: list[dict[str, str]] | None = None) -> dict[str, str]:
+    return run_variables(
+        name="vars-abcde",
+        namespace="science",
+        uid="6f1c1c3e-0000-5000-8000-000000000001",
+        created=CREATED,
+        labels={"team": "eo"},
+        annotations={"owner": "ada"},
+        duration_seconds=12.5,
+        failures=failures or [],
+    )
+
+
+def test_workflow_variables_mean_the_run_not_the_step_workflow() -> None:
+    parsed = parse_workflow(VARS_WF)
+    wf = step_workflow(
+        parsed,
+        parsed.units[0],
+        run_name="vars-abcde",
+        run_id=7,
+        namespace="portal",
+        site="site-a",
+        reason="r",
+        run_vars=_run_vars(),
+    )
+    assert wf["metadata"]["name"] == "vars-abcde-a-1"  # the step workflow keeps its own name
+    (echo,) = wf["spec"]["templates"]
+    args = echo["container"]["args"]
+    assert args[0] == "vars-abcde science 6f1c1c3e-0000-5000-8000-000000000001"
+    assert args[1] == "2026-12-03T17:04:05Z 2026"
+    assert args[2] == "eo ada"
+    assert args[3] == "12.500000 []"
+    # What Argo fills inside the step workflow stays for Argo.
+    assert args[4] == "{{inputs.parameters.x}} {{pod.name}} {{workflow.status}}"
+
+
+def test_workflow_failures_with_quotes_stay_a_valid_document() -> None:
+    failed = [{"displayName": 'say "hi"', "phase": "Failed", "message": "exit 1"}]
+    filled = fill_run_variables({"args": ["{{workflow.failures}}"]}, _run_vars(failed))
+    assert json.loads(filled["args"][0]) == failed
+
+
+def test_without_run_variables_argo_fills_them() -> None:
+    parsed = parse_workflow(VARS_WF)
+    wf = step_workflow(
+        parsed, parsed.units[0], run_name="r", run_id=1, namespace="p", site=None, reason="r"
+    )
+    assert "{{workflow.name}}" in wf["spec"]["templates"][0]["container"]["args"][0]
+
+
+# -- item 3: outputs of a looped task ------------------------------------------------------
+
+
+def test_loop_outputs_are_argos_lists_in_item_order() -> None:
+    agg = aggregate_outputs(
+        [
+            TaskOutputs(parameters={"p": "a"}, result="1"),
+            TaskOutputs(phase="Failed", parameters={"p": "lost"}, result="9"),
+            TaskOutputs(parameters={"p": "c"}, result='{"k": 3}'),
+        ]
+    )
+    # Only Succeeded items count, in item order; results parsed as JSON like Argo's Item.
+    assert agg.parameters["p"] == '["a","c"]'
+    assert json.loads(agg.result or "") == [1, {"k": 3}]
+    assert agg.phase == "Failed"
+    outs = {"x": agg}
+    assert substitute("{{tasks.x.outputs.parameters.p}}", {}, outs) == '["a","c"]'
+    assert json.loads(substitute("{{tasks.x.outputs.parameters}}", {}, outs)) == [
+        {"p": "a"},
+        {"p": "c"},
+    ]
+
+
+def test_loop_outputs_that_are_json_objects_are_nested_not_quoted() -> None:
+    agg = aggregate_outputs(
+        [TaskOutputs(parameters={"p": '{"a": 1}'}), TaskOutputs(parameters={"p": "[2]"})]
+    )
+    assert json.loads(agg.parameters["p"]) == [{"a": 1}, [2]]
+    mixed = aggregate_outputs(
+        [TaskOutputs(parameters={"p": '{"a": 1}'}), TaskOutputs(parameters={"p": "3"})]
+    )
+    assert json.loads(mixed.parameters["p"]) == ['{"a": 1}', "3"]

@@ -8,7 +8,7 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placement.parser import Arguments, Artifact
@@ -26,6 +26,8 @@ class TaskOutputs:
     exit_code: str | None = None
     # Other node facts Argo exposes as {{tasks.X.<field>}}: ip, id, startedAt, finishedAt, ...
     extra: Mapping[str, str] = field(default_factory=dict)
+    # The producer's template key: a Skipped/Omitted producer's declared output defaults.
+    template: str | None = None
 
 
 class Unresolved(ValueError):
@@ -35,6 +37,17 @@ class Unresolved(ValueError):
         self.references = list(references)
         super().__init__("unresolved: " + ", ".join(self.references))
 
+
+class _Absent:
+    """An output of a Skipped or Omitted producer that declared no default: Argo's "absent
+    optional" (`workflow/controller/scope.go`, ``addSkippedNodeOutputsToScope``)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+_DID_NOT_RUN = ("Skipped", "Omitted")
 
 _REF = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 # What the portal fills; everything else ({{inputs...}}, {{pod.name}}, {{=expr}}) is Argo's.
@@ -93,6 +106,29 @@ def _aggregated_list(values: Sequence[str]) -> str:
     return json.dumps(parsed, separators=(",", ":"))
 
 
+def with_skipped_defaults(
+    outputs: Mapping[str, TaskOutputs], templates: Mapping[str, Any]
+) -> dict[str, TaskOutputs]:
+    """Argo's ``addSkippedNodeOutputsToScope``: a Skipped or Omitted producer that made no
+    outputs shows each declared ``outputs.parameters[].valueFrom.default`` as its value."""
+    out = dict(outputs)
+    for task, o in outputs.items():
+        if o.phase not in _DID_NOT_RUN or o.parameters or o.template is None:
+            continue
+        tmpl = templates.get(o.template)
+        declared = (tmpl.get("outputs") or {}).get("parameters") if isinstance(tmpl, dict) else None
+        defaults = {
+            str(p["name"]): str(p["valueFrom"]["default"])
+            for p in declared or []
+            if isinstance(p, dict)
+            and isinstance(p.get("valueFrom"), dict)
+            and p["valueFrom"].get("default") is not None
+        }
+        if defaults:
+            out[task] = replace(o, parameters=defaults)
+    return out
+
+
 def _lookup(
     ref: str,
     workflow_parameters: Mapping[str, str],
@@ -127,9 +163,13 @@ def _lookup(
     if out is None:
         return False, None
     if what == "outputs.result":
+        if out.result is None and out.phase in _DID_NOT_RUN:
+            return True, ABSENT
         return out.result is not None, out.result
     if what.startswith("outputs.parameters."):
         name = what[len("outputs.parameters.") :]
+        if name not in out.parameters and out.phase in _DID_NOT_RUN:
+            return True, ABSENT
         return name in out.parameters, out.parameters.get(name)
     if what.startswith("outputs.artifacts."):
         name = what[len("outputs.artifacts.") :]
@@ -172,6 +212,11 @@ def substitute(
     def one(m: re.Match[str]) -> str:
         ref = m.group(1)
         found, value = _lookup(ref, wp, outs, item, has_item, current)
+        if found and value is ABSENT:
+            # Only a whole argument may be absent (resolve_arguments); inside text Argo fails.
+            if missing is not None:
+                missing.append(ref)
+            return m.group(0)
         if found:
             return _as_text(value)
         ours = ref.startswith(_PORTAL_REFS) or ref == "item" or ref.startswith("item.")
@@ -192,15 +237,30 @@ def resolve_arguments(
     has_item: bool = False,
     strict: bool = True,
     current: str | None = None,
+    input_defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
     parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
-    the upstream artifact's location. ``strict`` raises ``Unresolved`` for anything missing."""
+    the upstream artifact's location. ``strict`` raises ``Unresolved`` for anything missing.
+
+    An argument that is exactly one reference to an output a Skipped or Omitted producer never
+    made is unsupplied, as in Argo (``markAbsentOptionalArgs``): the consumer's own
+    ``inputs.parameters[].default`` (``input_defaults``) applies, and without one it is missing."""
     missing: list[str] = []
     params: list[dict[str, Any]] = []
     for p in arguments.parameters:
         entry: dict[str, Any] = {"name": p.name}
-        if p.value is not None:
+        absent = _absent_reference(p.value, workflow_parameters, outputs, item, has_item)
+        if absent is not None:
+            default = (input_defaults or {}).get(p.name)
+            if default is None:
+                missing.append(
+                    f"{absent} (its producer did not run and inputs.parameters."
+                    f"{p.name} has no default)"
+                )
+            else:
+                entry["value"] = default
+        elif p.value is not None:
             entry["value"] = substitute(
                 p.value,
                 workflow_parameters,
@@ -226,6 +286,23 @@ def resolve_arguments(
     if arts:
         out["artifacts"] = arts
     return out
+
+
+def _absent_reference(
+    value: str | None,
+    workflow_parameters: Mapping[str, str] | None,
+    outputs: Mapping[str, TaskOutputs] | None,
+    item: Any,
+    has_item: bool,
+) -> str | None:
+    """The reference when ``value`` is exactly one ``{{...}}`` naming an absent output."""
+    if not value:
+        return None
+    m = _REF.fullmatch(value.strip())
+    if m is None:
+        return None
+    found, v = _lookup(m.group(1), workflow_parameters or {}, outputs or {}, item, has_item)
+    return m.group(1) if found and v is ABSENT else None
 
 
 def _resolve_artifact(

@@ -12,7 +12,12 @@ from placement import labels
 from placement.labels import DEFAULT_DOMAIN
 from placement.manifests.images import mirror_images
 from placement.manifests.names import API_VERSION, dns_name, label_value
-from placement.manifests.substitution import TaskOutputs, fill_run_variables, resolve_arguments
+from placement.manifests.substitution import (
+    TaskOutputs,
+    fill_run_variables,
+    resolve_arguments,
+    with_skipped_defaults,
+)
 from placement.parser import ParsedWorkflow, Unit
 
 # Workflow-level fields a step workflow must not inherit: the portal sets or runs them itself.
@@ -155,6 +160,8 @@ def step_workflow(
     }
     spec["entrypoint"] = names[unit.template]
     spec["templates"] = templates
+    if outputs:
+        outputs = with_skipped_defaults(outputs, parsed.templates)
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
@@ -200,6 +207,7 @@ def _step_arguments(
             item=unit.item,
             has_item=unit.item_index is not None,
             current=unit.task,
+            input_defaults=_input_defaults(parsed.templates.get(unit.template)),
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
     merged = [{"name": n, "value": v} for n, v in workflow_parameters.items() if n not in params]
@@ -214,6 +222,17 @@ def _step_arguments(
         if isinstance(wf_args, Mapping) and wf_args.get("artifacts"):
             arguments["artifacts"] = copy.deepcopy(list(wf_args["artifacts"]))
     return arguments
+
+
+def _input_defaults(template: Any) -> dict[str, str]:
+    """``inputs.parameters[].default`` of the unit's template, by name."""
+    inputs = template.get("inputs") if isinstance(template, Mapping) else None
+    params = inputs.get("parameters") if isinstance(inputs, Mapping) else None
+    return {
+        str(p["name"]): str(p["default"])
+        for p in params or []
+        if isinstance(p, Mapping) and p.get("name") and p.get("default") is not None
+    }
 
 
 def _step_labels(

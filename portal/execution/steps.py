@@ -54,6 +54,7 @@ def _task_outputs(unit: UnitRun) -> manifests.TaskOutputs:
             str(a.get("name")): a for a in out.get("artifacts") or [] if isinstance(a, dict)
         },
         exit_code=out.get("exitCode"),
+        template=unit.spec.get("template") or unit.template,
     )
 
 

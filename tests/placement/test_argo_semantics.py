@@ -6,8 +6,11 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from placement.manifests import (
     TaskOutputs,
+    Unresolved,
     aggregate_outputs,
     fill_run_variables,
     run_variables,
@@ -134,3 +137,89 @@ def test_loop_outputs_that_are_json_objects_are_nested_not_quoted() -> None:
         [TaskOutputs(parameters={"p": '{"a": 1}'}), TaskOutputs(parameters={"p": "3"})]
     )
     assert json.loads(mixed.parameters["p"]) == ['{"a": 1}', "3"]
+
+
+# -- item 4: input defaults when the producer did not run -----------------------------------
+
+
+def _skip_wf(consumer_input: dict[str, str], producer_output: dict | None = None) -> dict:
+    out_param = producer_output or {"name": "p", "valueFrom": {"path": "/tmp/p"}}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "skip"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            {"name": "a", "template": "produce", "when": "false"},
+                            {
+                                "name": "b",
+                                "template": "consume",
+                                "depends": "a",
+                                "arguments": {
+                                    "parameters": [
+                                        {"name": "x", "value": "{{tasks.a.outputs.parameters.p}}"}
+                                    ]
+                                },
+                            },
+                        ]
+                    },
+                },
+                {
+                    "name": "produce",
+                    "container": {"image": "alpine"},
+                    "outputs": {"parameters": [out_param]},
+                },
+                {
+                    "name": "consume",
+                    "inputs": {"parameters": [consumer_input]},
+                    "container": {"image": "alpine", "args": ["{{inputs.parameters.x}}"]},
+                },
+            ],
+        },
+    }
+
+
+def _consumer_args(doc: dict, phase: str = "Skipped") -> dict[str, str]:
+    parsed = parse_workflow(doc)
+    b = next(u for u in parsed.units if u.task == "b")
+    wf = step_workflow(
+        parsed,
+        b,
+        run_name="skip",
+        run_id=1,
+        namespace="p",
+        site="site-a",
+        reason="r",
+        outputs={"a": TaskOutputs(phase=phase, template="produce")},
+    )
+    return {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+
+
+@pytest.mark.parametrize("phase", ["Skipped", "Omitted"])
+def test_a_consumer_of_a_skipped_producer_uses_its_input_default(phase: str) -> None:
+    assert _consumer_args(_skip_wf({"name": "x", "default": "fallback"}), phase)["x"] == "fallback"
+
+
+def test_a_skipped_producers_declared_output_default_wins() -> None:
+    doc = _skip_wf(
+        {"name": "x", "default": "fallback"},
+        {"name": "p", "valueFrom": {"path": "/tmp/p", "default": "from-producer"}},
+    )
+    assert _consumer_args(doc)["x"] == "from-producer"
+
+
+def test_without_any_default_the_unit_fails_naming_the_reference() -> None:
+    with pytest.raises(Unresolved) as info:
+        _consumer_args(_skip_wf({"name": "x"}))
+    assert "tasks.a.outputs.parameters.p" in str(info.value)
+    assert "no default" in str(info.value)
+
+
+def test_a_failed_producers_missing_output_is_still_unresolved() -> None:
+    with pytest.raises(Unresolved):
+        _consumer_args(_skip_wf({"name": "x", "default": "fallback"}), "Failed")

@@ -223,3 +223,67 @@ def test_without_any_default_the_unit_fails_naming_the_reference() -> None:
 def test_a_failed_producers_missing_output_is_still_unresolved() -> None:
     with pytest.raises(Unresolved):
         _consumer_args(_skip_wf({"name": "x", "default": "fallback"}), "Failed")
+
+
+# -- item 7: dag.target ---------------------------------------------------------------------
+
+
+def _target_wf(target: str, param: str | None = None) -> dict:
+    echo = {"name": "echo", "container": {"image": "alpine"}}
+
+    def task(name: str, deps: list[str] | None = None, depends: str | None = None) -> dict:
+        t: dict = {"name": name, "template": "echo"}
+        if deps:
+            t["dependencies"] = deps
+        if depends:
+            t["depends"] = depends
+        return t
+
+    spec: dict = {
+        "entrypoint": "main",
+        "templates": [
+            {
+                "name": "main",
+                "dag": {
+                    "target": target,
+                    "tasks": [
+                        task("A"),
+                        task("B", ["A"]),
+                        task("C", ["A"]),
+                        task("D", depends="B && C"),
+                        task("E", ["C"]),
+                    ],
+                },
+            },
+            echo,
+        ],
+    }
+    if param is not None:
+        spec["arguments"] = {"parameters": [{"name": "target", "value": param}]}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "targets"},
+        "spec": spec,
+    }
+
+
+def test_dag_target_runs_only_the_named_tasks_and_their_dependencies() -> None:
+    parsed = parse_workflow(_target_wf("E"))
+    assert [u.name for u in parsed.units] == ["A", "C", "E"]
+    parsed = parse_workflow(_target_wf("D E"))
+    assert sorted(u.name for u in parsed.units) == ["A", "B", "C", "D", "E"]
+
+
+def test_dag_target_from_the_workflow_argument() -> None:
+    parsed = parse_workflow(_target_wf("{{workflow.parameters.target}}", "B"))
+    assert [u.name for u in parsed.units] == ["A", "B"]
+
+
+def test_an_unknown_dag_target_is_refused_with_its_path() -> None:
+    from placement.parser import WorkflowInvalid
+
+    with pytest.raises(WorkflowInvalid) as info:
+        parse_workflow(_target_wf("Z"))
+    (err,) = info.value.errors
+    assert err.path.endswith("dag.target") and "'Z'" in err.message

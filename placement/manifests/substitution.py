@@ -406,3 +406,83 @@ def fill_run_variables(obj: Any, variables: Mapping[str, str]) -> Any:
         return v
 
     return walk(obj)
+
+
+@dataclass(frozen=True)
+class GlobalOutputs:
+    """The run's global outputs (``globalName``): what ``{{workflow.outputs.parameters.x}}`` and
+    ``{{workflow.outputs.artifacts.x}}`` mean in later units, and the run's reported outputs."""
+
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def variables(self) -> dict[str, str]:
+        return {f"workflow.outputs.parameters.{k}": v for k, v in self.parameters.items()}
+
+    def as_argo(self) -> dict[str, Any]:
+        """Argo's ``status.outputs`` shape: entries named by their global names."""
+        out: dict[str, Any] = {}
+        if self.parameters:
+            out["parameters"] = [{"name": k, "value": v} for k, v in self.parameters.items()]
+        if self.artifacts:
+            out["artifacts"] = [{**a, "name": k} for k, a in self.artifacts.items()]
+        return out
+
+
+def global_outputs(
+    produced: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+) -> GlobalOutputs:
+    """Global outputs from ``(outputs, template)`` of units in the order they ended (a later
+    value wins, as Argo's ``addParamToGlobalScope`` overwrites). An output counts when Argo
+    reported it with ``globalName`` or the unit's template declares one for its name."""
+    params: dict[str, str] = {}
+    arts: dict[str, Mapping[str, Any]] = {}
+    for outputs, template in produced:
+        declared = template.get("outputs") if isinstance(template, Mapping) else None
+        declared = declared if isinstance(declared, Mapping) else {}
+        for kind in ("parameters", "artifacts"):
+            names = {
+                str(d["name"]): str(d["globalName"])
+                for d in declared.get(kind) or []
+                if isinstance(d, Mapping) and d.get("name") and d.get("globalName")
+            }
+            for entry in outputs.get(kind) or []:
+                if not isinstance(entry, Mapping):
+                    continue
+                gname = entry.get("globalName") or names.get(str(entry.get("name")))
+                if not gname:
+                    continue
+                if kind == "parameters":
+                    if entry.get("value") is not None:
+                        params[str(gname)] = _as_text(entry["value"])
+                else:
+                    arts[str(gname)] = {
+                        k: copy.deepcopy(v)
+                        for k, v in entry.items()
+                        if k not in ("name", "path", "globalName", "mode")
+                    }
+    return GlobalOutputs(parameters=params, artifacts=arts)
+
+
+_GLOBAL_ARTIFACT = re.compile(r"\{\{\s*workflow\.outputs\.artifacts\.([^{}\s]+)\s*\}\}")
+
+
+def fill_global_artifacts(obj: Any, artifacts: Mapping[str, Mapping[str, Any]]) -> Any:
+    """A copy of ``obj`` where an artifact ``from: "{{workflow.outputs.artifacts.x}}"`` becomes
+    the location of the run's global artifact ``x`` (it may live at another site's bucket)."""
+    if not artifacts:
+        return obj
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        src = v.get("from")
+        m = _GLOBAL_ARTIFACT.fullmatch(src.strip()) if isinstance(src, str) else None
+        if m and m.group(1) in artifacts:
+            rest = {k: walk(x) for k, x in v.items() if k != "from"}
+            return {**rest, **copy.deepcopy(dict(artifacts[m.group(1)])), "name": v.get("name")}
+        return {k: walk(x) for k, x in v.items()}
+
+    return walk(obj)

@@ -13,7 +13,9 @@ from placement.labels import DEFAULT_DOMAIN
 from placement.manifests.images import mirror_images
 from placement.manifests.names import API_VERSION, dns_name, label_value
 from placement.manifests.substitution import (
+    GlobalOutputs,
     TaskOutputs,
+    fill_global_artifacts,
     fill_run_variables,
     resolve_arguments,
     with_skipped_defaults,
@@ -128,6 +130,7 @@ def step_workflow(
     domain: str = DEFAULT_DOMAIN,
     image_mirror: str | None = None,
     run_vars: Mapping[str, str] | None = None,
+    globals_: GlobalOutputs | None = None,
 ) -> dict[str, Any]:
     """The Argo Workflow that runs ``unit`` (DESIGN section 3).
 
@@ -138,7 +141,8 @@ def step_workflow(
     the run's workflow parameters that templates may read as ``{{workflow.parameters.x}}``; on a
     name clash the task's value wins. Raises ``Unresolved`` when an upstream output is missing,
     ``ValueError`` for a ``withParam`` unit not yet expanded. ``run_vars`` (from
-    ``run_variables``) fill ``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values.
+    ``run_variables``) fill ``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values;
+    ``globals_`` the run's global outputs so far (``{{workflow.outputs.*}}``).
     """
     if unit.runtime_expansion:
         raise ValueError(
@@ -165,9 +169,14 @@ def step_workflow(
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
-    if run_vars:
+    variables = dict(run_vars or {})
+    if globals_ is not None:
+        # Set by earlier units (maybe at other sites): this step workflow's Argo never saw them.
+        variables.update(globals_.variables())
+        spec = fill_global_artifacts(spec, globals_.artifacts)
+    if variables:
         # {{workflow.name}} and friends mean the run, not this step workflow (issue 18.10).
-        spec = fill_run_variables(spec, run_vars)
+        spec = fill_run_variables(spec, variables)
 
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
+from portal.selectors import run_global_outputs
 
 
 class PrototypeFieldsMixin:
@@ -58,6 +59,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     owner = serializers.CharField(source="owner.get_username", read_only=True)
     units = UnitRunSerializer(many=True, read_only=True)
     progress = serializers.SerializerMethodField()
+    outputs = serializers.SerializerMethodField()
 
     class Meta:
         model = WorkflowRun
@@ -73,9 +75,15 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "started_at",
             "finished_at",
             "progress",
+            "outputs",
             "units",
         ]
         read_only_fields = fields
+
+    def get_outputs(self, run: WorkflowRun) -> dict[str, Any]:
+        """The run's global outputs (``globalName``) as Argo reports a workflow's
+        ``status.outputs``: ``{"parameters": [{name, value}], "artifacts": [...]}``."""
+        return run_global_outputs(run).as_argo()
 
     def get_progress(self, run: WorkflowRun) -> dict[str, int]:
         units = list(run.units.all())
@@ -85,7 +93,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
 
 class WorkflowRunListSerializer(WorkflowRunSerializer):
     class Meta(WorkflowRunSerializer.Meta):
-        fields = [f for f in WorkflowRunSerializer.Meta.fields if f != "units"]
+        fields = [f for f in WorkflowRunSerializer.Meta.fields if f not in ("units", "outputs")]
         read_only_fields = fields
 
 

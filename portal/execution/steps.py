@@ -18,6 +18,7 @@ from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, event, sites_state
 from portal.models import UnitRun, WorkflowRun
+from portal.selectors import run_global_outputs
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -132,6 +133,7 @@ def step_workflow_for(
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
         run_vars=run_vars_for(run, units),
+        globals_=run_global_outputs(run, units),
     )
     if not site:
         context = context_annotation(

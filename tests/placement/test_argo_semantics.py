@@ -9,10 +9,12 @@ from datetime import UTC, datetime
 import pytest
 
 from placement.manifests import (
+    GlobalOutputs,
     TaskOutputs,
     Unresolved,
     aggregate_outputs,
     fill_run_variables,
+    global_outputs,
     run_variables,
     step_workflow,
     substitute,
@@ -287,3 +289,76 @@ def test_an_unknown_dag_target_is_refused_with_its_path() -> None:
         parse_workflow(_target_wf("Z"))
     (err,) = info.value.errors
     assert err.path.endswith("dag.target") and "'Z'" in err.message
+
+
+# -- item 9: global outputs -----------------------------------------------------------------
+
+
+def test_global_outputs_come_from_globalname_and_a_later_value_wins() -> None:
+    prepare = {
+        "name": "prepare",
+        "outputs": {
+            "parameters": [{"name": "p", "globalName": "prepared-param"}],
+            "artifacts": [{"name": "a", "path": "/tmp/a", "globalName": "prepared"}],
+        },
+    }
+    first = {
+        "parameters": [{"name": "p", "value": "one"}, {"name": "local", "value": "x"}],
+        "artifacts": [{"name": "a", "path": "/tmp/a", "s3": {"key": "k1"}}],
+    }
+    second = {"parameters": [{"name": "q", "value": "two", "globalName": "prepared-param"}]}
+    g = global_outputs([(first, prepare), (second, None)])
+    assert g.parameters == {"prepared-param": "two"}
+    assert g.artifacts == {"prepared": {"s3": {"key": "k1"}}}
+    assert g.as_argo() == {
+        "parameters": [{"name": "prepared-param", "value": "two"}],
+        "artifacts": [{"name": "prepared", "s3": {"key": "k1"}}],
+    }
+
+
+GLOBAL_A = "{{workflow.outputs.artifacts.a}}"
+
+
+def test_later_units_see_the_runs_global_outputs() -> None:
+    doc = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "globals"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {"name": "main", "steps": [[{"name": "use", "template": "use"}]]},
+                {
+                    "name": "use",
+                    "inputs": {
+                        "artifacts": [
+                            {
+                                "name": "in",
+                                "path": "/in",
+                                "from": "{{workflow.outputs.artifacts.a}}",
+                            }
+                        ]
+                    },
+                    "container": {
+                        "image": "alpine",
+                        "args": ["{{workflow.outputs.parameters.p}}"],
+                    },
+                },
+            ],
+        },
+    }
+    parsed = parse_workflow(doc)
+    g = GlobalOutputs(parameters={"p": "42"}, artifacts={"a": {"s3": {"key": "run/a.tgz"}}})
+    wf = step_workflow(
+        parsed,
+        parsed.units[0],
+        run_name="globals",
+        run_id=1,
+        namespace="p",
+        site="site-b",
+        reason="r",
+        globals_=g,
+    )
+    (use,) = wf["spec"]["templates"]
+    assert use["container"]["args"] == ["42"]
+    assert use["inputs"]["artifacts"] == [{"name": "in", "path": "/in", "s3": {"key": "run/a.tgz"}}]

@@ -1,0 +1,31 @@
+"""A run's global outputs (``globalName``) in its REST representation (issue 18.9)."""
+
+from __future__ import annotations
+
+import pytest
+
+from portal.choices import UnitPhase
+from portal.models import UnitRun
+from tests.portal.helpers import make_run
+
+
+@pytest.mark.django_db
+def test_the_run_reports_its_global_outputs(scientist, scientist_api, project) -> None:
+    run = make_run(
+        scientist,
+        project=project,
+        units=[("prepare", "site-a", UnitPhase.SUCCEEDED, []), ("use", "site-b", "Running", [])],
+    )
+    UnitRun.objects.filter(run=run, name="prepare").update(
+        outputs={
+            "parameters": [
+                {"name": "p", "value": "42", "globalName": "answer"},
+                {"name": "local", "value": "not global"},
+            ]
+        }
+    )
+    body = scientist_api.get(f"/api/v1/runs/{run.pk}/").json()
+    assert body["outputs"] == {"parameters": [{"name": "answer", "value": "42"}]}
+    assert [u["name"] for u in body["units"]] == ["prepare", "use"]  # the rest keeps its shape
+    listed = scientist_api.get("/api/v1/runs/").json()["results"][0]
+    assert "outputs" not in listed

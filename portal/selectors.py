@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from placement import manifests
 from placement.manifests import GlobalOutputs
@@ -43,4 +45,34 @@ def run_global_outputs(run: WorkflowRun, units: Iterable[Any] | None = None) -> 
             (u.outputs or {}, templates.get((u.spec or {}).get("template") or u.template))
             for u in ended
         ]
+    )
+
+
+def run_variables_of(run: WorkflowRun, units: Iterable[Any], *, namespace: str) -> dict[str, str]:
+    """``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values (issue 18.10).
+    The uid is derived from the run (stable, unique), so no migration is needed for it."""
+    c = run.compiled
+    created = run.created_at or timezone.now()
+    started = run.started_at or created
+    failures = [
+        {
+            "displayName": u.name,
+            "message": u.message,
+            "templateName": u.template,
+            "phase": u.phase,
+            "podName": u.workflow_name,
+            "finishedAt": u.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ") if u.finished_at else None,
+        }
+        for u in units
+        if u.phase in ("Failed", "Error")
+    ]
+    return manifests.run_variables(
+        name=run.name,
+        namespace=c.get("namespace") or namespace,
+        uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"portal-run:{run.pk}:{run.name}")),
+        created=created,
+        labels=c.get("labels") or {},
+        annotations=c.get("annotations") or {},
+        duration_seconds=max(0.0, (timezone.now() - started).total_seconds()),
+        failures=failures,
     )

@@ -4,7 +4,6 @@ with the upstream outputs filled into its arguments."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,7 +17,7 @@ from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, event, sites_state
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import run_global_outputs
+from portal.selectors import run_global_outputs, run_variables_of
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -77,36 +76,6 @@ def upstream_outputs(units: Iterable[UnitRun]) -> dict[str, manifests.TaskOutput
     return out
 
 
-def run_vars_for(run: WorkflowRun, units: Iterable[UnitRun]) -> dict[str, str]:
-    """``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values (issue 18.10).
-    The uid is derived from the run (stable, unique), so no migration is needed for it."""
-    c = run.compiled
-    created = run.created_at or timezone.now()
-    started = run.started_at or created
-    failures = [
-        {
-            "displayName": u.name,
-            "message": u.message,
-            "templateName": u.template,
-            "phase": u.phase,
-            "podName": u.workflow_name,
-            "finishedAt": u.finished_at.strftime("%Y-%m-%dT%H:%M:%SZ") if u.finished_at else None,
-        }
-        for u in units
-        if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
-    ]
-    return manifests.run_variables(
-        name=run.name,
-        namespace=c.get("namespace") or gateway.namespace(),
-        uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"portal-run:{run.pk}:{run.name}")),
-        created=created,
-        labels=c.get("labels") or {},
-        annotations=c.get("annotations") or {},
-        duration_seconds=max(0.0, (timezone.now() - started).total_seconds()),
-        failures=failures,
-    )
-
-
 def step_workflow_for(
     run: WorkflowRun,
     unit: UnitRun,
@@ -132,7 +101,7 @@ def step_workflow_for(
         outputs=upstream_outputs(units),
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
-        run_vars=run_vars_for(run, units),
+        run_vars=run_variables_of(run, units, namespace=gateway.namespace()),
         globals_=run_global_outputs(run, units),
     )
     if not site:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from portal.choices import UnitPhase
@@ -29,3 +31,21 @@ def test_the_run_reports_its_global_outputs(scientist, scientist_api, project) -
     assert [u["name"] for u in body["units"]] == ["prepare", "use"]  # the rest keeps its shape
     listed = scientist_api.get("/api/v1/runs/").json()["results"][0]
     assert "outputs" not in listed
+
+
+@pytest.mark.django_db
+def test_workflow_variables_are_the_runs(scientist, project) -> None:
+    from portal.selectors import run_variables_of
+
+    run = make_run(
+        scientist,
+        project=project,
+        units=[("a", "site-a", UnitPhase.FAILED, []), ("b", "site-b", "Pending", [])],
+    )
+    run.compiled = {"labels": {"team": "eo"}}
+    v = run_variables_of(run, run.units.all(), namespace="portal")
+    assert v["workflow.name"] == run.name
+    assert v["workflow.namespace"] == "portal"
+    assert v["workflow.labels.team"] == "eo"
+    assert v["workflow.uid"] == run_variables_of(run, [], namespace="x")["workflow.uid"]
+    assert [f["displayName"] for f in json.loads(v["workflow.failures"])] == ["a"]

@@ -11,7 +11,8 @@ portal's outcome legitimately differs (refused at preview with a field path, say
 Examples marked ``run: false`` are listed, not run.
 
 Run: ``.venv/bin/python tests/examples_runner.py [--only NAME ...] [--timeout S]``
-(PostgreSQL and Redis on their standard ports, or ``EXAMPLES_PG`` / ``EXAMPLES_REDIS``).
+(PostgreSQL on its standard port or ``EXAMPLES_PG``; its own ``redis-server`` unless
+``EXAMPLES_REDIS`` names one).
 Exits 1 when an example that ran disagrees and ``--strict`` is given.
 """
 
@@ -53,7 +54,9 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
 EXAMPLES = REFERENCE / "argo" / "examples"
 EXPECTATIONS = ROOT / "tests" / "argo_examples.yaml"
 PG = os.environ.get("EXAMPLES_PG", "postgres://postgres@127.0.0.1:5432")
-REDIS = os.environ.get("EXAMPLES_REDIS", "redis://127.0.0.1:6379/12")
+# A Redis of its own by default: a Redis database shared with other stacks shares Celery's
+# queue too, and their workers would take this stack's tasks.
+REDIS = os.environ.get("EXAMPLES_REDIS", "")
 FINAL = {"Succeeded", "Failed", "Error", "Stopped"}
 
 
@@ -80,10 +83,20 @@ class Stack:
         self.sandbox_port = free_port()
         self.web_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
+        self.processes = Processes(workdir, dict(os.environ))
+        redis_url = REDIS
+        if not redis_url:
+            port = free_port()
+            self.processes.start(
+                "redis",
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+                ready=logged("Ready to accept connections"),
+            )
+            redis_url = f"redis://127.0.0.1:{port}/0"
         self.env = {
             **os.environ,
             "DATABASE_URL": f"{PG}/{self.db}",
-            "REDIS_URL": REDIS,
+            "REDIS_URL": redis_url,
             "KARMADA_KUBECONFIG": str(self.kubeconfig),
             "SECURE_SSL_REDIRECT": "0",
             "STATIC_MANIFEST": "0",
@@ -94,7 +107,7 @@ class Stack:
             "SECRET_KEY": os.environ.get("SECRET_KEY", "examples-only-not-a-secret"),
             "DEBUG": os.environ.get("DEBUG", "1"),
         }
-        self.processes = Processes(workdir, self.env)
+        self.processes.env = self.env
         try:
             self._dropdb()
             subprocess.run(["createdb", *self._pg_args(), self.db], check=True)

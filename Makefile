@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint bench screenshots install format clean
+.PHONY: demo test lint bench screenshots install format clean examples
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ format: $(STAMP)
 # tests/bench/bench_*.py is run as a script: helper modules there are named otherwise.
 bench: $(STAMP)
 	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) $$b; done
+
+# Every Workflow in ../shared/reference/argo/examples through the portal end to end (REST
+# submit, the sandbox executing steps), with a table of expected and actual outcomes.
+examples: $(STAMP)
+	$(PY) tests/examples_runner.py $(EXAMPLES_ARGS)
 
 # PNGs of the runs, submit-with-preview, run and fleet pages from a fresh demo, in headless
 # Chromium (Debian's /usr/bin/chromium), written to docs/screenshots/.

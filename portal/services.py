@@ -29,6 +29,7 @@ from portal.models import (
 )
 from portal.selectors import fleet_with_holds, projects_of
 from sites.models import Project
+from sites.permissions import can_write_project_data
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,89 @@ def parser_limits() -> parser.Limits:
     )
 
 
-def _catalogue() -> dict[str, Any]:
-    return {t.name: t.manifest for t in WorkflowTemplate.objects.all()}
+def _catalogue(kind: str = "WorkflowTemplate") -> dict[str, Any]:
+    rows = WorkflowTemplate.objects.values_list("name", "manifest")
+    return {n: m for n, m in rows if isinstance(m, dict) and m.get("kind", kind) == kind}
+
+
+# -- the WorkflowTemplate catalogue (GET|POST /api/v1/workflow-templates/ ...) -------------
+
+
+class CatalogueRefused(Exception):
+    """A catalogue write the user may not make (answered 403)."""
+
+
+def _check_catalogue_write(user: Any, project: Project | None) -> None:
+    if not can_write_project_data(user, project):
+        raise CatalogueRefused(
+            "Only fleet staff may write fleet-wide WorkflowTemplates."
+            if project is None
+            else f"You are not a member of project '{project.name}'."
+        )
+
+
+def _catalogue_project(user: Any, project: Project | str | None) -> Project | None:
+    if isinstance(project, Project):
+        return project
+    if not project:
+        return None
+    obj = Project.objects.filter(name=project).first()
+    if obj is None:
+        raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
+    return obj
+
+
+def workflow_template_create(
+    *, user: Any, body: str | bytes | dict[str, Any], project: Project | str | None = None
+) -> WorkflowTemplate:
+    """Add a WorkflowTemplate (or ClusterWorkflowTemplate) to the catalogue, validated as the
+    parser will read it when a workflow ``templateRef``s it."""
+    entry = parser.parse_workflow_template(body, parser_limits())
+    proj = _catalogue_project(user, project)
+    _check_catalogue_write(user, proj)
+    try:
+        with transaction.atomic():
+            return WorkflowTemplate.objects.create(
+                name=entry.name, project=proj, manifest=dict(entry.document)
+            )
+    except IntegrityError:
+        raise WorkflowInvalid(
+            [
+                FieldError(
+                    "metadata.name",
+                    f"a WorkflowTemplate named {entry.name!r} is in the catalogue already; "
+                    f"replace it with PUT /api/v1/workflow-templates/{entry.name}/",
+                )
+            ]
+        ) from None
+
+
+def workflow_template_update(
+    *,
+    template: WorkflowTemplate,
+    user: Any,
+    body: str | bytes | dict[str, Any],
+    project: Project | str | None = None,
+) -> WorkflowTemplate:
+    """Replace a catalogue entry's manifest (and, with ``project``, move it). Runs already
+    submitted keep the templates they were compiled with."""
+    entry = parser.parse_workflow_template(body, parser_limits())
+    if entry.name != template.name:
+        raise WorkflowInvalid(
+            [FieldError("metadata.name", f"must be {template.name!r}, the name in the URL")]
+        )
+    _check_catalogue_write(user, template.project)
+    if project is not None:
+        template.project = _catalogue_project(user, project)
+        _check_catalogue_write(user, template.project)
+    template.manifest = dict(entry.document)
+    template.save(update_fields=["manifest", "project"])
+    return template
+
+
+def workflow_template_delete(*, template: WorkflowTemplate, user: Any) -> None:
+    _check_catalogue_write(user, template.project)
+    template.delete()
 
 
 def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> dict[str, Any]:
@@ -113,9 +195,11 @@ def workflow_parse(
     doc = parser.decode_document(body, parser_limits())
     doc = _apply_arguments(doc, arguments)
     _check_enums(doc, arguments)
+    uses = parser.uses_catalogue(doc)
     return parser.parse_workflow(
         doc,
-        _catalogue() if parser.uses_catalogue(doc) else {},
+        _catalogue() if uses else {},
+        cluster_catalogue=_catalogue("ClusterWorkflowTemplate") if uses else {},
         limits=parser_limits(),
         domain=settings.PORTAL_LABEL_DOMAIN,
     )

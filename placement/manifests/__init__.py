@@ -58,10 +58,15 @@ from placement.manifests.policies import (
     webhook_configuration,
 )
 from placement.manifests.substitution import (
+    GlobalOutputs,
     TaskOutputs,
     Unresolved,
     aggregate_outputs,
+    fill_global_artifacts,
+    fill_run_variables,
+    global_outputs,
     resolve_arguments,
+    run_variables,
     substitute,
 )
 from placement.manifests.workflows import (
@@ -83,6 +88,7 @@ __all__ = [
     "WEBHOOK_NAME",
     "DependsError",
     "ExpressionError",
+    "GlobalOutputs",
     "TaskOutputs",
     "Unresolved",
     "WhenError",
@@ -93,6 +99,9 @@ __all__ = [
     "evaluate_depends",
     "evaluate_when",
     "fallback_policy",
+    "fill_global_artifacts",
+    "fill_run_variables",
+    "global_outputs",
     "image_mirror_patch",
     "image_paths",
     "karmada_manifests",
@@ -101,6 +110,7 @@ __all__ = [
     "override_policies",
     "propagation_policy",
     "resolve_arguments",
+    "run_variables",
     "step_workflow",
     "step_workflow_name",
     "substitute",

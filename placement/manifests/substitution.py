@@ -8,7 +8,7 @@ import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from placement.parser import Arguments, Artifact
@@ -26,6 +26,8 @@ class TaskOutputs:
     exit_code: str | None = None
     # Other node facts Argo exposes as {{tasks.X.<field>}}: ip, id, startedAt, finishedAt, ...
     extra: Mapping[str, str] = field(default_factory=dict)
+    # The producer's template key: a Skipped/Omitted producer's declared output defaults.
+    template: str | None = None
 
 
 class Unresolved(ValueError):
@@ -36,22 +38,95 @@ class Unresolved(ValueError):
         super().__init__("unresolved: " + ", ".join(self.references))
 
 
+class _Absent:
+    """An output of a Skipped or Omitted producer that declared no default: Argo's "absent
+    optional" (`workflow/controller/scope.go`, ``addSkippedNodeOutputsToScope``)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Any = _Absent()
+_DID_NOT_RUN = ("Skipped", "Omitted")
+
 _REF = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 # What the portal fills; everything else ({{inputs...}}, {{pod.name}}, {{=expr}}) is Argo's.
 _PORTAL_REFS = ("workflow.parameters.", "tasks.", "steps.")
 
 
 def aggregate_outputs(expanded: Sequence[TaskOutputs]) -> TaskOutputs:
-    """Outputs of an expanded task (withItems/withParam) as Argo shows them downstream:
-    each output parameter becomes a JSON list of the items' values."""
-    names = sorted({n for o in expanded for n in o.parameters})
+    """Outputs of an expanded task (withItems/withParam/withSequence) as Argo shows them
+    downstream (``processAggregateNodeOutputs`` in Argo's `workflow/controller/operator.go`):
+    ``expanded`` is in item order; only Succeeded items count (a failed or skipped item adds
+    nothing, not a null); ``outputs.parameters.p`` is the JSON list of the items' values, of the
+    parsed values when every one is a JSON object or list; ``outputs.result`` is the JSON list
+    of the parsed results; ``outputs.parameters`` the list of per-item ``{name: value}`` maps."""
+    done = [o for o in expanded if o.phase == "Succeeded"]
+    values: dict[str, list[str]] = {}
+    per_item: list[dict[str, str]] = []
+    results: list[Any] = []
+    for o in done:
+        if o.parameters:
+            per_item.append(dict(o.parameters))
+            for n, v in o.parameters.items():
+                values.setdefault(n, []).append(v)
+        if o.result is not None:
+            results.append(_json_or_text(o.result))
     phases = [o.phase for o in expanded]
     phase = "Succeeded" if all(p in ("Succeeded", "Skipped") for p in phases) else "Failed"
     return TaskOutputs(
         phase=phase,
-        parameters={n: json.dumps([o.parameters.get(n) for o in expanded]) for n in names},
-        result=json.dumps([o.result for o in expanded]),
+        parameters={n: _aggregated_list(v) for n, v in values.items()},
+        result=json.dumps(results, separators=(",", ":")),
+        extra={"outputs.parameters": json.dumps(per_item, separators=(",", ":"))},
     )
+
+
+def _json_or_text(text: str) -> Any:
+    """An item's result as Argo reads it (``json.Unmarshal`` into an Item). Argo fails the
+    task when a result is not JSON; the portal keeps it as a string instead (decisions)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _aggregated_list(values: Sequence[str]) -> str:
+    """Argo's ``aggregatedJSONValueList``: parsed values when all are JSON maps or lists,
+    otherwise the list of strings."""
+    parsed: list[Any] = []
+    for v in values:
+        try:
+            x = json.loads(v)
+        except ValueError:
+            return json.dumps(list(values), separators=(",", ":"))
+        if not isinstance(x, (list, dict)):
+            return json.dumps(list(values), separators=(",", ":"))
+        parsed.append(x)
+    return json.dumps(parsed, separators=(",", ":"))
+
+
+def with_skipped_defaults(
+    outputs: Mapping[str, TaskOutputs], templates: Mapping[str, Any]
+) -> dict[str, TaskOutputs]:
+    """Argo's ``addSkippedNodeOutputsToScope``: a Skipped or Omitted producer that made no
+    outputs shows each declared ``outputs.parameters[].valueFrom.default`` as its value."""
+    out = dict(outputs)
+    for task, o in outputs.items():
+        if o.phase not in _DID_NOT_RUN or o.parameters or o.template is None:
+            continue
+        tmpl = templates.get(o.template)
+        declared = (tmpl.get("outputs") or {}).get("parameters") if isinstance(tmpl, dict) else None
+        defaults = {
+            str(p["name"]): str(p["valueFrom"]["default"])
+            for p in declared or []
+            if isinstance(p, dict)
+            and isinstance(p.get("valueFrom"), dict)
+            and p["valueFrom"].get("default") is not None
+        }
+        if defaults:
+            out[task] = replace(o, parameters=defaults)
+    return out
 
 
 def _lookup(
@@ -88,9 +163,13 @@ def _lookup(
     if out is None:
         return False, None
     if what == "outputs.result":
+        if out.result is None and out.phase in _DID_NOT_RUN:
+            return True, ABSENT
         return out.result is not None, out.result
     if what.startswith("outputs.parameters."):
         name = what[len("outputs.parameters.") :]
+        if name not in out.parameters and out.phase in _DID_NOT_RUN:
+            return True, ABSENT
         return name in out.parameters, out.parameters.get(name)
     if what.startswith("outputs.artifacts."):
         name = what[len("outputs.artifacts.") :]
@@ -100,6 +179,8 @@ def _lookup(
     if what == "exitCode":
         return out.exit_code is not None, out.exit_code
     if what == "outputs.parameters":
+        if "outputs.parameters" in out.extra:  # an expanded task: Argo's list of maps
+            return True, out.extra["outputs.parameters"]
         return True, json.dumps(dict(out.parameters), sort_keys=True)
     return what in out.extra, out.extra.get(what)
 
@@ -131,6 +212,11 @@ def substitute(
     def one(m: re.Match[str]) -> str:
         ref = m.group(1)
         found, value = _lookup(ref, wp, outs, item, has_item, current)
+        if found and value is ABSENT:
+            # Only a whole argument may be absent (resolve_arguments); inside text Argo fails.
+            if missing is not None:
+                missing.append(ref)
+            return m.group(0)
         if found:
             return _as_text(value)
         ours = ref.startswith(_PORTAL_REFS) or ref == "item" or ref.startswith("item.")
@@ -151,15 +237,30 @@ def resolve_arguments(
     has_item: bool = False,
     strict: bool = True,
     current: str | None = None,
+    input_defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
     parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
-    the upstream artifact's location. ``strict`` raises ``Unresolved`` for anything missing."""
+    the upstream artifact's location. ``strict`` raises ``Unresolved`` for anything missing.
+
+    An argument that is exactly one reference to an output a Skipped or Omitted producer never
+    made is unsupplied, as in Argo (``markAbsentOptionalArgs``): the consumer's own
+    ``inputs.parameters[].default`` (``input_defaults``) applies, and without one it is missing."""
     missing: list[str] = []
     params: list[dict[str, Any]] = []
     for p in arguments.parameters:
         entry: dict[str, Any] = {"name": p.name}
-        if p.value is not None:
+        absent = _absent_reference(p.value, workflow_parameters, outputs, item, has_item)
+        if absent is not None:
+            default = (input_defaults or {}).get(p.name)
+            if default is None:
+                missing.append(
+                    f"{absent} (its producer did not run and inputs.parameters."
+                    f"{p.name} has no default)"
+                )
+            else:
+                entry["value"] = default
+        elif p.value is not None:
             entry["value"] = substitute(
                 p.value,
                 workflow_parameters,
@@ -185,6 +286,23 @@ def resolve_arguments(
     if arts:
         out["artifacts"] = arts
     return out
+
+
+def _absent_reference(
+    value: str | None,
+    workflow_parameters: Mapping[str, str] | None,
+    outputs: Mapping[str, TaskOutputs] | None,
+    item: Any,
+    has_item: bool,
+) -> str | None:
+    """The reference when ``value`` is exactly one ``{{...}}`` naming an absent output."""
+    if not value:
+        return None
+    m = _REF.fullmatch(value.strip())
+    if m is None:
+        return None
+    found, v = _lookup(m.group(1), workflow_parameters or {}, outputs or {}, item, has_item)
+    return m.group(1) if found and v is ABSENT else None
 
 
 def _resolve_artifact(
@@ -224,3 +342,147 @@ def _resolve_artifact(
     )
     resolved: dict[str, Any] = json.loads(filled) if filled != text else raw
     return resolved
+
+
+# Argo's ``{{workflow.creationTimestamp.<c>}}``: strftime characters (Argo's
+# `workflow/controller/operator.go` sets one variable per character it knows).
+_STRFTIME_CHARS = "aAbBcCdDeFgGhHIjklmMnpRrSTuUVwWxXyYzZ"
+
+
+def run_variables(
+    *,
+    name: str,
+    namespace: str,
+    uid: str,
+    created: Any,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    duration_seconds: float | None = None,
+    failures: Sequence[Mapping[str, Any]] | None = None,
+) -> dict[str, str]:
+    """The ``{{workflow.*}}`` variables that describe the run rather than one step workflow
+    (Argo's ``setGlobalParameters`` and the exit-time ``workflow.duration``/``failures``).
+
+    ``created`` is an aware ``datetime``. Inside a step workflow Argo would answer with the step
+    workflow's own name, uid and age, so the portal fills these before it creates one."""
+    out = {
+        "workflow.name": name,
+        "workflow.namespace": namespace,
+        "workflow.uid": uid,
+        "workflow.creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "workflow.creationTimestamp.RFC3339": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "workflow.creationTimestamp.s": str(int(created.timestamp())),
+    }
+    for c in _STRFTIME_CHARS:
+        out[f"workflow.creationTimestamp.{c}"] = created.strftime("%" + c)
+    for k, v in (labels or {}).items():
+        out[f"workflow.labels.{k}"] = str(v)
+    for k, v in (annotations or {}).items():
+        out[f"workflow.annotations.{k}"] = str(v)
+    if duration_seconds is not None:
+        out["workflow.duration"] = f"{duration_seconds:f}"
+    if failures is not None:
+        out["workflow.failures"] = json.dumps(list(failures), separators=(",", ":"))
+    return out
+
+
+def fill_run_variables(obj: Any, variables: Mapping[str, str]) -> Any:
+    """A copy of ``obj`` (templates, arguments) with every ``{{workflow.x}}`` named in
+    ``variables`` filled; other references stay for Argo. Strings are filled one by one, so
+    a value with quotes (``workflow.failures``) cannot break the document."""
+    if not variables:
+        return obj
+
+    def one(m: re.Match[str]) -> str:
+        return variables.get(m.group(1), m.group(0))
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return _REF.sub(one, v) if "{{" in v and "workflow." in v else v
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    return walk(obj)
+
+
+@dataclass(frozen=True)
+class GlobalOutputs:
+    """The run's global outputs (``globalName``): what ``{{workflow.outputs.parameters.x}}`` and
+    ``{{workflow.outputs.artifacts.x}}`` mean in later units, and the run's reported outputs."""
+
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    artifacts: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def variables(self) -> dict[str, str]:
+        return {f"workflow.outputs.parameters.{k}": v for k, v in self.parameters.items()}
+
+    def as_argo(self) -> dict[str, Any]:
+        """Argo's ``status.outputs`` shape: entries named by their global names."""
+        out: dict[str, Any] = {}
+        if self.parameters:
+            out["parameters"] = [{"name": k, "value": v} for k, v in self.parameters.items()]
+        if self.artifacts:
+            out["artifacts"] = [{**a, "name": k} for k, a in self.artifacts.items()]
+        return out
+
+
+def global_outputs(
+    produced: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+) -> GlobalOutputs:
+    """Global outputs from ``(outputs, template)`` of units in the order they ended (a later
+    value wins, as Argo's ``addParamToGlobalScope`` overwrites). An output counts when Argo
+    reported it with ``globalName`` or the unit's template declares one for its name."""
+    params: dict[str, str] = {}
+    arts: dict[str, Mapping[str, Any]] = {}
+    for outputs, template in produced:
+        declared = template.get("outputs") if isinstance(template, Mapping) else None
+        declared = declared if isinstance(declared, Mapping) else {}
+        for kind in ("parameters", "artifacts"):
+            names = {
+                str(d["name"]): str(d["globalName"])
+                for d in declared.get(kind) or []
+                if isinstance(d, Mapping) and d.get("name") and d.get("globalName")
+            }
+            for entry in outputs.get(kind) or []:
+                if not isinstance(entry, Mapping):
+                    continue
+                gname = entry.get("globalName") or names.get(str(entry.get("name")))
+                if not gname:
+                    continue
+                if kind == "parameters":
+                    if entry.get("value") is not None:
+                        params[str(gname)] = _as_text(entry["value"])
+                else:
+                    arts[str(gname)] = {
+                        k: copy.deepcopy(v)
+                        for k, v in entry.items()
+                        if k not in ("name", "path", "globalName", "mode")
+                    }
+    return GlobalOutputs(parameters=params, artifacts=arts)
+
+
+_GLOBAL_ARTIFACT = re.compile(r"\{\{\s*workflow\.outputs\.artifacts\.([^{}\s]+)\s*\}\}")
+
+
+def fill_global_artifacts(obj: Any, artifacts: Mapping[str, Mapping[str, Any]]) -> Any:
+    """A copy of ``obj`` where an artifact ``from: "{{workflow.outputs.artifacts.x}}"`` becomes
+    the location of the run's global artifact ``x`` (it may live at another site's bucket)."""
+    if not artifacts:
+        return obj
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if not isinstance(v, dict):
+            return v
+        src = v.get("from")
+        m = _GLOBAL_ARTIFACT.fullmatch(src.strip()) if isinstance(src, str) else None
+        if m and m.group(1) in artifacts:
+            rest = {k: walk(x) for k, x in v.items() if k != "from"}
+            return {**rest, **copy.deepcopy(dict(artifacts[m.group(1)])), "name": v.get("name")}
+        return {k: walk(x) for k, x in v.items()}
+
+    return walk(obj)

@@ -12,7 +12,14 @@ from placement import labels
 from placement.labels import DEFAULT_DOMAIN
 from placement.manifests.images import mirror_images
 from placement.manifests.names import API_VERSION, dns_name, label_value
-from placement.manifests.substitution import TaskOutputs, resolve_arguments
+from placement.manifests.substitution import (
+    GlobalOutputs,
+    TaskOutputs,
+    fill_global_artifacts,
+    fill_run_variables,
+    resolve_arguments,
+    with_skipped_defaults,
+)
 from placement.parser import ParsedWorkflow, Unit
 
 # Workflow-level fields a step workflow must not inherit: the portal sets or runs them itself.
@@ -149,6 +156,8 @@ def step_workflow(
     outputs: Mapping[str, TaskOutputs] | None = None,
     domain: str = DEFAULT_DOMAIN,
     image_mirror: str | None = None,
+    run_vars: Mapping[str, str] | None = None,
+    globals_: GlobalOutputs | None = None,
 ) -> dict[str, Any]:
     """The Argo Workflow that runs ``unit`` (DESIGN section 3).
 
@@ -158,7 +167,9 @@ def step_workflow(
     become the workflow's arguments (Argo feeds them to the entrypoint's inputs by name), beside
     the run's workflow parameters that templates may read as ``{{workflow.parameters.x}}``; on a
     name clash the task's value wins. Raises ``Unresolved`` when an upstream output is missing,
-    ``ValueError`` for a ``withParam`` unit not yet expanded.
+    ``ValueError`` for a ``withParam`` unit not yet expanded. ``run_vars`` (from
+    ``run_variables``) fill ``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values;
+    ``globals_`` the run's global outputs so far (``{{workflow.outputs.*}}``).
     """
     if unit.runtime_expansion:
         raise ValueError(
@@ -183,9 +194,19 @@ def step_workflow(
     pod_gc = _pod_gc(parsed.spec.get("podGC"))
     if pod_gc:
         spec["podGC"] = pod_gc
+    if outputs:
+        outputs = with_skipped_defaults(outputs, parsed.templates)
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
+    variables = dict(run_vars or {})
+    if globals_ is not None:
+        # Set by earlier units (maybe at other sites): this step workflow's Argo never saw them.
+        variables.update(globals_.variables())
+        spec = fill_global_artifacts(spec, globals_.artifacts)
+    if variables:
+        # {{workflow.name}} and friends mean the run, not this step workflow (issue 18.10).
+        spec = fill_run_variables(spec, variables)
 
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -225,6 +246,7 @@ def _step_arguments(
             item=unit.item,
             has_item=unit.item_index is not None,
             current=unit.task,
+            input_defaults=_input_defaults(parsed.templates.get(unit.template)),
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
     merged = [{"name": n, "value": v} for n, v in workflow_parameters.items() if n not in params]
@@ -239,6 +261,17 @@ def _step_arguments(
         if isinstance(wf_args, Mapping) and wf_args.get("artifacts"):
             arguments["artifacts"] = copy.deepcopy(list(wf_args["artifacts"]))
     return arguments
+
+
+def _input_defaults(template: Any) -> dict[str, str]:
+    """``inputs.parameters[].default`` of the unit's template, by name."""
+    inputs = template.get("inputs") if isinstance(template, Mapping) else None
+    params = inputs.get("parameters") if isinstance(inputs, Mapping) else None
+    return {
+        str(p["name"]): str(p["default"])
+        for p in params or []
+        if isinstance(p, Mapping) and p.get("name") and p.get("default") is not None
+    }
 
 
 def _step_labels(

@@ -49,3 +49,18 @@ def uses_catalogue(doc: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(v for v in node if isinstance(v, (Mapping, list)))
     return False
+
+
+def missing_template_message(what: str, name: str, template: str | None = None) -> str:
+    """The error for a ``templateRef``/``workflowTemplateRef`` the catalogue cannot answer: what
+    is missing and how to add it (issue 18)."""
+    if template is None:
+        return (
+            f"no {what} named {name!r} in the catalogue; add it with "
+            f"POST /api/v1/workflow-templates/ (body: the {what} with metadata.name {name!r}), "
+            "then submit again"
+        )
+    return (
+        f"{what} {name!r} has no template named {template!r}; add it to spec.templates and "
+        f"replace the {what} with PUT /api/v1/workflow-templates/{name}/, then submit again"
+    )

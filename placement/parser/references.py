@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from placement.parser.catalogue import _Catalogue
+from placement.parser.catalogue import _Catalogue, missing_template_message
 from placement.parser.depends import DependsSyntaxError, parse_depends
 from placement.parser.errors import FieldError, Limits, WorkflowInvalid, _join
 from placement.parser.names import ARGO_FIELD_MAX, ARGO_FIELD_NAME, PARAM_NAME
@@ -160,10 +160,10 @@ class _TemplateIndex:
             return None
         templates = self.catalogue.templates_of(name, cluster)
         if templates is None:
-            self.err(_join(path, "name"), f"no {what} named {name!r} in the catalogue")
+            self.err(_join(path, "name"), missing_template_message(what, name))
             return None
         if tmpl not in templates:
-            self.err(_join(path, "template"), f"{what} {name!r} has no template named {tmpl!r}")
+            self.err(_join(path, "template"), missing_template_message(what, name, tmpl))
             return None
         scope = f"{'cref' if cluster else 'ref'}:{name}"
         key = f"{scope}/{tmpl}"

@@ -360,6 +360,9 @@ class _UnitBuilder:
         )
         if not self.within_budget(list(sizes.values()), edges, f"{path}.tasks"):
             return []
+        keep = self.dag_targets(dag, tasks, path)
+        if keep is not None:
+            specs = [spec for spec in specs if str(spec[0].get("name")) in keep]
         for t, key, up, expr, i in specs:
             expanded[str(t["name"])] = self.expand(
                 kind="task",
@@ -376,6 +379,54 @@ class _UnitBuilder:
                 names = tuple(n.name for d in u.upstream for n in expanded.get(d, ()))
                 out.append(replace(u, upstream=names))
         return out
+
+    def dag_targets(
+        self, dag: Mapping[str, Any], tasks: Sequence[Mapping[str, Any]], path: str
+    ) -> set[str] | None:
+        """Argo's ``dag.target`` (space-separated task names, often
+        ``{{workflow.parameters.target}}``): the named tasks and everything they depend on, or
+        None for every task. Filled from the run's parameters, so it is known at submission."""
+        target = dag.get("target")
+        if not isinstance(target, str) or not target.strip():
+            return None
+        text = self._fill_entry_parameters(target)
+        if "{{" in text:
+            self.p.err(
+                _join(path, "target"),
+                "must be known at submission (task names, or workflow parameters that name them)",
+            )
+            return None
+        ups: dict[str, tuple[str, ...]] = {}
+        for t in tasks:
+            deps, depends = t.get("dependencies"), t.get("depends")
+            if isinstance(depends, str) and depends.strip():
+                ups[str(t.get("name"))] = tuple(parse_depends(depends.strip()).tasks())
+            else:
+                ups[str(t.get("name"))] = tuple(str(d) for d in deps or [])
+        wanted = [n for n in text.split(" ") if n]
+        unknown = [n for n in wanted if n not in ups]
+        if unknown:
+            self.p.err(_join(path, "target"), f"no task named {', '.join(map(repr, unknown))}")
+            return None
+        keep: set[str] = set()
+        stack = list(wanted)
+        while stack:
+            name = stack.pop()
+            if name not in keep:
+                keep.add(name)
+                stack += [u for u in ups.get(name, ()) if u in ups]
+        return keep
+
+    def _fill_entry_parameters(self, text: str) -> str:
+        """``{{workflow.parameters.x}}`` and the entrypoint's ``{{inputs.parameters.x}}`` (the
+        workflow's arguments feed the entrypoint's inputs) filled from the run's parameters."""
+        entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
+        text = _substitute_wf_params(text, self.wf_params)
+        return re.sub(
+            r"\{\{\s*(inputs\.parameters\.[-\w.]+)\s*\}\}",
+            lambda m: entry_inputs.get(m.group(1), m.group(0)),
+            text,
+        )
 
     def from_steps(self, steps: Sequence[Any], path: str) -> list[Unit]:
         # Each group waits for every unit of the previous one: sizes multiply into edges.

@@ -9,7 +9,7 @@ from typing import Any
 
 from placement import labels
 from placement.parser.arguments import parse_arguments
-from placement.parser.catalogue import _Catalogue
+from placement.parser.catalogue import _Catalogue, missing_template_message
 from placement.parser.decode import decode_document
 from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid, _join
 from placement.parser.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, _dedupe_slugs
@@ -216,7 +216,7 @@ class _Parser(_TemplateIndex):
         wft = source.get(name) if isinstance(name, str) else None
         if wft is None:
             what = "ClusterWorkflowTemplate" if cluster else "WorkflowTemplate"
-            self.err("spec.workflowTemplateRef.name", f"no {what} named {name!r} in the catalogue")
+            self.err("spec.workflowTemplateRef.name", missing_template_message(what, str(name)))
             return spec
         base = wft.get("spec") if isinstance(wft.get("spec"), Mapping) else {}
         assert isinstance(base, Mapping)

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
-from portal.selectors import outputs_summary
+from portal.selectors import outputs_summary, run_global_outputs
 
 
 class PrototypeFieldsMixin:
@@ -121,13 +121,14 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
         read_only_fields = fields
 
     def get_outputs(self, run: WorkflowRun) -> dict[str, Any]:
-        """Global outputs (``globalName``) and the final steps' outputs."""
+        """The run's global outputs (``globalName``) as Argo reports a workflow's
+        ``status.outputs`` (``{"parameters": [{name, value}], "artifacts": [...]}``), and
+        ``final``: the outputs of the steps no other step depends on."""
         rows = [
             {"name": u.name, "upstream": u.upstream, "phase": u.phase, "outputs": u.outputs}
             for u in run.units.all()
         ]
-        summary = outputs_summary(rows)
-        return {**summary["global"], "final": summary["final"]}
+        return {**run_global_outputs(run).as_argo(), "final": outputs_summary(rows)["final"]}
 
     def get_progress(self, run: WorkflowRun) -> dict[str, int]:
         units = list(run.units.all())

@@ -18,6 +18,7 @@ from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, ancestors, event, sites_state
 from portal.models import UnitRun, WorkflowRun
+from portal.selectors import run_global_outputs, run_variables_of
 from sites.models import Site
 
 
@@ -88,6 +89,7 @@ def _task_outputs(
             if isinstance(a, dict)
         },
         exit_code=out.get("exitCode"),
+        template=unit.spec.get("template") or unit.template,
     )
 
 
@@ -121,6 +123,7 @@ def step_workflow_for(
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
 ) -> dict[str, Any]:
+    units = list(units)  # read more than once below
     site = unit.site or None
     mirror = None
     if site:
@@ -139,6 +142,8 @@ def step_workflow_for(
         outputs=upstream_outputs(units),
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
+        run_vars=run_variables_of(run, units, namespace=gateway.namespace()),
+        globals_=run_global_outputs(run, units),
     )
     if not site:
         context = context_annotation(

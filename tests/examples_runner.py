@@ -1,0 +1,284 @@
+"""``make examples``: Argo's example Workflows through the portal end to end (issue 18).
+
+Starts a stack of its own (a fresh PostgreSQL database, the sandbox fleet with ``--execute`` so
+steps really run, a Celery worker, the watcher, gunicorn), submits each example over REST
+(``POST /api/v1/runs/``), waits for its run to end and prints a table: example, expected
+outcome, portal outcome, units and their sites, agree or not, and why not.
+
+Expected outcomes come from ``tests/argo_examples.yaml``: ``expect`` is what real Argo reaches
+with this fleet's means (the member-level data of the sandbox work); ``portal`` where the
+portal's outcome legitimately differs (refused at preview with a field path, say), with ``why``.
+Examples marked ``run: false`` are listed, not run.
+
+Run: ``.venv/bin/python tests/examples_runner.py [--only NAME ...] [--timeout S]``
+(PostgreSQL on its standard port or ``EXAMPLES_PG``; its own ``redis-server`` unless
+``EXAMPLES_REDIS`` names one).
+Exits 1 when an example that ran disagrees and ``--strict`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
+    REFERENCE,
+    WATCHER_READY,
+    Processes,
+    ProcessFailed,
+    answers,
+    free_port,
+    gunicorn_argv,
+    logged,
+    sandbox_argv,
+    watcher_argv,
+    worker_argv,
+)
+
+EXAMPLES = REFERENCE / "argo" / "examples"
+EXPECTATIONS = ROOT / "tests" / "argo_examples.yaml"
+PG = os.environ.get("EXAMPLES_PG", "postgres://postgres@127.0.0.1:5432")
+# A Redis of its own by default: a Redis database shared with other stacks shares Celery's
+# queue too, and their workers would take this stack's tasks.
+REDIS = os.environ.get("EXAMPLES_REDIS", "")
+FINAL = {"Succeeded", "Failed", "Error", "Stopped"}
+
+
+@dataclass
+class Row:
+    example: str
+    expected: str
+    outcome: str
+    units: str = ""
+    why: str = ""
+    random: bool = False
+
+    @property
+    def agree(self) -> str:
+        if self.expected == "not run":
+            return "-"
+        if self.random and self.outcome in ("Succeeded", "Failed"):
+            return "yes"  # it may fail on real Argo too (every attempt of a random exit failed)
+        return "yes" if self.outcome == self.expected else "NO"
+
+
+class Stack:
+    """Sandbox (executing), worker with beat, watcher, web: started fresh, stopped at the end."""
+
+    def __init__(self, workdir: Path, time_scale: float) -> None:
+        self.db = f"portal_examples_{os.getpid()}"
+        self.sandbox_port = free_port()
+        self.web_port = free_port()
+        self.kubeconfig = workdir / "kubeconfig"
+        self.processes = Processes(workdir, dict(os.environ))
+        redis_url = REDIS
+        if not redis_url:
+            port = free_port()
+            self.processes.start(
+                "redis",
+                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+                ready=logged("Ready to accept connections"),
+            )
+            redis_url = f"redis://127.0.0.1:{port}/0"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"{PG}/{self.db}",
+            "REDIS_URL": redis_url,
+            "KARMADA_KUBECONFIG": str(self.kubeconfig),
+            "SECURE_SSL_REDIRECT": "0",
+            "STATIC_MANIFEST": "0",
+            "PORTAL_RESYNC_SECONDS": "10",
+            "PORTAL_VAR_DIR": str(workdir / "var"),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            "SECRET_KEY": os.environ.get("SECRET_KEY", "examples-only-not-a-secret"),
+            "DEBUG": os.environ.get("DEBUG", "1"),
+        }
+        self.processes.env = self.env
+        try:
+            self._dropdb()
+            subprocess.run(["createdb", *self._pg_args(), self.db], check=True)
+            self._manage("migrate", "-v0")
+            self.processes.start(
+                "sandbox",
+                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, "--execute"),
+                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
+            )
+            out = self._manage("load_demo")
+            self.token = out.rsplit("API token: ", 1)[1].strip()
+            self.processes.start(
+                "worker",
+                worker_argv(concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"),
+            )
+            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
+            self.processes.start(
+                "web",
+                gunicorn_argv(self.web_port, "--workers", "2"),
+                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+            )
+        except BaseException:
+            with contextlib.suppress(ProcessFailed):
+                self.stop()
+            raise
+
+    def _pg_args(self) -> list[str]:
+        # PG is postgres://user@host:port
+        rest = PG.split("://", 1)[1]
+        user, _, hostport = rest.rpartition("@")
+        host, _, port = hostport.partition(":")
+        return ["-h", host or "127.0.0.1", "-p", port or "5432", "-U", user or "postgres"]
+
+    def _dropdb(self) -> None:
+        subprocess.run(
+            ["dropdb", "--if-exists", *self._pg_args(), self.db],
+            check=False,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def _manage(self, *argv: str) -> str:
+        return subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def api(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.web_port}{path}",
+            data=body,
+            method=method,
+            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/yaml"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return resp.status, json.load(resp)
+        except urllib.error.HTTPError as exc:
+            try:
+                return exc.code, json.load(exc)
+            except ValueError:
+                return exc.code, {}
+
+    def stop(self) -> None:
+        try:
+            self.processes.stop_all()
+        finally:
+            self._dropdb()
+
+
+def expectations() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load(EXPECTATIONS.read_text()) or {}
+    return dict(data.get("examples") or {})
+
+
+def expected_of(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "Succeeded"
+    if entry.get("run") is False:
+        return "not run"
+    return str(entry.get("portal") or entry.get("sandbox") or entry.get("expect") or "Succeeded")
+
+
+def run_one(stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: float) -> Row:
+    expected = expected_of(entry)
+    row = Row(
+        path.name,
+        expected,
+        "not run",
+        why=str((entry or {}).get("why") or ""),
+        random=bool((entry or {}).get("random")),
+    )
+    if expected == "not run":
+        return row
+    code, body = stack.api("POST", "/api/v1/runs/?project=eo-demo", path.read_bytes())
+    if code != 201:
+        errors = body.get("errors") if isinstance(body, dict) else None
+        first = errors[0] if errors else {"path": "", "message": str(body)[:200]}
+        row.outcome = "Refused"
+        row.why = f"{first.get('path')}: {first.get('message')}"[:300]
+        return row
+    run_id = body["id"]
+    deadline = time.monotonic() + timeout
+    status = body.get("status", "Pending")
+    while status not in FINAL and time.monotonic() < deadline:
+        time.sleep(2)
+        stack.processes.check()
+        _, body = stack.api("GET", f"/api/v1/runs/{run_id}/")
+        status = body.get("status", status)
+    units = body.get("units") or []
+    row.units = " ".join(f"{u['name']}@{u.get('site') or '?'}" for u in units)[:200]
+    if status not in FINAL:
+        row.outcome = f"{status} (timeout)"
+        stack.api("POST", f"/api/v1/runs/{run_id}/stop/")
+    else:
+        row.outcome = status
+    if row.agree == "NO":
+        bad = [u for u in units if u.get("phase") in ("Failed", "Error")]
+        row.why = (
+            "; ".join(f"{u['name']}: {u.get('message') or u['phase']}" for u in bad)
+            or body.get("message")
+            or row.why
+        )[:300]
+    return row
+
+
+def table(rows: list[Row]) -> str:
+    head = ("example", "expected", "portal", "agree", "units@sites", "why")
+    lines = [head] + [(r.example, r.expected, r.outcome, r.agree, r.units, r.why) for r in rows]
+    widths = [min(max(len(str(x[i])) for x in lines), 48) for i in range(4)]
+    out = []
+    for line in lines:
+        cells = [str(c)[:48].ljust(w) for c, w in zip(line[:4], widths, strict=True)]
+        out.append("  ".join([*cells, str(line[4]), str(line[5])]))
+    ran = [r for r in rows if r.agree != "-"]
+    agree = sum(1 for r in ran if r.agree == "yes")
+    pct = 100.0 * agree / len(ran) if ran else 100.0
+    out.append(f"\n{agree}/{len(ran)} examples that ran reach Argo's outcome ({pct:.0f} %)")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", nargs="*", help="example file names (default: all)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per example")
+    p.add_argument("--time-scale", type=float, default=1.0)
+    p.add_argument("--strict", action="store_true", help="exit 1 on any disagreement")
+    args = p.parse_args(argv)
+    expect = expectations()
+    paths = sorted(EXAMPLES.glob("*.yaml"))
+    if args.only:
+        paths = [x for x in paths if x.name in set(args.only)]
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="portal-examples-") as tmp:
+        stack = Stack(Path(tmp), args.time_scale)
+        try:
+            for path in paths:
+                row = run_one(stack, path, expect.get(path.name), args.timeout)
+                rows.append(row)
+                print(f"{row.example}: {row.outcome} (expected {row.expected})", flush=True)
+        finally:
+            stack.stop()
+    print(table(rows))
+    return 1 if args.strict and any(r.agree == "NO" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -292,7 +292,7 @@ def _enqueue_advance(run_id: int) -> None:
     from portal import tasks
 
     try:
-        tasks.run_advance.delay(run_id)
+        tasks.advance_request(run_id)
     except Exception:  # noqa: BLE001 - broker down: the periodic resync picks the run up
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
 

@@ -79,7 +79,11 @@ def step_workflow_for(
     unit: UnitRun,
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
+    *,
+    outputs: Mapping[str, manifests.TaskOutputs] | None = None,
 ) -> dict[str, Any]:
+    """The unit's step workflow; ``outputs`` are ``upstream_outputs(units)`` when the caller
+    has them already (an advance computes them once for all the units it submits)."""
     site = unit.site or None
     mirror = None
     if site:
@@ -95,7 +99,7 @@ def step_workflow_for(
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
-        outputs=upstream_outputs(units),
+        outputs=upstream_outputs(units) if outputs is None else outputs,
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
     )
@@ -130,17 +134,23 @@ def submit_unit(
     unit: UnitRun,
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
+    *,
+    outputs: Mapping[str, manifests.TaskOutputs] | None = None,
 ) -> bool:
     """Create the unit's step workflow (idempotent). False when the API refused it for good:
-    the unit is then in Error with the API's message."""
+    the unit is then in Error with the API's message. Karmada unreachable: the unit says so
+    (message and event) and ``TransientError`` goes up for the task to back off."""
     try:
-        body = step_workflow_for(run, unit, units, sites)
+        body = step_workflow_for(run, unit, units, sites, outputs=outputs)
     except manifests.Unresolved as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
         return False
     name = body["metadata"]["name"]
     try:
         gateway.create(gateway.WORKFLOW, body)
+    except gateway.TransientError as exc:
+        _waiting_for_karmada(run, unit, exc)
+        raise
     except gateway.AlreadyExists:
         existing = gateway.get(gateway.WORKFLOW, name)
         if not _is_ours(existing, run, unit):
@@ -153,9 +163,26 @@ def submit_unit(
         return False
     claimed = UnitRun.objects.filter(
         pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
-    ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now())
+    ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now(), message="")
     if claimed:
         unit.workflow_name = name
+        unit.message = ""
         where = f"at {unit.site}" if unit.site else "for runtime placement"
         event(run.pk, "unit-submitted", f"{unit.name}: step workflow {name} created {where}", unit)
     return True
+
+
+def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: gateway.KarmadaError) -> None:
+    """A unit that cannot be created while Karmada is unreachable stays Pending, and the run
+    page and the API say why: its message, and one event per outage (not one per retry)."""
+    message = f"waiting for Karmada: {exc.message}"[:2000]
+    said = (
+        UnitRun.objects.filter(
+            pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
+        )
+        .exclude(message__startswith="waiting for Karmada:")
+        .update(message=message)
+    )
+    unit.message = message
+    if said:
+        event(run.pk, "karmada-unavailable", f"{unit.name}: {message}", unit)

@@ -117,11 +117,18 @@ def workflow_preview(
     body: str | bytes | dict[str, Any],
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
+    top: int | None = None,
+    unit: str | None = None,
 ) -> dict[str, Any]:
-    """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``)."""
+    """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``): each with
+    its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
+    (``units`` is then empty when no unit has that name)."""
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
-    return _plan(parsed, proj).as_dict()
+    plan = _plan(parsed, proj)
+    if unit is not None:
+        return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
+    return plan.as_dict(top)
 
 
 NAME_ATTEMPTS = 8

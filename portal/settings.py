@@ -210,8 +210,12 @@ CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 180)
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# Step workflows created at once by one advance (threads; each create is idempotent).
+PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)
 # Failed (or killed) advances of one run in a row before the run is marked Error.
 PORTAL_ADVANCE_MAX_FAILURES = envint("PORTAL_ADVANCE_MAX_FAILURES", 3)
+# A preview shows each unit's best candidates inline; the full table is a request away.
+PORTAL_PREVIEW_CANDIDATES = envint("PORTAL_PREVIEW_CANDIDATES", 10)
 # --- end of bounded work ---------------------------------------------------------------------
 
 # --- Karmada and placement ------------------------------------------------------------------

@@ -21,10 +21,14 @@ from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.common import SiteState, event, site_usable, sites_state
 from portal.execution.failover import failover_unit
-from portal.execution.steps import submit_unit, upstream_outputs
+from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
 
 log = logging.getLogger(__name__)
+
+# Step workflows built and created together (their claim is one UPDATE, their events one
+# INSERT); the turn is checked between chunks.
+CREATE_CHUNK = 50
 
 
 @dataclass
@@ -179,6 +183,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
         # Once per pass, not per unit (that was quadratic in a fan-out's size): a unit
         # submitted in this pass depends only on units that had ended when the pass began.
         outputs = upstream_outputs(units)
+        ready: list[UnitRun] = []
         for unit in units:
             if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
                 continue
@@ -200,10 +205,15 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
                 progressed = True
                 sites = None  # failover may have read newer state; read again when needed
                 continue
+            ready.append(unit)
+        # Created in chunks, the turn checked between them: a fan-out's thousands of ready
+        # units are created over several turns, other runs' advances in between.
+        for start in range(0, len(ready), CREATE_CHUNK):
             if turn.spent():
                 break
-            turn.creations += 1
-            submit_unit(run, unit, units, sites, outputs=outputs)
+            chunk = ready[start : start + CREATE_CHUNK][: turn.max_creations - turn.creations]
+            turn.creations += len(chunk)
+            submit_units(run, chunk, units, sites, outputs)
         if turn.cut:
             return
         if (

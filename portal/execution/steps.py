@@ -3,11 +3,13 @@ with the upstream outputs filled into its arguments."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from placement import codec, manifests
@@ -16,7 +18,7 @@ from placement.parser import ParsedWorkflow
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, event, sites_state
-from portal.models import UnitRun, WorkflowRun
+from portal.models import RunEvent, UnitRun, WorkflowRun
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -186,3 +188,122 @@ def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: gateway.KarmadaEr
     unit.message = message
     if said:
         event(run.pk, "karmada-unavailable", f"{unit.name}: {message}", unit)
+
+
+def _create(body: dict[str, Any], run: WorkflowRun, unit: UnitRun) -> str | None:
+    """Create one step workflow (in a pool thread: Karmada only, no database). None when it
+    exists now and is ours; else why the unit cannot run. ``TransientError`` goes up."""
+    name = body["metadata"]["name"]
+    try:
+        gateway.create(gateway.WORKFLOW, body)
+    except gateway.AlreadyExists:
+        if not _is_ours(gateway.get(gateway.WORKFLOW, name), run, unit):
+            return f"a foreign Workflow {name} already exists"
+    except gateway.PermanentError as exc:
+        return f"Karmada refused the step workflow: {exc}"
+    return None
+
+
+def submit_units(
+    run: WorkflowRun,
+    ready: Sequence[UnitRun],
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None,
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> int:
+    """``submit_unit`` for many units at once, as a fan-out needs: bodies built here, the
+    creates ``PORTAL_CREATE_CONCURRENCY`` at a time against Karmada (each idempotent, with
+    the gateway's backoff on 429/5xx), then one conditional UPDATE that claims every created
+    unit still Pending at the same attempt, and their events in one INSERT. Returns how many
+    were claimed. Karmada unreachable: what was created is claimed, the first unit left says
+    why, and ``TransientError`` goes up for the task to back off."""
+    bodies: list[tuple[UnitRun, dict[str, Any]]] = []
+    for unit in ready:
+        try:
+            bodies.append((unit, step_workflow_for(run, unit, units, sites, outputs=outputs)))
+        except manifests.Unresolved as exc:
+            state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
+    if not bodies:
+        return 0
+    workers = max(1, min(settings.PORTAL_CREATE_CONCURRENCY, len(bodies)))
+    created: list[tuple[UnitRun, str]] = []
+    refused: list[tuple[UnitRun, str]] = []
+    transient: tuple[UnitRun, gateway.KarmadaError] | None = None
+    results: list[tuple[UnitRun, dict[str, Any], str | None, gateway.TransientError | None]] = []
+    if workers == 1:
+        for unit, body in bodies:
+            try:
+                results.append((unit, body, _create(body, run, unit), None))
+            except gateway.TransientError as exc:
+                results.append((unit, body, None, exc))
+                break
+    else:
+        with concurrent.futures.ThreadPoolExecutor(workers, "karmada-create") as pool:
+            futures = [(u, b, pool.submit(_create, b, run, u)) for u, b in bodies]
+            for unit, body, future in futures:
+                try:
+                    results.append((unit, body, future.result(), None))
+                except gateway.TransientError as exc:
+                    results.append((unit, body, None, exc))
+    for unit, body, why, failure in results:
+        if failure is not None:
+            transient = transient or (unit, failure)
+        elif why is not None:
+            refused.append((unit, why))
+        else:
+            created.append((unit, body["metadata"]["name"]))
+    for unit, why in refused:
+        state.unit_move(unit, UnitPhase.ERROR, message=why)
+    claimed = _claim(run, created)
+    if transient is not None:
+        _waiting_for_karmada(run, *transient)
+        raise transient[1]
+    return claimed
+
+
+def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
+    """Record the created step workflows on their units: only a unit still Pending, at the
+    same attempt and with no step workflow yet (a redelivered task claims nothing twice)."""
+    if not created:
+        return 0
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        values = ", ".join(["(%s, %s, %s)"] * len(created))
+        params: list[Any] = [now, now]
+        for unit, name in created:
+            params += [unit.pk, unit.attempt, name]
+        params.append(UnitPhase.PENDING)
+        table = UnitRun._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS u SET workflow_name = v.name, submitted_at = %s, "
+                f"updated_at = %s, message = '' FROM (VALUES {values}) AS v(id, attempt, name) "
+                "WHERE u.id = v.id AND u.attempt = v.attempt AND u.workflow_name = '' "
+                "AND u.phase = %s RETURNING u.id",
+                params,
+            )
+            ids = {row[0] for row in cursor.fetchall()}
+    else:
+        ids = {
+            unit.pk
+            for unit, name in created
+            if UnitRun.objects.filter(
+                pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
+            ).update(workflow_name=name, submitted_at=now, updated_at=now, message="")
+        }
+    events = []
+    for unit, name in created:
+        if unit.pk not in ids:
+            continue
+        unit.workflow_name, unit.message = name, ""
+        where = f"at {unit.site}" if unit.site else "for runtime placement"
+        events.append(
+            RunEvent(
+                run_id=run.pk,
+                unit=unit,
+                kind="unit-submitted",
+                message=f"{unit.name}: step workflow {name} created {where}",
+            )
+        )
+    RunEvent.objects.bulk_create(events, batch_size=500)
+    return len(ids)

@@ -43,9 +43,20 @@ class Turn:
     cut: bool = False  # work was left for the next turn
     started: float = field(default_factory=time.monotonic)
 
+    def fit(self, units: int) -> None:
+        """Size the turn to the run, once its units are read: reading a run's units costs
+        every turn the same, so a turn of a big run may create a tenth of them and last
+        twice as long as the read took (at most a third of a turn is overhead)."""
+        read = time.monotonic() - self.started
+        self.max_creations = max(self.max_creations, units // 10)
+        self.seconds = max(self.seconds, 2 * read)
+        self.started = time.monotonic()
+
     def spent(self) -> bool:
-        if self.creations >= self.max_creations or (
-            time.monotonic() - self.started >= self.seconds
+        # A turn always creates something: one that only read the units would come back
+        # forever without progress.
+        if self.creations and (
+            self.creations >= self.max_creations or time.monotonic() - self.started >= self.seconds
         ):
             self.cut = True
         return self.cut
@@ -155,7 +166,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         return False
     if run.status not in ACTIVE_RUN:
         return False
-    units = list(run.units.order_by("position", "id"))
+    units = _units_of(run)
+    turn.fit(len(units))
     _advance_units(run, units, turn)
     _settle_groups(units)
     if (
@@ -169,6 +181,22 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     else:
         run_refresh_status(run.pk)
     return turn.cut
+
+
+def _units_of(run: WorkflowRun) -> list[UnitRun]:
+    """The run's units, outputs read only for those that ended (only they have any): in a
+    fan-out of thousands that are still running, decoding every row's outputs was a third
+    of reading them, and every turn reads them all."""
+    units = list(run.units.order_by("position", "id").defer("outputs"))
+    ended = dict(
+        run.units.order_by()
+        .filter(phase__in=list(FINAL_UNIT))
+        .exclude(outputs={})
+        .values_list("pk", "outputs")
+    )
+    for u in units:
+        u.outputs = ended.get(u.pk) or {}
+    return units
 
 
 def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:

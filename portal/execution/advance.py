@@ -178,6 +178,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         # The common first advance: a step workflow exists and the run cannot have ended, so
         # Pending → Running needs no second read (the update is conditional on Pending anyway).
         _mark_running(run.pk)
+    elif turn.cut:
+        pass  # units are left to create: the run cannot have ended, and its units are many
     else:
         run_refresh_status(run.pk)
     return turn.cut
@@ -187,7 +189,8 @@ def _units_of(run: WorkflowRun) -> list[UnitRun]:
     """The run's units, outputs read only for those that ended (only they have any): in a
     fan-out of thousands that are still running, decoding every row's outputs was a third
     of reading them, and every turn reads them all."""
-    units = list(run.units.order_by("position", "id").defer("outputs"))
+    # ``upstream`` is read from the spec here; the column is for the pages.
+    units = list(run.units.order_by("position", "id").defer("outputs", "upstream"))
     ended = dict(
         run.units.order_by()
         .filter(phase__in=list(FINAL_UNIT))

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from placement import codec, manifests
@@ -266,6 +266,13 @@ def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
     same attempt and with no step workflow yet (a redelivered task claims nothing twice)."""
     if not created:
         return 0
+    # The claim and its events commit together: a worker killed between them would leave
+    # units claimed that the run's history never mentions.
+    with transaction.atomic():
+        return _claim_in_transaction(run, created)
+
+
+def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
     now = timezone.now()
     if connection.vendor == "postgresql":
         values = ", ".join(["(%s, %s, %s)"] * len(created))

@@ -155,11 +155,13 @@ class BenchStack:
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.processes.running.items()}
 
-    def sandbox_requests(self) -> int:
+    def sandbox_requests(self, verb: str | None = None) -> int:
+        """Karmada API requests the sandbox has served: all, or those of one verb (POST...)."""
         with urllib.request.urlopen(
             f"http://127.0.0.1:{self.sandbox_port}/_sandbox/stats", timeout=10
         ) as resp:
-            return int(json.load(resp)["total"])
+            stats = json.load(resp)
+        return int(stats["total"] if verb is None else stats["requests"].get(verb, 0))
 
     def api(self, method: str, path: str, body: bytes | None = None, ctype: str = "") -> Any:
         req = urllib.request.Request(

@@ -242,11 +242,18 @@ def workflow_preview(
     body: str | bytes | dict[str, Any],
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
+    top: int | None = None,
+    unit: str | None = None,
 ) -> dict[str, Any]:
-    """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``)."""
+    """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``): each with
+    its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
+    (``units`` is then empty when no unit has that name)."""
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
-    return _plan(parsed, proj).as_dict()
+    plan = _plan(parsed, proj)
+    if unit is not None:
+        return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
+    return plan.as_dict(top)
 
 
 NAME_ATTEMPTS = 8
@@ -417,7 +424,7 @@ def _enqueue_advance(run_id: int) -> None:
     from portal import tasks
 
     try:
-        tasks.run_advance.delay(run_id)
+        tasks.advance_request(run_id)
     except Exception:  # noqa: BLE001 - broker down: the periodic resync picks the run up
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
 

@@ -250,6 +250,22 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# --- Bounded work per task and per run (issues 20, 21.1, 21.4) ---------------------------------
+# No task holds a worker process for good: the soft limit raises inside the task, the hard
+# one kills the process (a run whose advance keeps failing or being killed ends in Error).
+CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 120)
+CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 180)
+# One advance creates at most this many step workflows, or runs this long, then yields the
+# worker to other runs (the rest of a big fan-out comes in later turns).
+PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
+PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# Step workflows created at once by one advance (threads; each create is idempotent).
+PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)
+# Failed (or killed) advances of one run in a row before the run is marked Error.
+PORTAL_ADVANCE_MAX_FAILURES = envint("PORTAL_ADVANCE_MAX_FAILURES", 3)
+# A preview shows each unit's best candidates inline; the full table is a request away.
+PORTAL_PREVIEW_CANDIDATES = envint("PORTAL_PREVIEW_CANDIDATES", 10)
+# --- end of bounded work ---------------------------------------------------------------------
 
 # --- Karmada and placement ------------------------------------------------------------------
 KARMADA_KUBECONFIG = env("KARMADA_KUBECONFIG", "")

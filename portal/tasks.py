@@ -1,5 +1,7 @@
 """Celery tasks: thin wrappers that load by id and call a service.
 
+Every task has Celery's soft and hard time limits (``CELERY_TASK_SOFT_TIME_LIMIT``,
+``CELERY_TASK_TIME_LIMIT``): nothing a user submits can hold a worker process for good.
 Only transient Karmada errors are retried (with exponential backoff and jitter); a worker that
 dies mid-task leaves the message unacknowledged (``acks_late``) and another worker runs it
 again, which the services make harmless.
@@ -26,9 +28,22 @@ RETRY: dict[str, Any] = {
 }
 
 
+def advance_request(run_id: int) -> None:
+    """Ask for the run to be advanced: one task queued per run at most (a request while one
+    waits is folded into it; see ``portal.execution.claims``)."""
+    if execution.claims.should_enqueue(run_id):
+        run_advance.delay(run_id)
+
+
 @shared_task(**RETRY)
 def run_advance(run_id: int) -> None:
-    execution.run_advance(run_id)
+    """One turn of the run's advance; another request at the tail of the queue when work is
+    left (so other runs get a worker in between) or when asked for meanwhile."""
+    again = execution.run_advance_turn(run_id)
+    if again == execution.AGAIN:
+        advance_request(run_id)
+    elif again is not None:
+        run_advance.apply_async((run_id,), countdown=again)
 
 
 @shared_task(**RETRY)
@@ -66,7 +81,7 @@ def bindings_resync() -> None:
     """One list of the step workflows' bindings catches anything a watch missed."""
     items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
     for run_id in sorted(execution.bindings_observe(items)):
-        run_advance.delay(run_id)
+        advance_request(run_id)
 
 
 @shared_task(**RETRY)
@@ -90,6 +105,6 @@ def resync() -> None:
     except queue.QueueUnavailable as exc:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
-        run_advance.delay(run_id)
+        advance_request(run_id)
     for run_id in execution.stale_runs():
-        run_advance.delay(run_id)
+        advance_request(run_id)

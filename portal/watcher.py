@@ -116,7 +116,7 @@ def on_binding(kind: str, obj: dict[str, Any]) -> None:
         return
     run_id = execution.binding_observe(obj)
     if run_id is not None:
-        tasks.run_advance.delay(run_id)
+        tasks.advance_request(run_id)
 
 
 DRAIN_INTERVAL_S = 1.0

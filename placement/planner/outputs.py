@@ -61,17 +61,30 @@ class Decision:
     def unplaceable(self) -> bool:
         return self.site is None and self.runtime_hint is None and not self.table.any_eligible
 
-    def as_dict(self) -> dict[str, Any]:
-        """The REST shape of one unit in ``POST /api/v1/runs/preview/`` (DESIGN section 9)."""
-        return {
+    def as_dict(self, top: int | None = None) -> dict[str, Any]:
+        """The REST shape of one unit in ``POST /api/v1/runs/preview/`` (DESIGN section 9).
+
+        ``top``: when the table has more rows, ``candidates`` holds only the ``top`` best
+        eligible ones (best first, the chosen site among them), and ``candidates_total`` and
+        ``candidates_eligible`` say how many the full table has (the API serves it per unit).
+        """
+        out: dict[str, Any] = {
             "name": self.unit,
             "template": self.template,
             "depends": self.depends,
             "timing": self.timing,
             "site": self.site,
             "reason": self.reason,
-            "candidates": [c.as_dict() for c in self.candidates],
         }
+        if top is None or self.table.size <= top:
+            out["candidates"] = [c.as_dict() for c in self.candidates]
+            return out
+        out["candidates"] = [
+            c.as_dict() for c in self.table.top(top, self.site or self.runtime_hint)
+        ]
+        out["candidates_total"] = self.table.size
+        out["candidates_eligible"] = self.table.eligible_count
+        return out
 
 
 @dataclass(frozen=True)
@@ -81,5 +94,5 @@ class Plan:
     def by_unit(self) -> dict[str, Decision]:
         return {d.unit: d for d in self.decisions}
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"units": [d.as_dict() for d in self.decisions]}
+    def as_dict(self, top: int | None = None) -> dict[str, Any]:
+        return {"units": [d.as_dict(top) for d in self.decisions]}

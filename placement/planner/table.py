@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -64,40 +65,60 @@ class _Table:
     def rows(self) -> tuple[Candidate, ...]:
         if self._rows is None:
             numbers = dict(zip(self.idx, zip(self.scores, self.seconds, strict=True), strict=True))
-            fallback = "data local" if self.has_inputs else "no input data"
-            costs = self.costs
-            cap_notes = self.cap_notes
-            # tuple.__new__ skips NamedTuple's Python-level __new__: rows are built by the
-            # hundred thousand for a large preview.
-            new, cls = tuple.__new__, Candidate
-            rows = []
-            for i, s in enumerate(self.sites):
-                why = self.elig[i]
-                if why is not None:
-                    rows.append(new(cls, (s.name, False, why, None, 0, 0.0)))
-                    continue
-                score, seconds = numbers[i]
-                if not costs:
-                    notes, moved = fallback, 0
-                elif len(costs) == 1:
-                    notes, moved = costs[0].note(i) or fallback, costs[0].bytes[i]
-                else:
-                    notes, moved = self._combined(i, fallback)
-                rows.append(
-                    new(
-                        cls,
-                        (
-                            s.name,
-                            True,
-                            f"{cap_notes[i]}; {notes}",
-                            round(score, 4),
-                            moved,
-                            round(seconds, 1),
-                        ),
-                    )
-                )
-            self._rows = tuple(rows)
+            self._rows = tuple(self._row(i, numbers) for i in range(len(self.sites)))
         return self._rows
+
+    def _row(self, i: int, numbers: dict[int, tuple[float, float]]) -> Candidate:
+        # tuple.__new__ skips NamedTuple's Python-level __new__: rows are built by the
+        # hundred thousand for a large preview.
+        s = self.sites[i]
+        why = self.elig[i]
+        if why is not None:
+            return tuple.__new__(Candidate, (s.name, False, why, None, 0, 0.0))
+        score, seconds = numbers[i]
+        costs = self.costs
+        fallback = "data local" if self.has_inputs else "no input data"
+        if not costs:
+            notes, moved = fallback, 0
+        elif len(costs) == 1:
+            notes, moved = costs[0].note(i) or fallback, costs[0].bytes[i]
+        else:
+            notes, moved = self._combined(i, fallback)
+        return tuple.__new__(
+            Candidate,
+            (
+                s.name,
+                True,
+                f"{self.cap_notes[i]}; {notes}",
+                round(score, 4),
+                moved,
+                round(seconds, 1),
+            ),
+        )
+
+    def top(self, k: int, chosen: str | None = None) -> tuple[Candidate, ...]:
+        """The ``k`` best eligible rows (by score, best first; the chosen site always among
+        them), built without building the rest: a preview of thousands of units over hundreds
+        of sites shows these inline and the full table on request."""
+        if self._rows is not None or len(self.sites) <= k:
+            rows = self.rows()
+            if len(rows) <= k:
+                return rows
+        numbers = dict(zip(self.idx, zip(self.scores, self.seconds, strict=True), strict=True))
+        best = heapq.nlargest(k, self.idx, key=lambda i: (numbers[i][0], -i))
+        if chosen is not None and not any(self.sites[i].name == chosen for i in best):
+            at = next((i for i in self.idx if self.sites[i].name == chosen), None)
+            if at is not None:
+                best = [*best[: k - 1], at] if k > 0 else [at]
+        return tuple(self._row(i, numbers) for i in best)
+
+    @property
+    def size(self) -> int:
+        return len(self.sites)
+
+    @property
+    def eligible_count(self) -> int:
+        return len(self.idx)
 
     def _combined(self, i: int, fallback: str) -> tuple[str, int]:
         """Notes and bytes for a site when several inputs move: the dataset note as is, the

@@ -189,6 +189,9 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     site = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     candidates = CandidateSerializer(many=True)
+    # Only when ``candidates`` is cut to the best rows: the size of the full table.
+    candidates_total = serializers.IntegerField(required=False)
+    candidates_eligible = serializers.IntegerField(required=False)
 
 
 class ResumeSerializer(serializers.Serializer[dict[str, Any]]):

@@ -174,11 +174,32 @@ class WorkflowRunViewSet(
     @extend_schema(request=WORKFLOW_BODY, responses={200: PreviewSerializer})
     @action(detail=False, methods=["post"])
     def preview(self, request: Request) -> Response:
-        """Where every unit would run and why; stores nothing."""
+        """Where every unit would run and why; stores nothing.
+
+        Each unit's ``candidates`` holds its best ``PORTAL_PREVIEW_CANDIDATES`` eligible
+        sites when the fleet has more (then ``candidates_total`` and ``candidates_eligible``
+        count the full table); ``?candidates=all`` gives every table in full,
+        ``?candidates=N`` the best N, and ``?unit=<name>`` one unit with its full table."""
+        top: int | None = settings.PORTAL_PREVIEW_CANDIDATES
+        wanted = request.query_params.get("candidates", "")
+        if wanted == "all":
+            top = None
+        elif wanted:
+            if not wanted.isdigit() or int(wanted) < 1:
+                return Response(
+                    {"errors": [{"path": "candidates", "message": "'all' or a number >= 1"}]},
+                    status=status.HTTP_400_BAD_REQUEST,
+                )
+            top = int(wanted)
         try:
             body, project, arguments = _submission(request)
             plan = services.workflow_preview(
-                user=request.user, body=body, project=project, arguments=arguments
+                user=request.user,
+                body=body,
+                project=project,
+                arguments=arguments,
+                top=top,
+                unit=request.query_params.get("unit"),
             )
         except (BodyTooLarge, WorkflowInvalid) as exc:
             return _refused_submission(exc)

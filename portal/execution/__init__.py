@@ -6,6 +6,7 @@
 * ``sync``: Clusters into Sites, policies and the webhook's registration on Karmada;
 * ``failover``: units at lost sites placed again, runs nothing would move on;
 * ``lifecycle``: finished and superseded step workflows deleted on karmada-apiserver.
+* ``claims`` and ``turns``: one advance per run at a time, coalesced requests, turns.
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -17,6 +18,7 @@ Every function here is safe to call twice and from several workers at once:
   rows as they were and the next delivery (acks_late) or the periodic resync finishes the job.
 """
 
+from portal.execution import claims
 from portal.execution.advance import run_advance, run_refresh_status
 from portal.execution.bindings import binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
@@ -32,11 +34,14 @@ from portal.execution.sync import (
     webhook_register,
     webhook_url,
 )
+from portal.execution.turns import AGAIN, run_advance_turn
 
 __all__ = [
+    "AGAIN",
     "SiteState",
     "binding_observe",
     "bindings_observe",
+    "claims",
     "cluster_deleted",
     "cluster_observe",
     "failover_check",
@@ -44,6 +49,7 @@ __all__ = [
     "policies_sync",
     "policy_errors",
     "run_advance",
+    "run_advance_turn",
     "run_refresh_status",
     "sites_state",
     "stale_runs",

@@ -4,9 +4,13 @@ workflows of units whose dependencies are done, run the exit handler, settle the
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -18,8 +22,45 @@ from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.common import SiteState, ancestors, event, site_usable, sites_state
 from portal.execution.failover import failover_unit
-from portal.execution.steps import submit_unit, upstream_outputs
+from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
+
+log = logging.getLogger(__name__)
+
+# Step workflows built and created together (their claim is one UPDATE, their events one
+# INSERT); the turn is checked between chunks.
+CREATE_CHUNK = 50
+
+
+@dataclass
+class Turn:
+    """How much one advance may do before it lets other runs have a worker: a big fan-out
+    is created in turns of at most ``max_creations`` step workflows or ``seconds``, each
+    followed by a request at the tail of the queue."""
+
+    max_creations: int = field(default_factory=lambda: settings.PORTAL_ADVANCE_BATCH)
+    seconds: float = field(default_factory=lambda: settings.PORTAL_ADVANCE_TURN_SECONDS)
+    creations: int = 0
+    cut: bool = False  # work was left for the next turn
+    started: float = field(default_factory=time.monotonic)
+
+    def fit(self, units: int) -> None:
+        """Size the turn to the run, once its units are read: reading a run's units costs
+        every turn the same, so a turn of a big run may create a tenth of them and last
+        twice as long as the read took (at most a third of a turn is overhead)."""
+        read = time.monotonic() - self.started
+        self.max_creations = max(self.max_creations, units // 10)
+        self.seconds = max(self.seconds, 2 * read)
+        self.started = time.monotonic()
+
+    def spent(self) -> bool:
+        # A turn always creates something: one that only read the units would come back
+        # forever without progress.
+        if self.creations and (
+            self.creations >= self.max_creations or time.monotonic() - self.started >= self.seconds
+        ):
+            self.cut = True
+        return self.cut
 
 
 def _phase_of(units: list[UnitRun]) -> str | list[str] | None:
@@ -130,9 +171,13 @@ def _settle_groups(units: list[UnitRun]) -> None:
         state.unit_move(u, UnitPhase.SUCCEEDED if ok else UnitPhase.FAILED)
 
 
-def run_advance(run_id: int) -> None:
+def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     """Move a run on: skip or omit what can no longer run, expand withParam, create the step
-    workflows of every unit whose dependencies are done, and settle the run's status."""
+    workflows of every unit whose dependencies are done (within ``turn``), and settle the
+    run's status. True when the turn ran out with work left (the caller asks again).
+
+    Callers that may run concurrently for one run go through ``run_advance_turn``."""
+    turn = turn or Turn()
     # The manifest as submitted is for people; advancing reads the compiled form only.
     run = (
         WorkflowRun.objects.select_related("project")
@@ -142,14 +187,15 @@ def run_advance(run_id: int) -> None:
         .first()
     )
     if run is None:
-        return
+        return False
     if run.status == RunStatus.STOPPED:
         _shutdown(run)
-        return
+        return False
     if run.status not in ACTIVE_RUN:
-        return
-    units = list(run.units.order_by("position", "id"))
-    _advance_units(run, units)
+        return False
+    units = _units_of(run)
+    turn.fit(len(units))
+    _advance_units(run, units, turn)
     _settle_groups(units)
     if (
         run.status == RunStatus.PENDING
@@ -159,20 +205,43 @@ def run_advance(run_id: int) -> None:
         # The common first advance: a step workflow exists and the run cannot have ended, so
         # Pending → Running needs no second read (the update is conditional on Pending anyway).
         _mark_running(run.pk)
+    elif turn.cut:
+        pass  # units are left to create: the run cannot have ended, and its units are many
     else:
         run_refresh_status(run.pk)
+    return turn.cut
 
 
-def _advance_units(run: WorkflowRun, units: list[UnitRun]) -> None:
+def _units_of(run: WorkflowRun) -> list[UnitRun]:
+    """The run's units, outputs read only for those that ended (only they have any): in a
+    fan-out of thousands that are still running, decoding every row's outputs was a third
+    of reading them, and every turn reads them all."""
+    # ``upstream`` is read from the spec here; the column is for the pages.
+    units = list(run.units.order_by("position", "id").defer("outputs", "upstream"))
+    ended = dict(
+        run.units.order_by()
+        .filter(phase__in=list(FINAL_UNIT))
+        .exclude(outputs={})
+        .values_list("pk", "outputs")
+    )
+    for u in units:
+        u.outputs = ended.get(u.pk) or {}
+    return units
+
+
+def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
     """Pass over the units until a pass changes nothing (``units`` grows with expanded items
-    and the exit handler, and a pass sees what it added)."""
+    and the exit handler, and a pass sees what it added), or the turn is spent."""
     sites: dict[str, SiteState] | None = None
     progressed = True
-    while progressed:
+    while progressed and not turn.cut:
         progressed = False
         _settle_groups(units)
         phases = _task_phases(units)
+        # Once per pass, not per unit (that was quadratic in a fan-out's size): a unit
+        # submitted in this pass depends only on units that had ended when the pass began.
         outputs = upstream_outputs(units)
+        ready: list[UnitRun] = []
         for unit in units:
             if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
                 continue
@@ -194,7 +263,17 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun]) -> None:
                 progressed = True
                 sites = None  # failover may have read newer state; read again when needed
                 continue
-            submit_unit(run, unit, units, sites)
+            ready.append(unit)
+        # Created in chunks, the turn checked between them: a fan-out's thousands of ready
+        # units are created over several turns, other runs' advances in between.
+        for start in range(0, len(ready), CREATE_CHUNK):
+            if turn.spent():
+                break
+            chunk = ready[start : start + CREATE_CHUNK][: turn.max_creations - turn.creations]
+            turn.creations += len(chunk)
+            submit_units(run, chunk, units, sites, outputs)
+        if turn.cut:
+            return
         if (
             not progressed
             and _exit_pending(run, units)
@@ -214,7 +293,12 @@ def _held_back(
 ) -> bool | None:
     """None when ``depends`` and ``when`` let a pending unit start; otherwise whether holding
     it back moved it (omitted, skipped, errored; False while its dependencies run)."""
-    verdict = manifests.evaluate_depends(unit.depends or "", phases)
+    try:
+        verdict = manifests.evaluate_depends(unit.depends or "", phases)
+    except SoftTimeLimitExceeded:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any evaluator failure ends the unit, with why
+        return _expression_failed(unit, "depends", exc)
     if verdict is None:
         return False
     if verdict is False:
@@ -231,9 +315,26 @@ def _held_back(
         )
     except manifests.WhenError as exc:
         return state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
+    except SoftTimeLimitExceeded:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ValueError, RecursionError...: see below
+        return _expression_failed(unit, "when", exc)
     if not go:
         return state.unit_move(unit, UnitPhase.SKIPPED, message=f"when '{unit.when}' is false")
     return None
+
+
+def _expression_failed(unit: UnitRun, what: str, exc: BaseException) -> bool:
+    """An expression the evaluator could not evaluate (a bad escape, nesting too deep, a bug
+    of ours) errors the unit with the message, once, instead of failing the whole advance on
+    every retry and leaving the run Running with nothing said."""
+    detail = str(exc) or exc.__class__.__name__
+    log.info("run %s unit %s: %s expression failed: %r", unit.run_id, unit.name, what, exc)
+    return state.unit_move(
+        unit,
+        UnitPhase.ERROR,
+        message=f"{what}: cannot evaluate: {exc.__class__.__name__}: {detail}"[:2000],
+    )
 
 
 EXIT_UNIT = "onExit"

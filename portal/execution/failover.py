@@ -139,11 +139,14 @@ def stale_runs(older_than_s: int | None = None) -> list[int]:
     )
     waiting = units.filter(phase=UnitPhase.PENDING, workflow_name="")
     unfinished = units.exclude(phase__in=list(FINAL_UNIT))
+    # A unit that depends on nothing and still has no step workflow is one a turn left to
+    # the next (a big fan-out); if that turn's request was lost, nothing in flight will ask
+    # for it, so such runs count even with work in flight (a healthy run has none for long).
+    ready = waiting.filter(depends="", spec__expanded__isnull=True)
     stuck = (
         WorkflowRun.objects.filter(status__in=ACTIVE_RUN, created_at__lt=cutoff)
-        .exclude(Exists(in_flight))
         .exclude(Exists(units.filter(updated_at__gte=cutoff)))
-        .filter(Exists(waiting) | ~Exists(unfinished))
+        .filter((~Exists(in_flight) & (Exists(waiting) | ~Exists(unfinished))) | Exists(ready))
         .values_list("pk", flat=True)
     )
     stopping = (

@@ -3,11 +3,13 @@ with the upstream outputs filled into its arguments."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from placement import codec, manifests, planner
@@ -17,7 +19,7 @@ from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
 from portal.execution.common import SiteState, ancestors, event, sites_state
-from portal.models import UnitRun, WorkflowRun
+from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.selectors import run_global_outputs, run_variables_of
 from sites.models import Site
 
@@ -122,7 +124,11 @@ def step_workflow_for(
     unit: UnitRun,
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
+    *,
+    outputs: Mapping[str, manifests.TaskOutputs] | None = None,
 ) -> dict[str, Any]:
+    """The unit's step workflow; ``outputs`` are ``upstream_outputs(units)`` when the caller
+    has them already (an advance computes them once for all the units it submits)."""
     units = list(units)  # read more than once below
     site = unit.site or None
     mirror = None
@@ -139,7 +145,7 @@ def step_workflow_for(
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
-        outputs=upstream_outputs(units),
+        outputs=upstream_outputs(units) if outputs is None else outputs,
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
         run_vars=run_variables_of(run, units, namespace=gateway.namespace()),
@@ -204,11 +210,14 @@ def submit_unit(
     unit: UnitRun,
     units: Iterable[UnitRun],
     sites: Mapping[str, SiteState] | None = None,
+    *,
+    outputs: Mapping[str, manifests.TaskOutputs] | None = None,
 ) -> bool:
     """Create the unit's step workflow (idempotent). False when the API refused it for good:
-    the unit is then in Error with the API's message."""
+    the unit is then in Error with the API's message. Karmada unreachable: the unit says so
+    (message and event) and ``TransientError`` goes up for the task to back off."""
     try:
-        body = step_workflow_for(run, unit, units, sites)
+        body = step_workflow_for(run, unit, units, sites, outputs=outputs)
     except manifests.Unresolved as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
         return False
@@ -223,6 +232,9 @@ def submit_unit(
     name = body["metadata"]["name"]
     try:
         gateway.create(gateway.WORKFLOW, body)
+    except gateway.TransientError as exc:
+        _waiting_for_karmada(run, unit, exc)
+        raise
     except gateway.AlreadyExists:
         existing = gateway.get(gateway.WORKFLOW, name)
         if not _is_ours(existing, run, unit):
@@ -235,12 +247,13 @@ def submit_unit(
         return False
     claimed = UnitRun.objects.filter(
         pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
-    ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now())
+    ).update(workflow_name=name, submitted_at=timezone.now(), updated_at=timezone.now(), message="")
     if claimed:
         if unit.reason.startswith(WAITING):
             unit.reason = "placed at runtime"
             UnitRun.objects.filter(pk=unit.pk).update(reason=unit.reason)
         unit.workflow_name = name
+        unit.message = ""
         where = f"at {unit.site}" if unit.site else "for runtime placement"
         event(run.pk, "unit-submitted", f"{unit.name}: step workflow {name} created {where}", unit)
     return True
@@ -257,3 +270,162 @@ def _wait_for_a_site(run: WorkflowRun, unit: UnitRun, why: str) -> None:
         reason=reason, updated_at=timezone.now()
     )
     event(run.pk, "unit-waiting", f"{unit.name}: {reason}", unit)
+
+
+def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: gateway.KarmadaError) -> None:
+    """A unit that cannot be created while Karmada is unreachable stays Pending, and the run
+    page and the API say why: its message, and one event per outage (not one per retry)."""
+    message = f"waiting for Karmada: {exc.message}"[:2000]
+    said = (
+        UnitRun.objects.filter(
+            pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
+        )
+        .exclude(message__startswith="waiting for Karmada:")
+        .update(message=message)
+    )
+    unit.message = message
+    if said:
+        event(run.pk, "karmada-unavailable", f"{unit.name}: {message}", unit)
+
+
+def _create(body: dict[str, Any], run: WorkflowRun, unit: UnitRun) -> str | None:
+    """Create one step workflow (in a pool thread: Karmada only, no database). None when it
+    exists now and is ours; else why the unit cannot run. ``TransientError`` goes up."""
+    name = body["metadata"]["name"]
+    try:
+        gateway.create(gateway.WORKFLOW, body)
+    except gateway.AlreadyExists:
+        if not _is_ours(gateway.get(gateway.WORKFLOW, name), run, unit):
+            return f"a foreign Workflow {name} already exists"
+    except gateway.PermanentError as exc:
+        return f"Karmada refused the step workflow: {exc}"
+    return None
+
+
+def submit_units(
+    run: WorkflowRun,
+    ready: Sequence[UnitRun],
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None,
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> int:
+    """``submit_unit`` for many units at once, as a fan-out needs: bodies built here, the
+    creates ``PORTAL_CREATE_CONCURRENCY`` at a time against Karmada (each idempotent, with
+    the gateway's backoff on 429/5xx), then one conditional UPDATE that claims every created
+    unit still Pending at the same attempt, and their events in one INSERT. Returns how many
+    were claimed. Karmada unreachable: what was created is claimed, the first unit left says
+    why, and ``TransientError`` goes up for the task to back off."""
+    bodies: list[tuple[UnitRun, dict[str, Any]]] = []
+    units = list(units)  # read for every unit below
+    for unit in ready:
+        try:
+            body = step_workflow_for(run, unit, units, sites, outputs=outputs)
+        except manifests.Unresolved as exc:
+            state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
+            continue
+        if not unit.site:
+            # As submit_unit: a runtime step carries a fallback site that satisfies every
+            # hard constraint, so it never lands where it must not with the webhook down.
+            try:
+                fallback = fallback_site(run, unit, units)
+            except NoEligibleSite as exc:
+                _wait_for_a_site(run, unit, str(exc))
+                continue
+            body["metadata"]["labels"][labels.key(labels.FALLBACK_SITE)] = fallback
+        bodies.append((unit, body))
+    if not bodies:
+        return 0
+    workers = max(1, min(settings.PORTAL_CREATE_CONCURRENCY, len(bodies)))
+    created: list[tuple[UnitRun, str]] = []
+    refused: list[tuple[UnitRun, str]] = []
+    transient: tuple[UnitRun, gateway.KarmadaError] | None = None
+    results: list[tuple[UnitRun, dict[str, Any], str | None, gateway.TransientError | None]] = []
+    if workers == 1:
+        for unit, body in bodies:
+            try:
+                results.append((unit, body, _create(body, run, unit), None))
+            except gateway.TransientError as exc:
+                results.append((unit, body, None, exc))
+                break
+    else:
+        with concurrent.futures.ThreadPoolExecutor(workers, "karmada-create") as pool:
+            futures = [(u, b, pool.submit(_create, b, run, u)) for u, b in bodies]
+            for unit, body, future in futures:
+                try:
+                    results.append((unit, body, future.result(), None))
+                except gateway.TransientError as exc:
+                    results.append((unit, body, None, exc))
+    for unit, body, why, failure in results:
+        if failure is not None:
+            transient = transient or (unit, failure)
+        elif why is not None:
+            refused.append((unit, why))
+        else:
+            created.append((unit, body["metadata"]["name"]))
+    for unit, why in refused:
+        state.unit_move(unit, UnitPhase.ERROR, message=why)
+    claimed = _claim(run, created)
+    if transient is not None:
+        _waiting_for_karmada(run, *transient)
+        raise transient[1]
+    return claimed
+
+
+def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
+    """Record the created step workflows on their units: only a unit still Pending, at the
+    same attempt and with no step workflow yet (a redelivered task claims nothing twice)."""
+    if not created:
+        return 0
+    # The claim and its events commit together: a worker killed between them would leave
+    # units claimed that the run's history never mentions.
+    with transaction.atomic():
+        return _claim_in_transaction(run, created)
+
+
+def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
+    now = timezone.now()
+    if connection.vendor == "postgresql":
+        values = ", ".join(["(%s, %s, %s)"] * len(created))
+        params: list[Any] = [now, now]
+        for unit, name in created:
+            params += [unit.pk, unit.attempt, name]
+        params.append(UnitPhase.PENDING)
+        table = UnitRun._meta.db_table
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} AS u SET workflow_name = v.name, submitted_at = %s, "
+                f"updated_at = %s, message = '' FROM (VALUES {values}) AS v(id, attempt, name) "
+                "WHERE u.id = v.id AND u.attempt = v.attempt AND u.workflow_name = '' "
+                "AND u.phase = %s RETURNING u.id",
+                params,
+            )
+            ids = {row[0] for row in cursor.fetchall()}
+    else:
+        ids = {
+            unit.pk
+            for unit, name in created
+            if UnitRun.objects.filter(
+                pk=unit.pk, attempt=unit.attempt, workflow_name="", phase=UnitPhase.PENDING
+            ).update(workflow_name=name, submitted_at=now, updated_at=now, message="")
+        }
+    events = []
+    placed_at_runtime = [u.pk for u, _ in created if u.pk in ids and u.reason.startswith(WAITING)]
+    if placed_at_runtime:
+        UnitRun.objects.filter(pk__in=placed_at_runtime).update(reason="placed at runtime")
+    for unit, name in created:
+        if unit.pk not in ids:
+            continue
+        unit.workflow_name, unit.message = name, ""
+        if unit.pk in placed_at_runtime:
+            unit.reason = "placed at runtime"
+        where = f"at {unit.site}" if unit.site else "for runtime placement"
+        events.append(
+            RunEvent(
+                run_id=run.pk,
+                unit=unit,
+                kind="unit-submitted",
+                message=f"{unit.name}: step workflow {name} created {where}",
+            )
+        )
+    RunEvent.objects.bulk_create(events, batch_size=500)
+    return len(ids)

@@ -1,0 +1,315 @@
+"""A big ``withItems`` fan-out, with every real part (issue 20), and a small run behind it
+(issue 21, item 4).
+
+Prints, for ``--items`` tiles (default 10,000) over ``--sites`` sites (default 50), each tile
+read from a dataset held at one site:
+* time to accept (REST 201: parse, plan, store), beside a one-step run's 201 (the floor);
+* time until every tile's step workflow exists on the sandbox, beside raw ``kubernetes``-client
+  creates of as many objects on the same sandbox (the floor), and Karmada requests per tile;
+* a one-step run submitted right after the fan-out: time to Succeeded, beside the same run on
+  the idle stack (the floor);
+* the run page and its live partial, server render time, beside the runs list (the floor);
+* resident memory of the web and worker processes before, at peak and after.
+
+Run: ``.venv/bin/python tests/bench/bench_fanout.py [--items N] [--sites N]``. It creates and
+drops its own database (``BENCH_DB``, default ``portal_bench_fanout``) and flushes its Redis
+database (``BENCH_REDIS``, default ``redis://127.0.0.1:6379/12``). Targets: accepted ≤ 2 s, all
+created ≤ 120 s on two cores, run page ≤ 1 s, flat memory, ≤ 1.1 Karmada requests per tile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from tests.bench.benchstack import BenchStack, fleet_yaml, rss_mb  # noqa: E402
+
+DB = os.environ.get("BENCH_DB", "portal_bench_fanout")
+REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/12")
+DOMAIN = "portal.multisite.io"
+
+
+def fanout_body(items: int, sites: int) -> bytes:
+    import yaml
+
+    uris = [f"s3://tiles/site-{i % sites:03d}/tile-{i:05d}.tif" for i in range(items)]
+    doc: dict[str, Any] = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "tiles-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "dag": {
+                        "tasks": [
+                            {
+                                "name": "tile",
+                                "template": "work",
+                                "arguments": {"parameters": [{"name": "uri", "value": "{{item}}"}]},
+                                "withItems": uris,
+                            }
+                        ]
+                    },
+                },
+                {
+                    "name": "work",
+                    # Running for the whole benchmark: what is measured is the creation.
+                    "metadata": {"annotations": {f"{DOMAIN}/sandbox-duration": "36000s"}},
+                    "inputs": {"parameters": [{"name": "uri"}]},
+                    "container": {"image": "alpine:3.19", "command": ["true"]},
+                },
+            ],
+        },
+    }
+    return yaml.safe_dump(doc).encode()
+
+
+def one_step_body() -> bytes:
+    import yaml
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "one-step-"},
+            "spec": {
+                "entrypoint": "hello",
+                "templates": [
+                    {
+                        "name": "hello",
+                        "metadata": {"annotations": {f"{DOMAIN}/sandbox-duration": "0s"}},
+                        "container": {"image": "alpine:3.19", "command": ["true"]},
+                    }
+                ],
+            },
+        }
+    ).encode()
+
+
+DATASETS = """
+from sites.models import Dataset, DatasetReplica, Site
+for i in range({sites}):
+    site = Site.objects.get(name=f"site-{{i:03d}}")
+    ds, _ = Dataset.objects.get_or_create(
+        name=f"tiles-{{i:03d}}", defaults={{"uri_prefix": f"s3://tiles/site-{{i:03d}}/",
+        "bytes": 50 * 2**30}})
+    DatasetReplica.objects.get_or_create(dataset=ds, site=site,
+        defaults={{"uri": f"s3://tiles/site-{{i:03d}}/", "bytes": 50 * 2**30}})
+"""
+
+
+def wait(predicate: Any, timeout: float, what: str, every: float = 0.05) -> float:
+    start = time.perf_counter()
+    while not predicate():
+        if time.perf_counter() - start > timeout:
+            raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+    return time.perf_counter() - start
+
+
+def run_status(stack: BenchStack, run_id: int) -> str:
+    return str(stack.sql("SELECT status FROM portal_workflowrun WHERE id = %s", run_id)[0][0])
+
+
+def created(stack: BenchStack, run_id: int) -> int:
+    return int(
+        stack.sql(
+            "SELECT count(*) FROM portal_unitrun WHERE run_id = %s AND workflow_name <> ''",
+            run_id,
+        )[0][0]
+    )
+
+
+def one_step(stack: BenchStack) -> tuple[float, float]:
+    """(201 after, Succeeded after) for a one-step run."""
+    t0 = time.perf_counter()
+    run_id = stack.submit(one_step_body())
+    accepted = time.perf_counter() - t0
+    wait(lambda: run_status(stack, run_id) == "Succeeded", 900, "the one-step run")
+    return accepted, time.perf_counter() - t0
+
+
+def raw_creates(stack: BenchStack, n: int, clients: int = 8) -> float:
+    """Floor: n Workflows created with the raw client on the same sandbox, ``clients`` at once."""
+    from kubernetes import client, config
+
+    body = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"labels": {"bench": "raw", f"{DOMAIN}/site": "site-000"}},
+        "spec": {
+            "entrypoint": "w",
+            "templates": [
+                {
+                    "name": "w",
+                    "metadata": {"annotations": {f"{DOMAIN}/sandbox-duration": "36000s"}},
+                    "container": {"image": "alpine:3.19", "command": ["true"]},
+                }
+            ],
+        },
+    }
+    local = threading.local()
+
+    def one(i: int) -> None:
+        if not hasattr(local, "api"):
+            local.api = client.CustomObjectsApi(
+                config.new_client_from_config(str(stack.kubeconfig))
+            )
+        obj = {**body, "metadata": {**body["metadata"], "name": f"raw-{i}"}}
+        local.api.create_namespaced_custom_object(
+            "argoproj.io", "v1alpha1", "portal", "workflows", obj
+        )
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(n)))
+    return time.perf_counter() - start
+
+
+def render_times(stack: BenchStack, run_id: int, repeat: int = 3) -> dict[str, float]:
+    """Server render time (median) of the run page, its live partial and the runs list."""
+    os.environ.update(
+        {k: stack.env[k] for k in ("DATABASE_URL", "REDIS_URL", "SECURE_SSL_REDIRECT")}
+    )
+    os.environ.update(STATIC_MANIFEST="0", DJANGO_SETTINGS_MODULE="portal.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import setup_test_environment
+    from django.urls import reverse
+
+    setup_test_environment()
+    user, _ = get_user_model().objects.get_or_create(
+        username="bench-viewer", defaults={"is_staff": True, "is_superuser": True}
+    )
+    web = Client()
+    web.force_login(user)
+    out = {}
+    for label, url in (
+        ("runs list (floor)", reverse("ui-run-list")),
+        ("run page", reverse("ui-run-detail", args=[run_id])),
+        ("live partial", reverse("ui-run-live", args=[run_id])),
+    ):
+        web.get(url)
+        samples = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            response = web.get(url)
+            samples.append(time.perf_counter() - t0)
+            assert response.status_code == 200, (url, response.status_code)
+        out[label] = statistics.median(samples)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--items", type=int, default=10_000)
+    ap.add_argument("--sites", type=int, default=50)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp:
+        fleet = Path(tmp) / "fleet.yaml"
+        fleet.write_text(fleet_yaml(args.sites))
+        stack = BenchStack(
+            Path(tmp) / "stack",
+            db=DB,
+            redis_db=REDIS,
+            fleet=fleet,
+            env={
+                "PORTAL_MAX_UNITS": str(max(args.items + 10, 5000)),
+                "PORTAL_MAX_BODY_BYTES": str(16 * 2**20),
+            },
+        )
+        try:
+            stack.manage("shell", "-c", DATASETS.format(sites=args.sites))
+            # Warm-up (imports, connections, planner inputs), then the idle floor.
+            one_step(stack)
+            floor_accept, floor_done = one_step(stack)
+            body = fanout_body(args.items, args.sites)
+            mem_before = rss_mb(stack)
+            peak = dict(mem_before)
+            stop_sampling = threading.Event()
+
+            def sample() -> None:
+                while not stop_sampling.wait(0.5):
+                    for k, v in rss_mb(stack).items():
+                        peak[k] = max(peak.get(k, 0.0), v)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            requests_before = stack.sandbox_requests()
+            posts_before = stack.sandbox_requests("POST")
+            t0 = time.perf_counter()
+            run_id = stack.submit(body)
+            accepted = time.perf_counter() - t0
+            # The small run behind the big one (issue 21, item 4).
+            behind: dict[str, float] = {}
+            small = threading.Thread(
+                target=lambda: behind.update(zip(("accept", "done"), one_step(stack), strict=True))
+            )
+            small.start()
+            all_created = accepted + wait(
+                lambda: created(stack, run_id) >= args.items,
+                3600,
+                "every tile's step workflow",
+                every=0.5,
+            )
+            small.join()
+            requests = stack.sandbox_requests() - requests_before
+            posts = stack.sandbox_requests("POST") - posts_before
+            stop_sampling.set()
+            sampler.join()
+            time.sleep(2)
+            mem_after = rss_mb(stack)
+            raw = raw_creates(stack, args.items)
+            pages = render_times(stack, run_id)
+            sites_used = stack.sql(
+                "SELECT count(DISTINCT site) FROM portal_unitrun WHERE run_id = %s", run_id
+            )[0][0]
+        finally:
+            stack.stop()
+    n = args.items
+    print(f"fan-out of {n} tiles over {args.sites} sites ({sites_used} used)")
+    print(f"  accepted (REST 201)          : {accepted:8.2f} s   target ≤ 2 s")
+    print(f"    floor: one-step run 201    : {floor_accept:8.3f} s")
+    print(
+        f"  every step workflow created  : {all_created:8.1f} s   target ≤ 120 s "
+        f"({n / all_created:.0f}/s)"
+    )
+    print(f"    floor: {n} raw creates   : {raw:8.1f} s   ({n / raw:.0f}/s, 8 clients)")
+    print(
+        f"  Karmada requests per tile    : {requests / n:8.2f}     target ≤ 1.1 "
+        f"(creates {posts / n:.2f}; the rest: watches, the resync's lists and policies)"
+    )
+    print(
+        f"  one-step run behind it       : {behind.get('done', float('nan')):8.2f} s to Succeeded"
+        f"   (201 in {behind.get('accept', float('nan')):.2f} s)"
+    )
+    print(f"    floor: the same, idle stack: {floor_done:8.2f} s")
+    floor_page = pages.pop("runs list (floor)")
+    for label, seconds in pages.items():
+        print(f"  {label:<29}: {seconds * 1000:8.0f} ms   target ≤ 1000 ms (run page)")
+    print(f"    floor: runs list           : {floor_page * 1000:8.0f} ms")
+    for part in ("web", "worker"):
+        print(
+            f"  RSS {part:<6} MB before/peak/after: {mem_before[part]:6.0f} "
+            f"{peak[part]:6.0f} {mem_after[part]:6.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""The whole portal for a benchmark (sandbox, worker, watcher, gunicorn) on a fresh database,
+for the latency and fan-out benchmarks. A helper, not a benchmark: ``make bench`` runs only
+``bench_*.py``.
+
+The database and the Redis database are the benchmark's own (``BENCH_DB``, ``BENCH_REDIS``;
+``BENCH_PG`` is the server), so a benchmark never touches the test suite's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
+    WATCHER_READY,
+    Processes,
+    ProcessFailed,
+    answers,
+    free_port,
+    gunicorn_argv,
+    logged,
+    sandbox_argv,
+    watcher_argv,
+    worker_argv,
+)
+
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+
+
+def fleet_yaml(sites: int) -> str:
+    """A fleet of ``sites`` plain compute sites (capacity enough that nothing queues)."""
+    import yaml
+
+    return yaml.safe_dump(
+        {
+            "sites": [
+                {
+                    "name": f"site-{i:03d}",
+                    "region": "eu-west",
+                    "zone": f"eu-west-{i}",
+                    "provider": "bench",
+                    "syncMode": "Push",
+                    "labels": {"tier": "compute"},
+                    "nodes": 4,
+                    "capacity": {"cpu": "512", "memory": "2048Gi", "pods": "20000"},
+                    "bucket": f"site-{i:03d}-artifacts",
+                }
+                for i in range(sites)
+            ]
+        }
+    )
+
+
+class BenchStack:
+    """Sandbox, web (gunicorn), worker (with beat), watcher: started fresh, stopped at the end
+    with the database dropped."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        db: str,
+        redis_db: str,
+        time_scale: float = 1.0,
+        fleet: Path | None = None,
+        env: dict[str, str] | None = None,
+        worker_concurrency: int = 2,
+        web_workers: int = 2,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.db = db
+        self.sandbox_port = free_port()
+        self.web_port = free_port()
+        self.kubeconfig = workdir / "kubeconfig"
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": f"{PG}/{db}",
+            "REDIS_URL": redis_db,
+            "KARMADA_KUBECONFIG": str(self.kubeconfig),
+            "SECURE_SSL_REDIRECT": "0",
+            "STATIC_MANIFEST": "0",
+            "PORTAL_RESYNC_SECONDS": "10",
+            "PORTAL_VAR_DIR": str(workdir / "var"),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            **(env or {}),
+        }
+        self.processes = Processes(workdir, self.env)
+        try:
+            self._dropdb()
+            subprocess.run(
+                ["createdb", "-h", "127.0.0.1", "-U", "postgres", db],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            import redis
+
+            redis.Redis.from_url(redis_db).flushdb()
+            self.manage("migrate", "-v0")
+            extra = ["--fleet", str(fleet)] if fleet else []
+            self.processes.start(
+                "sandbox",
+                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, *extra),
+                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
+            )
+            out = self.manage("load_demo")
+            self.token = out.rsplit("API token: ", 1)[1].strip()
+            self.processes.start(
+                "worker",
+                worker_argv(
+                    concurrency=worker_concurrency,
+                    loglevel="warning",
+                    beat_schedule=workdir / "beat",
+                ),
+            )
+            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
+            self.processes.start(
+                "web",
+                gunicorn_argv(self.web_port, "--workers", str(web_workers), "--timeout", "120"),
+                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+            )
+        except BaseException:
+            with contextlib.suppress(ProcessFailed):
+                self.stop()
+            raise
+
+    def manage(self, *args: str) -> str:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def _dropdb(self) -> None:
+        subprocess.run(
+            ["dropdb", "--if-exists", "--force", "-h", "127.0.0.1", "-U", "postgres", self.db],
+            check=False,
+            stderr=subprocess.DEVNULL,
+        )
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.processes.running.items()}
+
+    def sandbox_requests(self, verb: str | None = None) -> int:
+        """Karmada API requests the sandbox has served: all, or those of one verb (POST...)."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.sandbox_port}/_sandbox/stats", timeout=10
+        ) as resp:
+            stats = json.load(resp)
+        return int(stats["total"] if verb is None else stats["requests"].get(verb, 0))
+
+    def api(self, method: str, path: str, body: bytes | None = None, ctype: str = "") -> Any:
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{self.web_port}{path}",
+            data=body,
+            method=method,
+            headers={"Authorization": f"Token {self.token}", "Content-Type": ctype},
+        )
+        with urllib.request.urlopen(req, timeout=300) as resp:
+            return json.load(resp)
+
+    def submit(self, body: bytes, project: str = "eo-demo") -> int:
+        return int(
+            self.api("POST", f"/api/v1/runs/?project={project}", body, "application/yaml")["id"]
+        )
+
+    def sql(self, query: str, *args: Any) -> list[tuple[Any, ...]]:
+        import psycopg
+
+        with psycopg.connect(f"{PG}/{self.db}", autocommit=True) as conn:
+            return list(conn.execute(query, args).fetchall())
+
+    def stop(self) -> None:
+        try:
+            self.processes.stop_all()
+        finally:
+            self._dropdb()
+
+
+def rss_mb(stack: BenchStack) -> dict[str, float]:
+    """Resident memory (MB) of each part of the stack: every process of its session summed
+    (a Celery worker is a parent and its pool, gunicorn an arbiter and its workers)."""
+    sessions = {pid: name for name, pid in stack.pids.items()}
+    totals = dict.fromkeys(stack.pids, 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            if int(stat[3]) not in sessions:
+                continue
+            for line in (entry / "status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    totals[sessions[int(stat[3])]] += int(line.split()[1]) / 1024
+        except (OSError, ValueError, IndexError):
+            continue
+    return totals

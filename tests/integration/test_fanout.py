@@ -1,0 +1,141 @@
+"""Big fan-outs with every real part (issues 20 and 21, item 4): created in turns, other runs
+served in between, nothing lost or duplicated when the worker is killed mid fan-out, and a
+Karmada outage said on the run."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+
+from portal import services
+from portal.models import RunEvent, UnitRun, WorkflowRun
+from tests.fixtures_stack import Stack, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+DURATION = "portal.multisite.io/sandbox-duration"
+
+
+def _fan_out(items: int, seconds: int) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "fan-"},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [
+                    {
+                        "name": "main",
+                        "dag": {
+                            "tasks": [
+                                {
+                                    "name": "tile",
+                                    "template": "work",
+                                    "arguments": {
+                                        "parameters": [{"name": "n", "value": "{{item}}"}]
+                                    },
+                                    "withItems": list(range(items)),
+                                }
+                            ]
+                        },
+                    },
+                    {
+                        "name": "work",
+                        "metadata": {"annotations": {DURATION: f"{seconds}s"}},
+                        "inputs": {"parameters": [{"name": "n"}]},
+                        "container": {"image": "alpine:3.19", "command": ["true"]},
+                    },
+                ],
+            },
+        }
+    )
+
+
+ONE_STEP = yaml.safe_dump(
+    {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "one-"},
+        "spec": {
+            "entrypoint": "hello",
+            "templates": [
+                {
+                    "name": "hello",
+                    "metadata": {"annotations": {DURATION: "0s"}},
+                    "container": {"image": "alpine:3.19", "command": ["true"]},
+                }
+            ],
+        },
+    }
+)
+
+
+@pytest.fixture
+def user(live: Stack) -> User:
+    return User.objects.get(username="scientist")
+
+
+def _created(run_id: int) -> int:
+    return UnitRun.objects.filter(run_id=run_id).exclude(workflow_name="").count()
+
+
+def _status(run_id: int) -> str:
+    return WorkflowRun.objects.values_list("status", flat=True).get(pk=run_id)
+
+
+def test_a_unit_pending_during_a_karmada_outage_says_why(live: Stack, user: User) -> None:
+    fault = live.sandbox.fault("api-error", status=500, duration=600)
+    run = services.run_submit(user=user, body=ONE_STEP, project="eo-demo")
+    unit = wait_for(
+        lambda: UnitRun.objects.filter(run=run, message__startswith="waiting for Karmada").first(),
+        60,
+        "the unit to say it waits for Karmada",
+    )
+    assert unit.phase == "Pending"
+    assert "500" in unit.message or "unreachable" in unit.message.lower()
+    assert RunEvent.objects.filter(run=run, kind="karmada-unavailable").exists()
+    live.sandbox.clear_fault(fault["id"])
+    wait_for(lambda: _status(run.pk) == "Succeeded", 120, "the run to succeed after the outage")
+    assert UnitRun.objects.get(pk=unit.pk).message == ""
+
+
+def test_a_fan_out_interrupted_by_a_worker_kill_loses_and_duplicates_nothing(
+    live: Stack, user: User, settings: Any
+) -> None:
+    items = 600
+    run = services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+    wait_for(lambda: _created(run.pk) >= 50, 120, "the fan-out to start")
+    live.kill("worker", signal.SIGKILL)
+    assert _created(run.pk) < items, "the kill came too late to interrupt anything"
+    live.start("worker")
+    wait_for(lambda: _created(run.pk) == items, 300, "every item's step workflow")
+    names = list(
+        UnitRun.objects.filter(run=run)
+        .exclude(spec__expanded__isnull=False)
+        .values_list("workflow_name", flat=True)
+    )
+    on_karmada = [w["metadata"]["name"] for w in live.workflows(run.pk)]
+    assert len(names) == items and "" not in names
+    assert sorted(on_karmada) == sorted(set(on_karmada)) == sorted(names)
+    assert not UnitRun.objects.filter(run=run, phase="Error").exists()
+    submitted = RunEvent.objects.filter(run=run, kind="unit-submitted").count()
+    assert submitted == items  # one claim, hence one event, per unit
+
+
+def test_a_one_step_run_behind_a_5000_unit_run_finishes_while_it_fans_out(
+    live: Stack, user: User, settings: Any
+) -> None:
+    """Before: every worker advanced the big run at once and the small one waited minutes.
+    Now the big run is created in turns with other runs' advances in between."""
+    items = settings.PORTAL_MAX_UNITS
+    big = services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+    small = services.run_submit(user=user, body=ONE_STEP, project="eo-demo")
+    wait_for(lambda: _status(small.pk) == "Succeeded", 300, "the one-step run to succeed")
+    # Measured in work, not in seconds: the big run was still being created meanwhile.
+    assert _created(big.pk) < items
+    assert _status(big.pk) in ("Pending", "Running")

@@ -13,32 +13,17 @@ ports; it creates and drops its own database ``portal_bench`` and uses Redis dat
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
-    WATCHER_READY,
-    Processes,
-    ProcessFailed,
-    answers,
-    free_port,
-    gunicorn_argv,
-    logged,
-    sandbox_argv,
-    watcher_argv,
-    worker_argv,
-)
+from tests.bench.benchstack import BenchStack  # noqa: E402 - after the path is set
 
 DB = "portal_bench"
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
@@ -49,90 +34,22 @@ WINDOW_S = float(os.environ.get("BENCH_WINDOW", "30"))
 DURATION = "portal.multisite.io/sandbox-duration"
 
 
-def sh(*argv: str, env: dict[str, str] | None = None) -> None:
-    subprocess.run(argv, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-
-
-class Stack:
-    """Sandbox, web (gunicorn), worker with beat, watcher: started fresh, stopped at the end."""
+class Stack(BenchStack):
+    """Sandbox, web (gunicorn), worker with beat, watcher: started fresh, stopped at the end
+    (the launcher all benchmarks share, sized for this one)."""
 
     def __init__(self, workdir: Path, time_scale: float) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.sandbox_port = free_port()
-        self.web_port = free_port()
-        self.kubeconfig = workdir / "kubeconfig"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": f"{PG}/{DB}",
-            "REDIS_URL": REDIS,
-            "KARMADA_KUBECONFIG": str(self.kubeconfig),
-            "SECURE_SSL_REDIRECT": "0",
-            "STATIC_MANIFEST": "0",
-            "PORTAL_RESYNC_SECONDS": "10",
-            "PORTAL_VAR_DIR": str(workdir / "var"),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "LOG_LEVEL": "WARNING",
-        }
-        self.processes = Processes(workdir, self.env)
-        try:
-            subprocess.run(
-                ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
-            )
-            sh("createdb", "-h", "127.0.0.1", "-U", "postgres", DB)
-            import redis
-
-            redis.Redis.from_url(REDIS).flushdb()
-            sh(sys.executable, "manage.py", "migrate", "-v0", env=self.env)
-            self.processes.start(
-                "sandbox",
-                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale),
-                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
-            )
-            out = subprocess.run(
-                [sys.executable, "manage.py", "load_demo"],
-                cwd=ROOT,
-                env=self.env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            self.token = out.rsplit("API token: ", 1)[1].strip()
-            self.processes.start(
-                "worker",
-                worker_argv(concurrency=4, loglevel="warning", beat_schedule=workdir / "beat"),
-            )
-            # Ready once its first sync has put the site policies in place.
-            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
-            self.processes.start(
-                "web",
-                gunicorn_argv(self.web_port, "--workers", "3"),
-                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
-            )
-        except BaseException:
-            # What did start is stopped, and the database dropped, before the error shows.
-            with contextlib.suppress(ProcessFailed):
-                self.stop()
-            raise
-
-    @property
-    def pids(self) -> dict[str, int]:
-        return {name: p.pid for name, p in self.processes.running.items()}
+        super().__init__(
+            workdir,
+            db=DB,
+            redis_db=REDIS,
+            time_scale=time_scale,
+            worker_concurrency=4,
+            web_workers=3,
+        )
 
     def stats(self) -> int:
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{self.sandbox_port}/_sandbox/stats", timeout=10
-        ) as resp:
-            return int(json.load(resp)["total"])
-
-    def submit(self, body: bytes) -> int:
-        req = urllib.request.Request(
-            f"http://127.0.0.1:{self.web_port}/api/v1/runs/?project=eo-demo",
-            data=body,
-            method="POST",
-            headers={"Authorization": f"Token {self.token}", "Content-Type": "application/yaml"},
-        )
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return int(json.load(resp)["id"])
+        return self.sandbox_requests()
 
     def submitted_ingests(self) -> int:
         from kubernetes import client, config
@@ -146,16 +63,6 @@ class Stack:
             label_selector="portal.multisite.io/unit=ingest",
         )["items"]
         return len(items)
-
-    def stop(self) -> None:
-        """Stop everything; a process that had died before says so (figures from a stack with
-        a part missing are no figures)."""
-        try:
-            self.processes.stop_all()
-        finally:
-            subprocess.run(
-                ["dropdb", "--if-exists", "-h", "127.0.0.1", "-U", "postgres", DB], check=False
-            )
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

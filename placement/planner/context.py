@@ -165,7 +165,13 @@ class _Context:
         if cached is None:
             sites = self.sites
             per_byte, known = self.link_row(source)
-            size = f"~{human_bytes(nbytes)} (assumed)" if assumed else human_bytes(nbytes)
+            # Argo records no output sizes: an upstream output whose size is not known says so
+            # rather than passing off the estimate the score uses as a measured figure.
+            size = (
+                f"of unknown size (counted as {human_bytes(nbytes)})"
+                if assumed
+                else human_bytes(nbytes)
+            )
             seconds = [nbytes * f for f in per_byte]
             no_link = f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
 

@@ -319,3 +319,15 @@ def test_decisions_against_a_reused_fleet_match_a_fresh_one() -> None:
                 assert warm.as_dict() == cold.as_dict()
                 seen.append(warm.site)
     assert {"site-a", "site-b", "site-c"} <= set(seen)
+
+
+def test_an_upstream_output_of_unknown_size_is_called_so_in_the_reason() -> None:
+    # Argo records no output sizes: the estimate the score uses is named as one, never shown
+    # as if it were measured.
+    pre = eo_pipeline().units[1]
+    unknown = decide(pre, FLEET, RULES, DATASETS, upstream_sites={"ingest": Upstream("site-a")})
+    assert "upstream output of unknown size (counted as" in candidate(unknown, "site-c").why
+    known = decide(
+        pre, FLEET, RULES, DATASETS, upstream_sites={"ingest": Upstream("site-a", 500 * GB)}
+    )
+    assert "unknown size" not in candidate(known, "site-c").why

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from django.utils.dateparse import parse_datetime
 
 from placement import manifests, planner
 from placement.manifests import GlobalOutputs
-from placement.parser import Resources
+from placement.parser import Resources, parse_arguments
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Project
@@ -212,70 +211,25 @@ def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dic
     }
 
 
-_TASK_REF = re.compile(
-    r"\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.(result|exitCode|parameters\.([^}\s]+))\s*\}\}"
-)
-_ARTIFACT_REF = re.compile(
-    r"^\{\{\s*(?:tasks|steps)\.([^.}]+)\.outputs\.artifacts\.([^}\s]+)\s*\}\}$"
-)
-_WORKFLOW_PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([^}\s]+)\s*\}\}")
-
-
 def resolved_inputs(unit: UnitRun, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The unit's arguments with what they refer to filled in where it is known: upstream
-    outputs (``{{tasks.x.outputs...}}``) and workflow parameters; a reference to an output not
+    """The unit's arguments with what they refer to filled in where it is known, by the same
+    substitution the worker uses to build the step workflow (upstream outputs, aggregated for
+    a looped producer; workflow parameters; the unit's loop item). A reference to an output not
     produced yet stays as written. Artifacts taken ``from`` an upstream step get that
-    artifact's location."""
-    params = list(arguments.get("parameters") or [])
-    artifacts = list(arguments.get("artifacts") or [])
-    names = {m.group(1) for p in params for m in _TASK_REF.finditer(str(p.get("value") or ""))}
-    names |= {m.group(1) for a in artifacts if (m := _ARTIFACT_REF.match(str(a.get("from") or "")))}
-    outputs = dict(unit.run.units.filter(name__in=names).values_list("name", "outputs"))
-    workflow_params = (unit.run.compiled or {}).get("parameters") or {}
+    artifact's full location in its producing site's repository."""
+    from portal.execution.steps import upstream_outputs  # steps imports this module
 
-    def task_value(m: re.Match[str]) -> str:
-        out = outputs.get(m.group(1)) or {}
-        if m.group(2) == "result":
-            value = out.get("result")
-        elif m.group(2) == "exitCode":
-            value = out.get("exitCode")
-        else:
-            value = next(
-                (
-                    p.get("value")
-                    for p in out.get("parameters") or []
-                    if p.get("name") == m.group(3)
-                ),
-                None,
-            )
-        return m.group(0) if value is None else str(value)
-
-    def fill(value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        value = _TASK_REF.sub(task_value, value)
-        return _WORKFLOW_PARAM.sub(
-            lambda m: str(workflow_params.get(m.group(1), m.group(0))), value
-        )
-
-    filled_params = [{**p, "value": fill(p.get("value"))} for p in params if isinstance(p, dict)]
-    filled_artifacts = []
-    for a in artifacts:
-        if not isinstance(a, dict):
-            continue
-        m = _ARTIFACT_REF.match(str(a.get("from") or ""))
-        source = None
-        if m:
-            source = next(
-                (
-                    x
-                    for x in (outputs.get(m.group(1)) or {}).get("artifacts") or []
-                    if isinstance(x, dict) and x.get("name") == m.group(2)
-                ),
-                None,
-            )
-        filled_artifacts.append({**source, **a, "name": a.get("name")} if source else a)
-    return {"parameters": filled_params, "artifacts": filled_artifacts}
+    upstream = [str(n) for n in unit.upstream or []]
+    rows = unit.run.units.filter(Q(name__in=upstream) | Q(spec__task__in=upstream))
+    spec = unit.spec or {}
+    return manifests.resolve_arguments(
+        parse_arguments(arguments),
+        (unit.run.compiled or {}).get("parameters") or {},
+        upstream_outputs(rows),
+        item=spec.get("item"),
+        has_item=spec.get("item_index") is not None,
+        strict=False,
+    )
 
 
 def held_reservations() -> dict[str, Resources]:

@@ -693,3 +693,28 @@ def test_the_panel_shows_inputs_resolved_from_upstream_outputs(
     )
     body = client_for(scientist).get(panel_url(run, "preprocess"), **HX).content.decode()
     assert ">42</code>" in body and "s3://site-a-art/t.tgz" in body
+
+
+def test_the_panel_shows_a_looped_producers_outputs_as_argos_list(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    # The panel fills inputs with the worker's own substitution: a looped producer's output
+    # parameter is Argo's JSON list of the items' values in item order, not the raw reference.
+    for index, value in ((1, "b"), (0, "a")):
+        UnitRunFactory(
+            run=run,
+            name=f"tile({index})",
+            phase="Succeeded",
+            spec={"task": "tile", "item_index": index, "item": str(index)},
+            outputs={"parameters": [{"name": "p", "value": value}]},
+        )
+    UnitRun.objects.filter(run=run, name="preprocess").update(
+        upstream=["tile"],
+        spec={
+            "arguments": {
+                "parameters": [{"name": "ps", "value": "{{tasks.tile.outputs.parameters.p}}"}]
+            }
+        },
+    )
+    body = client_for(scientist).get(panel_url(run, "preprocess"), **HX).content.decode()
+    assert '<dt>ps</dt><dd><code class="value">[&quot;a&quot;,&quot;b&quot;]</code>' in body

@@ -125,6 +125,9 @@ class SiteExecution:
         key = (str(obj.get("kind")), str(meta.get("namespace") or "default"), str(meta["name"]))
         self.objects[key] = obj
 
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        self.objects.pop((kind, namespace, name), None)
+
     def get_object(self, kind: str, namespace: str, name: Any) -> Obj | None:
         return self.objects.get((kind, namespace, str(name)))
 

@@ -332,7 +332,10 @@ class PlainPropagation:
             return
         ns, name = res.get("namespace", ""), res.get("name", "")
         obj = self.store.find(rtype, ns, name)
-        alive = obj is not None and obj["metadata"]["uid"] == res.get("uid")
+        # The garbage collector's rule: a binding goes with the template that owns it (one
+        # without an owner reference, written by hand, stays).
+        owners = [o.get("uid") for o in rb["metadata"].get("ownerReferences") or []]
+        alive = not owners or (obj is not None and obj["metadata"]["uid"] in owners)
         if alive and not rb["metadata"].get("deletionTimestamp"):
             return
         wname = work_name(rtype.kind, ns, name)

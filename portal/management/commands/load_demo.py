@@ -58,6 +58,18 @@ SITES: list[dict[str, Any]] = [
     },
 ]
 
+# Each site's artifact repository, as its operators enter it (the sandbox's demo fleet file
+# has the same endpoints, buckets and credential Secret names): a step reading an output made
+# at another site is given that site's full location.
+ARTIFACT_STORES = {
+    name: {
+        "endpoint": f"s3.{name}.sandbox.invalid",
+        "bucket": f"{name}-artifacts",
+        "credentials_secret": f"{name}-artifacts-credentials",
+    }
+    for name in ("site-a", "site-b", "site-c")
+}
+
 # (source, target, Mbit/s, cost per GB, latency ms). site-a -> site-b is the fast path.
 LINKS = [
     ("site-a", "site-b", 10000, "0.00", 2),
@@ -135,7 +147,11 @@ class Command(BaseCommand):
                 # descriptive fields the scenario depends on.
                 for key in ("region", "zone", "provider", "labels", "capabilities"):
                     setattr(site, key, spec[key])
-                site.save()
+            site.overrides = {
+                **(site.overrides or {}),
+                "artifact_store": ARTIFACT_STORES[site.name],
+            }
+            site.save()
             sites[site.name] = site
         for source, target, mbps, cost, latency in LINKS:
             SiteLink.objects.update_or_create(

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.argo import Member
+from sandbox.argo.site import seed_buckets
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
@@ -59,6 +60,8 @@ class Sandbox:
         self._wake = asyncio.Event()
         self.store.listeners.append(lambda ev: self._wake.set())
         self.seed()
+        if config.execute:
+            seed_buckets(self)
 
     def seed(self) -> None:
         for ns in DEFAULT_NAMESPACES:

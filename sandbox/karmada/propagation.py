@@ -114,10 +114,10 @@ class PlainPropagation:
         # Works being deleted outlive their binding until their cluster is Ready.
         for work in list(self.store.all(WORK)):
             (manifest,) = work["spec"]["workload"]["manifests"][:1] or [{}]
-            rtype = next((t for t in KINDS if t.kind == manifest.get("kind")), None)
-            if rtype is not None and work["metadata"].get("deletionTimestamp"):
+            kind = next((t for t in KINDS if t.kind == manifest.get("kind")), None)
+            if kind is not None and work["metadata"].get("deletionTimestamp"):
                 mmeta = manifest["metadata"]
-                self._execute(rtype, mmeta["namespace"], mmeta["name"], clusters, frozen)
+                self._execute(kind, mmeta["namespace"], mmeta["name"], clusters, frozen)
 
     # -- detector and scheduler -------------------------------------------------------------
     def _template(
@@ -182,7 +182,9 @@ class PlainPropagation:
                 "message": why,
             }
         new["spec"]["clusters"] = [{"name": t} for t in targets]
-        old = next((c for c in status.get("conditions") or [] if c.get("type") == "Scheduled"), {})
+        old: dict[str, Any] = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Scheduled"), {}
+        )
         if new["spec"]["clusters"] == (rb["spec"].get("clusters") or []) and all(
             old.get(k) == v for k, v in cond.items()
         ):
@@ -287,7 +289,7 @@ class PlainPropagation:
             "reason": "AppliedSuccessful" if ok else "AppliedFailed",
             "message": message,
         }
-        old = next(
+        old: dict[str, Any] = next(
             (
                 c
                 for c in (work.get("status") or {}).get("conditions") or []

@@ -41,17 +41,21 @@ def data_root(sb: Sandbox) -> Path:
 
 def seed_buckets(sb: Sandbox) -> None:
     """Files a site's bucket holds from the start (`artifacts.seed` in the fleet file: a folder
-    beside the fleet file whose contents become keys), as a site's archive would: the demo's
-    Sentinel-2 scene at site-a. Kept as plain keys under their prefix, so a step reads a
-    folder with a key-only input artifact."""
+    beside the fleet file, or beside the shipped fleets, so a copy of the demo fleet keeps its
+    data; its contents become keys), as a site's archive would: the demo's Sentinel-2 scene at
+    site-a. Kept as plain keys under their prefix, so a step reads a folder with a key-only
+    input artifact."""
     fleet = sb.config.fleet or DEMO_FLEET
     for site in sb.sites.values():
         seed = site.artifacts.get("seed")
         if not seed:
             continue
-        src = (fleet.parent / str(seed)).resolve()
-        if not src.is_dir():
+        found = [
+            p / str(seed) for p in (fleet.parent, DEMO_FLEET.parent) if (p / str(seed)).is_dir()
+        ]
+        if not found:
             raise ValueError(f"site {site.name}: artifacts.seed {seed!r} is not a folder")
+        src = found[0]
         shutil.copytree(src, data_root(sb) / "buckets" / site.bucket, dirs_exist_ok=True)
 
 

@@ -21,6 +21,7 @@ import redis
 from django.core.management import call_command
 from django.db import connection
 
+from placement.demo import create_credentials
 from portal import gateway
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.stack import (
@@ -231,6 +232,9 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     gateway.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)
+    # The demo sites' credential Secrets, as run_demo creates them: with real execution a step
+    # reading another site's output waits for its Secret (tests that want it absent delete it).
+    create_credentials(stack.sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
     from portal import tasks
 
     # Twice: the portal syncs its policies at start-up and again on every inventory or Cluster

@@ -16,9 +16,9 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 
+from placement.demo import credential_secrets
 from placement.models import PlacementRule
 from portal import services
-from portal.management.commands.load_demo import credential_secrets
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxHTTPError
 from tests.fixtures_stack import Stack, wait_for
@@ -147,6 +147,17 @@ def finished(run_id: int) -> WorkflowRun | None:
     return run if run.finished_at is not None else None
 
 
+def wait_finished(run_id: int, timeout: float) -> WorkflowRun:
+    run = wait_for(lambda: finished(run_id), timeout, "the run to finish")
+    assert run is not None
+    return run
+
+
+def created(run_id: int, name: str) -> UnitRun | None:
+    unit = units(run_id)[name]
+    return unit if unit.workflow_name else None
+
+
 def units(run_id: int) -> dict[str, UnitRun]:
     return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
 
@@ -164,9 +175,8 @@ def test_site_b_reads_site_a_s_file_once_karmada_has_propagated_the_credentials(
     pin("read", "site-b")
     run = services.run_submit(user=scientist, body=write_then_read(), project="eo-demo")
     # No credential Secret on Karmada yet: the reader's pod waits at site-b for its volume.
-    read = wait_for(
-        lambda: (u := units(run.pk)["read"]).workflow_name and u, 120, "read to be created"
-    )
+    read = wait_for(lambda: created(run.pk, "read"), 120, "read to be created")
+    assert read is not None
     message = wait_for(
         lambda: member_pod_message(live_executing, "site-b", read.workflow_name),
         60,
@@ -186,7 +196,7 @@ def test_site_b_reads_site_a_s_file_once_karmada_has_propagated_the_credentials(
     assert argument["s3"]["accessKeySecret"]["name"] == "site-a-artifacts-credentials"
 
     create_credentials(live_executing)
-    done = wait_for(lambda: finished(run.pk), 120, "the run to finish")
+    done = wait_finished(run.pk, 120)
     assert done.status == "Succeeded", done.message
     got = units(run.pk)
     assert (got["write"].site, got["read"].site) == ("site-a", "site-b")
@@ -203,7 +213,7 @@ def test_a_site_that_cannot_reach_site_a_s_repository_fails_the_read_as_argo_doe
     pin("write", "site-a")
     pin("read", "site-c")
     run = services.run_submit(user=scientist, body=write_then_read(), project="eo-demo")
-    done = wait_for(lambda: finished(run.pk), 120, "the run to finish")
+    done = wait_finished(run.pk, 120)
     assert done.status == "Error"  # as Argo: the node errored (its init container)
     read = units(run.pk)["read"]
     assert read.site == "site-c"
@@ -225,7 +235,7 @@ def test_the_demo_pipeline_really_runs_and_its_results_show_on_the_run_page(
                 raise
     body = DEMO.replace("value: cloud-segmentation-v3", "value: land-cover-v2", 1)
     run = services.run_submit(user=scientist, body=body, project="eo-demo")
-    done = wait_for(lambda: finished(run.pk), 180, "the demo run to finish")
+    done = wait_finished(run.pk, 180)
     got = units(run.pk)
     assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
     assert {n: u.site for n, u in got.items()} == {

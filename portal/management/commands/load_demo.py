@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from placement import labels
+from placement.demo import ARTIFACT_STORES
 from placement.models import PlacementRule
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 
@@ -58,36 +58,6 @@ SITES: list[dict[str, Any]] = [
         "pods_allocatable": 200,
     },
 ]
-
-# Each site's artifact repository, as its operators enter it (the sandbox's demo fleet file
-# has the same endpoints, buckets and credential Secret names): a step reading an output made
-# at another site is given that site's full location.
-ARTIFACT_STORES = {
-    name: {
-        "endpoint": f"s3.{name}.sandbox.invalid",
-        "bucket": f"{name}-artifacts",
-        "credentials_secret": f"{name}-artifacts-credentials",
-    }
-    for name in ("site-a", "site-b", "site-c")
-}
-
-
-def credential_secrets(domain: str) -> list[dict[str, Any]]:
-    """The repositories' credential Secrets as the sites' operators create them once on
-    karmada-apiserver, labelled for the ``portal-artifact-credentials`` PropagationPolicy, which
-    puts them in every member (the sandbox's repositories check that they are there, not what
-    they hold)."""
-    label = labels.key(domain, labels.ARTIFACT_CREDENTIALS)
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": store["credentials_secret"], "labels": {label: "true"}},
-            "stringData": {"accessKey": f"demo-{site}", "secretKey": f"demo-{site}-secret"},
-        }
-        for site, store in ARTIFACT_STORES.items()
-    ]
-
 
 # (source, target, Mbit/s, cost per GB, latency ms). site-a -> site-b is the fast path.
 LINKS = [

@@ -7,7 +7,6 @@ With ``KARMADA_KUBECONFIG`` set it uses that Karmada instead of starting the san
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand
+
+from placement.demo import create_credentials
 
 SANDBOX_PORT = 18443
 
@@ -154,34 +154,13 @@ def _start_sandbox(children: _Children, time_scale: float) -> None:
         )
     proc = children.start("sandbox", [sys.executable, "-m", "sandbox", *argv])
     _wait_for(f"http://127.0.0.1:{port}/version", proc)
-    _create_credentials(f"http://127.0.0.1:{port}")
+    # What the demo sites' operators would do once: their repositories' credential Secrets on
+    # karmada-apiserver, which Karmada propagates to every site.
+    create_credentials(
+        f"http://127.0.0.1:{port}", settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN
+    )
     children.env["KARMADA_KUBECONFIG"] = str(kubeconfig)
     os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
-
-
-def _create_credentials(url: str) -> None:
-    """What the demo sites' operators would do once: their artifact repositories' credential
-    Secrets on karmada-apiserver, in the portal's namespace; Karmada propagates them, so a step
-    can read an output another site produced."""
-    from portal.management.commands.load_demo import credential_secrets
-
-    ns = settings.KARMADA_NAMESPACE
-    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-    _post(f"{url}/api/v1/namespaces", namespace)
-    for secret in credential_secrets(settings.PORTAL_LABEL_DOMAIN):
-        _post(f"{url}/api/v1/namespaces/{ns}/secrets", secret)
-
-
-def _post(url: str, body: dict[str, Any]) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10):
-            return
-    except urllib.error.HTTPError as exc:
-        if exc.code != 409:  # already there: a sandbox kept from an earlier start
-            raise
 
 
 def _port_free(port: int) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 from dataclasses import dataclass, field
@@ -10,11 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from sandbox.argo import Member
+from sandbox.argo.site import seed_buckets
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
 from sandbox.karmada import Karmada, admission
-from sandbox.resources import CLUSTER, NAMESPACE, Registry, ResourceType
+from sandbox.resources import CLUSTER, NAMESPACE, SECRET, Registry, ResourceType
 from sandbox.schema import SchemaRegistry
 from sandbox.store import Obj, Store, clone
 from sandbox.ttl import WorkflowGC
@@ -58,6 +60,8 @@ class Sandbox:
         self._wake = asyncio.Event()
         self.store.listeners.append(lambda ev: self._wake.set())
         self.seed()
+        if config.execute:
+            seed_buckets(self)
 
     def seed(self) -> None:
         for ns in DEFAULT_NAMESPACES:
@@ -103,7 +107,7 @@ class Sandbox:
         body = await self.karmada.webhooks.admit(rtype, body, namespace)
         self._default(rtype, body)
         admission.validate(rtype, body, None)
-        return body
+        return _secret_data(rtype, body)
 
     def admit_update(self, rtype: ResourceType, obj: Obj, old: Obj | None) -> Obj:
         """The UPDATE chain (registered webhooks are called on CREATE only)."""
@@ -113,7 +117,7 @@ class Sandbox:
         self._default(rtype, obj)
         obj = admission.mutate(rtype, obj, "UPDATE")
         admission.validate(rtype, obj, old)
-        return obj
+        return _secret_data(rtype, obj)
 
     async def run(self) -> None:
         """The controllers' loop: reconcile whenever something changed, coalescing bursts."""
@@ -187,3 +191,16 @@ class Sandbox:
     def member_workflows(self, cluster: str) -> list[Obj]:
         member = self.members.get(cluster)
         return member.workflow_objects() if member else []
+
+
+def _secret_data(rtype: ResourceType, obj: Obj) -> Obj:
+    """A Secret's `stringData` is write-only: the apiserver merges it into `data`, base64
+    encoded, over keys of the same name (kubernetes `pkg/apis/core/v1/conversion.go`,
+    `Convert_v1_Secret_To_core_Secret`), so what is stored and propagated is `data` only."""
+    if rtype is not SECRET or not isinstance(obj.get("stringData"), dict):
+        return obj
+    data = dict(obj.get("data") or {})
+    for key, value in obj.pop("stringData").items():
+        data[str(key)] = base64.b64encode(str(value).encode()).decode()
+    obj["data"] = data
+    return obj

@@ -173,6 +173,29 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ("ric",),
         status_subresource=False,
     ),
+    # Core kinds a PropagationPolicy may select besides Workflows (karmada-apiserver serves
+    # every built-in kind; these are the ones the portal propagates: artifact credentials).
+    ResourceType(
+        "",
+        "v1",
+        "secrets",
+        "Secret",
+        True,
+        "secret",
+        (),
+        printer_columns=(("Type", ".type", "string"),),
+        status_subresource=False,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        True,
+        "configmap",
+        ("cm",),
+        status_subresource=False,
+    ),
 )
 
 
@@ -213,3 +236,5 @@ MUTATING_WEBHOOK = RESOURCE_TYPES[8]
 WORK = RESOURCE_TYPES[9]
 EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
+SECRET = RESOURCE_TYPES[12]
+CONFIG_MAP = RESOURCE_TYPES[13]

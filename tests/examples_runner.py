@@ -37,6 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from placement.demo import create_credentials  # noqa: E402 - (the same)
 from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
     REFERENCE,
     WATCHER_READY,
@@ -122,6 +123,13 @@ class Stack:
             )
             out = self._manage("load_demo")
             self.token = out.rsplit("API token: ", 1)[1].strip()
+            # The demo sites' repositories are in the inventory: steps reading another site's
+            # outputs need its credential Secret, which Karmada propagates (as run_demo does).
+            create_credentials(
+                f"http://127.0.0.1:{self.sandbox_port}",
+                self.env.get("KARMADA_NAMESPACE", "portal"),
+                self.env.get("PORTAL_LABEL_DOMAIN", "portal.multisite.io"),
+            )
             self.processes.start(
                 "worker",
                 worker_argv(concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"),

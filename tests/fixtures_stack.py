@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -18,6 +21,7 @@ import redis
 from django.core.management import call_command
 from django.db import connection
 
+from placement.demo import create_credentials
 from portal import gateway
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.stack import (
@@ -124,9 +128,17 @@ def running_stack(
     live_server: Any,
     *,
     resync: bool,
+    execute: bool = False,
 ) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
-    sandbox = start_sandbox(workdir, time_scale=TIME_SCALE)
+    extra: list[str] = []
+    if execute:
+        # Steps run under their own user ids: their folders must be reachable by others, which
+        # pytest's temp folders (0700) are not.
+        data = Path(tempfile.mkdtemp(prefix="sandbox-stack-data-"))
+        data.chmod(0o755)
+        extra = ["--execute", "--data-dir", str(data)]
+    sandbox = start_sandbox(workdir, time_scale=TIME_SCALE, extra_args=extra)
     with django_db_blocker.unblock():
         db = connection.settings_dict
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
@@ -160,6 +172,8 @@ def running_stack(
             s.processes.stop_all()
         finally:
             sandbox.stop()
+            if execute:
+                shutil.rmtree(extra[-1], ignore_errors=True)
             # Anything of theirs still connected would keep the test database from being
             # dropped.
             with django_db_blocker.unblock():
@@ -189,6 +203,22 @@ def stack_without_resync(
         yield s
 
 
+@pytest.fixture(scope="module")
+def executing_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_server: Any,
+) -> Iterator[Stack]:
+    """The stack on a sandbox that really runs the steps (`--execute`; needs bubblewrap)."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    with running_stack(
+        tmp_path_factory, django_db_blocker, live_server, resync=True, execute=True
+    ) as s:
+        yield s
+
+
 @contextlib.contextmanager
 def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     """The demo fleet in the database, the policies on the sandbox, no faults; every process
@@ -202,6 +232,9 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     gateway.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)
+    # The demo sites' credential Secrets, as run_demo creates them: with real execution a step
+    # reading another site's output waits for its Secret (tests that want it absent delete it).
+    create_credentials(stack.sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
     from portal import tasks
 
     # Twice: the portal syncs its policies at start-up and again on every inventory or Cluster
@@ -233,4 +266,10 @@ def live_without_resync(
     stack_without_resync: Stack, transactional_db: Any, settings: Any
 ) -> Iterator[Stack]:
     with stack_for_test(stack_without_resync, settings) as s:
+        yield s
+
+
+@pytest.fixture
+def live_executing(executing_stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
+    with stack_for_test(executing_stack, settings) as s:
         yield s

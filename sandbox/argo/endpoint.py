@@ -3,7 +3,8 @@
 * `POST workflows` creates a Workflow on the member directly (no Karmada), `GET workflows`
   lists the member's Workflows with live status;
 * `POST objects` stores a Secret or ConfigMap in the member (what a step's env, volumes and
-  cross-site artifact credentials read);
+  cross-site artifact credentials read); `GET objects` lists those it holds (put there this
+  way or propagated by Karmada);
 * `GET pods/{namespace}/{pod}/log[?container=&tailLines=]` a pod's log, as the kubelet's.
 """
 
@@ -45,6 +46,8 @@ def member_endpoint(
             raise ApiError.bad_request("a Secret or a ConfigMap")
         member.put_object(body)
         return 201, body
+    if rest == ["objects"] and method == "GET":
+        return 200, {"items": [member.objects[k] for k in sorted(member.objects)]}
     if len(rest) == 4 and rest[0] == "pods" and rest[3] == "log" and method == "GET":
         tail = query.get("tailLines")
         text = member.pod_log(rest[1], rest[2], query.get("container"), int(tail) if tail else None)

@@ -304,6 +304,7 @@ class Pods(RunCore):
         for c in containers:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
+        self._artifact_secrets(node)
         try:
             await asyncio.to_thread(self._load_inputs, node, layout)
         except ArtifactError as exc:
@@ -385,6 +386,20 @@ class Pods(RunCore):
         return max(int(quantity.parse(str(limit))), 64 * 2**20)
 
     # -- artifacts and outputs --------------------------------------------------------------
+    def _artifact_secrets(self, node: dict[str, Any]) -> None:
+        """The credential Secrets an input artifact's location names are volumes of the pod
+        (createSecretVolumesAndMounts, workflow/controller/workflowpod.go): with one missing
+        the kubelet cannot mount it, and the pod waits, Pending, until the Secret exists
+        (it does not fail)."""
+        for art in (node.get("inputs") or {}).get("artifacts") or []:
+            s3 = art.get("s3") or {}
+            for ref in ("accessKeySecret", "secretKeySecret", "sessionTokenSecret"):
+                name = (s3.get(ref) or {}).get("name")
+                if name and not self.member.has_object("Secret", self.namespace, name):
+                    raise NotRunnable(
+                        f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
+                    )
+
     def _load_inputs(self, node: dict[str, Any], layout: PodLayout) -> None:
         for art in (node.get("inputs") or {}).get("artifacts") or []:
             path = art.get("path")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import shutil
 import tempfile
 from collections import OrderedDict
 from functools import cached_property
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.artifacts import ArtifactError, Repository
 from sandbox.executor import Tail
-from sandbox.fleet import Execution, Site, load_execution
+from sandbox.fleet import DEMO_FLEET, Execution, Site, load_execution
 from sandbox.store import Obj
 
 if TYPE_CHECKING:
@@ -36,6 +37,26 @@ def data_root(sb: Sandbox) -> Path:
     # Steps run under their own user ids and must reach their folders.
     root.chmod(0o755)
     return root
+
+
+def seed_buckets(sb: Sandbox) -> None:
+    """Files a site's bucket holds from the start (`artifacts.seed` in the fleet file: a folder
+    beside the fleet file, or beside the shipped fleets, so a copy of the demo fleet keeps its
+    data; its contents become keys), as a site's archive would: the demo's Sentinel-2 scene at
+    site-a. Kept as plain keys under their prefix, so a step reads a folder with a key-only
+    input artifact."""
+    fleet = sb.config.fleet or DEMO_FLEET
+    for site in sb.sites.values():
+        seed = site.artifacts.get("seed")
+        if not seed:
+            continue
+        found = [
+            p / str(seed) for p in (fleet.parent, DEMO_FLEET.parent) if (p / str(seed)).is_dir()
+        ]
+        if not found:
+            raise ValueError(f"site {site.name}: artifacts.seed {seed!r} is not a folder")
+        src = found[0]
+        shutil.copytree(src, data_root(sb) / "buckets" / site.bucket, dirs_exist_ok=True)
 
 
 class SiteExecution:
@@ -124,6 +145,9 @@ class SiteExecution:
         meta = obj.get("metadata") or {}
         key = (str(obj.get("kind")), str(meta.get("namespace") or "default"), str(meta["name"]))
         self.objects[key] = obj
+
+    def delete_object(self, kind: str, namespace: str, name: str) -> None:
+        self.objects.pop((kind, namespace, name), None)
 
     def get_object(self, kind: str, namespace: str, name: Any) -> Obj | None:
         return self.objects.get((kind, namespace, str(name)))

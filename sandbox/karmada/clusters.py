@@ -137,7 +137,14 @@ class ClusterController:
         return {
             "kubernetesVersion": member.kubernetes_version,
             "apiEnablements": [
-                {"groupVersion": "v1", "resources": [{"name": "pods", "kind": "Pod"}]},
+                {
+                    "groupVersion": "v1",
+                    "resources": [
+                        {"name": "configmaps", "kind": "ConfigMap"},
+                        {"name": "pods", "kind": "Pod"},
+                        {"name": "secrets", "kind": "Secret"},
+                    ],
+                },
                 {
                     "groupVersion": "argoproj.io/v1alpha1",
                     "resources": [{"name": "workflows", "kind": "Workflow"}],

@@ -38,6 +38,7 @@ from sandbox.karmada.detector import (
 )
 from sandbox.karmada.events import Events
 from sandbox.karmada.overrides import apply_override_policies
+from sandbox.karmada.propagation import PlainPropagation
 from sandbox.karmada.scheduling import cluster_ready, schedule
 from sandbox.karmada.webhooks import Webhooks
 from sandbox.resources import (
@@ -107,6 +108,8 @@ class Karmada:
         self._all_dirty = True
         self._last_full = 0.0
         self.store.listeners.append(self._on_event)
+        # Secrets and ConfigMaps a policy selects (their own detector pass).
+        self.plain = PlainPropagation(self)
 
     def reset(self) -> None:
         self._applied.clear()
@@ -150,6 +153,7 @@ class Karmada:
             self._all_dirty = True
         self._frozen = frozen
         release_policies(self.store)
+        self.plain.reconcile(clusters, frozen, force=self._all_dirty)
         now = time.monotonic()
         if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
             self._all_dirty = False
@@ -181,6 +185,8 @@ class Karmada:
             (w["metadata"]["namespace"], w["metadata"]["name"]) for w in self.store.all(WORKFLOW)
         }
         for rb in self.store.all(RESOURCE_BINDING):
+            if (rb["spec"].get("resource") or {}).get("kind") != WORKFLOW.kind:
+                continue  # a Secret's or ConfigMap's: PlainPropagation's
             keys.add(
                 (rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get("name", ""))
             )

@@ -11,8 +11,10 @@ from sandbox.karmada import admission
 from sandbox.karmada.policy import choose_policy
 from sandbox.resources import (
     CLUSTER_PROPAGATION_POLICY,
+    CONFIG_MAP,
     PROPAGATION_POLICY,
     RESOURCE_BINDING,
+    SECRET,
     WORKFLOW,
     ResourceType,
 )
@@ -25,9 +27,18 @@ RB_ID_LABEL = "resourcebinding.karmada.io/permanent-id"
 BINDING_FINALIZER = "karmada.io/binding-controller"
 
 
-def bind(store: Store, wf: Obj, pps: list[Obj], cpps: list[Obj]) -> Obj | None:
-    """Claims the Workflow for the policy that matches it best and creates its binding;
-    None when no policy matches (`ApplyPolicy`, `ClaimPolicyForObject`, `BuildResourceBinding`)."""
+def binding_name(kind: str, name: str) -> str:
+    """names.GenerateBindingName (`pkg/util/names/names.go`)."""
+    return f"{name.replace(':', '.')}-{kind}".lower()
+
+
+def bind(
+    store: Store, wf: Obj, pps: list[Obj], cpps: list[Obj], rtype: ResourceType = WORKFLOW
+) -> Obj | None:
+    """Claims the template (a Workflow, or a Secret or ConfigMap) for the policy that matches
+    it best and creates its binding; None when no policy matches (`ApplyPolicy`,
+    `ClaimPolicyForObject`, `BuildResourceBinding`). Only a workload has replicas and a node
+    claim (the shipped Workflow interpreter's GetReplicas); other kinds have neither."""
     policy = choose_policy(pps, cpps, wf)
     if policy is None:
         return None
@@ -46,20 +57,20 @@ def bind(store: Store, wf: Obj, pps: list[Obj], cpps: list[Obj]) -> Obj | None:
         claimed = clone(wf)
         claimed["metadata"].setdefault("labels", {}).update(labels)
         claimed["metadata"].setdefault("annotations", {}).update(annotations)
-        wf = store.update(WORKFLOW, claimed, validate=False, check_rv=False)
+        wf = store.update(rtype, claimed, validate=False, check_rv=False)
         meta = wf["metadata"]
     spec = policy.get("spec") or {}
     rb: Obj = {
         "metadata": {
-            "name": f"{meta['name']}-workflow",
+            "name": binding_name(rtype.kind, meta["name"]),
             "namespace": meta["namespace"],
             "labels": dict(labels, **{RB_ID_LABEL: str(uuid_for(meta["uid"]))}),
             "annotations": annotations,
             "finalizers": [BINDING_FINALIZER],
             "ownerReferences": [
                 {
-                    "apiVersion": WORKFLOW.api_version,
-                    "kind": "Workflow",
+                    "apiVersion": rtype.api_version,
+                    "kind": rtype.kind,
                     "name": meta["name"],
                     "uid": meta["uid"],
                     "controller": True,
@@ -69,22 +80,23 @@ def bind(store: Store, wf: Obj, pps: list[Obj], cpps: list[Obj]) -> Obj | None:
         },
         "spec": {
             "resource": {
-                "apiVersion": WORKFLOW.api_version,
-                "kind": "Workflow",
+                "apiVersion": rtype.api_version,
+                "kind": rtype.kind,
                 "namespace": meta["namespace"],
                 "name": meta["name"],
                 "uid": meta["uid"],
                 "resourceVersion": meta["resourceVersion"],
             },
-            "replicas": int((wf.get("spec") or {}).get("parallelism") or 1),
             "placement": clone(spec.get("placement") or {}),
             "schedulerName": spec.get("schedulerName", "default-scheduler"),
             "conflictResolution": spec.get("conflictResolution", "Abort"),
         },
     }
-    claim = _node_claim(wf)
-    if claim:
-        rb["spec"]["replicaRequirements"] = {"nodeClaim": claim}
+    if rtype is WORKFLOW:
+        rb["spec"]["replicas"] = int((wf.get("spec") or {}).get("parallelism") or 1)
+        claim = _node_claim(wf)
+        if claim:
+            rb["spec"]["replicaRequirements"] = {"nodeClaim": claim}
     return store.create(RESOURCE_BINDING, rb, validate=False)
 
 
@@ -101,7 +113,7 @@ def release_policies(store: Store) -> None:
             if not meta.get("deletionTimestamp"):
                 continue
             policy_id = (meta.get("labels") or {}).get(label)
-            for kind in (WORKFLOW, RESOURCE_BINDING):
+            for kind in (WORKFLOW, RESOURCE_BINDING, SECRET, CONFIG_MAP):
                 for obj in store.all(kind):
                     if policy_id and (obj["metadata"].get("labels") or {}).get(label) == policy_id:
                         _unclaim(store, kind, obj, label)

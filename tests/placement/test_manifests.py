@@ -181,7 +181,7 @@ def test_demo_step_workflows_validate_against_argo_schemas() -> None:
     for wf in demo_step_workflows():
         assert argo_problems(wf) == [], dump(wf)
     broken = demo_step_workflows()[0]
-    broken["spec"]["templates"][0]["container"]["args"] = "not-a-list"
+    broken["spec"]["templates"][0]["script"]["args"] = "not-a-list"
     assert argo_problems(broken)
 
 
@@ -241,8 +241,8 @@ def test_the_image_mirror_patch_rewrites_every_image() -> None:
     assert image_mirror_patch(wf, "mirror.example.org") == [
         {
             "op": "replace",
-            "path": "/spec/templates/0/container/image",
-            "value": "mirror.example.org/eo/ingest:1.4.0",
+            "path": "/spec/templates/0/script/image",
+            "value": "mirror.example.org/library/python:3",
         }
     ]
     mirrored = step_workflow(
@@ -255,7 +255,7 @@ def test_the_image_mirror_patch_rewrites_every_image() -> None:
         reason="x",
         image_mirror="mirror.example.org",
     )
-    assert mirrored["spec"]["templates"][0]["container"]["image"].startswith("mirror.example.org/")
+    assert mirrored["spec"]["templates"][0]["script"]["image"].startswith("mirror.example.org/")
 
 
 def test_the_shipped_schema_is_the_build_of_the_upstream_one() -> None:

@@ -391,10 +391,12 @@ def test_the_demo_pipeline_gives_three_units_with_their_facts() -> None:
     assert pre.upstream == ("ingest",) and pre.depends == "ingest"
     assert inference.upstream == ("preprocess",)
     assert ingest.datasets == ("sentinel2-l1c",)
-    assert ingest.data_refs[0].startswith("s3://eo-archive/sentinel2/l1c/")
+    # The scene's key in the site's repository (its input artifact) and the scene URI.
+    assert ingest.data_refs[0] == "sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE"
+    assert ingest.data_refs[1].startswith("s3://eo-archive/sentinel2/l1c/")
     assert ingest.resources == Resources(2000, 4 * GIB, 0)
     assert inference.resources == Resources(4000, 24 * GIB, 1)
-    assert inference.images == ("ghcr.io/eo/inference:0.9.2",)
+    assert inference.images == ("python:3",)
     assert pre.arguments.artifacts[0].from_ == "{{tasks.ingest.outputs.artifacts.tiles}}"
     assert inference.arguments.parameters[1].value == "{{tasks.preprocess.outputs.result}}"
 

@@ -187,9 +187,7 @@ def test_pin_exclude_and_labels_are_hard_filters() -> None:
 def test_rules_match_by_selector_and_project_only() -> None:
     unit = eo_pipeline().units[0]
     other_project = Rule(1, "pin-b", "pin", Selector(project="other"), params={"sites": ["site-b"]})
-    by_image = Rule(
-        2, "img", "pin", Selector(image="ghcr.io/eo/ingest:*"), params={"sites": ["site-c"]}
-    )
+    by_image = Rule(2, "img", "pin", Selector(image="python:*"), params={"sites": ["site-c"]})
     wrong_label = Rule(3, "lbl", "pin", Selector(labels={"app": "x"}), params={"sites": ["site-b"]})
     disabled = Rule(4, "off", "pin", Selector(), params={"sites": ["site-b"]}, enabled=False)
     book = RuleBook([other_project, by_image, wrong_label, disabled])

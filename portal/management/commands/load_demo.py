@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from placement.demo import ARTIFACT_STORES
 from placement.models import PlacementRule
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 
@@ -135,7 +136,11 @@ class Command(BaseCommand):
                 # descriptive fields the scenario depends on.
                 for key in ("region", "zone", "provider", "labels", "capabilities"):
                     setattr(site, key, spec[key])
-                site.save()
+            site.overrides = {
+                **(site.overrides or {}),
+                "artifact_store": ARTIFACT_STORES[site.name],
+            }
+            site.save()
             sites[site.name] = site
         for source, target, mbps, cost, latency in LINKS:
             SiteLink.objects.update_or_create(

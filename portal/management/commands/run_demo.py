@@ -23,6 +23,8 @@ from django.conf import settings
 from django.core.management import call_command, get_commands
 from django.core.management.base import BaseCommand
 
+from placement.demo import create_credentials
+
 SANDBOX_PORT = 18443
 
 
@@ -152,6 +154,11 @@ def _start_sandbox(children: _Children, time_scale: float) -> None:
         )
     proc = children.start("sandbox", [sys.executable, "-m", "sandbox", *argv])
     _wait_for(f"http://127.0.0.1:{port}/version", proc)
+    # What the demo sites' operators would do once: their repositories' credential Secrets on
+    # karmada-apiserver, which Karmada propagates to every site.
+    create_credentials(
+        f"http://127.0.0.1:{port}", settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN
+    )
     children.env["KARMADA_KUBECONFIG"] = str(kubeconfig)
     os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
 

@@ -279,16 +279,30 @@ def test_artifacts_across_sites_only_where_reachable(
     (node,) = site_b.pods(status).values()
     key = node["outputs"]["artifacts"][0]["s3"]["key"]
     reader = _reader(key, "s3.site-b.sandbox.invalid", "site-b-artifacts")
-    # site-a may read site-b's bucket (demo fleet), but only with the credential Secret.
-    status = site_a.wait(site_a.create(reader))
-    assert status["phase"] == "Error"
-    assert 'secrets "site-b-artifacts-credentials" not found' in status["message"] or any(
-        "site-b-artifacts-credentials" in (n.get("message") or "") for n in status["nodes"].values()
+    # site-a may read site-b's bucket (demo fleet), but only with the credential Secret: the
+    # location names it, it is a volume of the pod, and without it the pod waits (Pending).
+    s3 = reader["spec"]["templates"][0]["inputs"]["artifacts"][0]["s3"]
+    s3["accessKeySecret"] = {"name": "site-b-artifacts-credentials", "key": "accessKey"}
+    name = site_a.create(reader)
+
+    def pending() -> str | None:
+        nodes = (site_a.status(name).get("nodes") or {}).values()
+        return next(
+            (
+                n["message"]
+                for n in nodes
+                if n["type"] == "Pod" and n["phase"] == "Pending" and "message" in n
+            ),
+            None,
+        )
+
+    message = site_a.server.wait_for(pending, what="the reader's pod to wait for its Secret")
+    assert message == (
+        'MountVolume.SetUp failed for volume "site-b-artifacts-credentials" : '
+        'secret "site-b-artifacts-credentials" not found'
     )
     site_a.put(secret("site-b-artifacts-credentials", accessKey="a", secretKey="b"))
-    status = site_a.wait(
-        site_a.create(_reader(key, "s3.site-b.sandbox.invalid", "site-b-artifacts"))
-    )
+    status = site_a.wait(name)
     assert status["phase"] == "Succeeded", status.get("message")
     (node,) = site_a.pods(status).values()
     assert node["outputs"]["result"] == "from-b"

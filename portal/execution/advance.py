@@ -20,7 +20,14 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import SiteState, ancestors, event, site_usable, sites_state
+from portal.execution.common import (
+    SiteState,
+    ancestors,
+    event,
+    site_usable,
+    sites_state,
+    upstream_where,
+)
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
@@ -106,7 +113,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,
-        upstream_sites={u.name: u.site for u in units if u.site},
+        upstream_sites=upstream_where(units),
         ancestors=ancestors(unit, units),  # residency of what they read binds the items
     ).by_unit()
     rows = [
@@ -390,7 +397,7 @@ def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,
-        upstream_sites={u.name: u.site for u in units if u.site},
+        upstream_sites=upstream_where(units),
         timing="submit",
     )
     spec = {**codec.unit_to_dict(unit), "kind": "exit", "workflow_status": status}

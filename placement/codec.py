@@ -79,6 +79,7 @@ def unit_to_dict(u: Unit) -> dict[str, Any]:
         "item_index": u.item_index,
         "with_param": u.with_param,
         "continue_on_failed": u.continue_on_failed,
+        "output_bytes": u.output_bytes,
     }
 
 
@@ -108,4 +109,12 @@ def unit_from_dict(d: dict[str, Any]) -> Unit:
         item_index=d.get("item_index"),
         with_param=d.get("with_param"),
         continue_on_failed=bool(d.get("continue_on_failed", False)),
+        output_bytes=_bytes_or_none(d.get("output_bytes")),
     )
+
+
+def _bytes_or_none(value: Any) -> int | None:
+    """A stored byte count; None for anything else (units stored before sizes were kept)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return int(value)

@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, NamedTuple, Protocol, cast
 
 from placement import planner
 from placement.parser import Arguments, Resources, Unit, UnitKind
 
 
 class UpstreamRow(Protocol):
-    """What the context reads of an upstream unit (a ``UnitRun`` row)."""
+    """What the context reads of a unit of the run (a ``UnitRun`` row)."""
 
     name: str
     site: str
     outputs: Any
+    upstream: Any
+    spec: Any
 
 
 def upstream_bytes(outputs: Any) -> int | None:
@@ -45,7 +47,45 @@ def upstream_bytes(outputs: Any) -> int | None:
     return total
 
 
-CONTEXT_VERSION = 1
+def output_size(outputs: Any, declared: Any) -> tuple[int | None, bool]:
+    """``(bytes, declared)`` of what an ended unit passes on: the sizes its member reported
+    when every artifact states one (real Argo states none), else what its template declared
+    (the ``output-sizes`` annotation, ``Unit.output_bytes``), else ``(None, False)``: unknown,
+    and the decision says so."""
+    reported = upstream_bytes(outputs)
+    if reported is not None:
+        return reported, False
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared >= 0:
+        return declared, True
+    return None, False
+
+
+def upstream_location(site: str, outputs: Any, spec: Any) -> planner.Upstream:
+    """Where an ended unit's outputs are and how big they are, for the planner."""
+    declared = spec.get("output_bytes") if isinstance(spec, Mapping) else None
+    nbytes, is_declared = output_size(outputs, declared)
+    return planner.Upstream(site, nbytes, declared=is_declared)
+
+
+def ancestor_names(upstream: Iterable[str], upstream_of: Mapping[str, Any]) -> list[str]:
+    """Every unit whose outputs a unit reads, directly or through others (``upstream``: its
+    own upstream; ``upstream_of``: each unit's upstream names). Residency binds through them
+    all: outputs computed from a residency-bound dataset are bound too."""
+    seen: set[str] = set()
+    todo = list(upstream)
+    out: list[str] = []
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in upstream_of:
+            continue
+        seen.add(name)
+        out.append(name)
+        todo.extend(upstream_of[name] or ())
+    return out
+
+
+# 2: upstream entries may say their size was declared; the ancestors' data is carried.
+CONTEXT_VERSION = 2
 CONTEXT_MAX_CHARS = 32 * 1024  # well inside the 256 KiB Kubernetes allows all annotations
 # What planner.decide reads of a unit (codec names); arguments and items can be large and the
 # planner reads neither.
@@ -70,19 +110,34 @@ def context_annotation(
     *, project: str | None, unit_spec: Mapping[str, Any], units: Iterable[UpstreamRow]
 ) -> str | None:
     """The ``<domain>/placement-context`` annotation of a runtime step workflow: the unit's
-    needs and where its upstream units ran and what they produced. They have all ended when it
-    is created, so this is the newest state of them; capacity and cordons still come from the
-    fleet snapshot at admission. None when it would be too large (the webhook then reads the
-    database)."""
+    needs, where its upstream units ran and what they produced, and what its ancestors read
+    (the webhook binds it by their datasets' residency, as the worker's own planning does).
+    Its upstream units have all ended when it is created, so this is the newest state of them;
+    capacity, cordons and residency still come from the fleet snapshot at admission. None when
+    it would be too large (the webhook then reads the database)."""
+    rows = {u.name: u for u in units}
     needed = set(unit_spec.get("upstream") or ())
-    upstream = {
-        u.name: [u.site, upstream_bytes(u.outputs)] for u in units if u.name in needed and u.site
-    }
+    upstream: dict[str, list[Any]] = {}
+    for name in sorted(needed):
+        u = rows.get(name)
+        if u is None or not u.site:
+            continue
+        where = upstream_location(u.site, u.outputs, u.spec)
+        upstream[name] = [where.site, where.bytes, *(["declared"] if where.declared else [])]
+    upstream_of = {n: r.upstream for n, r in rows.items()}
+    names = ancestor_names(unit_spec.get("upstream") or (), upstream_of)
+    ancestors = []
+    for name in sorted(names):
+        spec = rows[name].spec if isinstance(rows[name].spec, Mapping) else {}
+        datasets, refs = list(spec.get("datasets") or ()), list(spec.get("data_refs") or ())
+        if datasets or refs:
+            ancestors.append({"name": name, "datasets": datasets, "data_refs": refs})
     doc = {
         "v": CONTEXT_VERSION,
         "project": project,
         "unit": {k: unit_spec[k] for k in _CONTEXT_UNIT_KEYS if k in unit_spec},
         "upstream": upstream,
+        "ancestors": ancestors,
     }
     text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= CONTEXT_MAX_CHARS else None
@@ -148,12 +203,65 @@ def _context_unit(d: Any) -> Unit:
 _NO_ARGUMENTS = Arguments()
 
 
-def context_read(
-    text: Any, slug: str
-) -> tuple[Unit, str | None, dict[str, planner.Upstream]] | None:
-    """The unit, project and upstream of a step workflow's placement context (the
-    annotation's value); None when it is absent, not well-formed, or about another unit than
-    the labels name (the caller then reads the database)."""
+class Context(NamedTuple):
+    """What a placement context says: the unit, its project, where its upstream units' outputs
+    are, and its ancestors (only what they read: the planner binds by their residency)."""
+
+    unit: Unit
+    project: str | None
+    upstream: dict[str, planner.Upstream]
+    ancestors: tuple[Unit, ...]
+
+
+def ancestor_unit(name: str, datasets: Iterable[str], data_refs: Iterable[str]) -> Unit:
+    """An ancestor as the planner reads one: only what it read."""
+    return Unit(
+        name=name,
+        slug=name,
+        kind="task",
+        task=name,
+        template=name,
+        templates=(name,),
+        upstream=(),
+        depends="",
+        when=None,
+        arguments=_NO_ARGUMENTS,
+        labels={},
+        images=(),
+        resources=Resources(),
+        datasets=tuple(datasets),
+        data_refs=tuple(data_refs),
+    )
+
+
+def _upstream_entry(value: Any) -> planner.Upstream:
+    if not (isinstance(value, list) and len(value) in (2, 3)):
+        raise _Malformed("upstream")
+    site, nbytes, *how = value
+    if not isinstance(site, str) or not site:
+        raise _Malformed("upstream")
+    if nbytes is not None and (type(nbytes) is not int or nbytes < 0):
+        raise _Malformed("upstream")
+    if how not in ([], ["declared"]) or (how and nbytes is None):
+        raise _Malformed("upstream")
+    return planner.Upstream(site, nbytes, declared=bool(how))
+
+
+def _ancestors(value: Any) -> tuple[Unit, ...]:
+    if type(value) is not list:
+        raise _Malformed("ancestors")
+    out = []
+    for a in value:
+        if type(a) is not dict:
+            raise _Malformed("ancestors")
+        out.append(ancestor_unit(_str(a, "name"), _strs(a, "datasets"), _strs(a, "data_refs")))
+    return tuple(out)
+
+
+def context_read(text: Any, slug: str) -> Context | None:
+    """The unit, project, upstream and ancestors of a step workflow's placement context (the
+    annotation's value); None when it is absent, not well-formed, of another version, or about
+    another unit than the labels name (the caller then reads the database)."""
     if not isinstance(text, str) or len(text) > CONTEXT_MAX_CHARS:
         return None
     try:
@@ -168,20 +276,12 @@ def context_read(
     ups = doc.get("upstream")
     if not isinstance(ups, dict):
         return None
-    upstream: dict[str, planner.Upstream] = {}
-    for up_name, value in ups.items():
-        if not (isinstance(value, list) and len(value) == 2):
-            return None
-        site, nbytes = value
-        if not isinstance(site, str) or not site:
-            return None
-        if nbytes is not None and (type(nbytes) is not int or nbytes < 0):
-            return None
-        upstream[up_name] = planner.Upstream(site, nbytes)
     try:
+        upstream = {name: _upstream_entry(value) for name, value in ups.items()}
+        ancestors = _ancestors(doc.get("ancestors"))
         unit = _context_unit(doc.get("unit"))
     except _Malformed:
         return None
     if unit.slug != slug:
         return None
-    return unit, project, upstream
+    return Context(unit, project, upstream, ancestors)

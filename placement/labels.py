@@ -32,6 +32,9 @@ ARTIFACT_CREDENTIALS = "artifact-credentials"
 REASON = "reason"  # one line saying why the step workflow is where it is
 UNIT_NAME = "unit-name"  # the unit's full name (the slug label may be shortened)
 DATASETS = "datasets"  # on submitted workflows and templates: datasets a unit reads
+# On a template: the sizes of its output artifacts, "tiles=2Gi,patches=500Mi" (Argo records
+# none), for the planner's data-gravity scoring of the steps that read them.
+OUTPUT_SIZES = "output-sizes"
 # On runtime step workflows: what the webhook decides from (the unit's needs, where its
 # upstream units ran and what they produced), so the admission reads no database.
 PLACEMENT_CONTEXT = "placement-context"

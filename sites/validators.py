@@ -122,12 +122,49 @@ def region_list_problems(value: Any) -> list[Problem]:
     return problems
 
 
-OVERRIDE_KEYS = {"artifact_repository", "gpu_node_selector", "image_registry_mirror"}
+OVERRIDE_KEYS = {
+    "artifact_repository",
+    "artifact_store",
+    "gpu_node_selector",
+    "image_registry_mirror",
+}
+# S3 bucket names (lower case, digits, dots, hyphens; 3 to 63) and endpoints as Argo's s3
+# artifact takes them: host[:port], no scheme.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_ENDPOINT = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
+ARTIFACT_STORE_KEYS = ("endpoint", "bucket", "credentials_secret")
+
+
+def artifact_store_problems(value: Any) -> list[Problem]:
+    """``{"endpoint": "s3.site-a.example.org", "bucket": "site-a-artifacts",
+    "credentials_secret": "site-a-artifacts-credentials"}``: where the site keeps its step
+    outputs, written in full into the step workflows of steps elsewhere that read them.
+    ``bucket`` is required; the Secret is the one propagated to every member."""
+    if not isinstance(value, dict):
+        return [("", "Must be an object with endpoint, bucket and credentials_secret.")]
+    problems: list[Problem] = [
+        (key, f"Unknown key; known: {', '.join(ARTIFACT_STORE_KEYS)}.")
+        for key in sorted(set(value) - set(ARTIFACT_STORE_KEYS))
+    ]
+    bucket = value.get("bucket")
+    if not isinstance(bucket, str) or not _BUCKET.match(bucket):
+        problems.append(("bucket", "Must be an S3 bucket name such as site-a-artifacts."))
+    endpoint = value.get("endpoint")
+    if endpoint is not None and (
+        not isinstance(endpoint, str) or len(endpoint) > 253 or not _ENDPOINT.match(endpoint)
+    ):
+        problems.append(("endpoint", "Must be host[:port] without a scheme."))
+    secret = value.get("credentials_secret")
+    if secret is not None and (
+        not isinstance(secret, str) or len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret)
+    ):
+        problems.append(("credentials_secret", "Must be the name of a Secret."))
+    return problems
 
 
 def overrides_problems(value: Any) -> list[Problem]:
-    """``{"artifact_repository": {...}, "gpu_node_selector": {k: v}, "image_registry_mirror":
-    "host[:port][/path]"}``, every key optional."""
+    """``{"artifact_repository": {...}, "artifact_store": {...}, "gpu_node_selector": {k: v},
+    "image_registry_mirror": "host[:port][/path]"}``, every key optional."""
     if not isinstance(value, dict):
         return [("", "Must be an object.")]
     problems: list[Problem] = []
@@ -141,6 +178,11 @@ def overrides_problems(value: Any) -> list[Problem]:
             problems.extend(
                 (_join("artifact_repository", p), m) for p, m in json_problems(repo, depth=1)
             )
+    if "artifact_store" in value:
+        problems.extend(
+            (_join("artifact_store", p), m)
+            for p, m in artifact_store_problems(value["artifact_store"])
+        )
     if "gpu_node_selector" in value:
         problems.extend(
             (_join("gpu_node_selector", p), m)

@@ -78,6 +78,9 @@ class Unit:
     item_index: int | None = None
     with_param: str | None = None
     continue_on_failed: bool = False
+    # Bytes of output artifacts the unit's template declares (``<domain>/output-sizes``): None
+    # when not declared (Argo records no sizes), 0 when it declares no output artifacts.
+    output_bytes: int | None = None
 
     @property
     def runtime_expansion(self) -> bool:

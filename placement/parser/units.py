@@ -29,6 +29,7 @@ from placement.parser.expansion import (
     substitute_item,
 )
 from placement.parser.names import item_label, slugify
+from placement.parser.output_sizes import declared_output_bytes
 from placement.parser.references import _TemplateIndex
 from placement.parser.resources import _max, template_images, template_pod_resources
 from placement.parser.results import Resources, Unit, UnitKind
@@ -83,6 +84,8 @@ class _UnitBuilder:
         self.wf_labels = wf_labels
         self.wf_params = wf_params
         self.annotation_key = labels.key(domain, labels.DATASETS)
+        self.sizes_key = labels.key(domain, labels.OUTPUT_SIZES)
+        self._sizes: dict[str, int | None] = {}
         # Workflow-level annotation: "name" applies to root units, "task=name" to that task.
         self.root_datasets: list[str] = []
         self.task_datasets: dict[str, list[str]] = {}
@@ -114,6 +117,7 @@ class _UnitBuilder:
         wf_patch = self.spec.get("podSpecPatch")
         for k in self.p.reachable(key):
             t = self.p.templates[k]
+            self.output_bytes(k)  # a malformed declaration is refused wherever it is
             pods.append(template_pod_resources(t, wf_patch, self.spec.get("podResources")))
             images += template_images(t)
             meta = t.get("metadata")
@@ -139,6 +143,19 @@ class _UnitBuilder:
         )
         self._facts_cache[key] = facts
         return facts
+
+    def output_bytes(self, key: str) -> int | None:
+        """The output sizes a template declares (``output_sizes``), each template's problems
+        recorded once, at the annotation's field path."""
+        if key in self._sizes:
+            return self._sizes[key]
+        total, problems = declared_output_bytes(self.p.templates.get(key, {}), self.sizes_key)
+        if problems:
+            path = _join(_join(self.p.template_paths.get(key, key), "metadata"), "annotations")
+            for problem in problems:
+                self.p.err(_join(path, self.sizes_key), problem)
+        self._sizes[key] = total
+        return total
 
     def make(
         self,
@@ -199,6 +216,7 @@ class _UnitBuilder:
             item_index=item_index,
             with_param=with_param,
             continue_on_failed=bool(isinstance(continue_on, Mapping) and continue_on.get("failed")),
+            output_bytes=self.output_bytes(key),
         )
 
     def expand(

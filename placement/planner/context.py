@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 from placement.parser import Resources
 from placement.planner.catalogue import DataCatalogue
 from placement.planner.filters import _Eligibility, _exclusions, _ineligible
-from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, Fleet, Rule
+from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, Fleet, Rule, SizeSource
 from placement.planner.rules import RuleBook
 from placement.planner.scoring import (
     _capacity,
@@ -159,17 +159,20 @@ class _Context:
             cached = self.caches.links.put(source, (per_byte, known))
         return cached
 
-    def upstream_costs(self, source: str, nbytes: int, assumed: bool) -> _Costs:
-        key = (source, nbytes, assumed)
+    def upstream_costs(self, source: str, nbytes: int, how: SizeSource) -> _Costs:
+        key = (source, nbytes, how)
         cached = self.caches.upstream.get(key)
         if cached is None:
             sites = self.sites
             per_byte, known = self.link_row(source)
             # Argo records no output sizes: an upstream output whose size is not known says so
-            # rather than passing off the estimate the score uses as a measured figure.
+            # rather than passing off the estimate the score uses as a measured figure, and a
+            # size the template declared says where it comes from.
             size = (
                 f"of unknown size (counted as {human_bytes(nbytes)})"
-                if assumed
+                if how == "assumed"
+                else f"{human_bytes(nbytes)} (declared)"
+                if how == "declared"
                 else human_bytes(nbytes)
             )
             seconds = [nbytes * f for f in per_byte]

@@ -173,7 +173,7 @@ class _FleetCaches:
         self.capacity: _Bounded[Resources, tuple[list[float], list[str]]] = _Bounded()
         self.datasets: _Bounded[tuple[DatasetInfo, ...], _Costs] = _Bounded()
         self.links: _Bounded[str, tuple[list[float], list[bool]]] = _Bounded()
-        self.upstream: _Bounded[tuple[str, int, bool], _Costs] = _Bounded()
+        self.upstream: _Bounded[tuple[str, int, str], _Costs] = _Bounded()
 
 
 @dataclass(frozen=True)
@@ -221,10 +221,23 @@ class Fleet:
 @dataclass(frozen=True)
 class Upstream:
     """Where an upstream unit's outputs are, and their size in bytes: ``None`` when not known
-    yet (at plan time), then ``ASSUMED_UPSTREAM_BYTES`` is used so a fast link still counts."""
+    (Argo records none and the template declares none), then ``ASSUMED_UPSTREAM_BYTES`` is
+    used so a fast link still counts and the reason says the size is unknown. ``declared``:
+    the size is what the producing template's ``output-sizes`` annotation says, not a figure
+    the member reported."""
 
     site: str
     bytes: int | None = None
+    declared: bool = False
+
+    @property
+    def size_source(self) -> SizeSource:
+        if self.bytes is None:
+            return "assumed"
+        return "declared" if self.declared else "reported"
+
+
+SizeSource = Literal["assumed", "declared", "reported"]
 
 
 UpstreamArg = Mapping[str, "str | Upstream | None"] | None

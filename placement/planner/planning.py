@@ -19,6 +19,7 @@ from placement.planner.inputs import (
     DatasetInfo,
     Fleet,
     Rule,
+    SizeSource,
     Timing,
     Upstream,
     UpstreamArg,
@@ -119,7 +120,10 @@ def plan(
             # Later units plan with the site a runtime decision would choose today.
             planned = d.site or d.runtime_hint
             if planned is not None and unit.name not in where:
-                where[unit.name] = Upstream(planned)
+                # What its template declares it produces (None: unknown, the reason says so).
+                where[unit.name] = Upstream(
+                    planned, unit.output_bytes, declared=unit.output_bytes is not None
+                )
     return Plan(tuple(decisions))
 
 
@@ -136,7 +140,7 @@ def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
 
 
 def _reachable(
-    ctx: _Context, elig: _Eligibility, moving: Sequence[tuple[str, int, bool]]
+    ctx: _Context, elig: _Eligibility, moving: Sequence[tuple[str, int, SizeSource]]
 ) -> _Eligibility:
     """Sites that cannot read the artifact repository of a site upstream outputs are at."""
     blocked = ctx.fleet.unreachable
@@ -214,7 +218,7 @@ def _decide(
     effective: Timing = timing or rule_timing
     moving = tuple(
         sorted(
-            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.bytes is None)
+            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.size_source)
             for u in upstream.values()
             if u.bytes is None or u.bytes > 0
         )
@@ -262,7 +266,7 @@ def _evaluate(
     req: Resources,
     matched: Sequence[Rule],
     reads: Sequence[DatasetInfo],
-    moving: Sequence[tuple[str, int, bool]],
+    moving: Sequence[tuple[str, int, SizeSource]],
     exclude: frozenset[str],
     strict_capacity: bool,
     derived: tuple[DatasetInfo, ...] = (),
@@ -276,7 +280,7 @@ def _evaluate(
     elig = _reachable(ctx, elig, moving)
     capacity = ctx.capacity(req)
     costs = [ctx.dataset_costs(reads)] if reads else []
-    costs += [ctx.upstream_costs(src, b, assumed) for src, b, assumed in moving]
+    costs += [ctx.upstream_costs(src, b, how) for src, b, how in moving]
     # The hot path: only eligible sites, in list comprehensions. Scores are rounded when rows
     # are built; ranking uses the exact values.
     idx = elig.idx

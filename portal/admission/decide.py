@@ -46,7 +46,13 @@ from django.conf import settings
 from django.db import transaction
 
 from placement import codec, parser, planner
-from placement.context import context_read, upstream_bytes
+from placement.context import (
+    Context,
+    ancestor_names,
+    ancestor_unit,
+    context_read,
+    upstream_location,
+)
 from placement.parser import Resources, Unit, WorkflowInvalid
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import labels
@@ -283,18 +289,20 @@ def _admit_step(
     if found is None:
         # No (usable) context: a step workflow from an older portal, or edited by hand.
         found = _context_from_database(run_id, slug, attempt, deadline)
-    unit, project, upstream = found
     snap = snapshot_get()
     deadline.check("reading")
     decision = planner.decide(
-        unit,
+        found.unit,
         snap.fleet,
         snap.rules,
         snap.datasets,
-        project,
-        upstream,
+        found.project,
+        found.upstream,
         timing="runtime",
         strict_capacity=True,
+        # Outputs computed from a residency-bound dataset are bound too, here as in the
+        # worker's own planning (its fallback site, failover, withParam items).
+        ancestors=found.ancestors,
     )
     deadline.check("deciding")
     if not dry_run:
@@ -306,11 +314,9 @@ def _admit_step(
     return placement_patch(obj, decision.site, decision.reason)
 
 
-def _context_from_database(
-    run_id: int, slug: str, attempt: int, deadline: Deadline
-) -> tuple[Unit, str | None, dict[str, planner.Upstream]]:
-    """The unit, its project and its upstream units' sites and bytes, read from the database
-    (three queries): for step workflows that carry no placement context."""
+def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadline) -> Context:
+    """The unit, its project, its upstream units' sites and sizes and what its ancestors read,
+    from the database (three queries): for step workflows that carry no placement context."""
     with transaction.atomic():
         statement_timeout(deadline)
         unit = (
@@ -323,18 +329,34 @@ def _context_from_database(
             raise _Skip(f"no unit {slug!r} in run {run_id}")
         if unit.attempt != attempt:
             raise _Skip(f"attempt {attempt} is not the current one ({unit.attempt})")
-        upstream: dict[str, planner.Upstream] = {}
+        rows: dict[str, tuple[Any, ...]] = {}
         if unit.upstream:
-            # order_by(): the model's default ordering would join the run table for nothing.
-            for up_name, up_site, up_outputs in (
-                UnitRun.objects.filter(run_id=run_id, name__in=list(unit.upstream))
+            # Every unit's upstream, site and what it read (not whole specs): the ancestors
+            # are the transitive upstream. order_by(): the model's default ordering would join
+            # the run table for nothing.
+            for name, *rest in (
+                UnitRun.objects.filter(run_id=run_id)
                 .order_by()
-                .values_list("name", "site", "outputs")
+                .values_list(
+                    "name",
+                    "upstream",
+                    "site",
+                    "outputs",
+                    "spec__output_bytes",
+                    "spec__datasets",
+                    "spec__data_refs",
+                )
             ):
-                if up_site:
-                    upstream[up_name] = planner.Upstream(up_site, upstream_bytes(up_outputs))
+                rows[name] = tuple(rest)
+    upstream: dict[str, planner.Upstream] = {}
+    for name in unit.upstream or ():
+        row = rows.get(name)
+        if row is not None and row[1]:
+            upstream[name] = upstream_location(row[1], row[2], {"output_bytes": row[3]})
+    names = ancestor_names(unit.upstream or (), {n: r[0] for n, r in rows.items()})
+    ancestors = tuple(ancestor_unit(n, rows[n][4] or (), rows[n][5] or ()) for n in sorted(names))
     project = unit.run.project.name if unit.run.project else None
-    return codec.unit_from_dict(unit.spec), project, upstream
+    return Context(codec.unit_from_dict(unit.spec), project, upstream, ancestors)
 
 
 def whole_unit(parsed: parser.ParsedWorkflow) -> Unit:

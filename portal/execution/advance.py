@@ -20,10 +20,18 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import SiteState, ancestors, event, site_usable, sites_state
+from portal.execution.common import (
+    SiteState,
+    ancestors,
+    event,
+    site_usable,
+    sites_state,
+    upstream_where,
+)
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
+from sites.models import SiteLink
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +114,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,
-        upstream_sites={u.name: u.site for u in units if u.site},
+        upstream_sites=upstream_where(units),
         ancestors=ancestors(unit, units),  # residency of what they read binds the items
     ).by_unit()
     rows = [
@@ -233,6 +241,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
     """Pass over the units until a pass changes nothing (``units`` grows with expanded items
     and the exit handler, and a pass sees what it added), or the turn is spent."""
     sites: dict[str, SiteState] | None = None
+    blocked: frozenset[tuple[str, str]] | None = None
     progressed = True
     while progressed and not turn.cut:
         progressed = False
@@ -263,6 +272,20 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
                 progressed = True
                 sites = None  # failover may have read newer state; read again when needed
                 continue
+            if unit.timing == UnitTiming.SUBMIT and unit.upstream:
+                if blocked is None:
+                    blocked = _unreachable_pairs()
+                cut = _out_of_reach(unit, units, blocked)
+                if cut and failover_unit(
+                    run,
+                    unit,
+                    units,
+                    reason=f"site {unit.site} cannot reach the artifact repository of "
+                    f"{', '.join(cut)}, where its upstream outputs are",
+                ):
+                    progressed = True
+                    sites = None
+                    continue
             ready.append(unit)
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
@@ -283,6 +306,27 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if exit_unit is not None and exit_unit not in units:
                 units.append(exit_unit)
                 progressed = True
+
+
+def _unreachable_pairs() -> frozenset[tuple[str, str]]:
+    """(source, target) site pairs whose link says steps at target cannot read source's
+    artifact repository."""
+    return frozenset(
+        SiteLink.objects.filter(artifacts_reachable=False)
+        .order_by()
+        .values_list("source__name", "target__name")
+    )
+
+
+def _out_of_reach(
+    unit: UnitRun, units: list[UnitRun], blocked: frozenset[tuple[str, str]]
+) -> list[str]:
+    """Sites holding the unit's upstream outputs that its site cannot read. It was placed at
+    submission from where they were planned; a runtime upstream may have landed elsewhere."""
+    if not blocked:
+        return []
+    upstream = set(unit.upstream or ())
+    return sorted({u.site for u in units if u.name in upstream and (u.site, unit.site) in blocked})
 
 
 def _held_back(
@@ -390,7 +434,7 @@ def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
         rule_inputs(),
         dataset_inputs(),
         project=run.project.name if run.project else None,
-        upstream_sites={u.name: u.site for u in units if u.site},
+        upstream_sites=upstream_where(units),
         timing="submit",
     )
     spec = {**codec.unit_to_dict(unit), "kind": "exit", "workflow_status": status}

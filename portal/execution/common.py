@@ -6,8 +6,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from placement import codec
+from placement import codec, planner
+from placement.context import ancestor_names, upstream_location
 from placement.parser import Unit
+from portal.choices import UnitPhase
 from portal.models import RunEvent, UnitRun
 from sites.models import Site
 
@@ -48,15 +50,17 @@ def ancestors(unit: UnitRun, units: Iterable[UnitRun]) -> list[Unit]:
     """The units whose outputs ``unit`` reads, directly or through others: the planner binds
     it by the residency of what they read."""
     by_name = {u.name: u for u in units}
-    seen: set[str] = set()
-    todo = list(unit.upstream or [])
-    out: list[Unit] = []
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in by_name:
-            continue
-        seen.add(name)
-        row = by_name[name]
-        out.append(codec.unit_from_dict(row.spec))
-        todo.extend(row.upstream or [])
-    return out
+    names = ancestor_names(unit.upstream or (), {n: u.upstream for n, u in by_name.items()})
+    return [codec.unit_from_dict(by_name[n].spec) for n in names]
+
+
+def upstream_where(
+    units: Iterable[UnitRun], *, succeeded_only: bool = False
+) -> dict[str, planner.Upstream]:
+    """Where each placed unit's outputs are and their size (reported, else declared by its
+    template, else unknown), for the planner's data-gravity scoring."""
+    return {
+        u.name: upstream_location(u.site, u.outputs, u.spec)
+        for u in units
+        if u.site and (not succeeded_only or u.phase == UnitPhase.SUCCEEDED)
+    }

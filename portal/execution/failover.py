@@ -16,7 +16,7 @@ from placement import codec, planner
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution.common import ancestors, event
+from portal.execution.common import ancestors, event, upstream_where
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.selectors import fleet_with_holds
@@ -30,7 +30,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
     lost = unit.site
     units = list(units)
     spec = codec.unit_from_dict(unit.spec)
-    upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
+    upstream = upstream_where(units, succeeded_only=True)
     decision = planner.decide(
         spec,
         fleet_with_holds(fleet_state()),

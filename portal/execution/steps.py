@@ -18,7 +18,7 @@ from placement.parser import ParsedWorkflow
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
-from portal.execution.common import SiteState, ancestors, event, sites_state
+from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.selectors import run_global_outputs, run_variables_of
 from sites.models import Site
@@ -180,7 +180,7 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
     newest state among the sites that satisfy every hard constraint (residency, hardware,
     pins, cordons, readiness); free capacity is a preference here, not a filter, since the
     unit may wait in the site's queue. Raises ``NoEligibleSite`` with the planner's reason."""
-    upstream = {u.name: u.site for u in units if u.site and u.phase == UnitPhase.SUCCEEDED}
+    upstream = upstream_where(units, succeeded_only=True)
     decision = planner.decide(
         codec.unit_from_dict(unit.spec),
         fleet_state(),

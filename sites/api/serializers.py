@@ -97,6 +97,16 @@ class LabelMapField(serializers.JSONField):
         "type": "object",
         "properties": {
             "artifact_repository": {"type": "object", "additionalProperties": True},
+            "artifact_store": {
+                "type": "object",
+                "properties": {
+                    "endpoint": {"type": "string"},
+                    "bucket": {"type": "string"},
+                    "credentials_secret": {"type": "string"},
+                },
+                "required": ["bucket"],
+                "additionalProperties": False,
+            },
             "gpu_node_selector": {"type": "object", "additionalProperties": {"type": "string"}},
             "image_registry_mirror": {"type": "string"},
         },
@@ -117,9 +127,11 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
     * ``labels``: ``{key: value}`` with Kubernetes label syntax (key ``[prefix/]name``, prefix a
       DNS subdomain, name and value at most 63 characters of ``[A-Za-z0-9-_.]`` starting and
       ending alphanumeric; the value may be empty).
-    * ``overrides``: ``{"artifact_repository": {...any object...}, "gpu_node_selector":
-      {label: value}, "image_registry_mirror": "registry.example.org"}``, every key optional,
-      no other keys.
+    * ``overrides``: ``{"artifact_repository": {...any object...}, "artifact_store":
+      {"endpoint", "bucket", "credentials_secret"}, "gpu_node_selector": {label: value},
+      "image_registry_mirror": "registry.example.org"}``, every key optional, no other keys.
+      ``artifact_store`` is where the site keeps step outputs, written in full into the step
+      workflows that read them elsewhere.
 
     Everything else (capacity, readiness, region...) comes from Karmada and is read-only.
     """

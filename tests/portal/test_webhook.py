@@ -20,7 +20,7 @@ from portal.admission import budget, decide
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase, UnitTiming
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
-from sites.models import Site
+from sites.models import Dataset, Site
 from tests.factories import SiteFactory
 
 EO_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
@@ -557,6 +557,41 @@ def test_the_context_decides_like_the_database_would(client, demo_run):
     assert a.candidates == b.candidates
 
 
+def test_both_ways_the_webhook_binds_a_step_by_what_its_ancestors_read(client, demo_run):
+    """ingest read sentinel2-l1c, which may now only be read in eu-central: preprocess reads
+    only ingest's outputs (pulled to site-a by their 20 GB), and both the placement context
+    and the database path bind it to site-c, saying why (issue #17, item 5)."""
+    Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-central"])
+    obj = real_step_workflow(demo_run)
+    (ingest,) = context_of(obj)["ancestors"]
+    assert (ingest["name"], ingest["datasets"]) == ("ingest", ["sentinel2-l1c"])
+    bare = json.loads(json.dumps(obj))
+    del bare["metadata"]["annotations"][f"{D}/placement-context"]
+    for uid, body in (("ctx", obj), ("db", bare)):
+        _, patch = answer(post(client, review(body, uid=uid)))
+        assert patched_labels(patch or [])[f"/metadata/labels/{D}~1site"] == "site-c", uid
+        decision = PlacementDecision.objects.get(admission_uid=uid)
+        assert "bound to eu-central by sentinel2-l1c read upstream" in decision.reason, uid
+
+
+def test_a_declared_output_size_travels_in_the_context_and_says_so(client, demo_run):
+    """ingest's member reported no sizes: the size its template declares is what counts,
+    and the candidate rows say it was declared."""
+    UnitRun.objects.filter(run=demo_run, name="ingest").update(
+        outputs={
+            "parameters": [{"name": "tile-count", "value": "12"}],
+            "artifacts": [{"name": "tiles", "s3": {"key": "runs/ingest/tiles.tgz"}}],
+        },
+        spec={**demo_run.units.get(name="ingest").spec, "output_bytes": 3 * GB},
+    )
+    obj = real_step_workflow(demo_run)
+    assert context_of(obj)["upstream"] == {"ingest": ["site-a", 3 * GB, "declared"]}
+    answer(post(client, review(obj, uid="sized")))
+    decision = PlacementDecision.objects.get(admission_uid="sized")
+    why = {c["site"]: c["why"] for c in decision.candidates}
+    assert "upstream output 2.8 GiB (declared) from site-a" in why["site-b"], why
+
+
 @pytest.mark.parametrize(
     "mangle",
     [
@@ -572,6 +607,10 @@ def test_the_context_decides_like_the_database_would(client, demo_run):
         lambda c: json.dumps({**c, "unit": {**c["unit"], "resources": {"gpus": -1}}}),
         lambda c: json.dumps({**c, "unit": {**c["unit"], "kind": "pod"}}),
         lambda c: json.dumps({**c, "unit": {**c["unit"], "images": "busybox"}}),
+        lambda c: json.dumps({k: v for k, v in c.items() if k != "ancestors"}),
+        lambda c: json.dumps({**c, "ancestors": [{"name": "ingest", "datasets": "s2"}]}),
+        lambda c: json.dumps({**c, "upstream": {"ingest": ["site-a", None, "declared"]}}),
+        lambda c: json.dumps({**c, "v": 1}),
     ],
 )
 def test_a_malformed_context_falls_back_to_the_database(client, demo_run, mangle):

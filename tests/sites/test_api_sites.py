@@ -148,6 +148,11 @@ def test_sites_cannot_be_created_replaced_or_deleted_over_the_api(
 def test_the_operator_sets_labels_and_overrides(operator_api: APIClient, operated_site: Site):
     overrides = {
         "artifact_repository": {"s3": {"bucket": "artifacts", "endpoint": "minio:9000"}},
+        "artifact_store": {
+            "endpoint": "s3.site-op.example.org:9000",
+            "bucket": "site-op-artifacts",
+            "credentials_secret": "site-op-artifacts-credentials",
+        },
         "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
         "image_registry_mirror": "mirror.example.org",
     }
@@ -219,6 +224,27 @@ def test_it_rejects_unknown_fields(operator_api: APIClient, operated_site: Site)
         (
             {"overrides": {"artifact_repository": {"s3": "a\x00b"}}},
             "overrides.artifact_repository.s3",
+        ),
+        ({"overrides": {"artifact_store": "s3://x"}}, "overrides.artifact_store"),
+        (
+            {"overrides": {"artifact_store": {"endpoint": "s3.x"}}},
+            "overrides.artifact_store.bucket",
+        ),
+        (
+            {"overrides": {"artifact_store": {"bucket": "Bad_Bucket"}}},
+            "overrides.artifact_store.bucket",
+        ),
+        (
+            {"overrides": {"artifact_store": {"bucket": "b12", "endpoint": "https://s3.x"}}},
+            "overrides.artifact_store.endpoint",
+        ),
+        (
+            {"overrides": {"artifact_store": {"bucket": "b12", "credentials_secret": "A B"}}},
+            "overrides.artifact_store.credentials_secret",
+        ),
+        (
+            {"overrides": {"artifact_store": {"bucket": "b12", "region": "x"}}},
+            "overrides.artifact_store.region",
         ),
         ({"cordoned": "maybe"}, "cordoned"),
         ({"cordoned": None}, "cordoned"),

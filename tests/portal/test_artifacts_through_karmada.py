@@ -1,0 +1,171 @@
+"""Artifacts across sites through the whole path (issue #17, item 2): a run submitted to the
+portal, its step workflows created on karmada-apiserver (the executing sandbox), propagated by
+the per-site policies and really run on the members. The reader would go to site-c (the data
+it also reads is there) but site-c cannot reach site-a's artifact repository (the sandbox's
+fleet says so, and the inventory's link says the same), so the portal places it at site-b,
+which can; its output is the exact content the writer wrote at site-a."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from portal import execution, gateway, services
+from portal.choices import UnitPhase
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from sites.models import Dataset, DatasetReplica, Site, SiteLink
+from tests.fixtures_sandbox import SandboxServer
+from tests.sandbox.execution import conftest as on_members
+from tests.sandbox.execution.conftest import Member, needs_bwrap, secret
+
+executing = on_members.executing
+site_b = on_members.site_b
+site_c = on_members.site_c
+
+pytestmark = [needs_bwrap]
+
+CONTENT = "tiles from site-a:\nünïcode, $HOME and {{not-a-template}}"
+SECRET = "site-a-artifacts-credentials"
+D = "portal.multisite.io"
+
+
+@pytest.fixture
+def fleet(executing: SandboxServer, db: Any, settings: Any) -> SandboxServer:
+    executing.reset()
+    settings.KARMADA_KUBECONFIG = str(executing.kubeconfig)
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+    # What site-a's operators set in the inventory: its repository, as the sandbox fleet has it.
+    site = Site.objects.get(name="site-a")
+    site.overrides = {
+        **(site.overrides or {}),
+        "artifact_store": {
+            "endpoint": "s3.site-a.sandbox.invalid",
+            "bucket": "site-a-artifacts",
+            "credentials_secret": SECRET,
+        },
+    }
+    site.save()
+    # The fleet's fact: steps at site-c cannot reach site-a's repository.
+    SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
+        artifacts_reachable=False
+    )
+    # Data the reader also reads, held only at site-c: without the link it would go there.
+    aux = Dataset.objects.create(name="aux-c", bytes=200 * 2**30)
+    DatasetReplica.objects.create(dataset=aux, site=Site.objects.get(name="site-c"))
+    execution.policies_sync()
+    return executing
+
+
+def pipeline() -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "reach-"},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [
+                    {
+                        "name": "main",
+                        "dag": {
+                            "tasks": [
+                                {"name": "write", "template": "write"},
+                                {
+                                    "name": "read",
+                                    "template": "read",
+                                    "depends": "write",
+                                    "arguments": {
+                                        "artifacts": [
+                                            {
+                                                "name": "data",
+                                                "from": "{{tasks.write.outputs.artifacts.data}}",
+                                            }
+                                        ]
+                                    },
+                                },
+                            ]
+                        },
+                    },
+                    {
+                        # Reads the archive at site-a, so it runs there.
+                        "name": "write",
+                        "metadata": {"annotations": {f"{D}/datasets": "sentinel2-l1c"}},
+                        "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
+                        "script": {
+                            "image": "python:3.12",
+                            "command": ["python3"],
+                            "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
+                        },
+                    },
+                    {
+                        # More CPU than site-a has at all: it must run elsewhere.
+                        "name": "read",
+                        "metadata": {"annotations": {f"{D}/datasets": "aux-c"}},
+                        "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
+                        "container": {
+                            "image": "alpine:3.23",
+                            "command": ["cat", "/tmp/in.txt"],
+                            "resources": {"requests": {"cpu": "20"}},
+                        },
+                    },
+                ],
+            },
+        }
+    )
+
+
+def observe_until(sandbox: SandboxServer, unit: UnitRun) -> UnitRun:
+    def ended() -> UnitRun | None:
+        execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        u = UnitRun.objects.get(pk=unit.pk)
+        return u if u.phase in (UnitPhase.SUCCEEDED, UnitPhase.FAILED, UnitPhase.ERROR) else None
+
+    return sandbox.wait_for(ended, timeout=120, interval=0.2, what=f"{unit.name} to end")
+
+
+def test_a_reader_that_cannot_reach_the_writers_repository_is_placed_where_it_can(
+    fleet: SandboxServer, site_b: Member, site_c: Member
+) -> None:
+    user = get_user_model().objects.get(username="scientist")
+    run: WorkflowRun = services.run_submit(user=user, body=pipeline())
+    write, read = run.units.get(name="write"), run.units.get(name="read")
+    assert write.site == "site-a"
+    assert read.site == "site-b", read.reason
+    decision = PlacementDecision.objects.get(unit=read)
+    why = {c["site"]: (c["eligible"], c["why"]) for c in decision.candidates}
+    assert why["site-c"] == (
+        False,
+        "cannot reach the artifact repository of site-a (upstream outputs)",
+    )
+
+    execution.run_advance(run.pk)
+    written = observe_until(fleet, write)
+    assert written.phase == UnitPhase.SUCCEEDED, written.message
+    assert written.site == "site-a"
+
+    # What the portal-artifact-credentials policy puts in every member.
+    for member in (site_b, site_c):
+        creds = secret(SECRET, accessKey="ak", secretKey="sk")
+        creds["metadata"]["namespace"] = "portal"
+        member.put(creds)
+    execution.run_advance(run.pk)
+    done = observe_until(fleet, read)
+    assert done.phase == UnitPhase.SUCCEEDED, done.message
+    assert done.site == "site-b"
+    assert done.outputs["result"] == CONTENT
+
+    # The sandbox is as strict as the fleet: the same step workflow at site-c cannot load it.
+    units = list(run.units.all())
+    body = copy.deepcopy(execution.step_workflow_for(run, read, units))
+    body["metadata"] = {"generateName": "reader-at-c-"}
+    site_c.put(secret(SECRET, accessKey="ak", secretKey="sk"))
+    status = site_c.wait(site_c.create(body))
+    assert status["phase"] in ("Failed", "Error")
+    assert "no such host" in yaml.safe_dump(status)

@@ -1,0 +1,112 @@
+"""A fan-out spreads by capacity on Karmada, not only in the planner (issue #17, item 6): three
+member clusters that hold 20 CPUs each (as their Cluster status reports it), a 60-tile fan-out
+of one-CPU tiles submitted over REST, the worker creates the step workflows, and Karmada's
+bindings put 20 on each site."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from portal import execution, gateway
+from portal.models import UnitRun
+from sites.models import Site
+from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.portal.test_reservations import tiles
+
+SITES = (("site-a", "eu-west"), ("site-b", "eu-west"), ("site-c", "eu-central"))
+
+
+@pytest.fixture(scope="module")
+def twenties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
+    """A sandbox whose three members have 20 CPUs each and nothing else running."""
+    workdir = tmp_path_factory.mktemp("twenties")
+    fleet = workdir / "fleet.yaml"
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "sites": [
+                    {
+                        "name": name,
+                        "region": region,
+                        "zone": f"{region}-1a",
+                        "nodes": 2,
+                        "capacity": {"cpu": "20", "memory": "64Gi", "pods": "110"},
+                    }
+                    for name, region in SITES
+                ]
+            }
+        )
+    )
+    server = start_sandbox(workdir, extra_args=["--fleet", str(fleet)])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    twenties.reset()
+    settings.KARMADA_KUBECONFIG = str(twenties.kubeconfig)
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+
+    # What the watcher does: the sites' capacity from their Cluster status.
+    def synced() -> bool:
+        clusters, _ = gateway.list_objects(gateway.CLUSTER)
+        for cluster in clusters:
+            execution.cluster_observe(cluster)
+        return all(s.cpu_allocatable == 20_000 for s in Site.objects.all())
+
+    twenties.wait_for(synced, what="the Clusters' resource summaries")
+    assert {s.name: s.cpu_allocatable - s.cpu_allocated for s in Site.objects.all()} == {
+        name: 20_000 for name, _ in SITES
+    }
+    execution.policies_sync()
+    try:
+        yield twenties
+    finally:
+        twenties.process.check("during the test")
+        gateway.reset()
+
+
+def test_sixty_tiles_over_three_sites_of_twenty_are_bound_twenty_to_each(fleet) -> None:
+    api = APIClient()
+    api.force_authenticate(User.objects.get(username="scientist"))
+    response = api.post(
+        "/api/v1/runs/?project=eo-demo", data=tiles(60), content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["id"]
+
+    # The worker creates every step workflow (in as many turns as it takes).
+    for _ in range(10):
+        execution.run_advance(run_id)
+        if not UnitRun.objects.filter(run_id=run_id, workflow_name="").exists():
+            break
+    names = set(UnitRun.objects.filter(run_id=run_id).values_list("workflow_name", flat=True))
+    assert len(names) == 60 and "" not in names
+
+    def bound() -> Counter[str] | None:
+        bindings, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        where = Counter(
+            b["spec"]["clusters"][0]["name"]
+            for b in bindings
+            if b["spec"]["resource"]["name"] in names and b["spec"].get("clusters")
+        )
+        return where if sum(where.values()) == 60 else None
+
+    assert fleet.wait_for(bound, what="Karmada to bind all 60 tiles") == {
+        "site-a": 20,
+        "site-b": 20,
+        "site-c": 20,
+    }

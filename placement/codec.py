@@ -79,6 +79,7 @@ def unit_to_dict(u: Unit) -> dict[str, Any]:
         "item_index": u.item_index,
         "with_param": u.with_param,
         "continue_on_failed": u.continue_on_failed,
+        "carries_exit": u.carries_exit,
     }
 
 
@@ -108,4 +109,5 @@ def unit_from_dict(d: dict[str, Any]) -> Unit:
         item_index=d.get("item_index"),
         with_param=d.get("with_param"),
         continue_on_failed=bool(d.get("continue_on_failed", False)),
+        carries_exit=bool(d.get("carries_exit", False)),
     )

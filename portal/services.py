@@ -251,9 +251,13 @@ def workflow_preview(
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
     plan = _plan(parsed, proj)
+    warnings = [w.as_dict() for w in parsed.warnings]
     if unit is not None:
-        return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
-    return plan.as_dict(top)
+        return {
+            "units": [d.as_dict() for d in plan.decisions if d.unit == unit],
+            "warnings": warnings,
+        }
+    return {**plan.as_dict(top), "warnings": warnings}
 
 
 NAME_ATTEMPTS = 8

@@ -194,12 +194,19 @@ def step_workflow(
     pod_gc = _pod_gc(parsed.spec.get("podGC"))
     if pod_gc:
         spec["podGC"] = pod_gc
+    if unit.carries_exit:
+        spec.update(_carried_exit(parsed, names))
     if outputs:
         outputs = with_skipped_defaults(outputs, parsed.templates)
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
     variables = dict(run_vars or {})
+    if unit.carries_exit:
+        # The whole run is this step workflow: its own Argo knows these at exit time, the
+        # portal knows them only when it builds it.
+        variables.pop("workflow.duration", None)
+        variables.pop("workflow.failures", None)
     if globals_ is not None:
         # Set by earlier units (maybe at other sites): this step workflow's Argo never saw them.
         variables.update(globals_.variables())
@@ -225,6 +232,19 @@ def step_workflow(
     if image_mirror:
         wf = mirror_images(wf, image_mirror)
     return wf
+
+
+def _carried_exit(parsed: ParsedWorkflow, names: Mapping[str, str]) -> dict[str, Any]:
+    """``onExit`` and ``hooks`` for the one step workflow of a run whose units were kept
+    together, calling the templates by their emitted names."""
+    out: dict[str, Any] = {}
+    on_exit = parsed.spec.get("onExit")
+    if isinstance(on_exit, str) and on_exit:
+        out["onExit"] = names.get(on_exit, on_exit)
+    hooks = parsed.spec.get("hooks")
+    if isinstance(hooks, Mapping) and hooks:
+        out["hooks"] = _rewrite_calls({"hooks": dict(hooks)}, "", parsed, names)["hooks"]
+    return out
 
 
 def _step_arguments(

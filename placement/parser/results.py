@@ -10,6 +10,17 @@ UnitKind = Literal["task", "step", "workflow"]
 
 
 @dataclass(frozen=True)
+class FieldWarning:
+    """What changes (or must hold at a site) for a field the portal accepts; shown at preview."""
+
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+@dataclass(frozen=True)
 class Parameter:
     """A workflow argument or a task argument parameter, with its raw (unresolved) value."""
 
@@ -78,6 +89,9 @@ class Unit:
     item_index: int | None = None
     with_param: str | None = None
     continue_on_failed: bool = False
+    # The units were kept together (``together``): this one's step workflow also carries the
+    # workflow's onExit and hooks, which its site's Argo runs with the run's own status.
+    carries_exit: bool = False
 
     @property
     def runtime_expansion(self) -> bool:
@@ -101,6 +115,7 @@ class ParsedWorkflow:
     units: tuple[Unit, ...]
     spec: Mapping[str, Any]
     document: Mapping[str, Any] = field(repr=False)
+    warnings: tuple[FieldWarning, ...] = ()
 
     @property
     def display_name(self) -> str:

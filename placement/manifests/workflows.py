@@ -269,7 +269,15 @@ def _step_arguments(
             input_defaults=_input_defaults(parsed.templates.get(unit.template)),
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
-    merged = [{"name": n, "value": v} for n, v in workflow_parameters.items() if n not in params]
+    from_site = {p.name: p for p in parsed.arguments.parameters if p.from_site}
+    merged = [
+        # A ConfigMap argument goes as a reference, read by the site's Argo (issue 18.6).
+        {"name": n, "valueFrom": copy.deepcopy(dict(from_site[n].value_from or {}))}
+        if n in from_site and v == from_site[n].submitted
+        else {"name": n, "value": v}
+        for n, v in workflow_parameters.items()
+        if n not in params
+    ]
     merged += list(params.values())
     arguments: dict[str, Any] = {}
     if merged:

@@ -31,6 +31,24 @@ class Parameter:
     description: str | None = None
     value_from: Mapping[str, Any] | None = None
 
+    @property
+    def from_site(self) -> bool:
+        """A workflow argument read from a ConfigMap: each site's Argo reads its own."""
+        return (
+            self.value is None
+            and self.value_from is not None
+            and isinstance(self.value_from.get("configMapKeyRef"), Mapping)
+        )
+
+    @property
+    def submitted(self) -> str:
+        """The value the portal substitutes: as given (else the default, else ""); for one read
+        from a ConfigMap, the reference itself, left for the site's Argo to fill."""
+        if self.from_site:
+            return "{{workflow.parameters." + self.name + "}}"
+        v = self.value if self.value is not None else self.default
+        return v if v is not None else ""
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -122,12 +140,8 @@ class ParsedWorkflow:
         return self.name or (self.generate_name or "workflow").rstrip("-")
 
     def workflow_parameters(self) -> dict[str, str]:
-        """Workflow parameter values as submitted (value, else default; missing → "")."""
-        out: dict[str, str] = {}
-        for p in self.arguments.parameters:
-            v = p.value if p.value is not None else p.default
-            out[p.name] = v if v is not None else ""
-        return out
+        """Workflow parameter values as submitted (``Parameter.submitted``)."""
+        return {p.name: p.submitted for p in self.arguments.parameters}
 
 
 @dataclass(frozen=True)

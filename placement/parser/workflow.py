@@ -113,10 +113,7 @@ class _Parser(_TemplateIndex):
         self.fail_if_errors()
 
         assert isinstance(entrypoint, str)
-        wf_params = {
-            p.name: (p.value if p.value is not None else p.default) or ""
-            for p in arguments.parameters
-        }
+        wf_params = {p.name: p.submitted for p in arguments.parameters}
         units, warnings = self._units(entrypoint, spec, labels, annotations, wf_params)
         self.fail_if_errors()
         if any(u.carries_exit for u in units):

@@ -91,6 +91,7 @@ def _task_outputs(
             if isinstance(a, dict)
         },
         exit_code=out.get("exitCode"),
+        extra={str(k): str(v) for k, v in (out.get("node") or {}).items()},
         template=unit.spec.get("template") or unit.template,
     )
 

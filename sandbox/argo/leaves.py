@@ -338,6 +338,10 @@ class Leaves(Pods):
             node["message"] = msg
             self.touch()
 
+        while (unbound := self.missing_claims(body)) is not None:
+            if node.get("message") != unbound:
+                waiting(unbound)
+            await asyncio.sleep(1.0)
         lease = await self.member.acquire(req, waiting)
         started = asyncio.get_running_loop().time()
         runner = self.runner(body)

@@ -213,7 +213,7 @@ def test_steps_sharing_a_claim_run_as_one_unit_on_it() -> None:
             volumeClaimTemplates=[CLAIM],
         )
     )
-    (unit,) = parsed.units
+    assert len(parsed.units) == 1
     assert [w.path for w in parsed.warnings] == ["spec.volumeClaimTemplates[0]"]
     assert "r, w" in parsed.warnings[0].message
     # One step workflow, one claim: Argo creates it there and it goes with the workflow.

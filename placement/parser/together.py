@@ -54,34 +54,64 @@ def _mounts(template: Mapping[str, Any]) -> set[str]:
     }
 
 
+def _claims_mounted(
+    template: Mapping[str, Any], path: str | None, workflow: Mapping[str, tuple[str, str]]
+) -> dict[str, str]:
+    """Claim → field path, for every claim a template's containers mount: its own
+    ``volumes[].persistentVolumeClaim`` first (a template's volume shadows the workflow's of the
+    same name), then the workflow's (``workflow``: volume name → (claim, path))."""
+    own: dict[str, tuple[str, str]] = {}
+    for i, v in enumerate(template.get("volumes") or []):
+        pvc = v.get("persistentVolumeClaim") if isinstance(v, Mapping) else None
+        if isinstance(pvc, Mapping) and pvc.get("claimName"):
+            where = f"{path}.volumes[{i}].persistentVolumeClaim" if path else "volumes"
+            own[str(v.get("name"))] = (f"pvc:{pvc['claimName']}", where)
+    out: dict[str, str] = {}
+    for name in _mounts(template):
+        found = own.get(name) or workflow.get(name)
+        if found is not None:
+            out[found[0]] = found[1]
+    return out
+
+
 def _shared_claims(
-    spec: Mapping[str, Any], units: Sequence[Unit], templates: Mapping[str, Mapping[str, Any]]
+    spec: Mapping[str, Any],
+    units: Sequence[Unit],
+    templates: Mapping[str, Mapping[str, Any]],
+    template_paths: Mapping[str, str],
 ) -> list[FieldWarning]:
-    """Workflow-level claims (``volumeClaimTemplates``, ``volumes[].persistentVolumeClaim``)
-    that more than one unit mounts."""
-    claims: dict[str, str] = {}
+    """Claims (``volumeClaimTemplates``, ``volumes[].persistentVolumeClaim`` of the workflow or
+    of a template) that more than one step workflow would mount: two units, or one unit that
+    expands into items at run time."""
+    workflow: dict[str, tuple[str, str]] = {}
     for i, c in enumerate(spec.get("volumeClaimTemplates") or []):
         meta = c.get("metadata") if isinstance(c, Mapping) else None
         if isinstance(meta, Mapping) and meta.get("name"):
-            claims[str(meta["name"])] = f"spec.volumeClaimTemplates[{i}]"
+            workflow[str(meta["name"])] = (f"vct:{meta['name']}", f"spec.volumeClaimTemplates[{i}]")
     for i, v in enumerate(spec.get("volumes") or []):
-        if isinstance(v, Mapping) and isinstance(v.get("persistentVolumeClaim"), Mapping):
-            claims[str(v.get("name"))] = f"spec.volumes[{i}].persistentVolumeClaim"
+        pvc = v.get("persistentVolumeClaim") if isinstance(v, Mapping) else None
+        if isinstance(pvc, Mapping) and pvc.get("claimName"):
+            where = f"spec.volumes[{i}].persistentVolumeClaim"
+            workflow[str(v.get("name"))] = (f"pvc:{pvc['claimName']}", where)
+    users: dict[str, list[Unit]] = {}
+    paths: dict[str, str] = {}
+    for u in units:
+        mounted: dict[str, str] = {}
+        for k in u.templates:
+            mounted.update(_claims_mounted(templates.get(k) or {}, template_paths.get(k), workflow))
+        for claim, where in mounted.items():
+            users.setdefault(claim, []).append(u)
+            paths.setdefault(claim, where)
     out = []
-    for name, path in claims.items():
-        users = sorted(
-            {
-                u.task
-                for u in units
-                if any(name in _mounts(templates.get(k) or {}) for k in u.templates)
-            }
-        )
-        if len(users) > 1:
+    for claim, who in users.items():
+        if len(who) > 1 or any(u.runtime_expansion for u in who):
+            tasks = ", ".join(sorted({u.task for u in who}))
             out.append(
                 FieldWarning(
-                    path,
-                    f"volume {name!r} is mounted by {', '.join(users)}: they run as one unit "
-                    "at one site, on one claim (split, each step would get its own claim)",
+                    paths[claim],
+                    f"claim {claim.partition(':')[2]!r} is mounted by {tasks}: they run as one "
+                    "unit at one site, on one claim (split, each step workflow would mount "
+                    "its own)",
                 )
             )
     return out
@@ -140,7 +170,7 @@ def keep_together(
                     "the workflow: the workflow runs as one unit at one site",
                 )
             )
-    return out + _shared_claims(spec, units, templates)
+    return out + _shared_claims(spec, units, templates, template_paths)
 
 
 def site_bound_warnings(spec: Mapping[str, Any]) -> list[FieldWarning]:

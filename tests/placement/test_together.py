@@ -315,3 +315,34 @@ def test_a_dag_target_read_from_a_config_map_is_refused_naming_the_field() -> No
     with pytest.raises(WorkflowInvalid) as exc:
         parse_workflow(_wf(main, ECHO, arguments={"parameters": [CM_ARG]}))
     assert [e.path for e in exc.value.errors] == ["spec.templates[0].dag.target"]
+
+
+def test_a_looped_step_on_a_claim_keeps_its_items_on_that_one_claim() -> None:
+    loop = {"name": "w", "template": "writer", "withItems": [1, 2, 3]}
+    runtime = {"name": "w", "template": "writer", "withParam": "{{steps.x.outputs.result}}"}
+    for call in (loop, runtime):
+        groups = [[{"name": "x", "template": "echo"}], [call]]
+        main = {"name": "main", "steps": groups}
+        parsed = parse_workflow(
+            _wf(main, _mounting("writer", "work"), ECHO, volumeClaimTemplates=[CLAIM])
+        )
+        assert len(parsed.units) == 1, call
+        assert [w.path for w in parsed.warnings] == ["spec.volumeClaimTemplates[0]"]
+
+
+def test_templates_declaring_the_same_claim_keep_their_steps_together() -> None:
+    def own(name: str) -> dict[str, Any]:
+        t = _mounting(name, "mine")
+        t["volumes"] = [{"name": "mine", "persistentVolumeClaim": {"claimName": "lab"}}]
+        return t
+
+    main = {
+        "name": "main",
+        "steps": [[{"name": "w", "template": "writer"}], [{"name": "r", "template": "reader"}]],
+    }
+    parsed = parse_workflow(_wf(main, own("writer"), own("reader")))
+    assert len(parsed.units) == 1
+    assert [w.path for w in parsed.warnings] == [
+        "spec.templates[1].volumes[0].persistentVolumeClaim"
+    ]
+    assert "'lab'" in parsed.warnings[0].message

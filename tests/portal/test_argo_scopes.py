@@ -163,3 +163,71 @@ def test_the_preview_names_the_fields_that_keep_units_together(
     body = response.json()
     assert [u["name"] for u in body["units"]] == ["main"]
     assert [w["path"] for w in body["warnings"]] == ["spec.templates[2].daemon"]
+
+
+def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
+    fleet: SandboxServer,  # noqa: F811
+) -> None:
+    def leaf(name: str, value: str, **annotations: str) -> dict[str, Any]:
+        ann = {fleet.annotation("duration"): "1s"}
+        ann.update({fleet.annotation(k): v for k, v in annotations.items()})
+        return {
+            "name": name,
+            "metadata": {"annotations": ann},
+            "inputs": {"parameters": [{"name": "s", "value": "none"}]},
+            "outputs": {"parameters": [{"name": "seen", "value": value}]},
+            "container": {"image": "busybox"},
+        }
+
+    hook = {
+        "exit": {
+            "template": "bye",
+            "arguments": {"parameters": [{"name": "s", "value": "{{steps.stepA.status}}"}]},
+        }
+    }
+    main = {
+        "name": "main",
+        "steps": [
+            [{"name": "stepA", "template": "hello", "hooks": hook}],
+            [{"name": "stepB", "template": "broken"}],
+        ],
+    }
+    doc = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "hooks-"},
+        "spec": {
+            "entrypoint": "main",
+            "onExit": "final",
+            "templates": [
+                main,
+                leaf("hello", "hi"),
+                leaf("broken", "x", fail="true"),
+                leaf("bye", "{{inputs.parameters.s}}"),
+                leaf("final", "{{workflow.status}}"),
+            ],
+        },
+    }
+    run = services.run_submit(user=_scientist(), body=yaml.safe_dump(doc), project="eo-demo")
+    seen: dict[str, Any] = {}
+
+    def ended() -> WorkflowRun | None:
+        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        for b in items:
+            for agg in (b.get("status") or {}).get("aggregatedStatus") or []:
+                for node in ((agg or {}).get("status") or {}).get("nodes", {}).values():
+                    seen[node["displayName"]] = node
+        return _finished(run)()
+
+    done = _drive(fleet, run, ended)
+    assert done.status == "Failed"
+    # One unit, and no exit unit of the portal's: the step workflow's Argo ran both.
+    assert [u.name for u in UnitRun.objects.filter(run=run)] == ["main"]
+    outputs = {
+        name: {p["name"]: p["value"] for p in node["outputs"]["parameters"]}
+        for name, node in seen.items()
+        if name.endswith(".onExit")
+    }
+    assert {"stepA.onExit": {"seen": "Succeeded"}}.items() <= outputs.items(), outputs
+    (final,) = [v for k, v in outputs.items() if k != "stepA.onExit"]
+    assert final == {"seen": "Failed"}

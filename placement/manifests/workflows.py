@@ -256,7 +256,9 @@ def _step_arguments(
     """The step workflow's ``arguments``: the run's workflow parameters, then the task's own
     (resolved) arguments, which win a name clash. A whole-workflow unit has no task arguments;
     it keeps the submitted workflow's artifacts."""
-    if unit.kind == "workflow":
+    if unit.kind == "workflow" and not unit.arguments.parameters and not unit.arguments.artifacts:
+        # A whole-workflow unit feeds the workflow's own arguments to the entrypoint; only the
+        # exit handler of a workflow-level exit hook has arguments of its own.
         args: dict[str, Any] = {}
     else:
         args = resolve_arguments(

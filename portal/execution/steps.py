@@ -162,10 +162,11 @@ def step_workflow_for(
             body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
     if unit.spec.get("kind") == "exit":
         # Inside the step workflow Argo would answer with the step workflow's own status.
-        text = json.dumps(body["spec"]["templates"]).replace(
-            "{{workflow.status}}", str(unit.spec.get("workflow_status", ""))
-        )
-        body["spec"]["templates"] = json.loads(text)
+        status = str(unit.spec.get("workflow_status", ""))
+        for key in ("templates", "arguments"):
+            if key in body["spec"]:
+                text = json.dumps(body["spec"][key]).replace("{{workflow.status}}", status)
+                body["spec"][key] = json.loads(text)
     return body
 
 

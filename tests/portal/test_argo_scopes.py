@@ -231,3 +231,24 @@ def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
     assert {"stepA.onExit": {"seen": "Succeeded"}}.items() <= outputs.items(), outputs
     (final,) = [v for k, v in outputs.items() if k != "stepA.onExit"]
     assert final == {"seen": "Failed"}
+
+
+def test_a_workflow_exit_hook_with_arguments_is_the_split_runs_exit_handler(
+    fleet: SandboxServer,  # noqa: F811
+) -> None:
+    doc = yaml.safe_load(
+        _two_steps(fleet, "b", arguments={"parameters": [{"name": "msg", "value": "a"}]})
+    )
+    doc["spec"]["hooks"] = {
+        "exit": {
+            "template": "echo",
+            "arguments": {"parameters": [{"name": "m", "value": "run {{workflow.status}}"}]},
+        }
+    }
+    run = services.run_submit(user=_scientist(), body=yaml.safe_dump(doc), project="eo-demo")
+    done = _drive(fleet, run, _finished(run))
+    assert done.status == "Succeeded", done.message
+    units = {u.name: u for u in UnitRun.objects.filter(run=run)}
+    assert set(units) == {"a", "b", "onExit"}
+    (out,) = units["onExit"].outputs["parameters"]
+    assert out["value"] == "run Succeeded"

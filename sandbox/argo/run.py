@@ -192,7 +192,7 @@ class RunCore:
                 else None
             )
             try:
-                root = await self.main
+                root = await self.await_main(spec)
             except asyncio.CancelledError:
                 if self.shutdown is None:
                     raise
@@ -405,6 +405,11 @@ class RunCore:
 
     async def run_steps(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
         raise NotImplementedError
+
+    async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The entrypoint's node once it ended (graph.py adds the workflow's hooks)."""
+        assert self.main is not None
+        return await self.main
 
     async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
         raise NotImplementedError

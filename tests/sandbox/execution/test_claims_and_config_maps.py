@@ -139,3 +139,49 @@ def test_template_inputs_from_a_config_map_and_arguments_naming_globals(site_b: 
     status = site_b.wait(site_b.create(wf(echo, arguments=args)))
     (node,) = site_b.pods(status).values()
     assert node["outputs"]["result"] == "got hello from configmap"
+
+
+def test_expression_hooks_of_a_step_and_of_the_workflow_run_once_when_true(
+    site_b: Member,
+) -> None:
+    note = sh("note", "echo {{inputs.parameters.what}}")
+    note["inputs"] = {"parameters": [{"name": "what"}]}
+
+    def hook(expression: str, what: str) -> dict[str, Any]:
+        return {
+            "expression": expression,
+            "template": "note",
+            "arguments": {"parameters": [{"name": "what", "value": what}]},
+        }
+
+    step_hooks = {
+        "running": hook('steps["work"].status == "Running"', "running"),
+        "done": hook("steps.work.status == 'Succeeded'", "done {{steps.work.status}}"),
+        "never": hook('steps["work"].status == "Failed"', "never"),
+    }
+    main = steps("main", [{"name": "work", "template": "work", "hooks": step_hooks}])
+    spec_hooks = {"started": hook('workflow.status == "Running"', "started")}
+    status = site_b.wait(
+        site_b.create(wf(main, sh("work", "sleep 1; echo worked"), note, hooks=spec_hooks))
+    )
+    assert status["phase"] == "Succeeded", status.get("message")
+    names = {n["name"]: n for n in status["nodes"].values()}
+    hooks = {k: v for k, v in names.items() if ".hooks." in k}
+    wf_name = next(iter(names)).split(".")[0]
+    assert sorted(hooks) == sorted(
+        [
+            f"{wf_name}[0].work.hooks.done",
+            f"{wf_name}[0].work.hooks.running",
+            f"{wf_name}.hooks.started",
+        ]
+    ), sorted(names)
+    results = {k.rsplit(".", 1)[1]: v["outputs"]["result"] for k, v in hooks.items()}
+    assert results == {"running": "running", "done": "done Succeeded", "started": "started"}
+
+
+def test_a_hook_without_an_expression_errors_the_step(site_b: Member) -> None:
+    bad = {"running": {"template": "work"}}
+    main = steps("main", [{"name": "work", "template": "work", "hooks": bad}])
+    status = site_b.wait(site_b.create(wf(main, sh("work", "echo w"))))
+    assert status["phase"] in ("Error", "Failed")
+    assert "Expression required for hook" in str(status.get("message")), status.get("message")

@@ -401,6 +401,15 @@ def _store_run(
             kind="submitted",
             message=f"Submitted by {user.get_username()}: {len(units)} units",
         )
+        # What the preview warned of stays in the run's history, field path and all.
+        RunEvent.objects.bulk_create(
+            [
+                RunEvent(
+                    run=run, kind="warning", message=f"{w.path}: {w.message}", data=w.as_dict()
+                )
+                for w in parsed.warnings
+            ]
+        )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     # The units as stored, for an answer built without reading them again (``with_units``).
     run.stored_units = units  # type: ignore[attr-defined]

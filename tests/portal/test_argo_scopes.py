@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import yaml
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
@@ -138,7 +137,6 @@ def test_node_facts_of_an_earlier_unit_fill_a_later_units_arguments(
     assert node["id"] == a.workflow_name  # the node that ran the step: its step workflow's root
 
 
-@pytest.mark.django_db
 def test_the_preview_names_the_fields_that_keep_units_together(
     fleet: SandboxServer,  # noqa: F811
 ) -> None:
@@ -163,6 +161,14 @@ def test_the_preview_names_the_fields_that_keep_units_together(
     body = response.json()
     assert [u["name"] for u in body["units"]] == ["main"]
     assert [w["path"] for w in body["warnings"]] == ["spec.templates[2].daemon"]
+    # Submitted, the run keeps the warning in its history.
+    response = client.post(
+        "/api/v1/runs/?project=eo-demo", data=yaml.safe_dump(doc), content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    (event,) = run.events.filter(kind="warning")
+    assert event.message.startswith("spec.templates[2].daemon: 'a' is a daemon")
 
 
 def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(

@@ -153,7 +153,8 @@ class _Parser(_TemplateIndex):
     def _exit_hook(self, spec: Mapping[str, Any]) -> str | None:
         """``spec.hooks.exit`` is the workflow's exit handler when ``onExit`` is not set
         (``WorkflowSpec.GetExitHook`` in Argo's `pkg/apis/workflow/v1alpha1/workflow_types.go`;
-        the hook gets the workflow's arguments, as the portal's exit unit does)."""
+        its own arguments, else the workflow's: the portal's exit unit reads them from the
+        spec)."""
         hooks = spec.get("hooks")
         hook = hooks.get("exit") if isinstance(hooks, Mapping) else None
         if not isinstance(hook, Mapping):

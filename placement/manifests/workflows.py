@@ -201,19 +201,7 @@ def step_workflow(
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
-    variables = dict(run_vars or {})
-    if unit.carries_exit:
-        # The whole run is this step workflow: its own Argo knows these at exit time, the
-        # portal knows them only when it builds it.
-        variables.pop("workflow.duration", None)
-        variables.pop("workflow.failures", None)
-    if globals_ is not None:
-        # Set by earlier units (maybe at other sites): this step workflow's Argo never saw them.
-        variables.update(globals_.variables())
-        spec = fill_global_artifacts(spec, globals_.artifacts)
-    if variables:
-        # {{workflow.name}} and friends mean the run, not this step workflow (issue 18.10).
-        spec = fill_run_variables(spec, variables)
+    spec = _fill_run_level(spec, unit, run_vars, globals_)
 
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -232,6 +220,29 @@ def step_workflow(
     if image_mirror:
         wf = mirror_images(wf, image_mirror)
     return wf
+
+
+def _fill_run_level(
+    spec: dict[str, Any],
+    unit: Unit,
+    run_vars: Mapping[str, str] | None,
+    globals_: GlobalOutputs | None,
+) -> dict[str, Any]:
+    """``{{workflow.name}}`` and friends mean the run, not this step workflow (issue 18.10);
+    global outputs set by earlier units (maybe at other sites) are filled in too."""
+    variables = dict(run_vars or {})
+    if unit.carries_exit:
+        # The whole run is this step workflow: its own Argo knows these at exit time, the
+        # portal knows them only when it builds it.
+        variables.pop("workflow.duration", None)
+        variables.pop("workflow.failures", None)
+    if globals_ is not None:
+        # This step workflow's Argo never saw them.
+        variables.update(globals_.variables())
+        spec = fill_global_artifacts(spec, globals_.artifacts)
+    if variables:
+        spec = fill_run_variables(spec, variables)
+    return spec
 
 
 def _carried_exit(parsed: ParsedWorkflow, names: Mapping[str, str]) -> dict[str, Any]:

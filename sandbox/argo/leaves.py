@@ -132,6 +132,7 @@ class Leaves(Pods):
         for k, v in ctx.scope.items():
             if k.startswith("workflow."):
                 scope[k] = v
+        globals_ = dict(scope)  # before any input: Argo's first pass knows none
         inputs: dict[str, Any] = {}
         params = []
         for p in (tmpl.get("inputs") or {}).get("parameters") or []:
@@ -140,7 +141,7 @@ class Leaves(Pods):
             if pname in args:
                 # Globals first: an argument may carry {{workflow.parameters.x}} the caller
                 # could not fill (substituteParams in workflow/common/util.go).
-                value = as_param(render(args[pname], self.global_scope))
+                value = as_param(render(args[pname], globals_))
             elif isinstance(vf.get("configMapKeyRef"), dict):
                 value = self._input_from_config_map(pname, vf)
             elif "value" in p:

@@ -80,6 +80,8 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         )
     outputs = dict((root or {}).get("outputs") or status.get("outputs") or {})
     facts = {k: str(root[k]) for k in NODE_FACTS if isinstance(root, dict) and root.get(k)}
+    if isinstance(root, dict) and root.get("podIP"):
+        facts["ip"] = str(root["podIP"])  # Argo's {{steps.x.ip}} is the node's podIP
     if facts:
         # {{steps.x.startedAt}}, .finishedAt, .id, .hostNodeName of later units: the node
         # that ran the step, in its step workflow (Argo's own scope keeps these per node).

@@ -80,6 +80,7 @@ def unit_to_dict(u: Unit) -> dict[str, Any]:
         "with_param": u.with_param,
         "continue_on_failed": u.continue_on_failed,
         "output_bytes": u.output_bytes,
+        "carries_exit": u.carries_exit,
     }
 
 
@@ -110,6 +111,7 @@ def unit_from_dict(d: dict[str, Any]) -> Unit:
         with_param=d.get("with_param"),
         continue_on_failed=bool(d.get("continue_on_failed", False)),
         output_bytes=_bytes_or_none(d.get("output_bytes")),
+        carries_exit=bool(d.get("carries_exit", False)),
     )
 
 

@@ -251,9 +251,13 @@ def workflow_preview(
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
     plan = _plan(parsed, proj)
+    warnings = [w.as_dict() for w in parsed.warnings]
     if unit is not None:
-        return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
-    return plan.as_dict(top)
+        return {
+            "units": [d.as_dict() for d in plan.decisions if d.unit == unit],
+            "warnings": warnings,
+        }
+    return {**plan.as_dict(top), "warnings": warnings}
 
 
 NAME_ATTEMPTS = 8
@@ -396,6 +400,15 @@ def _store_run(
             run=run,
             kind="submitted",
             message=f"Submitted by {user.get_username()}: {len(units)} units",
+        )
+        # What the preview warned of stays in the run's history, field path and all.
+        RunEvent.objects.bulk_create(
+            [
+                RunEvent(
+                    run=run, kind="warning", message=f"{w.path}: {w.message}", data=w.as_dict()
+                )
+                for w in parsed.warnings
+            ]
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     # The units as stored, for an answer built without reading them again (``with_units``).

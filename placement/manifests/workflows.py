@@ -194,19 +194,14 @@ def step_workflow(
     pod_gc = _pod_gc(parsed.spec.get("podGC"))
     if pod_gc:
         spec["podGC"] = pod_gc
+    if unit.carries_exit:
+        spec.update(_carried_exit(parsed, names))
     if outputs:
         outputs = with_skipped_defaults(outputs, parsed.templates)
     arguments = _step_arguments(parsed, unit, wp, outputs)
     if arguments:
         spec["arguments"] = arguments
-    variables = dict(run_vars or {})
-    if globals_ is not None:
-        # Set by earlier units (maybe at other sites): this step workflow's Argo never saw them.
-        variables.update(globals_.variables())
-        spec = fill_global_artifacts(spec, globals_.artifacts)
-    if variables:
-        # {{workflow.name}} and friends mean the run, not this step workflow (issue 18.10).
-        spec = fill_run_variables(spec, variables)
+    spec = _fill_run_level(spec, unit, run_vars, globals_)
 
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -227,6 +222,42 @@ def step_workflow(
     return wf
 
 
+def _fill_run_level(
+    spec: dict[str, Any],
+    unit: Unit,
+    run_vars: Mapping[str, str] | None,
+    globals_: GlobalOutputs | None,
+) -> dict[str, Any]:
+    """``{{workflow.name}}`` and friends mean the run, not this step workflow (issue 18.10);
+    global outputs set by earlier units (maybe at other sites) are filled in too."""
+    variables = dict(run_vars or {})
+    if unit.carries_exit:
+        # The whole run is this step workflow: its own Argo knows these at exit time, the
+        # portal knows them only when it builds it.
+        variables.pop("workflow.duration", None)
+        variables.pop("workflow.failures", None)
+    if globals_ is not None:
+        # This step workflow's Argo never saw them.
+        variables.update(globals_.variables())
+        spec = fill_global_artifacts(spec, globals_.artifacts)
+    if variables:
+        spec = fill_run_variables(spec, variables)
+    return spec
+
+
+def _carried_exit(parsed: ParsedWorkflow, names: Mapping[str, str]) -> dict[str, Any]:
+    """``onExit`` and ``hooks`` for the one step workflow of a run whose units were kept
+    together, calling the templates by their emitted names."""
+    out: dict[str, Any] = {}
+    on_exit = parsed.spec.get("onExit")
+    if isinstance(on_exit, str) and on_exit:
+        out["onExit"] = names.get(on_exit, on_exit)
+    hooks = parsed.spec.get("hooks")
+    if isinstance(hooks, Mapping) and hooks:
+        out["hooks"] = _rewrite_calls({"hooks": dict(hooks)}, "", parsed, names)["hooks"]
+    return out
+
+
 def _step_arguments(
     parsed: ParsedWorkflow,
     unit: Unit,
@@ -236,7 +267,9 @@ def _step_arguments(
     """The step workflow's ``arguments``: the run's workflow parameters, then the task's own
     (resolved) arguments, which win a name clash. A whole-workflow unit has no task arguments;
     it keeps the submitted workflow's artifacts."""
-    if unit.kind == "workflow":
+    if unit.kind == "workflow" and not unit.arguments.parameters and not unit.arguments.artifacts:
+        # A whole-workflow unit feeds the workflow's own arguments to the entrypoint; only the
+        # exit handler of a workflow-level exit hook has arguments of its own.
         args: dict[str, Any] = {}
     else:
         args = resolve_arguments(
@@ -249,7 +282,15 @@ def _step_arguments(
             input_defaults=_input_defaults(parsed.templates.get(unit.template)),
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
-    merged = [{"name": n, "value": v} for n, v in workflow_parameters.items() if n not in params]
+    from_site = {p.name: p for p in parsed.arguments.parameters if p.from_site}
+    merged = [
+        # A ConfigMap argument goes as a reference, read by the site's Argo (issue 18.6).
+        {"name": n, "valueFrom": copy.deepcopy(dict(from_site[n].value_from or {}))}
+        if n in from_site and v == from_site[n].submitted
+        else {"name": n, "value": v}
+        for n, v in workflow_parameters.items()
+        if n not in params
+    ]
     merged += list(params.values())
     arguments: dict[str, Any] = {}
     if merged:

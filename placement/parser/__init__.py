@@ -24,6 +24,7 @@ The modules, from the bottom up (each imports only those above it):
 * ``catalogue``: the WorkflowTemplate catalogue references resolve against.
 * ``references``: semantic checks (references, DAG dependencies, cycles) and reachability.
 * ``units``: placement units of the entrypoint.
+* ``together``: features that keep the entrypoint's units together, and preview warnings.
 * ``workflow``: ``parse_workflow`` and ``parse_workflow_template``.
 
 Callers import from ``placement.parser`` itself; the names below are its interface.
@@ -57,6 +58,7 @@ from placement.parser.results import (
     Arguments,
     Artifact,
     CatalogueEntry,
+    FieldWarning,
     Parameter,
     ParsedWorkflow,
     Resources,
@@ -106,6 +108,7 @@ __all__ = [
     "DependsExpr",
     "DependsSyntaxError",
     "FieldError",
+    "FieldWarning",
     "JsonDocument",
     "Limits",
     "Parameter",

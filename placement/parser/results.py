@@ -10,6 +10,17 @@ UnitKind = Literal["task", "step", "workflow"]
 
 
 @dataclass(frozen=True)
+class FieldWarning:
+    """What changes (or must hold at a site) for a field the portal accepts; shown at preview."""
+
+    path: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"path": self.path, "message": self.message}
+
+
+@dataclass(frozen=True)
 class Parameter:
     """A workflow argument or a task argument parameter, with its raw (unresolved) value."""
 
@@ -19,6 +30,24 @@ class Parameter:
     enum: tuple[str, ...] = ()
     description: str | None = None
     value_from: Mapping[str, Any] | None = None
+
+    @property
+    def from_site(self) -> bool:
+        """A workflow argument read from a ConfigMap: each site's Argo reads its own."""
+        return (
+            self.value is None
+            and self.value_from is not None
+            and isinstance(self.value_from.get("configMapKeyRef"), Mapping)
+        )
+
+    @property
+    def submitted(self) -> str:
+        """The value the portal substitutes: as given (else the default, else ""); for one read
+        from a ConfigMap, the reference itself, left for the site's Argo to fill."""
+        if self.from_site:
+            return "{{workflow.parameters." + self.name + "}}"
+        v = self.value if self.value is not None else self.default
+        return v if v is not None else ""
 
 
 @dataclass(frozen=True)
@@ -81,6 +110,9 @@ class Unit:
     # Bytes of output artifacts the unit's template declares (``<domain>/output-sizes``): None
     # when not declared (Argo records no sizes), 0 when it declares no output artifacts.
     output_bytes: int | None = None
+    # The units were kept together (``together``): this one's step workflow also carries the
+    # workflow's onExit and hooks, which its site's Argo runs with the run's own status.
+    carries_exit: bool = False
 
     @property
     def runtime_expansion(self) -> bool:
@@ -104,18 +136,15 @@ class ParsedWorkflow:
     units: tuple[Unit, ...]
     spec: Mapping[str, Any]
     document: Mapping[str, Any] = field(repr=False)
+    warnings: tuple[FieldWarning, ...] = ()
 
     @property
     def display_name(self) -> str:
         return self.name or (self.generate_name or "workflow").rstrip("-")
 
     def workflow_parameters(self) -> dict[str, str]:
-        """Workflow parameter values as submitted (value, else default; missing → "")."""
-        out: dict[str, str] = {}
-        for p in self.arguments.parameters:
-            v = p.value if p.value is not None else p.default
-            out[p.name] = v if v is not None else ""
-        return out
+        """Workflow parameter values as submitted (``Parameter.submitted``)."""
+        return {p.name: p.submitted for p in self.arguments.parameters}
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from placement import labels
@@ -14,8 +16,9 @@ from placement.parser.decode import decode_document
 from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid, _join
 from placement.parser.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, _dedupe_slugs
 from placement.parser.references import _check_template, _TemplateIndex
-from placement.parser.results import CatalogueEntry, ParsedWorkflow, Unit
+from placement.parser.results import CatalogueEntry, FieldWarning, ParsedWorkflow, Unit
 from placement.parser.schema import schema_errors
+from placement.parser.together import keep_together, site_bound_warnings
 from placement.parser.units import _topological, _UnitBuilder
 
 # The label domain of DESIGN section 3 when the settings name none.
@@ -110,12 +113,13 @@ class _Parser(_TemplateIndex):
         self.fail_if_errors()
 
         assert isinstance(entrypoint, str)
-        wf_params = {
-            p.name: (p.value if p.value is not None else p.default) or ""
-            for p in arguments.parameters
-        }
-        units = self._units(entrypoint, spec, labels, annotations, wf_params)
+        wf_params = {p.name: p.submitted for p in arguments.parameters}
+        units, warnings = self._units(entrypoint, spec, labels, annotations, wf_params)
         self.fail_if_errors()
+        if any(u.carries_exit for u in units):
+            on_exit = None  # the one unit's step workflow carries it: its Argo runs it
+        elif not on_exit:
+            on_exit = self._exit_hook(spec)
         return ParsedWorkflow(
             name=name,
             generate_name=generate_name,
@@ -130,7 +134,32 @@ class _Parser(_TemplateIndex):
             units=units,
             spec=spec,
             document=doc,
+            warnings=tuple(warnings + site_bound_warnings(spec)),
         )
+
+    def _exit_reach(self, entrypoint: str, spec: Mapping[str, Any]) -> tuple[str, ...]:
+        """Every template the entrypoint, onExit and the workflow's hooks can call."""
+        keys = list(self.reachable(entrypoint))
+        on_exit = spec.get("onExit")
+        if isinstance(on_exit, str) and on_exit in self.templates:
+            keys += self.reachable(on_exit)
+        hooks = spec.get("hooks")
+        for name, hook in hooks.items() if isinstance(hooks, Mapping) else ():
+            key = self._resolve_call(hook, "", _join("spec.hooks", str(name)), optional=False)
+            if key is not None:
+                keys += self.reachable(key)
+        return tuple(dict.fromkeys(keys))
+
+    def _exit_hook(self, spec: Mapping[str, Any]) -> str | None:
+        """``spec.hooks.exit`` is the workflow's exit handler when ``onExit`` is not set
+        (``WorkflowSpec.GetExitHook`` in Argo's `pkg/apis/workflow/v1alpha1/workflow_types.go`;
+        its own arguments, else the workflow's: the portal's exit unit reads them from the
+        spec)."""
+        hooks = spec.get("hooks")
+        hook = hooks.get("exit") if isinstance(hooks, Mapping) else None
+        if not isinstance(hook, Mapping):
+            return None
+        return self._resolve_call(hook, "", "spec.hooks.exit", optional=False)
 
     def _check_kind(self, kind: Any) -> None:
         if kind != "Workflow":
@@ -247,34 +276,46 @@ class _Parser(_TemplateIndex):
         wf_labels: Mapping[str, str],
         wf_annotations: Mapping[str, str],
         wf_params: Mapping[str, str],
-    ) -> tuple[Unit, ...]:
+    ) -> tuple[tuple[Unit, ...], list[FieldWarning]]:
+        """The entrypoint's units, and why they were kept together as one (when they were)."""
         entry = self.templates[entrypoint]
         builder = _UnitBuilder(self, spec, wf_labels, wf_annotations, wf_params, self.domain)
+        path = self.template_paths[entrypoint]
+        whole = functools.partial(
+            builder.make,
+            name=entrypoint,
+            kind="workflow",
+            task=entrypoint,
+            key=entrypoint,
+            call={},
+            upstream=(),
+            depends="",
+        )
+        together: list[FieldWarning] = []
         if isinstance(entry.get("dag"), Mapping):
-            units = builder.from_dag(entry["dag"], f"{self.template_paths[entrypoint]}.dag")
+            units = builder.from_dag(entry["dag"], f"{path}.dag")
         elif isinstance(entry.get("steps"), list):
-            units = builder.from_steps(entry["steps"], f"{self.template_paths[entrypoint]}.steps")
+            units = builder.from_steps(entry["steps"], f"{path}.steps")
         else:
-            units = [
-                builder.make(
-                    name=entrypoint,
-                    kind="workflow",
-                    task=entrypoint,
-                    key=entrypoint,
-                    call={},
-                    upstream=(),
-                    depends="",
-                )
-            ]
+            units = [whole()]
+        if units:
+            together = keep_together(entry, path, spec, units, self.templates, self.template_paths)
+            if together:
+                # One unit, one site: its Argo gives daemons, hooks and claims their scope.
+                units = [
+                    replace(
+                        whole(), carries_exit=True, templates=self._exit_reach(entrypoint, spec)
+                    )
+                ]
         if len(units) > self.limits.max_units:
             self.err(
                 "spec",
                 f"the workflow expands to {len(units)} placement units; "
                 f"the limit is {self.limits.max_units}",
             )
-            return ()
+            return (), together
         ordered = _topological(units)
         if ordered is None:  # checked per DAG already; a safety net for steps/expansions
             self.err("spec", "dependency cycle between units")
-            return ()
-        return tuple(_dedupe_slugs(ordered))
+            return (), together
+        return tuple(_dedupe_slugs(ordered)), together

@@ -200,5 +200,12 @@ class ResumeSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
+    path = serializers.CharField()
+    message = serializers.CharField()
+
+
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
+    # Fields whose meaning the split changes or that must hold at the chosen site.
+    warnings = PreviewWarningSerializer(many=True, required=False)

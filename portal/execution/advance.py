@@ -405,6 +405,15 @@ def _main_status(units: list[UnitRun]) -> tuple[str, list[UnitRun]]:
     return (RunStatus.FAILED if bad else RunStatus.SUCCEEDED), bad
 
 
+def _exit_arguments(spec: Mapping[str, Any]) -> parser.Arguments:
+    """A workflow-level exit hook's own arguments (``LifecycleHook.WithArgs`` in Argo's
+    `pkg/apis/workflow/v1alpha1/workflow_types.go`: the hook's, else the workflow's, which
+    every step workflow carries anyway); ``onExit`` has none of its own."""
+    hooks = spec.get("hooks")
+    hook = hooks.get("exit") if isinstance(hooks, Mapping) and not spec.get("onExit") else None
+    return parser.parse_arguments(hook.get("arguments") if isinstance(hook, Mapping) else None)
+
+
 def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
     """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
     template with ``{{workflow.status}}`` set to how the run went."""
@@ -421,7 +430,7 @@ def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
         upstream=(),
         depends="",
         when=None,
-        arguments=parser.Arguments(),
+        arguments=_exit_arguments(run.compiled.get("spec") or {}),
         labels={},
         images=(),
         resources=parser.Resources(),

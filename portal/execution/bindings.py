@@ -64,6 +64,11 @@ def nodes_of(status: Mapping[str, Any]) -> dict[str, Any]:
     return {}
 
 
+# Node fields later units may read as {{tasks.x.<field>}}, kept beside the outputs.
+NODE_FACTS = ("id", "startedAt", "finishedAt", "hostNodeName")
+NODE_KEY = "node"
+
+
 def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     """The step workflow's outputs: its root node's (Argo keys the root node by the
     workflow's name), else the entrypoint node's."""
@@ -74,6 +79,13 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
             (n for n in nodes.values() if isinstance(n, dict) and not n.get("boundaryID")), None
         )
     outputs = dict((root or {}).get("outputs") or status.get("outputs") or {})
+    facts = {k: str(root[k]) for k in NODE_FACTS if isinstance(root, dict) and root.get(k)}
+    if isinstance(root, dict) and root.get("podIP"):
+        facts["ip"] = str(root["podIP"])  # Argo's {{steps.x.ip}} is the node's podIP
+    if facts:
+        # {{steps.x.startedAt}}, .finishedAt, .id, .hostNodeName of later units: the node
+        # that ran the step, in its step workflow (Argo's own scope keeps these per node).
+        outputs[NODE_KEY] = facts
     return outputs
 
 

@@ -91,6 +91,7 @@ def _task_outputs(
             if isinstance(a, dict)
         },
         exit_code=out.get("exitCode"),
+        extra={str(k): str(v) for k, v in (out.get("node") or {}).items()},
         template=unit.spec.get("template") or unit.template,
     )
 
@@ -161,10 +162,11 @@ def step_workflow_for(
             body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
     if unit.spec.get("kind") == "exit":
         # Inside the step workflow Argo would answer with the step workflow's own status.
-        text = json.dumps(body["spec"]["templates"]).replace(
-            "{{workflow.status}}", str(unit.spec.get("workflow_status", ""))
-        )
-        body["spec"]["templates"] = json.loads(text)
+        status = str(unit.spec.get("workflow_status", ""))
+        for key in ("templates", "arguments"):
+            if key in body["spec"]:
+                text = json.dumps(body["spec"][key]).replace("{{workflow.status}}", status)
+                body["spec"][key] = json.loads(text)
     return body
 
 

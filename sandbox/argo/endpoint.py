@@ -2,9 +2,10 @@
 
 * `POST workflows` creates a Workflow on the member directly (no Karmada), `GET workflows`
   lists the member's Workflows with live status;
-* `POST objects` stores a Secret or ConfigMap in the member (what a step's env, volumes and
-  cross-site artifact credentials read); `GET objects` lists those it holds (put there this
-  way or propagated by Karmada);
+* `POST objects` stores a Secret, ConfigMap or PersistentVolumeClaim in the member (what a
+  step's env, parameters, volumes and cross-site artifact credentials read; a pod whose claim
+  is absent stays Pending);
+  `GET objects` lists those it holds (put there this way or propagated by Karmada);
 * `GET pods/{namespace}/{pod}/log[?container=&tailLines=]` a pod's log, as the kubelet's.
 """
 
@@ -18,6 +19,9 @@ from sandbox.store import now_iso
 
 if TYPE_CHECKING:
     from sandbox.core import Sandbox
+
+# Objects a test or an operator may put into a member (what its steps read or mount).
+MEMBER_OBJECTS = ("Secret", "ConfigMap", "PersistentVolumeClaim")
 
 
 def member_endpoint(
@@ -42,8 +46,8 @@ def member_endpoint(
     if rest == ["workflows"] and method == "GET":
         return 200, {"items": member.workflow_objects()}
     if rest == ["objects"] and method == "POST":
-        if not isinstance(body, dict) or body.get("kind") not in ("Secret", "ConfigMap"):
-            raise ApiError.bad_request("a Secret or a ConfigMap")
+        if not isinstance(body, dict) or body.get("kind") not in MEMBER_OBJECTS:
+            raise ApiError.bad_request("a Secret, a ConfigMap or a PersistentVolumeClaim")
         member.put_object(body)
         return 201, body
     if rest == ["objects"] and method == "GET":

@@ -16,11 +16,12 @@ from sandbox.argo.expr import (
     literal_json,
     render,
 )
-from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
+from sandbox.argo.hooks import Hooks
+from sandbox.argo.run import Ctx, Parent, StepFailed
 from sandbox.store import clone
 
 
-class Graph(RunCore):
+class Graph(Hooks):
     # steps ----------------------------------------------------------------------------------
     def _expand(self, step: dict[str, Any], scope: dict[str, Any]) -> list[Any] | None:
         if "withItems" in step:
@@ -114,25 +115,6 @@ class Graph(RunCore):
         if "exitCode" in outs:
             scope[f"{prefix}.exitCode"] = outs["exitCode"]
 
-    def _call_args(
-        self, call: dict[str, Any], scope: dict[str, Any]
-    ) -> tuple[dict[str, str], dict[str, Any]]:
-        arguments = call.get("arguments") or {}
-        params = {
-            p["name"]: as_param(render(p.get("value", ""), scope))
-            for p in arguments.get("parameters") or []
-        }
-        arts: dict[str, Any] = {}
-        for a in arguments.get("artifacts") or []:
-            ref = a.get("from")
-            if ref:
-                found = scope.get(str(render(ref, scope)).strip("{} "))
-                if isinstance(found, dict):
-                    arts[a["name"]] = dict(clone(found), name=a["name"])
-                    continue
-            arts[a["name"]] = render(clone(a), scope)
-        return params, arts
-
     async def _call(
         self,
         call: dict[str, Any],
@@ -143,7 +125,7 @@ class Graph(RunCore):
         parent: Parent,
     ) -> dict[str, Any]:
         params, arts = self._call_args(call, scope)
-        node = await self.execute(
+        running = self.execute(
             call.get("template", ""),
             params,
             arts,
@@ -153,6 +135,11 @@ class Graph(RunCore):
             parent,
             inline=call.get("inline"),
         )
+        hooks = {k: v for k, v in (call.get("hooks") or {}).items() if k != "exit"}
+        if hooks:
+            node = await self._with_hooks(running, hooks, call, name, scope, boundary, parent)
+        else:
+            node = await running
         hook = (call.get("hooks") or {}).get("exit") or {}
         exit_tmpl = hook.get("template") or call.get("onExit")
         if exit_tmpl:

@@ -112,6 +112,19 @@ class Leaves(Pods):
             else "workflow deleted"
         )
 
+    def _input_from_config_map(self, pname: str, vf: dict[str, Any]) -> str:
+        """``inputs.parameters[].valueFrom.configMapKeyRef`` from this member's ConfigMap, else
+        its default (substituteAndGetConfigMapValue in workflow/common/util.go)."""
+        ref = vf["configMapKeyRef"]
+        value, error, not_found = self.member.config_map_parameter(
+            self.namespace, ref.get("name"), ref.get("key")
+        )
+        if value is not None:
+            return value
+        if "default" in vf and not_found:
+            return as_param(vf["default"])
+        raise StepFailed(f"unable to retrieve inputs.parameters.{pname} from ConfigMap: {error}")
+
     def _inputs(
         self, tmpl: dict[str, Any], args: dict[str, str], art_args: dict[str, Any], ctx: Ctx
     ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -119,12 +132,18 @@ class Leaves(Pods):
         for k, v in ctx.scope.items():
             if k.startswith("workflow."):
                 scope[k] = v
+        globals_ = dict(scope)  # before any input: Argo's first pass knows none
         inputs: dict[str, Any] = {}
         params = []
         for p in (tmpl.get("inputs") or {}).get("parameters") or []:
             pname = p.get("name")
+            vf = p.get("valueFrom") or {}
             if pname in args:
-                value = args[pname]
+                # Globals first: an argument may carry {{workflow.parameters.x}} the caller
+                # could not fill (substituteParams in workflow/common/util.go).
+                value = as_param(render(args[pname], globals_))
+            elif isinstance(vf.get("configMapKeyRef"), dict):
+                value = self._input_from_config_map(pname, vf)
             elif "value" in p:
                 value = as_param(render(p["value"], scope))
             elif "default" in p:
@@ -320,6 +339,10 @@ class Leaves(Pods):
             node["message"] = msg
             self.touch()
 
+        while (unbound := self.missing_claims(body)) is not None:
+            if node.get("message") != unbound:
+                waiting(unbound)
+            await asyncio.sleep(1.0)
         lease = await self.member.acquire(req, waiting)
         started = asyncio.get_running_loop().time()
         runner = self.runner(body)

@@ -253,6 +253,18 @@ class Pods(RunCore):
                     env[name] = value
         return env
 
+    def missing_claims(self, body: dict[str, Any]) -> str | None:
+        """The kube-scheduler's answer for a pod whose PersistentVolumeClaim does not exist in
+        this member (volumebinding's PreFilter, pkg/scheduler/framework/plugins/volumebinding
+        in Kubernetes): it is not scheduled, and stays Pending, until the claim exists."""
+        spec = self.obj.get("spec") or {}
+        declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
+        for vol in declared:
+            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim and not self.member.has_object("PersistentVolumeClaim", self.namespace, claim):
+                return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+        return None
+
     def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
         spec = self.obj.get("spec") or {}
         declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
@@ -262,7 +274,14 @@ class Pods(RunCore):
         for vm in container.get("volumeMounts") or []:
             vname = vm.get("name")
             vol = volumes.get(vname) or {}
-            if vname in claims or "persistentVolumeClaim" in vol:
+            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:
+                # The member's claim: its data outlives the Workflow, for the next one at
+                # this site that mounts it (missing_claims keeps the pod Pending without it).
+                host = self.member.data_dir / "volumes" / self.namespace / "_claims" / str(claim)
+            elif vname in claims:
+                # Argo's own claim for this Workflow (`<workflow>-<claim>`, createPVCs in
+                # workflow/controller/operator.go), gone with it.
                 host = self.member.data_dir / "volumes" / self.namespace / self.name / str(vname)
             else:
                 host = layout.root / "volumes" / str(vname)

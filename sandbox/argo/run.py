@@ -158,6 +158,13 @@ class RunCore:
             self.finished_at = now_iso()
             self.touch()
             return
+        try:
+            from_config_maps = self._config_map_parameters(spec)
+        except StepFailed as exc:
+            self.phase, self.message = "Error", str(exc)
+            self.finished_at = now_iso()
+            self.touch()
+            return
         self.touch()
         entry = spec.get("entrypoint") or ""
         scope = dict(self.global_scope)
@@ -166,6 +173,7 @@ class RunCore:
             for p in (spec.get("arguments") or {}).get("parameters") or []
             if "value" in p
         }
+        args.update(from_config_maps)
         arts = {
             a["name"]: a
             for a in (spec.get("arguments") or {}).get("artifacts") or []
@@ -184,7 +192,7 @@ class RunCore:
                 else None
             )
             try:
-                root = await self.main
+                root = await self.await_main(spec)
             except asyncio.CancelledError:
                 if self.shutdown is None:
                     raise
@@ -252,6 +260,30 @@ class RunCore:
             phase = "Failed"
             self.message = exit_node.get("message") or "exit handler failed"
         return phase
+
+    def _config_map_parameters(self, spec: dict[str, Any]) -> dict[str, str]:
+        """Workflow arguments with ``valueFrom.configMapKeyRef``, read from this member's
+        ConfigMap in the Workflow's namespace, else their ``valueFrom.default``; without either
+        the Workflow errors (``setGlobalParameters`` in workflow/controller/operator.go)."""
+        out: dict[str, str] = {}
+        for p in (spec.get("arguments") or {}).get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            ref = vf.get("configMapKeyRef")
+            if "value" in p or not isinstance(ref, dict):
+                continue
+            value, error, _ = self.member.config_map_parameter(
+                self.namespace, ref.get("name"), ref.get("key")
+            )
+            if value is None:
+                if "default" not in vf:
+                    raise StepFailed(
+                        f"failed to set global parameter {p['name']} from configmap with name "
+                        f"{ref.get('name')} and key {ref.get('key')}: {error}"
+                    )
+                value = as_param(vf["default"])
+            out[p["name"]] = value
+            self.global_scope[f"workflow.parameters.{p['name']}"] = value
+        return out
 
     # -- status -------------------------------------------------------------------------------
     def render_status(self) -> Obj:
@@ -373,6 +405,11 @@ class RunCore:
 
     async def run_steps(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
         raise NotImplementedError
+
+    async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The entrypoint's node once it ended (graph.py adds the workflow's hooks)."""
+        assert self.main is not None
+        return await self.main
 
     async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
         raise NotImplementedError

@@ -59,6 +59,10 @@ def seed_buckets(sb: Sandbox) -> None:
         shutil.copytree(src, data_root(sb) / "buckets" / site.bucket, dirs_exist_ok=True)
 
 
+# The label Argo's controller watches ConfigMaps by (workflow/common/common.go).
+CONFIGMAP_TYPE = "workflows.argoproj.io/configmap-type"
+
+
 class SiteExecution:
     sb: Sandbox
     name: str
@@ -171,6 +175,33 @@ class SiteExecution:
     def object_value(self, kind: str, namespace: str, name: Any, key: str) -> str | None:
         obj = self.get_object(kind, namespace, name)
         return None if obj is None else self.object_data(obj).get(key)
+
+    def config_map_parameter(
+        self, namespace: str, name: Any, key: Any
+    ) -> tuple[str | None, str, bool]:
+        """(value, error, not found) of a parameter read from a ConfigMap, as Argo's
+        controller reads one (workflow/common/configmap.go, GetConfigMapValue): only ConfigMaps
+        labelled ``workflows.argoproj.io/configmap-type: Parameter`` are seen at all."""
+        obj = self.get_object("ConfigMap", namespace, name)
+        if obj is None:
+            return (
+                None,
+                f"ConfigMap '{name}' does not exist. Please make sure it has the label "
+                f"{CONFIGMAP_TYPE}: Parameter to be detectable by the controller",
+                True,
+            )
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(CONFIGMAP_TYPE) != "Parameter":
+            return (
+                None,
+                f"ConfigMap '{name}' needs to have the label {CONFIGMAP_TYPE}: Parameter to "
+                "load parameters",
+                False,
+            )
+        value = self.object_data(obj).get(str(key))
+        if value is None:
+            return None, f"ConfigMap '{name}' does not have the key '{key}'", True
+        return value, "", False
 
     def has_pod(self, namespace: str, pod: str) -> bool:
         raise NotImplementedError

@@ -1,0 +1,159 @@
+"""Lifecycle hooks on expressions, of a step or task and of the workflow, as Argo's controller
+runs them (workflow/controller/hooks.go); exit hooks are run with the node (graph.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+from sandbox.argo.expr import ExprError, as_param, evaluate, literal, render
+from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
+from sandbox.store import clone
+
+# How often a running step's expression hooks are evaluated (Argo: on every reconcile).
+HOOK_POLL_SECONDS = 0.1
+# `steps["x"]` / `workflow['status']` in Argo's expr, read as `steps.x`.
+_INDEXED = re.compile(r"""\[["']([^"']+)["']\]""")
+
+
+class Hooks(RunCore):
+    """Arguments of a call (a step, a task, a hook), and the hooks that run beside a node."""
+
+    def _call_args(
+        self, call: dict[str, Any], scope: dict[str, Any]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
+        arguments = call.get("arguments") or {}
+        params = {
+            p["name"]: as_param(render(p.get("value", ""), scope))
+            for p in arguments.get("parameters") or []
+        }
+        arts: dict[str, Any] = {}
+        for a in arguments.get("artifacts") or []:
+            ref = a.get("from")
+            if ref:
+                found = scope.get(str(render(ref, scope)).strip("{} "))
+                if isinstance(found, dict):
+                    arts[a["name"]] = dict(clone(found), name=a["name"])
+                    continue
+            arts[a["name"]] = render(clone(a), scope)
+        return params, arts
+
+    async def _with_hooks(
+        self,
+        running: Any,
+        hooks: dict[str, Any],
+        call: dict[str, Any],
+        name: str,
+        scope: dict[str, Any],
+        boundary: str,
+        parent: Parent,
+    ) -> dict[str, Any]:
+        """A step's or task's expression hooks (executeTmplLifeCycleHook in
+        workflow/controller/hooks.go): evaluated against the step's status while it runs and
+        once it ended; each runs once, as `<node>.hooks.<hook>`, and the step is done only
+        when the hooks it fired are (steps.go waits for hookCompleted)."""
+        task: asyncio.Future[dict[str, Any]] = asyncio.ensure_future(running)
+        fired: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        try:
+            await self._fire_hooks(task, fired, hooks, call, name, scope, boundary, parent)
+        except BaseException:
+            for t in (task, *fired.values()):
+                t.cancel()
+            raise
+        if fired:
+            await asyncio.gather(*fired.values())
+        return task.result()
+
+    async def _fire_hooks(
+        self,
+        task: asyncio.Future[dict[str, Any]],
+        fired: dict[str, asyncio.Future[dict[str, Any]]],
+        hooks: dict[str, Any],
+        call: dict[str, Any],
+        name: str,
+        scope: dict[str, Any],
+        boundary: str,
+        parent: Parent,
+    ) -> None:
+        while True:
+            ended = task.done()
+            node = self.nodes.get(self.node_id(name)) or {}
+            hook_scope = dict(scope)
+            for prefix in ("steps", "tasks"):
+                hook_scope[f"{prefix}.{call.get('name')}.status"] = node.get("phase", "Pending")
+            for hname, hook in hooks.items():
+                if hname not in fired and self._hook_due(hook, hook_scope, f"{name}.hooks.{hname}"):
+                    hparams, harts = self._call_args(hook, hook_scope)
+                    fired[hname] = asyncio.ensure_future(
+                        self.execute(
+                            hook.get("template", ""),
+                            hparams,
+                            harts,
+                            f"{name}.hooks.{hname}",
+                            f"{name}.hooks.{hname}",
+                            Ctx(hook_scope, boundary),
+                            parent,
+                        )
+                    )
+            if ended:
+                return
+            await asyncio.wait({task}, timeout=HOOK_POLL_SECONDS)
+
+    async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The entrypoint's node once it ended, with the workflow's expression hooks
+        (executeWfLifeCycleHook in workflow/controller/hooks.go): evaluated against the
+        workflow's scope (`workflow.status` is Running until it ends) while it runs; each runs
+        once, as `<workflow>.hooks.<hook>`, and is waited for before the exit handler."""
+        assert self.main is not None
+        hooks = {k: v for k, v in (spec.get("hooks") or {}).items() if k != "exit"}
+        if not hooks:
+            return await self.main
+        main = self.main
+        fired: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        try:
+            while True:
+                ended = main.done()
+                scope = dict(self.global_scope, **{"workflow.status": "Running"})
+                for hname, hook in hooks.items():
+                    where = f"{self.name}.hooks.{hname}"
+                    if hname not in fired and self._hook_due(hook, scope, where):
+                        params, arts = self._call_args(hook, scope)
+                        fired[hname] = asyncio.ensure_future(
+                            self.execute(
+                                hook.get("template", ""),
+                                params,
+                                arts,
+                                where,
+                                where,
+                                Ctx(scope, None),
+                                self.node_id(self.name),
+                            )
+                        )
+                if ended:
+                    break
+                await asyncio.wait({main}, timeout=HOOK_POLL_SECONDS)
+        except BaseException:
+            for t in (main, *fired.values()):
+                t.cancel()
+            raise
+        if fired:
+            await asyncio.gather(*fired.values())
+        return main.result()
+
+    def _hook_due(self, hook: dict[str, Any], scope: dict[str, Any], where: str) -> bool:
+        """Whether a hook's expression holds now. Argo's expr reads `steps["x"].status` and
+        `steps.x.status` alike; an expression the sandbox cannot evaluate fails the step, as a
+        hook error marks the node Error in Argo."""
+        expression = str(hook.get("expression") or "")
+        if not expression:
+            raise StepFailed(f"Expression required for hook {where}")
+
+        def word(w: str) -> Any:
+            key = _INDEXED.sub(r".\1", w)
+            return scope[key] if key in scope else literal(key)
+
+        try:
+            return evaluate(expression, word)
+        except ExprError as exc:
+            raise StepFailed(f"hook {where}: {exc}") from exc

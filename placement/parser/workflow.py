@@ -250,6 +250,7 @@ class _Parser(_TemplateIndex):
     ) -> tuple[Unit, ...]:
         entry = self.templates[entrypoint]
         builder = _UnitBuilder(self, spec, wf_labels, wf_annotations, wf_params, self.domain)
+        builder.set_entry(entry)
         if isinstance(entry.get("dag"), Mapping):
             units = builder.from_dag(entry["dag"], f"{self.template_paths[entrypoint]}.dag")
         elif isinstance(entry.get("steps"), list):

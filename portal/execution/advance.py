@@ -84,13 +84,14 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
     spec = codec.unit_from_dict(unit.spec)
     assert spec.with_param is not None
     missing: list[str] = []
-    value = manifests.substitute(
-        spec.with_param,
-        run.compiled.get("parameters") or {},
-        upstream_outputs(units),
-        missing=missing,
-    )
     try:
+        # An expression tag (``{{= ...}}``) is evaluated here too; its error is a ValueError.
+        value = manifests.substitute(
+            spec.with_param,
+            run.compiled.get("parameters") or {},
+            upstream_outputs(units),
+            missing=missing,
+        )
         if missing:
             raise ValueError(f"unresolved: {', '.join(missing)}")
         # Sized against the run's unit limit before a single unit is built.
@@ -314,6 +315,10 @@ def _held_back(
             has_item=unit.spec.get("item_index") is not None,
         )
     except manifests.WhenError as exc:
+        if unit.spec.get("with_param"):
+            # Argo's expandStep: a ``when`` that cannot be decided before the loop expands
+            # (it reads ``{{item}}``) is decided per item, after expansion.
+            return None
         return state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
     except SoftTimeLimitExceeded:
         raise

@@ -227,7 +227,8 @@ class _UnitBuilder:
         # The entrypoint's inputs are known now; the step workflow could not fill them.
         call = fill_call(call, self.inputs)
         for fld, why in expression_problems(call):
-            self.p.err(_join(path, fld), why)
+            # ``fld`` is a path below the call, such as ``arguments.parameters[0].value``.
+            self.p.err(f"{path}.{fld}", why)
         # Every unit of this call shares these; only name, item and withParam differ.
         make = functools.partial(
             self.make,
@@ -328,7 +329,7 @@ class _UnitBuilder:
     def known_at_submit(self, param: Any) -> list[Any] | None:
         """The list a ``withParam`` names when it only uses workflow parameters (the
         entrypoint's inputs are the workflow's arguments), else None (expanded at run time)."""
-        if not isinstance(param, str) or "{{" not in param:
+        if not isinstance(param, str) or not param.strip():
             return None
         # Counted before expanding, then expanded: decode each list once.
         if param not in self._known:

@@ -253,7 +253,8 @@ def workflow_preview(
     plan = _plan(parsed, proj)
     if unit is not None:
         return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
-    return plan.as_dict(top)
+    # What the run will do differently from what the preview shows, by field.
+    return {**plan.as_dict(top), "warnings": [w.as_dict() for w in parsed.warnings]}
 
 
 NAME_ATTEMPTS = 8

@@ -68,6 +68,8 @@ class _TemplateIndex:
         self.catalogue = catalogue
         self.limits = limits
         self.errors: list[FieldError] = []
+        # What changes meaning across sites or between preview and run (not a refusal).
+        self.warnings: list[FieldError] = []
         # template key -> template dict, and key -> scope ("" local, "ref:<wft>", "cref:<cwft>")
         self.templates: dict[str, Mapping[str, Any]] = {}
         self.scopes: dict[str, str] = {}
@@ -79,6 +81,11 @@ class _TemplateIndex:
 
     def err(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
+
+    def warn(self, path: str, message: str) -> None:
+        """A warning the preview shows (``ParsedWorkflow.warnings``): the field and what
+        changes. Any check may add one; the document is still accepted."""
+        self.warnings.append(FieldError(path, message))
 
     def fail_if_errors(self) -> None:
         if self.errors:

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from placement.parser.errors import FieldError
+
 UnitKind = Literal["task", "step", "workflow"]
 
 
@@ -101,6 +103,9 @@ class ParsedWorkflow:
     units: tuple[Unit, ...]
     spec: Mapping[str, Any]
     document: Mapping[str, Any] = field(repr=False)
+    # (path, message) of what the preview must say: a feature whose meaning changes across
+    # sites, or a loop the preview cannot expand.
+    warnings: tuple[FieldError, ...] = ()
 
     @property
     def display_name(self) -> str:

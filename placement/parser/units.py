@@ -72,6 +72,12 @@ def _loop_path(path: str, call: Mapping[str, Any]) -> str:
     return _join(path, "withItems" if call.get("withItems") is not None else "withParam")
 
 
+_RUNTIME_LOOP = (
+    "reads what an earlier step produces, so the loop is expanded when the run gets there: "
+    "the preview shows one row for it, and each item gets its own placement decision then"
+)
+
+
 class _UnitBuilder:
     """Units of the entrypoint of a workflow whose templates ``parser`` has resolved."""
 
@@ -266,6 +272,7 @@ class _UnitBuilder:
                     return []
                 if numbers is None:
                     # A templated sequence: only known at run time, like withParam.
+                    self.p.warn(_join(path, "withSequence"), _RUNTIME_LOOP)
                     return [make(name=task, with_param=json.dumps(seq))]
                 # The size is checked (in loop_size) before a single item is built.
                 if self.over_limit(len(numbers), _loop_path(path, call)):
@@ -278,6 +285,7 @@ class _UnitBuilder:
                 for i, v in enumerate(values)
             ]
         if isinstance(param, str) and param.strip():
+            self.p.warn(_join(path, "withParam"), _RUNTIME_LOOP)
             return [make(name=task, with_param=param)]
         return [make(name=task)]
 

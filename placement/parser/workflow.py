@@ -130,6 +130,7 @@ class _Parser(_TemplateIndex):
             units=units,
             spec=spec,
             document=doc,
+            warnings=tuple(dict.fromkeys(self.warnings)),
         )
 
     def _check_kind(self, kind: Any) -> None:

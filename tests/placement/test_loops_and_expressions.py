@@ -210,3 +210,15 @@ def test_the_examples_that_use_these_features_parse() -> None:
         "expression-tag-template-workflow.yaml",
     ):
         assert parse_workflow(_example(name)).units, name
+
+
+def test_a_loop_known_only_at_run_time_is_a_preview_warning_naming_the_field() -> None:
+    parsed = parse_workflow(_example("parameter-aggregation-dag.yaml"))
+    paths = sorted(w.path for w in parsed.warnings)
+    assert paths == [
+        "spec.templates[0].dag.tasks[3].withParam",
+        "spec.templates[0].dag.tasks[4].withParam",
+    ]
+    assert "one row" in parsed.warnings[0].message
+    # Loops known at submission are expanded, with nothing to warn about.
+    assert parse_workflow(_example("parallelism-nested.yaml")).warnings == ()

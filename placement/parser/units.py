@@ -78,6 +78,14 @@ _RUNTIME_LOOP = (
 )
 
 
+def _not_a_list(text: str) -> str:
+    try:
+        parse_with_param_value(text)
+    except ValueError as exc:
+        return f"must be a JSON list: {exc}"
+    return "must be a JSON list"
+
+
 class _UnitBuilder:
     """Units of the entrypoint of a workflow whose templates ``parser`` has resolved."""
 
@@ -285,6 +293,10 @@ class _UnitBuilder:
                 for i, v in enumerate(values)
             ]
         if isinstance(param, str) and param.strip():
+            if "{{" not in param:
+                # Nothing left to fill, and not a list: it could never run (Argo fails it).
+                self.p.err(_join(path, "withParam"), _not_a_list(param))
+                return []
             self.p.warn(_join(path, "withParam"), _RUNTIME_LOOP)
             return [make(name=task, with_param=param)]
         return [make(name=task)]

@@ -222,3 +222,12 @@ def test_a_loop_known_only_at_run_time_is_a_preview_warning_naming_the_field() -
     assert "one row" in parsed.warnings[0].message
     # Loops known at submission are expanded, with nothing to warn about.
     assert parse_workflow(_example("parallelism-nested.yaml")).warnings == ()
+
+
+@pytest.mark.parametrize("literal", ["not json", '{"a": 1}', "[1, 2"])
+def test_a_literal_withparam_that_is_not_a_list_is_refused_with_its_path(literal: str) -> None:
+    doc = _wf([{"name": "t", "template": "echo", "withParam": literal}])
+    with pytest.raises(WorkflowInvalid) as err:
+        parse_workflow(doc)
+    assert [e.path for e in err.value.errors] == ["spec.templates[0].dag.tasks[0].withParam"]
+    assert "JSON list" in err.value.errors[0].message

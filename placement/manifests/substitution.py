@@ -260,7 +260,9 @@ def expression_scope(
             scope[f"{base}.status"] = out.phase
             if out.exit_code is not None:
                 scope[f"{base}.exitCode"] = out.exit_code
-            scope[f"{base}.outputs.result"] = out.result
+            if out.result is not None or out.phase in _DID_NOT_RUN:
+                # A producer that did not run has an absent (nil) result, for ``??``.
+                scope[f"{base}.outputs.result"] = out.result
             for n, v in out.parameters.items():
                 scope[f"{base}.outputs.parameters.{n}"] = v
             for k, v in out.extra.items():

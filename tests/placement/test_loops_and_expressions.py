@@ -231,3 +231,15 @@ def test_a_literal_withparam_that_is_not_a_list_is_refused_with_its_path(literal
         parse_workflow(doc)
     assert [e.path for e in err.value.errors] == ["spec.templates[0].dag.tasks[0].withParam"]
     assert "JSON list" in err.value.errors[0].message
+
+
+def test_an_absent_output_is_nil_for_the_fallback_operator() -> None:
+    skipped = {"p": TaskOutputs(phase="Skipped")}
+    assert substitute("{{=tasks.p.outputs.result ?? 'fallback'}}", {}, skipped) == "fallback"
+    # A producer that ran but printed no result: the expression waits for what Argo holds.
+    missing: list[str] = []
+    ran = {"p": TaskOutputs(phase="Succeeded")}
+    assert substitute("{{=tasks.p.outputs.result + 'x'}}", {}, ran, missing=missing).startswith(
+        "{{="
+    )
+    assert missing == ["tasks.p.outputs.result"]

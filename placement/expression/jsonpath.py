@@ -7,6 +7,7 @@ values found. Bounded by the path's length and the document it walks."""
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,9 +128,9 @@ def _children(x: Any) -> list[Any]:
 
 
 def _recursive(x: Any, key: str) -> Iterator[Any]:
-    stack = [x]
+    stack = deque([x])  # breadth first, as the library walks; linear in the document
     while stack:
-        cur = stack.pop(0)
+        cur = stack.popleft()
         if isinstance(cur, dict) and key in cur:
             yield cur[key]
         stack.extend(_children(cur))

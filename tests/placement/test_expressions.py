@@ -227,3 +227,13 @@ def test_jsonpath_unions_recursion_and_filters() -> None:
     assert evaluate(f"jsonpath('{doc}', \"$['k']\")", {}) == "v"
     assert evaluate(f"jsonpath('{doc}', '$.a[?(@.b >= 3 || @.c.b == 2)].b')", {}) == [1, 3]
     assert evaluate(f"jsonpath('{doc}', '$.a[-1].b')", {}) == 3
+
+
+def test_deep_documents_end_in_an_error_not_a_crash() -> None:
+    # Values come from the scope (an upstream output), not the expression's bounded text.
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.raises(ExprError):
+        evaluate("toJson(fromJSON(tasks.a.outputs.result))", {"tasks.a.outputs.result": deep})
+    wide = json.dumps({"a": [{"b": i} for i in range(20_000)]})
+    found = evaluate("jsonpath(tasks.a.outputs.result, '$..b')", {"tasks.a.outputs.result": wide})
+    assert len(found) == 20_000

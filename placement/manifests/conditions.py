@@ -109,13 +109,20 @@ def evaluate_when(
     *,
     item: Any = None,
     has_item: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> bool:
     """Argo's ``when`` after substitution, in the govaluate subset ``parse_when`` reads.
     Raises ``WhenError`` when it cannot be evaluated (also when a reference is missing)."""
     missing: list[str] = []
     try:
         text = substitute(
-            expr, workflow_parameters, outputs, item=item, has_item=has_item, missing=missing
+            expr,
+            workflow_parameters,
+            outputs,
+            item=item,
+            has_item=has_item,
+            missing=missing,
+            inputs=inputs,
         )
     except expression.ExprError as exc:
         raise WhenError(str(exc)) from None

@@ -204,6 +204,7 @@ def substitute(
     missing: list[str] | None = None,
     current: str | None = None,
     expressions: bool = True,
+    inputs: Mapping[str, str] | None = None,
 ) -> str:
     """Fill the portal's references in ``text``; ``{{inputs...}}`` and other references Argo
     fills inside the step workflow stay as they are. References to workflow parameters, upstream
@@ -211,12 +212,13 @@ def substitute(
 
     ``{{= expr}}`` tags are evaluated first (``expressions``), over the same values
     (``expression_scope``); a tag that reads a variable the portal does not hold stays for
-    Argo, unless that variable is the portal's to fill (then it is ``missing``). Raises
+    Argo, unless that variable is the portal's to fill (then it is ``missing``). ``inputs``:
+    the entrypoint's inputs (``parser.entry_inputs``; default: the workflow parameters). Raises
     ``ExprError`` when a tag cannot be read or evaluated."""
     wp = workflow_parameters or {}
     outs = outputs if outputs is not None else {}
     if expressions and "{{=" in text:
-        text = _fill_expressions(text, wp, outs, item, has_item, missing)
+        text = _fill_expressions(text, wp, outs, item, has_item, missing, inputs)
 
     def one(m: re.Match[str]) -> str:
         ref = m.group(1)
@@ -242,6 +244,7 @@ def expression_scope(
     outputs: Mapping[str, TaskOutputs],
     item: Any = None,
     has_item: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The dotted variables an expression sees (Argo's scope, ``getParametersAny``): workflow
     parameters, the entrypoint's inputs (the workflow's arguments by name, as the parser fills
@@ -249,10 +252,13 @@ def expression_scope(
     ``exitCode``, ``outputs.result`` and ``outputs.parameters.x`` (an absent output is ``nil``,
     so ``??`` can give its fallback), and ``item`` as its JSON value."""
     scope: dict[str, Any] = {}
-    listing = [{"name": k, "value": v} for k, v in workflow_parameters.items()]
-    for prefix in ("workflow.parameters", "inputs.parameters"):
-        for k, v in workflow_parameters.items():
+    for prefix, values in (
+        ("workflow.parameters", workflow_parameters),
+        ("inputs.parameters", workflow_parameters if inputs is None else inputs),
+    ):
+        for k, v in values.items():
             scope[f"{prefix}.{k}"] = v
+        listing = [{"name": k, "value": v} for k, v in values.items()]
         scope[f"{prefix}.json"] = json.dumps(listing, separators=(",", ":"))
     for task, out in outputs.items():
         for head in ("tasks", "steps"):
@@ -280,8 +286,9 @@ def _fill_expressions(
     item: Any,
     has_item: bool,
     missing: list[str] | None,
+    inputs: Mapping[str, str] | None,
 ) -> str:
-    scope = expression_scope(workflow_parameters, outputs, item, has_item)
+    scope = expression_scope(workflow_parameters, outputs, item, has_item, inputs)
 
     def unresolved(_source: str, names: list[str]) -> None:
         ours = [n for n in names if n.startswith(_PORTAL_REFS) or n.split(".")[0] == "item"]
@@ -301,6 +308,7 @@ def resolve_arguments(
     strict: bool = True,
     current: str | None = None,
     input_defaults: Mapping[str, str] | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
     parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
@@ -333,6 +341,7 @@ def resolve_arguments(
                     has_item=has_item,
                     missing=missing,
                     current=current,
+                    inputs=inputs,
                 )
             except expression.ExprError as exc:
                 # Argo fails the node on an expression that cannot be evaluated; so does this.

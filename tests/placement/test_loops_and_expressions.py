@@ -16,12 +16,14 @@ from placement.manifests import (
     WhenError,
     evaluate_when,
     resolve_arguments,
+    step_workflow,
     substitute,
 )
 from placement.parser import (
     Arguments,
     Parameter,
     WorkflowInvalid,
+    entry_inputs,
     expand_with_param,
     parse_with_param_value,
     parse_workflow,
@@ -243,3 +245,30 @@ def test_an_absent_output_is_nil_for_the_fallback_operator() -> None:
         "{{="
     )
     assert missing == ["tasks.p.outputs.result"]
+
+
+def test_an_expression_reads_an_entrypoint_input_that_only_has_a_default() -> None:
+    doc = _wf(
+        [
+            {
+                "name": "t",
+                "template": "echo",
+                "when": "{{= inputs.parameters.flag == 'on' }}",
+                "arguments": {"parameters": [{"name": "m", "value": "{{=inputs.parameters.n}}"}]},
+            }
+        ]
+    )
+    doc["spec"]["templates"][0]["inputs"] = {
+        "parameters": [{"name": "flag", "default": "on"}, {"name": "n", "value": "7"}]
+    }
+    parsed = parse_workflow(doc)
+    inputs = entry_inputs(parsed.templates[parsed.entrypoint], parsed.workflow_parameters())
+    assert inputs == {"flag": "on", "n": "7"}
+    unit = parsed.units[0]
+    assert evaluate_when(unit.when or "", {}, {}, inputs=inputs)
+    with pytest.raises(WhenError):
+        evaluate_when(unit.when or "", {}, {})  # without them, the tag cannot be decided
+    body = step_workflow(
+        parsed, unit, run_name="r", run_id=1, namespace="ns", site="site-a", reason="test"
+    )
+    assert body["spec"]["arguments"]["parameters"] == [{"name": "m", "value": "7"}]

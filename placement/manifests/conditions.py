@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from placement import expression
 from placement.manifests.substitution import TaskOutputs, _as_text, substitute
 from placement.parser import (
     DependsExpr,
@@ -108,17 +109,27 @@ def evaluate_when(
     *,
     item: Any = None,
     has_item: bool = False,
+    inputs: Mapping[str, str] | None = None,
 ) -> bool:
     """Argo's ``when`` after substitution, in the govaluate subset ``parse_when`` reads.
     Raises ``WhenError`` when it cannot be evaluated (also when a reference is missing)."""
     missing: list[str] = []
-    text = substitute(
-        expr, workflow_parameters, outputs, item=item, has_item=has_item, missing=missing
-    )
+    try:
+        text = substitute(
+            expr,
+            workflow_parameters,
+            outputs,
+            item=item,
+            has_item=has_item,
+            missing=missing,
+            inputs=inputs,
+        )
+    except expression.ExprError as exc:
+        raise WhenError(str(exc)) from None
     if missing:
         raise WhenError(f"unresolved: {', '.join(sorted(set(missing)))}")
     if "{{" in text:
-        # {{=expr}} (Argo's expr language) and references Argo fills are not evaluated here.
+        # A {{= expr}} over what only Argo holds, or a reference only Argo fills.
         raise WhenError(f"cannot evaluate {text.strip()[:80]!r} before Argo fills it")
     try:
         return _truthy(_eval_when(parse_when(text)))

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from placement import expression
 from placement.parser import Arguments, Artifact
 
 
@@ -202,12 +203,22 @@ def substitute(
     has_item: bool = False,
     missing: list[str] | None = None,
     current: str | None = None,
+    expressions: bool = True,
+    inputs: Mapping[str, str] | None = None,
 ) -> str:
     """Fill the portal's references in ``text``; ``{{inputs...}}`` and other references Argo
     fills inside the step workflow stay as they are. References to workflow parameters, upstream
-    tasks/steps or the loop item that cannot be filled are appended to ``missing``."""
+    tasks/steps or the loop item that cannot be filled are appended to ``missing``.
+
+    ``{{= expr}}`` tags are evaluated first (``expressions``), over the same values
+    (``expression_scope``); a tag that reads a variable the portal does not hold stays for
+    Argo, unless that variable is the portal's to fill (then it is ``missing``). ``inputs``:
+    the entrypoint's inputs (``parser.entry_inputs``; default: the workflow parameters). Raises
+    ``ExprError`` when a tag cannot be read or evaluated."""
     wp = workflow_parameters or {}
     outs = outputs if outputs is not None else {}
+    if expressions and "{{=" in text:
+        text = _fill_expressions(text, wp, outs, item, has_item, missing, inputs)
 
     def one(m: re.Match[str]) -> str:
         ref = m.group(1)
@@ -228,6 +239,65 @@ def substitute(
     return _REF.sub(one, text) if "{{" in text else text
 
 
+def expression_scope(
+    workflow_parameters: Mapping[str, str],
+    outputs: Mapping[str, TaskOutputs],
+    item: Any = None,
+    has_item: bool = False,
+    inputs: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The dotted variables an expression sees (Argo's scope, ``getParametersAny``): workflow
+    parameters, the entrypoint's inputs (the workflow's arguments by name, as the parser fills
+    them), ``workflow.parameters.json``, each upstream task's or step's ``status``,
+    ``exitCode``, ``outputs.result`` and ``outputs.parameters.x`` (an absent output is ``nil``,
+    so ``??`` can give its fallback), and ``item`` as its JSON value."""
+    scope: dict[str, Any] = {}
+    for prefix, values in (
+        ("workflow.parameters", workflow_parameters),
+        ("inputs.parameters", workflow_parameters if inputs is None else inputs),
+    ):
+        for k, v in values.items():
+            scope[f"{prefix}.{k}"] = v
+        listing = [{"name": k, "value": v} for k, v in values.items()]
+        scope[f"{prefix}.json"] = json.dumps(listing, separators=(",", ":"))
+    for task, out in outputs.items():
+        for head in ("tasks", "steps"):
+            base = f"{head}.{task}"
+            scope[f"{base}.status"] = out.phase
+            if out.exit_code is not None:
+                scope[f"{base}.exitCode"] = out.exit_code
+            if out.result is not None or out.phase in _DID_NOT_RUN:
+                # A producer that did not run has an absent (nil) result, for ``??``.
+                scope[f"{base}.outputs.result"] = out.result
+            for n, v in out.parameters.items():
+                scope[f"{base}.outputs.parameters.{n}"] = v
+            for k, v in out.extra.items():
+                if "." not in k:
+                    scope[f"{base}.{k}"] = v
+    if has_item:
+        scope["item"] = item
+    return scope
+
+
+def _fill_expressions(
+    text: str,
+    workflow_parameters: Mapping[str, str],
+    outputs: Mapping[str, TaskOutputs],
+    item: Any,
+    has_item: bool,
+    missing: list[str] | None,
+    inputs: Mapping[str, str] | None,
+) -> str:
+    scope = expression_scope(workflow_parameters, outputs, item, has_item, inputs)
+
+    def unresolved(_source: str, names: list[str]) -> None:
+        ours = [n for n in names if n.startswith(_PORTAL_REFS) or n.split(".")[0] == "item"]
+        if missing is not None:
+            missing.extend(ours)
+
+    return expression.fill_expressions(text, scope, unresolved=unresolved)
+
+
 def resolve_arguments(
     arguments: Arguments,
     workflow_parameters: Mapping[str, str] | None = None,
@@ -238,6 +308,7 @@ def resolve_arguments(
     strict: bool = True,
     current: str | None = None,
     input_defaults: Mapping[str, str] | None = None,
+    inputs: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A unit's arguments as an Argo ``arguments`` object with every portal reference filled:
     parameter values get text, an artifact ``from: {{tasks.X.outputs.artifacts.y}}`` becomes
@@ -261,15 +332,20 @@ def resolve_arguments(
             else:
                 entry["value"] = default
         elif p.value is not None:
-            entry["value"] = substitute(
-                p.value,
-                workflow_parameters,
-                outputs,
-                item=item,
-                has_item=has_item,
-                missing=missing,
-                current=current,
-            )
+            try:
+                entry["value"] = substitute(
+                    p.value,
+                    workflow_parameters,
+                    outputs,
+                    item=item,
+                    has_item=has_item,
+                    missing=missing,
+                    current=current,
+                    inputs=inputs,
+                )
+            except expression.ExprError as exc:
+                # Argo fails the node on an expression that cannot be evaluated; so does this.
+                raise Unresolved([f"arguments.parameters.{p.name}: {exc}"]) from None
         elif p.default is not None:
             entry["value"] = p.default
         if p.value_from is not None and p.value is None:
@@ -337,8 +413,15 @@ def _resolve_artifact(
             missing.append(m.group(1))
         return {**raw, "from": a.from_}
     text = json.dumps(raw)
+    # JSON text: a rendered expression could break it; Argo fills those tags at the site.
     filled = substitute(
-        text, workflow_parameters, outputs, item=item, has_item=has_item, missing=missing
+        text,
+        workflow_parameters,
+        outputs,
+        item=item,
+        has_item=has_item,
+        missing=missing,
+        expressions=False,
     )
     resolved: dict[str, Any] = json.loads(filled) if filled != text else raw
     return resolved

@@ -20,7 +20,7 @@ from placement.manifests.substitution import (
     resolve_arguments,
     with_skipped_defaults,
 )
-from placement.parser import ParsedWorkflow, Unit
+from placement.parser import ParsedWorkflow, Unit, entry_inputs
 
 # Workflow-level fields a step workflow must not inherit: the portal sets or runs them itself.
 _NOT_INHERITED = frozenset(
@@ -280,6 +280,8 @@ def _step_arguments(
             has_item=unit.item_index is not None,
             current=unit.task,
             input_defaults=_input_defaults(parsed.templates.get(unit.template)),
+            # The entrypoint's inputs, for expressions (the parser filled the plain tags).
+            inputs=entry_inputs(parsed.templates.get(parsed.entrypoint) or {}, workflow_parameters),
         )
     params = {p["name"]: p for p in args.get("parameters", [])}
     from_site = {p.name: p for p in parsed.arguments.parameters if p.from_site}

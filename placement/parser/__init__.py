@@ -40,6 +40,7 @@ from placement.parser.depends import (
     depends_tasks,
     parse_depends,
 )
+from placement.parser.entry import entry_inputs
 from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid
 from placement.parser.expansion import expand_with_param, parse_with_param_value, substitute_item
 from placement.parser.names import (
@@ -127,6 +128,7 @@ __all__ = [
     "compile_regex",
     "decode_document",
     "depends_tasks",
+    "entry_inputs",
     "expand_with_param",
     "item_label",
     "parse_arguments",

@@ -11,6 +11,7 @@ from placement.parser.catalogue import _Catalogue, missing_template_message
 from placement.parser.depends import DependsSyntaxError, parse_depends
 from placement.parser.errors import FieldError, Limits, WorkflowInvalid, _join
 from placement.parser.names import ARGO_FIELD_MAX, ARGO_FIELD_NAME, PARAM_NAME
+from placement.parser.results import FieldWarning
 from placement.parser.when import MAX_WHEN_CHARS
 
 TEMPLATE_TYPES = (
@@ -68,6 +69,8 @@ class _TemplateIndex:
         self.catalogue = catalogue
         self.limits = limits
         self.errors: list[FieldError] = []
+        # What changes meaning across sites or between preview and run (not a refusal).
+        self.warnings: list[FieldWarning] = []
         # template key -> template dict, and key -> scope ("" local, "ref:<wft>", "cref:<cwft>")
         self.templates: dict[str, Mapping[str, Any]] = {}
         self.scopes: dict[str, str] = {}
@@ -79,6 +82,11 @@ class _TemplateIndex:
 
     def err(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
+
+    def warn(self, path: str, message: str) -> None:
+        """A warning the preview shows (``ParsedWorkflow.warnings``): the field and what
+        changes. Any check may add one; the document is still accepted."""
+        self.warnings.append(FieldWarning(path, message))
 
     def fail_if_errors(self) -> None:
         if self.errors:

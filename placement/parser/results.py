@@ -136,6 +136,8 @@ class ParsedWorkflow:
     units: tuple[Unit, ...]
     spec: Mapping[str, Any]
     document: Mapping[str, Any] = field(repr=False)
+    # (path, message) of what the preview must say: a feature whose meaning changes across
+    # sites, or a loop the preview cannot expand.
     warnings: tuple[FieldWarning, ...] = ()
 
     @property

@@ -7,12 +7,11 @@ import functools
 import heapq
 import itertools
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from placement import labels
+from placement import expression, labels
 from placement.parser.arguments import (
     _scalar_str,
     _substitute_wf_params,
@@ -20,6 +19,13 @@ from placement.parser.arguments import (
     parse_arguments,
 )
 from placement.parser.depends import parse_depends
+from placement.parser.entry import (
+    entry_inputs,
+    expression_problems,
+    fill_call,
+    fill_inputs,
+    submission_scope,
+)
 from placement.parser.errors import _join
 from placement.parser.expansion import (
     SequenceInvalid,
@@ -67,6 +73,20 @@ def _loop_path(path: str, call: Mapping[str, Any]) -> str:
     return _join(path, "withItems" if call.get("withItems") is not None else "withParam")
 
 
+RUNTIME_LOOP = (
+    "reads what an earlier step produces, so the loop is expanded when the run gets there: "
+    "the preview shows one row for it, and each item gets its own placement decision then"
+)
+
+
+def _not_a_list(text: str) -> str:
+    try:
+        parse_with_param_value(text)
+    except ValueError as exc:
+        return f"must be a JSON list: {exc}"
+    return "must be a JSON list"
+
+
 class _UnitBuilder:
     """Units of the entrypoint of a workflow whose templates ``parser`` has resolved."""
 
@@ -83,6 +103,8 @@ class _UnitBuilder:
         self.spec = spec
         self.wf_labels = wf_labels
         self.wf_params = wf_params
+        # The entrypoint's inputs (``set_entry``); by default the workflow's parameters.
+        self.inputs: dict[str, str] = dict(wf_params)
         self.annotation_key = labels.key(domain, labels.DATASETS)
         self.sizes_key = labels.key(domain, labels.OUTPUT_SIZES)
         self._sizes: dict[str, int | None] = {}
@@ -102,6 +124,9 @@ class _UnitBuilder:
         self._facts_cache: dict[
             str, tuple[Resources, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
         ] = {}
+
+    def set_entry(self, entry: Mapping[str, Any]) -> None:
+        self.inputs = entry_inputs(entry, self.wf_params)
 
     def template_facts(
         self, key: str
@@ -231,6 +256,11 @@ class _UnitBuilder:
         path: str,
     ) -> list[Unit]:
         task = str(call["name"])
+        # The entrypoint's inputs are known now; the step workflow could not fill them.
+        call = fill_call(call, self.inputs)
+        for fld, why in expression_problems(call):
+            # ``fld`` is a path below the call, such as ``arguments.parameters[0].value``.
+            self.p.err(f"{path}.{fld}", why)
         # Every unit of this call shares these; only name, item and withParam differ.
         make = functools.partial(
             self.make,
@@ -260,6 +290,7 @@ class _UnitBuilder:
                 values: list[Any] = items
             else:
                 assert isinstance(seq, Mapping)
+                seq = self.known_sequence(seq)
                 try:
                     numbers = sequence_range(seq)
                 except SequenceInvalid as exc:
@@ -267,6 +298,7 @@ class _UnitBuilder:
                     return []
                 if numbers is None:
                     # A templated sequence: only known at run time, like withParam.
+                    self.p.warn(_join(path, "withSequence"), RUNTIME_LOOP)
                     return [make(name=task, with_param=json.dumps(seq))]
                 # The size is checked (in loop_size) before a single item is built.
                 if self.over_limit(len(numbers), _loop_path(path, call)):
@@ -279,6 +311,11 @@ class _UnitBuilder:
                 for i, v in enumerate(values)
             ]
         if isinstance(param, str) and param.strip():
+            if "{{" not in param:
+                # Nothing left to fill, and not a list: it could never run (Argo fails it).
+                self.p.err(_join(path, "withParam"), _not_a_list(param))
+                return []
+            self.p.warn(_join(path, "withParam"), RUNTIME_LOOP)
             return [make(name=task, with_param=param)]
         return [make(name=task)]
 
@@ -298,7 +335,7 @@ class _UnitBuilder:
         seq = call.get("withSequence")
         if isinstance(seq, Mapping):
             try:
-                numbers = sequence_range(seq)
+                numbers = sequence_range(self.known_sequence(seq))
             except SequenceInvalid:
                 return 1
             return 1 if numbers is None else len(numbers)
@@ -330,7 +367,7 @@ class _UnitBuilder:
     def known_at_submit(self, param: Any) -> list[Any] | None:
         """The list a ``withParam`` names when it only uses workflow parameters (the
         entrypoint's inputs are the workflow's arguments), else None (expanded at run time)."""
-        if not isinstance(param, str) or "{{" not in param:
+        if not isinstance(param, str) or not param.strip():
             return None
         # Counted before expanding, then expanded: decode each list once.
         if param not in self._known:
@@ -338,19 +375,23 @@ class _UnitBuilder:
         return self._known[param]
 
     def _known_at_submit(self, param: str) -> list[Any] | None:
-        entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
-        text = _substitute_wf_params(param, self.wf_params)
-        text = re.sub(
-            r"\{\{\s*(inputs\.parameters\.[-\w.]+)\s*\}\}",
-            lambda m: entry_inputs.get(m.group(1), m.group(0)),
-            text,
-        )
-        if "{{" in text:
-            return None
+        text = self._fill_entry_parameters(param)
         try:
+            # An expression over the run's parameters only is known now too (Argo evaluates
+            # it before expanding); one that reads outputs waits for the run.
+            text = expression.fill_expressions(text, submission_scope(self.inputs, self.wf_params))
+            if "{{" in text:
+                return None
             return parse_with_param_value(text)
         except ValueError:
             return None
+
+    def known_sequence(self, seq: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A ``withSequence`` with the run's parameters filled into its fields: known at
+        submission (expanded in the preview) unless a field reads an upstream output."""
+        return {
+            k: self._fill_entry_parameters(v) if isinstance(v, str) else v for k, v in seq.items()
+        }
 
     def from_dag(self, dag: Mapping[str, Any], path: str) -> list[Unit]:
         tasks = [t for t in dag.get("tasks") or [] if isinstance(t, Mapping)]
@@ -438,13 +479,7 @@ class _UnitBuilder:
     def _fill_entry_parameters(self, text: str) -> str:
         """``{{workflow.parameters.x}}`` and the entrypoint's ``{{inputs.parameters.x}}`` (the
         workflow's arguments feed the entrypoint's inputs) filled from the run's parameters."""
-        entry_inputs = {f"inputs.parameters.{k}": v for k, v in self.wf_params.items()}
-        text = _substitute_wf_params(text, self.wf_params)
-        return re.sub(
-            r"\{\{\s*(inputs\.parameters\.[-\w.]+)\s*\}\}",
-            lambda m: entry_inputs.get(m.group(1), m.group(0)),
-            text,
-        )
+        return fill_inputs(_substitute_wf_params(text, self.wf_params), self.inputs)
 
     def from_steps(self, steps: Sequence[Any], path: str) -> list[Unit]:
         # Each group waits for every unit of the previous one: sizes multiply into edges.

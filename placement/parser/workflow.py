@@ -19,7 +19,7 @@ from placement.parser.references import _check_template, _TemplateIndex
 from placement.parser.results import CatalogueEntry, FieldWarning, ParsedWorkflow, Unit
 from placement.parser.schema import schema_errors
 from placement.parser.together import keep_together, site_bound_warnings
-from placement.parser.units import _topological, _UnitBuilder
+from placement.parser.units import RUNTIME_LOOP, _topological, _UnitBuilder
 
 # The label domain of DESIGN section 3 when the settings name none.
 DEFAULT_DOMAIN = labels.DEFAULT_DOMAIN
@@ -134,8 +134,17 @@ class _Parser(_TemplateIndex):
             units=units,
             spec=spec,
             document=doc,
-            warnings=tuple(warnings + site_bound_warnings(spec)),
+            warnings=tuple(
+                dict.fromkeys([*self._loop_warnings(units), *warnings, *site_bound_warnings(spec)])
+            ),
         )
+
+    def _loop_warnings(self, units: tuple[Unit, ...]) -> list[FieldWarning]:
+        """The checks' warnings, less "expanded at run time" when the entrypoint was kept as
+        one unit: its site's Argo expands those loops itself, as in one cluster."""
+        if any(u.carries_exit for u in units):
+            return [w for w in self.warnings if w.message != RUNTIME_LOOP]
+        return list(self.warnings)
 
     def _exit_reach(self, entrypoint: str, spec: Mapping[str, Any]) -> tuple[str, ...]:
         """Every template the entrypoint, onExit and the workflow's hooks can call."""
@@ -292,6 +301,7 @@ class _Parser(_TemplateIndex):
             depends="",
         )
         together: list[FieldWarning] = []
+        builder.set_entry(entry)
         if isinstance(entry.get("dag"), Mapping):
             units = builder.from_dag(entry["dag"], f"{path}.dag")
         elif isinstance(entry.get("steps"), list):

@@ -201,11 +201,12 @@ class ResumeSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
-    path = serializers.CharField()
-    message = serializers.CharField()
+    path = serializers.CharField(help_text="The field, as in errors")
+    message = serializers.CharField(help_text="What changes across sites or at run time")
 
 
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
-    # Fields whose meaning the split changes or that must hold at the chosen site.
-    warnings = PreviewWarningSerializer(many=True, required=False)
+    warnings = PreviewWarningSerializer(
+        many=True, required=False, help_text="Fields whose meaning the split changes"
+    )

@@ -92,13 +92,15 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
     spec = codec.unit_from_dict(unit.spec)
     assert spec.with_param is not None
     missing: list[str] = []
-    value = manifests.substitute(
-        spec.with_param,
-        run.compiled.get("parameters") or {},
-        upstream_outputs(units),
-        missing=missing,
-    )
     try:
+        # An expression tag (``{{= ...}}``) is evaluated here too; its error is a ValueError.
+        value = manifests.substitute(
+            spec.with_param,
+            run.compiled.get("parameters") or {},
+            upstream_outputs(units),
+            missing=missing,
+            inputs=_entry_inputs(run),
+        )
         if missing:
             raise ValueError(f"unresolved: {', '.join(missing)}")
         # Sized against the run's unit limit before a single unit is built.
@@ -141,6 +143,14 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
     if not children:
         state.unit_move(unit, UnitPhase.SKIPPED, message="withParam gave no items")
     return list(UnitRun.objects.filter(run=run, name__in=[c.name for c in children]))
+
+
+def _entry_inputs(run: WorkflowRun) -> dict[str, str]:
+    """The entrypoint's inputs (its defaults where the workflow has no argument of the name),
+    for the expressions the worker evaluates."""
+    compiled = run.compiled
+    entry = (compiled.get("templates") or {}).get(compiled.get("entrypoint") or "") or {}
+    return parser.entry_inputs(entry, compiled.get("parameters") or {})
 
 
 def _item_decisions(run: WorkflowRun, decisions: Mapping[str, Any]) -> None:
@@ -356,8 +366,13 @@ def _held_back(
             outputs,
             item=unit.spec.get("item"),
             has_item=unit.spec.get("item_index") is not None,
+            inputs=_entry_inputs(run),
         )
     except manifests.WhenError as exc:
+        if unit.spec.get("with_param"):
+            # Argo's expandStep: a ``when`` that cannot be decided before the loop expands
+            # (it reads ``{{item}}``) is decided per item, after expansion.
+            return None
         return state.unit_move(unit, UnitPhase.ERROR, message=f"when: {exc}")
     except SoftTimeLimitExceeded:
         raise

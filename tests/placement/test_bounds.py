@@ -179,7 +179,7 @@ def test_a_steps_when_is_checked_with_its_path() -> None:
     [
         "{{tasks.a.outputs.result}} == heads",
         "{{tasks.a.outputs.result}} =~ '^(a+)+$'",  # harmless with RE2
-        "{{= asInt(tasks.a.outputs.result) > 2 }}",  # Argo's expr form: Argo evaluates it
+        "{{= asInt(tasks.a.outputs.result) > 2 }}",  # expr form: evaluated once a has run
         "'{{tasks.a.outputs.result}}' != '' && ({{workflow.parameters.go}} == true)",
     ],
 )

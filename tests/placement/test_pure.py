@@ -15,6 +15,7 @@ PURE = [
     "placement.codec",
     "placement.labels",
     "placement.units",
+    "placement.expression",
 ]
 
 

@@ -358,3 +358,25 @@ def test_a_large_submission_is_inserted_in_bounded_statements(sci: APIClient) ->
     assert len(unit_inserts) == 3
     assert UnitRun.objects.filter(run_id=response.json()["id"]).count() == n
     assert len(response.json()["units"]) == n
+
+
+def test_the_preview_expands_loops_known_at_submission_and_warns_of_the_rest(
+    sci: APIClient,
+) -> None:
+    if not EXAMPLES.is_dir():
+        pytest.skip("the reference examples are not here")
+    # parallelism-nested: withParam over an entrypoint input, one row and decision per item.
+    known = preview(sci, (EXAMPLES / "parallelism-nested.yaml").read_text()).json()
+    assert [u["name"] for u in known["units"]] == [
+        f"parallel-worker({i}:{i + 1})" for i in range(4)
+    ]
+    assert all(u["site"] for u in known["units"]) and known["warnings"] == []
+    # parameter-aggregation-dag: loops over earlier outputs are one row each, with a warning
+    # naming the field.
+    body = preview(sci, (EXAMPLES / "parameter-aggregation-dag.yaml").read_text()).json()
+    assert {"divide-by-2", "print"} <= {u["name"] for u in body["units"]}
+    assert [w["path"] for w in body["warnings"]] == [
+        "spec.templates[0].dag.tasks[3].withParam",
+        "spec.templates[0].dag.tasks[4].withParam",
+    ]
+    assert all(w["message"] for w in body["warnings"])

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
@@ -472,3 +473,28 @@ def test_cordon_refuses_a_bad_value(staff: User, demo_sites, client_for) -> None
     response = c.post(reverse("ui-site-cordon", args=["site-c"]), {"cordoned": "yes"}, follow=True)
     assert "Say cordoned=1 or cordoned=0." in response.content.decode()
     assert not Site.objects.get(name="site-c").cordoned
+
+
+def test_the_preview_shows_its_warnings_with_their_fields(sci: Client) -> None:
+    doc = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"generateName": "w-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "steps": [
+                        [{"name": "a", "template": "t"}],
+                        [{"name": "b", "template": "t", "withParam": "{{steps.a.outputs.result}}"}],
+                    ],
+                },
+                {"name": "t", "container": {"image": "alpine", "command": ["true"]}},
+            ],
+        },
+    }
+    text = yaml.safe_dump(doc)
+    body = sci.post(reverse("ui-submit-preview"), {"manifest": text}, **HX).content.decode()
+    assert 'class="warnings"' in body
+    assert "spec.templates[0].steps[1][0].withParam" in body and "one row" in body

@@ -85,6 +85,11 @@ class WorkflowRun(models.Model):
         return self.name
 
     @property
+    def suspended(self) -> bool:
+        """Held by the workflow's ``spec.suspend`` until resumed (``argo resume`` clears it)."""
+        return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
+
+    @property
     def is_finished(self) -> bool:
         return self.status in {RunStatus.SUCCEEDED, RunStatus.STOPPED} or (
             self.finished_at is not None

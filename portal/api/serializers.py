@@ -100,6 +100,9 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     units = UnitRunSerializer(many=True, read_only=True)
     progress = serializers.SerializerMethodField()
     outputs = serializers.SerializerMethodField()
+    suspended = serializers.BooleanField(
+        read_only=True, help_text="Held by spec.suspend until resumed (POST .../resume/)"
+    )
 
     class Meta:
         model = WorkflowRun
@@ -107,6 +110,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "id",
             "name",
             "status",
+            "suspended",
             "project",
             "owner",
             "message",

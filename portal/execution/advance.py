@@ -20,6 +20,7 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, site_usable, sites_state
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
@@ -188,6 +189,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     )
     if run is None:
         return False
+    if run.status in ACTIVE_RUN and gates.shutdown_requested(run):
+        run.status = RunStatus.STOPPED
     if run.status == RunStatus.STOPPED:
         _shutdown(run)
         return False
@@ -264,6 +267,8 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
                 sites = None  # failover may have read newer state; read again when needed
                 continue
             ready.append(unit)
+        ready, ended = _gated(run, units, ready)
+        progressed |= ended
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
         for start in range(0, len(ready), CREATE_CHUNK):
@@ -283,6 +288,19 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if exit_unit is not None and exit_unit not in units:
                 units.append(exit_unit)
                 progressed = True
+
+
+def _gated(
+    run: WorkflowRun, units: list[UnitRun], ready: list[UnitRun]
+) -> tuple[list[UnitRun], bool]:
+    """The ready units the run-level controls let start now (``gates``), and whether units
+    that will never start were ended."""
+    gate = gates.gate(run, units)
+    if gate.end is not None:
+        return [], gates.end_pending(units, *gate.end)
+    if gate.room is not None:
+        ready = ready[: gate.room]
+    return ready, False
 
 
 def _held_back(

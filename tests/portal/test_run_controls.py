@@ -1,0 +1,225 @@
+"""Run-level controls the portal holds across units (issue 18, items 11, 14, 15): parallelism,
+failFast, spec.suspend and resume, spec.shutdown, the run's activeDeadlineSeconds and
+artifactGC, against the sandbox fleet over HTTP (PostgreSQL, no worker: the advance and the
+binding reader run in this process, as the worker and the watcher would)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from portal import execution, gateway, services
+from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.models import UnitRun, WorkflowRun
+from tests.fixtures_sandbox import SandboxServer
+
+
+@pytest.fixture
+def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    settings.PORTAL_WEBHOOK_REGISTER = False
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+    execution.policies_sync()
+    try:
+        yield sandbox
+    finally:
+        gateway.reset()
+
+
+def leaf(sandbox: SandboxServer, name: str, *, fail: bool = False, **extra: Any) -> dict[str, Any]:
+    annotations = {sandbox.annotation("duration"): "2s"}
+    if fail:
+        annotations[sandbox.annotation("fail")] = "true"
+    return {
+        "name": name,
+        "metadata": {"annotations": annotations},
+        "container": {"image": "busybox", "command": ["true"]},
+        **extra,
+    }
+
+
+def workflow(entry: dict[str, Any], *templates: dict[str, Any], **spec: Any) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "controls-"},
+            "spec": {"entrypoint": entry["name"], **spec, "templates": [entry, *templates]},
+        }
+    )
+
+
+def dag(tasks: list[dict[str, Any]], **template: Any) -> dict[str, Any]:
+    return {"name": "main", "dag": {"tasks": tasks}, **template}
+
+
+def submit(body: str) -> WorkflowRun:
+    user = get_user_model().objects.get(username="scientist")
+    return services.run_submit(user=user, body=body, project="eo-demo")
+
+
+def observe() -> None:
+    items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+    execution.bindings_observe(items)
+
+
+def created(run: WorkflowRun) -> set[str]:
+    return set(
+        UnitRun.objects.filter(run=run).exclude(workflow_name="").values_list("name", flat=True)
+    )
+
+
+def until(sandbox: SandboxServer, predicate: Callable[[], Any], what: str) -> Any:
+    def step() -> Any:
+        observe()
+        return predicate()
+
+    return sandbox.wait_for(step, what=what)
+
+
+def run_to_the_end(sandbox: SandboxServer, run: WorkflowRun, most: int | None = None) -> int:
+    """Advance and observe until the run ends; the most units seen running at once."""
+    peak = 0
+
+    def ended() -> bool:
+        nonlocal peak
+        execution.run_advance(run.pk)
+        running = UnitRun.objects.filter(run=run).exclude(workflow_name="")
+        peak = max(peak, running.exclude(phase__in=list(FINAL_UNIT)).count())
+        if most is not None:
+            assert peak <= most
+        run.refresh_from_db()
+        return run.status not in (RunStatus.PENDING, RunStatus.RUNNING)
+
+    until(sandbox, ended, "the run to end")
+    return peak
+
+
+FOUR = [{"name": n, "template": "work"} for n in "abcd"]
+
+
+def test_template_parallelism_holds_across_units(fleet: SandboxServer) -> None:
+    run = submit(workflow(dag(FOUR, parallelism=2), leaf(fleet, "work")))
+    execution.run_advance(run.pk)
+    assert len(created(run)) == 2
+    assert run_to_the_end(fleet, run, most=2) == 2
+    assert run.status == RunStatus.SUCCEEDED
+    assert len(created(run)) == 4
+
+
+def test_workflow_parallelism_holds_across_a_loops_units(fleet: SandboxServer) -> None:
+    steps = {
+        "name": "main",
+        "steps": [[{"name": "item", "template": "work", "withItems": [1, 2, 3]}]],
+    }
+    run = submit(workflow(steps, leaf(fleet, "work"), parallelism=1))
+    execution.run_advance(run.pk)
+    assert len(created(run)) == 1
+    assert run_to_the_end(fleet, run, most=1) == 1
+    assert run.status == RunStatus.SUCCEEDED
+
+
+def test_a_template_with_fail_fast_starts_nothing_after_a_failure(fleet: SandboxServer) -> None:
+    tasks = [{"name": "bad", "template": "broken"}, {"name": "good", "template": "work"}]
+    body = workflow(
+        dag(tasks, parallelism=1, failFast=True),
+        leaf(fleet, "broken", fail=True),
+        leaf(fleet, "work"),
+    )
+    run = submit(body)
+    run_to_the_end(fleet, run)
+    assert run.status == RunStatus.FAILED
+    good = UnitRun.objects.get(run=run, name="good")
+    assert good.phase == UnitPhase.OMITTED
+    assert not good.workflow_name
+    assert "failFast" in good.message
+
+
+def test_dag_fail_fast_by_default_still_starts_ready_tasks(fleet: SandboxServer) -> None:
+    """``dag.failFast`` (default true) is the DAG's verdict, not a scheduling gate."""
+    tasks = [{"name": "bad", "template": "broken"}, {"name": "good", "template": "work"}]
+    run = submit(
+        workflow(dag(tasks, parallelism=1), leaf(fleet, "broken", fail=True), leaf(fleet, "work"))
+    )
+    run_to_the_end(fleet, run)
+    assert run.status == RunStatus.FAILED
+    assert UnitRun.objects.get(run=run, name="good").phase == UnitPhase.SUCCEEDED
+
+
+def test_a_suspended_run_starts_nothing_until_resumed(fleet: SandboxServer, scientist_api) -> None:
+    run = submit(workflow(dag(FOUR[:1]), leaf(fleet, "work"), suspend=True))
+    execution.run_advance(run.pk)
+    assert created(run) == set()
+    answer = scientist_api.get(f"/api/v1/runs/{run.pk}/")
+    assert answer.json()["suspended"] is True
+    assert (
+        scientist_api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json").status_code == 200
+    )
+    run.refresh_from_db()
+    assert not run.suspended
+    run_to_the_end(fleet, run)
+    assert run.status == RunStatus.SUCCEEDED
+
+
+def test_resuming_a_run_that_is_neither_suspended_nor_running_is_refused(
+    fleet: SandboxServer, scientist_api
+) -> None:
+    run = submit(workflow(dag(FOUR[:1]), leaf(fleet, "work")))
+    answer = scientist_api.post(f"/api/v1/runs/{run.pk}/resume/", {}, format="json")
+    assert answer.status_code == 409
+
+
+@pytest.mark.parametrize("strategy", ["Stop", "Terminate"])
+def test_a_run_submitted_with_shutdown_starts_nothing(fleet: SandboxServer, strategy: str) -> None:
+    run = submit(workflow(dag(FOUR[:2]), leaf(fleet, "work"), shutdown=strategy))
+    execution.run_advance(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.STOPPED
+    assert f"strategy '{strategy}'" in run.message
+    assert created(run) == set()
+    assert set(run.units.values_list("phase", flat=True)) == {UnitPhase.OMITTED}
+
+
+def test_the_deadline_is_the_runs_not_each_steps(fleet: SandboxServer) -> None:
+    chain = [{"name": "a", "template": "work"}, {"name": "b", "template": "work", "depends": "a"}]
+    run = submit(workflow(dag(chain), leaf(fleet, "work"), activeDeadlineSeconds=600))
+    # The run started 500 s ago: its first step may run for what is left, not 600 s more.
+    WorkflowRun.objects.filter(pk=run.pk).update(created_at=run.created_at - timedelta(seconds=500))
+    run.refresh_from_db()
+    execution.run_advance(run.pk)
+    a = UnitRun.objects.get(run=run, name="a")
+    spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    assert 90 <= spec["activeDeadlineSeconds"] <= 100
+    # Past the deadline, what has not started never does: it fails, and so does the run.
+    WorkflowRun.objects.filter(pk=run.pk).update(created_at=run.created_at - timedelta(seconds=200))
+    run_to_the_end(fleet, run)
+    b = UnitRun.objects.get(run=run, name="b")
+    assert b.phase == UnitPhase.FAILED and not b.workflow_name
+    assert "activeDeadlineSeconds" in b.message
+    assert run.status == RunStatus.FAILED
+
+
+def test_artifacts_are_collected_when_the_run_ends(fleet: SandboxServer) -> None:
+    chain = [{"name": "a", "template": "work"}, {"name": "b", "template": "work", "depends": "a"}]
+    run = submit(
+        workflow(dag(chain), leaf(fleet, "work"), artifactGC={"strategy": "OnWorkflowCompletion"})
+    )
+    execution.run_advance(run.pk)
+    a = UnitRun.objects.get(run=run, name="a")
+    spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    # The member collects when the portal deletes the step workflow, not when it completes.
+    assert spec["artifactGC"] == {"strategy": "OnWorkflowDeletion"}
+    until(fleet, lambda: UnitRun.objects.get(pk=a.pk).phase in FINAL_UNIT, "a to end")
+    execution.step_workflows_cleanup(keep_seconds=0)
+    assert gateway.get(gateway.WORKFLOW, a.workflow_name)  # kept: b may still read its outputs
+    run_to_the_end(fleet, run)
+    assert execution.step_workflows_cleanup(keep_seconds=0) == 2
+    with pytest.raises(gateway.NotFound):
+        gateway.get(gateway.WORKFLOW, a.workflow_name)

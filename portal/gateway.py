@@ -251,6 +251,14 @@ def ensure_namespace(name: str) -> None:
                 raise
 
 
+@retrying()
+def config_map_data(name: str, ns: str | None = None) -> dict[str, str]:
+    """A ConfigMap's data on karmada-apiserver (semaphore limits: ``execution.locks``)."""
+    core = k8s.CoreV1Api(_api_client())
+    found = core.read_namespaced_config_map(name, ns or namespace(), _request_timeout=_timeout())
+    return dict(found.data or {})
+
+
 def _call(verb: str, resource: Resource, ns: str | None, *args: Any, **kwargs: Any) -> Any:
     """``<verb>_namespaced_custom_object`` or ``<verb>_cluster_custom_object``, as the
     resource's scope says, with the portal's timeout."""

@@ -163,6 +163,18 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ),
         status_subresource=False,
     ),
+    # karmada-apiserver is a kube-apiserver: it stores ConfigMaps (the portal reads Argo's
+    # semaphore limits from them) whether or not a policy propagates them.
+    ResourceType(
+        "",
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        True,
+        "configmap",
+        ("cm",),
+        status_subresource=False,
+    ),
     ResourceType(
         "config.karmada.io",
         "v1alpha1",

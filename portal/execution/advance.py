@@ -193,6 +193,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         run.status = RunStatus.STOPPED
     if run.status == RunStatus.STOPPED:
         _shutdown(run)
+        gates.after(run, [])
         return False
     if run.status not in ACTIVE_RUN:
         return False
@@ -212,6 +213,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         pass  # units are left to create: the run cannot have ended, and its units are many
     else:
         run_refresh_status(run.pk)
+    gates.after(run, units)
     return turn.cut
 
 
@@ -267,7 +269,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
                 sites = None  # failover may have read newer state; read again when needed
                 continue
             ready.append(unit)
-        ready, ended = _gated(run, units, ready)
+        ready, ended = gates.admit(run, units, ready)
         progressed |= ended
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
@@ -288,19 +290,6 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if exit_unit is not None and exit_unit not in units:
                 units.append(exit_unit)
                 progressed = True
-
-
-def _gated(
-    run: WorkflowRun, units: list[UnitRun], ready: list[UnitRun]
-) -> tuple[list[UnitRun], bool]:
-    """The ready units the run-level controls let start now (``gates``), and whether units
-    that will never start were ended."""
-    gate = gates.gate(run, units)
-    if gate.end is not None:
-        return [], gates.end_pending(units, *gate.end)
-    if gate.room is not None:
-        ready = ready[: gate.room]
-    return ready, False
 
 
 def _held_back(

@@ -30,7 +30,8 @@ from typing import Any
 from django.utils import timezone
 
 from portal import state
-from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
+from portal.execution import locks
 from portal.execution.common import event
 from portal.models import UnitRun, WorkflowRun
 
@@ -162,3 +163,54 @@ def shutdown_requested(run: WorkflowRun) -> bool:
         event(run.pk, "stopped", message)
         return True
     return False
+
+
+def admit(
+    run: WorkflowRun, units: Sequence[UnitRun], ready: list[UnitRun]
+) -> tuple[list[UnitRun], bool]:
+    """The ready units the run-level controls let start now, and whether units that will
+    never start were ended. Locks (``locks``) are taken last, for the units that would start."""
+    g = gate(run, units)
+    if g.end is not None:
+        return [], end_pending(units, *g.end)
+    if g.room is not None:
+        ready = ready[: g.room]
+    if not ready or not locks.synchronized(run):
+        return ready, False
+    try:
+        waiting = locks.acquire(run, locks.RUN_SCOPE, locks.run_locks(run))
+    except locks.LockInvalid as exc:
+        return [], end_pending(units, UnitPhase.ERROR, str(exc))
+    if waiting is not None:
+        _say_waiting(ready, waiting)
+        return [], False
+    admitted, moved = [], False
+    for unit in ready:
+        try:
+            waiting = locks.acquire(run, unit.name, locks.unit_locks(run, unit))
+        except locks.LockInvalid as exc:
+            moved |= state.unit_move(unit, UnitPhase.ERROR, message=str(exc))
+            continue
+        if waiting is None:
+            admitted.append(unit)
+        else:
+            _say_waiting([unit], waiting)
+    return admitted, moved
+
+
+def _say_waiting(units: Sequence[UnitRun], why: str) -> None:
+    """A pending unit's message says which lock it waits for (written when it changes)."""
+    text = f"waiting: {why}"[:2000]
+    changed = [u.pk for u in units if u.message != text]
+    if changed:
+        UnitRun.objects.filter(pk__in=changed, phase=UnitPhase.PENDING).update(message=text)
+        for u in units:
+            u.message = text
+
+
+def after(run: WorkflowRun, units: Sequence[UnitRun]) -> None:
+    """After an advance: the holds of units that ended end, and the run's once it ended."""
+    if not locks.synchronized(run):
+        return
+    status = WorkflowRun.objects.filter(pk=run.pk).values_list("status", flat=True).first()
+    locks.release(run, units, run_ended=status not in ACTIVE_RUN)

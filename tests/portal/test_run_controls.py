@@ -223,3 +223,50 @@ def test_artifacts_are_collected_when_the_run_ends(fleet: SandboxServer) -> None
     assert execution.step_workflows_cleanup(keep_seconds=0) == 2
     with pytest.raises(gateway.NotFound):
         gateway.get(gateway.WORKFLOW, a.workflow_name)
+
+
+def mutex_workflow(sandbox: SandboxServer, **spec: Any) -> str:
+    return workflow(dag(FOUR[:1]), leaf(sandbox, "work"), **spec)
+
+
+def test_a_workflow_mutex_holds_across_runs(fleet: SandboxServer) -> None:
+    sync = {"synchronization": {"mutexes": [{"name": "test"}]}}
+    first, second = submit(mutex_workflow(fleet, **sync)), submit(mutex_workflow(fleet, **sync))
+    execution.run_advance(first.pk)
+    execution.run_advance(second.pk)
+    assert created(first) == {"a"} and created(second) == set()
+    waiting = UnitRun.objects.get(run=second)
+    assert "portal/Mutex/test" in waiting.message
+    # The step workflow does not lock again at its site (nor need the lock's ConfigMap).
+    a = UnitRun.objects.get(run=first)
+    assert "synchronization" not in gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    run_to_the_end(fleet, first)  # its last advance releases the mutex
+    execution.run_advance(second.pk)
+    assert created(second) == {"a"}
+    run_to_the_end(fleet, second)
+    assert second.status == RunStatus.SUCCEEDED
+
+
+def config_map(sandbox: SandboxServer, name: str, data: dict[str, str]) -> None:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+    sandbox.request("POST", "/api/v1/namespaces/portal/configmaps", body)
+
+
+def test_a_template_semaphore_limits_units_by_its_configmap(fleet: SandboxServer) -> None:
+    config_map(fleet, "my-config", {"template": "2"})
+    sem = {"semaphores": [{"configMapKeyRef": {"name": "my-config", "key": "template"}}]}
+    run = submit(workflow(dag(FOUR), leaf(fleet, "work", synchronization=sem)))
+    execution.run_advance(run.pk)
+    assert len(created(run)) == 2
+    assert run_to_the_end(fleet, run, most=2) == 2
+    assert run.status == RunStatus.SUCCEEDED
+
+
+def test_a_semaphore_without_its_configmap_errors_naming_the_field(fleet: SandboxServer) -> None:
+    sem = {"semaphores": [{"configMapKeyRef": {"name": "absent", "key": "workflow"}}]}
+    run = submit(mutex_workflow(fleet, synchronization=sem))
+    execution.run_advance(run.pk)
+    run.refresh_from_db()
+    assert run.status == RunStatus.ERROR
+    assert "spec.synchronization.semaphores[0].configMapKeyRef" in run.message
+    assert created(run) == set()

@@ -253,7 +253,9 @@ def workflow_preview(
     plan = _plan(parsed, proj)
     if unit is not None:
         return {"units": [d.as_dict() for d in plan.decisions if d.unit == unit]}
-    return plan.as_dict(top)
+    # What changes meaning across sites, by field ({path, message}, as errors are).
+    warnings = [w.as_dict() for w in parser.preview_warnings(parsed)]
+    return {**plan.as_dict(top), "warnings": warnings}
 
 
 NAME_ATTEMPTS = 8

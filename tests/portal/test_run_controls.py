@@ -270,3 +270,22 @@ def test_a_semaphore_without_its_configmap_errors_naming_the_field(fleet: Sandbo
     assert run.status == RunStatus.ERROR
     assert "spec.synchronization.semaphores[0].configMapKeyRef" in run.message
     assert created(run) == set()
+
+
+def test_the_preview_warns_that_memoization_is_per_site(
+    fleet: SandboxServer, scientist_api
+) -> None:
+    memo = {"key": "k", "maxAge": "1h", "cache": {"configMap": {"name": "cache"}}}
+    nested = {"name": "inner", "steps": [[{"name": "w", "template": "locked"}]]}
+    locked = leaf(fleet, "locked", synchronization={"mutexes": [{"name": "m"}]})
+    body = workflow(
+        dag([{"name": "a", "template": "work"}, {"name": "b", "template": "inner"}]),
+        leaf(fleet, "work", memoize=memo),
+        nested,
+        locked,
+    )
+    answer = scientist_api.post("/api/v1/runs/preview/", data=body, content_type="application/yaml")
+    assert answer.status_code == 200, answer.json()
+    warnings = {w["path"]: w["message"] for w in answer.json()["warnings"]}
+    assert set(warnings) == {"spec.templates[1].memoize", "spec.templates[3].synchronization"}
+    assert "per site" in warnings["spec.templates[1].memoize"]

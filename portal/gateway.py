@@ -590,7 +590,7 @@ def _member_workflow_call(
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
             _preload_content=False,
-            _request_timeout=(LOG_CONNECT_TIMEOUT, _timeout()),
+            _request_timeout=_timeout(),  # (connect, read): a nested tuple was refused
         )
     except ApiException as exc:
         raise translate_errors(exc) from exc

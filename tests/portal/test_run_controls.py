@@ -17,7 +17,7 @@ from django.core.management import call_command
 from portal import execution, gateway, services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
-from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer
 
 
 @pytest.fixture
@@ -289,3 +289,31 @@ def test_the_preview_warns_that_memoization_is_per_site(
     warnings = {w["path"]: w["message"] for w in answer.json()["warnings"]}
     assert set(warnings) == {"spec.templates[1].memoize", "spec.templates[3].synchronization"}
     assert "per site" in warnings["spec.templates[1].memoize"]
+
+
+def test_an_approval_gate_resumes_from_rest_with_its_node(
+    fleet: SandboxServer, scientist_api
+) -> None:
+    """Argo's suspend-template example: resuming the `approve` step (the worker marks its
+    Suspend node through Karmada's cluster proxy) lets the run reach Argo's outcome."""
+    from portal import tasks
+
+    run = submit((ARGO_EXAMPLES / "suspend-template.yaml").read_text())
+
+    def approve_waiting() -> UnitRun | None:
+        execution.run_advance(run.pk)
+        unit = UnitRun.objects.get(run=run, name="approve")
+        return unit if unit.phase == UnitPhase.RUNNING else None
+
+    approve = until(fleet, approve_waiting, "the approval gate")
+    assert scientist_api.get(f"/api/v1/runs/{run.pk}/units/approve/").json()["suspended"]
+    answer = scientist_api.post(
+        f"/api/v1/runs/{run.pk}/resume/", {"node": "approve"}, format="json"
+    )
+    assert answer.status_code == 200
+    observe()
+    assert approve_waiting() is not None  # the request alone resumes nothing: the worker does
+    tasks.unit_resume(approve.pk, "scientist")  # what the worker runs for that request
+    run_to_the_end(fleet, run)
+    assert run.status == RunStatus.SUCCEEDED
+    assert run.events.filter(kind="resumed", message__contains="1 suspended node").exists()

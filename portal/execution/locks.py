@@ -74,8 +74,8 @@ def locks_of(sync: Any, path: str, namespace: str) -> list[Lock]:
                 out.append(Lock(f"{ns}/ConfigMap/{name}/{key}", field, (ns, name, key)))
             else:
                 database = item.get("database")
-                key = database.get("key") if isinstance(database, Mapping) else None
-                out.append(Lock(f"{ns}/Database/{key}", field, database_semaphore=True))
+                db_key = database.get("key") if isinstance(database, Mapping) else None
+                out.append(Lock(f"{ns}/Database/{db_key}", field, database_semaphore=True))
         else:
             kind = "Database" if item.get("database") is True else "Mutex"
             out.append(Lock(f"{ns}/{kind}/{item.get('name')}", field))

@@ -433,16 +433,29 @@ def _enqueue_advance(run_id: int) -> None:
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
 
 
-def run_stop(*, run: WorkflowRun, user: Any) -> WorkflowRun:
-    """No new units start; running step workflows are asked to stop (``spec.shutdown``)."""
+STOP_STRATEGIES = ("Stop", "Terminate")
+
+
+def run_stop(*, run: WorkflowRun, user: Any, strategy: str = "Stop") -> WorkflowRun:
+    """No new units start; running step workflows are asked to stop (``spec.shutdown``).
+    ``Stop`` (``argo stop``) then runs the exit handler, ``Terminate`` (``argo terminate``)
+    does not; the strategy is kept as the run's ``spec.shutdown``, as Argo keeps it."""
+    if strategy not in STOP_STRATEGIES:
+        raise WorkflowInvalid([FieldError("strategy", "must be 'Stop' or 'Terminate'")])
     with transaction.atomic():
+        locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)
         updated = state.run_move(
             run.pk, RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now()
         )
         if not updated:
             raise ActionRefused(f"run is {run.status}; only pending or running runs stop")
+        spec = {**(locked.compiled.get("spec") or {}), "shutdown": strategy}
+        WorkflowRun.objects.filter(pk=run.pk).update(compiled={**locked.compiled, "spec": spec})
         RunEvent.objects.create(
-            run=run, kind="stopped", message=f"Stopped by {user.get_username()}"
+            run=run,
+            kind="stopped",
+            message=f"Stopped by {user.get_username()}"
+            + ("" if strategy == "Stop" else f" (strategy {strategy})"),
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     run.refresh_from_db()

@@ -198,6 +198,12 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     candidates_eligible = serializers.IntegerField(required=False)
 
 
+class StopSerializer(serializers.Serializer[dict[str, Any]]):
+    strategy = serializers.ChoiceField(
+        choices=["Stop", "Terminate"], required=False, help_text="Stop (default) or Terminate"
+    )
+
+
 class ResumeSerializer(serializers.Serializer[dict[str, Any]]):
     node = serializers.CharField(
         required=False, allow_blank=True, help_text="A unit's name; none: every running step"

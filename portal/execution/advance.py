@@ -194,6 +194,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     if run.status == RunStatus.STOPPED:
         _shutdown(run)
         gates.after(run, [])
+        _exit_after_stop(run)
         return False
     if run.status not in ACTIVE_RUN:
         return False
@@ -368,11 +369,13 @@ def _main_status(units: list[UnitRun]) -> tuple[str, list[UnitRun]]:
     return (RunStatus.FAILED if bad else RunStatus.SUCCEEDED), bad
 
 
-def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
+def _create_exit_unit(
+    run: WorkflowRun, units: list[UnitRun], status: str | None = None
+) -> UnitRun | None:
     """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
-    template with ``{{workflow.status}}`` set to how the run went."""
+    template with ``{{workflow.status}}`` set to how the run went (``status`` if given)."""
     key = str(run.compiled["on_exit"])
-    status, _bad = _main_status(units)
+    status = status or _main_status(units)[0]
     unit = Unit(
         name=EXIT_UNIT,
         slug="onexit",
@@ -465,15 +468,36 @@ def run_refresh_status(run_id: int) -> str:
 
 
 def _shutdown(run: WorkflowRun) -> None:
-    """A stopped run: running step workflows get ``spec.shutdown: Stop``; units that never
-    started are omitted."""
+    """A stopped run: running step workflows get its ``spec.shutdown`` (``Stop`` unless the
+    user asked to terminate); units that never started are omitted. The exit handler is not
+    stopped: Argo's ``Stop`` runs it (``_exit_after_stop``)."""
+    strategy = gates.shutdown_strategy(run)
     for unit in run.units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]):
+        if unit.spec.get("kind") == "exit":
+            continue
         if unit.workflow_name:
             if not unit.spec.get("shutdown_sent"):
                 with contextlib.suppress(gateway.NotFound):
                     gateway.patch(
-                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": "Stop"}}
+                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
                     )
                 UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
         elif not unit.spec.get("expanded"):
             state.unit_move(unit, UnitPhase.OMITTED, message="run stopped")
+
+
+def _exit_after_stop(run: WorkflowRun) -> None:
+    """Argo's ``Stop`` runs the workflow's exit handler once the stopped steps have ended
+    (``{{workflow.status}}`` Failed); ``Terminate`` does not."""
+    if gates.shutdown_strategy(run) != "Stop" or not run.compiled.get("on_exit"):
+        return
+    units = _units_of(run)
+    if not all(u.phase in FINAL_UNIT for u in units if u.spec.get("kind") != "exit"):
+        return
+    exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+    if exit_unit is None:
+        # A stopped workflow is Failed to Argo ("Stopped with strategy 'Stop'").
+        exit_unit = _create_exit_unit(run, units, status=RunStatus.FAILED)
+    if exit_unit is None or exit_unit.phase != UnitPhase.PENDING or exit_unit.workflow_name:
+        return
+    submit_units(run, [exit_unit], [*units, exit_unit], None, upstream_outputs(units))

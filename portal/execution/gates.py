@@ -149,6 +149,13 @@ def end_pending(units: Sequence[UnitRun], phase: str, why: str) -> bool:
 SHUTDOWN_STRATEGIES = ("Stop", "Terminate")
 
 
+def shutdown_strategy(run: WorkflowRun) -> str:
+    """How a stopped run stops: its ``spec.shutdown`` as submitted or as the stop action set
+    it (``argo stop`` / ``argo terminate`` set the same field); ``Stop`` by default."""
+    strategy = (run.compiled.get("spec") or {}).get("shutdown")
+    return str(strategy) if strategy in SHUTDOWN_STRATEGIES else "Stop"
+
+
 def shutdown_requested(run: WorkflowRun) -> bool:
     """A run submitted with ``spec.shutdown`` (Stop or Terminate) starts nothing: Argo's
     controller, seeing the strategy, runs no new node and ends the workflow ("Stopped with

@@ -317,3 +317,51 @@ def test_an_approval_gate_resumes_from_rest_with_its_node(
     run_to_the_end(fleet, run)
     assert run.status == RunStatus.SUCCEEDED
     assert run.events.filter(kind="resumed", message__contains="1 suspended node").exists()
+
+
+def exit_workflow(sandbox: SandboxServer) -> str:
+    slow = leaf(sandbox, "slow")
+    slow["metadata"]["annotations"][sandbox.annotation("duration")] = "600s"
+    return workflow(
+        dag([{"name": "a", "template": "slow"}]), slow, leaf(sandbox, "bye"), onExit="bye"
+    )
+
+
+@pytest.mark.parametrize("strategy", ["Stop", "Terminate"])
+def test_stop_runs_the_exit_handler_and_terminate_does_not(
+    fleet: SandboxServer, scientist_api, strategy: str
+) -> None:
+    run = submit(exit_workflow(fleet))
+    execution.run_advance(run.pk)
+    answer = scientist_api.post(
+        f"/api/v1/runs/{run.pk}/stop/", {"strategy": strategy}, format="json"
+    )
+    assert answer.status_code == 200
+    a = UnitRun.objects.get(run=run, name="a")
+    execution.run_advance(run.pk)  # what the stop's advance does: the step is asked to stop
+    assert gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]["shutdown"] == strategy
+
+    def settled() -> bool:
+        execution.run_advance(run.pk)
+        units = list(UnitRun.objects.filter(run=run))
+        return all(u.phase in FINAL_UNIT for u in units) and (
+            strategy == "Terminate" or any(u.spec.get("kind") == "exit" for u in units)
+        )
+
+    until(fleet, settled, "the stopped run to settle")
+    run.refresh_from_db()
+    assert run.status == RunStatus.STOPPED
+    exits = UnitRun.objects.filter(run=run, name="onExit")
+    if strategy == "Terminate":
+        assert not exits.exists()
+    else:
+        bye = exits.get()
+        assert bye.phase == UnitPhase.SUCCEEDED
+        assert bye.spec["workflow_status"] == RunStatus.FAILED
+
+
+def test_a_stop_strategy_must_be_stop_or_terminate(fleet: SandboxServer, scientist_api) -> None:
+    run = submit(exit_workflow(fleet))
+    answer = scientist_api.post(f"/api/v1/runs/{run.pk}/stop/", {"strategy": "Kill"}, format="json")
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["path"] == "strategy"

@@ -177,21 +177,27 @@ def admit(
 ) -> tuple[list[UnitRun], bool]:
     """The ready units the run-level controls let start now, and whether units that will
     never start were ended. Locks (``locks``) are taken last, for the units that would start."""
+    # The exit handler starts once everything else has ended, past a failure or the deadline
+    # too (Argo runs onExit then), and counts toward no parallelism.
+    exits = [u for u in ready if u.spec.get("kind") == "exit"]
+    ready = [u for u in ready if u.spec.get("kind") != "exit"]
     g = gate(run, units)
+    moved = False
     if g.end is not None:
-        return [], end_pending(units, *g.end)
-    if g.room is not None:
+        ready, moved = [], end_pending(units, *g.end)
+    elif g.room is not None:
         ready = ready[: g.room]
+    ready += exits
     if not ready or not locks.synchronized(run):
-        return ready, False
+        return ready, moved
     try:
         waiting = locks.acquire(run, locks.RUN_SCOPE, locks.run_locks(run))
     except locks.LockInvalid as exc:
-        return [], end_pending(units, UnitPhase.ERROR, str(exc))
+        return [], end_pending(units, UnitPhase.ERROR, str(exc)) or moved
     if waiting is not None:
         _say_waiting(ready, waiting)
-        return [], False
-    admitted, moved = [], False
+        return [], moved
+    admitted: list[UnitRun] = []
     for unit in ready:
         try:
             waiting = locks.acquire(run, unit.name, locks.unit_locks(run, unit))

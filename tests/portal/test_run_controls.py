@@ -132,6 +132,7 @@ def test_a_template_with_fail_fast_starts_nothing_after_a_failure(fleet: Sandbox
         dag(tasks, parallelism=1, failFast=True),
         leaf(fleet, "broken", fail=True),
         leaf(fleet, "work"),
+        onExit="work",
     )
     run = submit(body)
     run_to_the_end(fleet, run)
@@ -140,6 +141,8 @@ def test_a_template_with_fail_fast_starts_nothing_after_a_failure(fleet: Sandbox
     assert good.phase == UnitPhase.OMITTED
     assert not good.workflow_name
     assert "failFast" in good.message
+    # The exit handler still runs (and the parallelism of 1 left it room).
+    assert UnitRun.objects.get(run=run, name="onExit").phase == UnitPhase.SUCCEEDED
 
 
 def test_dag_fail_fast_by_default_still_starts_ready_tasks(fleet: SandboxServer) -> None:

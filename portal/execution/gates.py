@@ -198,16 +198,28 @@ def admit(
         _say_waiting(ready, waiting)
         return [], moved
     admitted: list[UnitRun] = []
+    # Units asking for the same locks queue behind the first that waits: a fan-out's
+    # thousands of items are not each tried (and queued) on every advance.
+    blocked: dict[tuple[str, ...], str] = {}
+    told: dict[str, list[UnitRun]] = {}
     for unit in ready:
+        wanted = locks.unit_locks(run, unit)
+        names = tuple(lock.key for lock in wanted)
+        if names in blocked:
+            told[blocked[names]].append(unit)
+            continue
         try:
-            waiting = locks.acquire(run, unit.name, locks.unit_locks(run, unit))
+            waiting = locks.acquire(run, unit.name, wanted)
         except locks.LockInvalid as exc:
             moved |= state.unit_move(unit, UnitPhase.ERROR, message=str(exc))
             continue
         if waiting is None:
             admitted.append(unit)
         else:
-            _say_waiting([unit], waiting)
+            blocked[names] = waiting
+            told.setdefault(waiting, []).append(unit)
+    for why, waiters in told.items():
+        _say_waiting(waiters, why)
     return admitted, moved
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 
 from portal import gateway
 from portal.choices import ACTIVE_RUN, FINAL_UNIT
@@ -171,12 +172,13 @@ def _first_in_line(row: SyncHold, limit: int) -> bool:
 
 
 def _clear_stale(key: str) -> None:
-    """Holds of runs that ended, and of units that ended, free their slot."""
+    """Holds of runs that ended, and of units that ended, free their slot (two statements,
+    whatever the number of holders and waiters)."""
     SyncHold.objects.filter(key=key).exclude(run__status__in=ACTIVE_RUN).delete()
-    ended = UnitRun.objects.filter(phase__in=list(FINAL_UNIT))
-    for hold in SyncHold.objects.filter(key=key).exclude(scope=RUN_SCOPE):
-        if ended.filter(run_id=hold.run_id, name=hold.scope).exists():
-            hold.delete()
+    ended = UnitRun.objects.filter(
+        run_id=OuterRef("run_id"), name=OuterRef("scope"), phase__in=list(FINAL_UNIT)
+    )
+    SyncHold.objects.filter(key=key).exclude(scope=RUN_SCOPE).filter(Exists(ended)).delete()
 
 
 def release(run: WorkflowRun, units: Iterable[UnitRun], *, run_ended: bool) -> None:

@@ -368,3 +368,16 @@ def test_a_stop_strategy_must_be_stop_or_terminate(fleet: SandboxServer, scienti
     answer = scientist_api.post(f"/api/v1/runs/{run.pk}/stop/", {"strategy": "Kill"}, format="json")
     assert answer.status_code == 400
     assert answer.json()["errors"][0]["path"] == "strategy"
+
+
+def test_a_lock_whose_run_ended_without_releasing_it_is_taken_over(fleet: SandboxServer) -> None:
+    """A run moved to Error by a failing advance never released its mutex: the next run to
+    ask for it finds the holder ended and takes it."""
+    sync = {"synchronization": {"mutexes": [{"name": "orphan"}]}}
+    first, second = submit(mutex_workflow(fleet, **sync)), submit(mutex_workflow(fleet, **sync))
+    execution.run_advance(first.pk)
+    execution.run_advance(second.pk)
+    assert created(second) == set()
+    WorkflowRun.objects.filter(pk=first.pk).update(status=RunStatus.ERROR)  # as _give_up does
+    execution.run_advance(second.pk)
+    assert created(second) == {"a"}

@@ -381,3 +381,16 @@ def test_a_lock_whose_run_ended_without_releasing_it_is_taken_over(fleet: Sandbo
     WorkflowRun.objects.filter(pk=first.pk).update(status=RunStatus.ERROR)  # as _give_up does
     execution.run_advance(second.pk)
     assert created(second) == {"a"}
+
+
+def test_the_run_page_offers_to_resume_a_suspended_run(fleet: SandboxServer, client) -> None:
+    from django.urls import reverse
+
+    run = submit(workflow(dag(FOUR[:1]), leaf(fleet, "work"), suspend=True))
+    client.force_login(get_user_model().objects.get(username="scientist"))
+    page = client.get(reverse("ui-run-live", args=[run.pk])).content.decode()
+    assert "Resume run" in page and "spec.suspend" in page
+    assert client.post(reverse("ui-run-resume", args=[run.pk])).status_code == 302
+    run.refresh_from_db()
+    assert not run.suspended
+    assert "Resume run" not in client.get(reverse("ui-run-live", args=[run.pk])).content.decode()

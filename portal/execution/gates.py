@@ -33,7 +33,7 @@ from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.execution import locks
 from portal.execution.common import event
-from portal.models import UnitRun, WorkflowRun
+from portal.models import BULK_ROWS, UnitRun, WorkflowRun
 
 
 @dataclass(frozen=True)
@@ -133,17 +133,36 @@ def gate(run: WorkflowRun, units: Sequence[UnitRun]) -> Gate:
 
 
 def end_pending(units: Sequence[UnitRun], phase: str, why: str) -> bool:
-    """Pending units that never started end (``phase``, with why); True when one moved."""
-    moved = False
-    for u in units:
-        if (
-            u.phase == UnitPhase.PENDING
-            and not u.workflow_name
-            and not u.spec.get("expanded")
-            and u.spec.get("kind") != "exit"
-        ):
-            moved |= state.unit_move(u, phase, message=why)
-    return moved
+    """Pending units that never started end (``phase``, with why), in one UPDATE per
+    ``BULK_ROWS`` and one event: a fan-out's thousands end in a few statements. True when one
+    moved."""
+    pending = [
+        u
+        for u in units
+        if u.phase == UnitPhase.PENDING
+        and not u.workflow_name
+        and not u.spec.get("expanded")
+        and u.spec.get("kind") != "exit"
+    ]
+    now = timezone.now()
+    moved = 0
+    for start in range(0, len(pending), BULK_ROWS):
+        chunk = pending[start : start + BULK_ROWS]
+        moved += state.units_move(
+            UnitRun.objects.filter(pk__in=[u.pk for u in chunk], workflow_name=""),
+            phase,
+            from_=[UnitPhase.PENDING],
+            message=why,
+            finished_at=now,
+            updated_at=now,
+        )
+    if not moved:
+        return False
+    for u in pending:
+        u.phase, u.message, u.finished_at = phase, why, now
+    names = ", ".join(u.name for u in pending[:5]) + (", ..." if len(pending) > 5 else "")
+    event(pending[0].run_id, "units-ended", f"{moved} unit(s) {phase.lower()} ({names}): {why}")
+    return True
 
 
 SHUTDOWN_STRATEGIES = ("Stop", "Terminate")

@@ -163,18 +163,6 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ),
         status_subresource=False,
     ),
-    # karmada-apiserver is a kube-apiserver: it stores ConfigMaps (the portal reads Argo's
-    # semaphore limits from them) whether or not a policy propagates them.
-    ResourceType(
-        "",
-        "v1",
-        "configmaps",
-        "ConfigMap",
-        True,
-        "configmap",
-        ("cm",),
-        status_subresource=False,
-    ),
     ResourceType(
         "config.karmada.io",
         "v1alpha1",
@@ -183,6 +171,19 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "resourceinterpretercustomization",
         ("ric",),
+        status_subresource=False,
+    ),
+    # Last, so the positional names below keep their types. karmada-apiserver is a
+    # kube-apiserver: it stores ConfigMaps (the portal reads Argo's semaphore limits from
+    # them) whether or not a policy propagates them.
+    ResourceType(
+        "",
+        "v1",
+        "configmaps",
+        "ConfigMap",
+        True,
+        "configmap",
+        ("cm",),
         status_subresource=False,
     ),
 )
@@ -213,6 +214,7 @@ class Registry:
         return [t for t in self.types if t.group == group and t.version == version]
 
 
+# By position in RESOURCE_TYPES: a new type goes at its end.
 WORKFLOW = RESOURCE_TYPES[7]
 CLUSTER = RESOURCE_TYPES[1]
 NAMESPACE = RESOURCE_TYPES[0]
@@ -225,3 +227,4 @@ MUTATING_WEBHOOK = RESOURCE_TYPES[8]
 WORK = RESOURCE_TYPES[9]
 EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
+CONFIG_MAP = RESOURCE_TYPES[12]

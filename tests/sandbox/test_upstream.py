@@ -378,17 +378,25 @@ def test_argo_resume_through_the_cluster_proxy_needs_the_version_it_read(
         running = [n for n in nodes.values() if n["type"] == "Suspend" and n["phase"] == "Running"]
         return wf if running else None
 
-    wf = sandbox.wait_for(suspended, what="the suspended node")
-    for node in wf["status"]["nodes"].values():
-        if node["type"] == "Suspend":
-            node["phase"] = "Succeeded"
-    stale = copy.deepcopy(wf)
-    stale["metadata"]["resourceVersion"] = "0"
+    def resumed(version: str | None = None) -> None:
+        wf = sandbox.wait_for(suspended, what="the suspended node")
+        for node in wf["status"]["nodes"].values():
+            if node["type"] == "Suspend":
+                node["phase"] = "Succeeded"
+        if version is not None:
+            wf["metadata"]["resourceVersion"] = version
+        sandbox.request("PUT", path + name, wf)
+
     with pytest.raises(SandboxHTTPError) as err:
-        sandbox.request("PUT", path + name, stale)
+        resumed(version="0")
     assert err.value.status == 409
     assert suspended() is not None  # the refused update resumed nothing
-    sandbox.request("PUT", path + name, wf)
+    for _ in range(5):  # as ResumeWorkflow does: read again and retry on a conflict
+        try:
+            resumed()
+            break
+        except SandboxHTTPError as exc:
+            assert exc.status == 409
     assert fleet.wait_phase(name)["phase"] == "Succeeded"
 
 

@@ -26,6 +26,10 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
+from portal.owned_fields import canonical as _canonical
+from portal.owned_fields import covers as _covers
+from portal.owned_fields import three_way as _three_way
+
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
@@ -251,6 +255,14 @@ def ensure_namespace(name: str) -> None:
                 raise
 
 
+@retrying()
+def config_map_data(name: str, ns: str | None = None) -> dict[str, str]:
+    """A ConfigMap's data on karmada-apiserver (semaphore limits: ``execution.locks``)."""
+    core = k8s.CoreV1Api(_api_client())
+    found = core.read_namespaced_config_map(name, ns or namespace(), _request_timeout=_timeout())
+    return dict(found.data or {})
+
+
 def _call(verb: str, resource: Resource, ns: str | None, *args: Any, **kwargs: Any) -> Any:
     """``<verb>_namespaced_custom_object`` or ``<verb>_cluster_custom_object``, as the
     resource's scope says, with the portal's timeout."""
@@ -319,41 +331,6 @@ LAST_APPLIED = "last-applied-spec"
 
 def _last_applied_key() -> str:
     return f"{settings.PORTAL_LABEL_DOMAIN}/{LAST_APPLIED}"
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-def _covers(current: Any, want: Any) -> bool:
-    """Whether ``current`` holds every field of ``want`` with the same value (extra fields in
-    ``current`` are someone else's: a default, a namespace the webhook filled in)."""
-    if isinstance(want, dict):
-        return isinstance(current, dict) and all(
-            k in current and _covers(current[k], v) for k, v in want.items()
-        )
-    if isinstance(want, list):
-        return (
-            isinstance(current, list)
-            and len(current) == len(want)
-            and all(_covers(c, w) for c, w in zip(current, want, strict=True))
-        )
-    return bool(current == want)
-
-
-def _three_way(current: Any, last: Any, want: Any) -> Any:
-    """``want`` laid over ``current``: keys the portal wrote last time and no longer wants are
-    dropped, keys only others wrote are kept, lists of the same length merge item by item."""
-    if isinstance(want, dict) and isinstance(current, dict):
-        last_d = last if isinstance(last, dict) else {}
-        out = {k: v for k, v in current.items() if k in want or k not in last_d}
-        for k, v in want.items():
-            out[k] = _three_way(current.get(k), last_d.get(k), v)
-        return out
-    if isinstance(want, list) and isinstance(current, list) and len(want) == len(current):
-        last_l = last if isinstance(last, list) and len(last) == len(want) else [None] * len(want)
-        return [_three_way(c, p, w) for c, p, w in zip(current, last_l, want, strict=True)]
-    return want
 
 
 def owned_in_step(current: dict[str, Any], body: dict[str, Any]) -> bool:
@@ -582,7 +559,7 @@ def _member_workflow_call(
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
             _preload_content=False,
-            _request_timeout=(LOG_CONNECT_TIMEOUT, _timeout()),
+            _request_timeout=_timeout(),  # (connect, read): a nested tuple was refused
         )
     except ApiException as exc:
         raise translate_errors(exc) from exc

@@ -85,6 +85,11 @@ class WorkflowRun(models.Model):
         return self.name
 
     @property
+    def suspended(self) -> bool:
+        """Held by the workflow's ``spec.suspend`` until resumed (``argo resume`` clears it)."""
+        return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
+
+    @property
     def is_finished(self) -> bool:
         return self.status in {RunStatus.SUCCEEDED, RunStatus.STOPPED} or (
             self.finished_at is not None
@@ -251,3 +256,29 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"
+
+
+class SyncHold(models.Model):
+    """A run's (``scope`` "") or one of its units' (``scope``: the unit's name) place on an Argo
+    lock, a mutex or a semaphore (``portal.execution.locks``): waiting, or holding it.
+
+    ``key`` is Argo's lock name (``<namespace>/Mutex/<name>``,
+    ``<namespace>/ConfigMap/<configmap>/<key>``), so runs of every project share a lock as
+    workflows of one namespace share it in Argo. Rows of ended runs and units are deleted when
+    the lock is next taken or released."""
+
+    key = models.CharField(max_length=512)
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="sync_holds")
+    scope = models.CharField(max_length=253, blank=True)
+    held = models.BooleanField(default=False)
+    priority = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["key", "run", "scope"], name="portal_synchold_once")
+        ]
+        indexes = [models.Index(fields=["key", "held"])]
+
+    def __str__(self) -> str:
+        return f"{self.key} {'held' if self.held else 'waiting'} by {self.run_id}/{self.scope}"

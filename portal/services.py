@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from placement import codec, parser, planner
+from placement import codec, manifests, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
 from portal import state
@@ -294,6 +294,8 @@ def _compiled(parsed: ParsedWorkflow) -> dict[str, Any]:
                 "labels": dict(parsed.labels),
                 "annotations": dict(parsed.annotations),
                 "spec": dict(parsed.spec),
+                # Its step workflows are kept until the run ends (``execution.lifecycle``).
+                "artifact_gc": manifests.has_artifact_gc(parsed.spec, parsed.templates),
             },
             default=str,
         )
@@ -442,16 +444,29 @@ def _enqueue_advance(run_id: int) -> None:
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
 
 
-def run_stop(*, run: WorkflowRun, user: Any) -> WorkflowRun:
-    """No new units start; running step workflows are asked to stop (``spec.shutdown``)."""
+STOP_STRATEGIES = ("Stop", "Terminate")
+
+
+def run_stop(*, run: WorkflowRun, user: Any, strategy: str = "Stop") -> WorkflowRun:
+    """No new units start; running step workflows are asked to stop (``spec.shutdown``).
+    ``Stop`` (``argo stop``) then runs the exit handler, ``Terminate`` (``argo terminate``)
+    does not; the strategy is kept as the run's ``spec.shutdown``, as Argo keeps it."""
+    if strategy not in STOP_STRATEGIES:
+        raise WorkflowInvalid([FieldError("strategy", "must be 'Stop' or 'Terminate'")])
     with transaction.atomic():
+        locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)
         updated = state.run_move(
             run.pk, RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now()
         )
         if not updated:
             raise ActionRefused(f"run is {run.status}; only pending or running runs stop")
+        spec = {**(locked.compiled.get("spec") or {}), "shutdown": strategy}
+        WorkflowRun.objects.filter(pk=run.pk).update(compiled={**locked.compiled, "spec": spec})
         RunEvent.objects.create(
-            run=run, kind="stopped", message=f"Stopped by {user.get_username()}"
+            run=run,
+            kind="stopped",
+            message=f"Stopped by {user.get_username()}"
+            + ("" if strategy == "Stop" else f" (strategy {strategy})"),
         )
         transaction.on_commit(lambda: _enqueue_advance(run.pk))
     run.refresh_from_db()
@@ -503,8 +518,10 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
 
 
 def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> WorkflowRun:
-    """Resume a suspended step (``node``: a unit's name) or every running step of the run, as
-    ``argo resume`` does; the worker clears ``spec.suspend`` and marks the suspended nodes."""
+    """Resume a suspended step (``node``: a unit's name) or the whole run, as ``argo resume``
+    does: without a node, the run's ``spec.suspend`` is cleared (units start again) and every
+    running step is resumed; the worker clears each step's ``spec.suspend`` and marks its
+    suspended nodes."""
     from portal import tasks
 
     if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
@@ -515,14 +532,16 @@ def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> Workf
             raise WorkflowInvalid([FieldError("node", f"no step {node!r} in run {run.name}")])
         units = units.filter(name=node)
     targets = list(units.values_list("pk", "name"))
-    if not targets:
-        raise ActionRefused(f"step {node} is not running" if node else "no running step")
     by = user.get_username()
-    RunEvent.objects.create(
-        run=run,
-        kind="resume-requested",
-        message=f"Resume of {', '.join(n for _, n in targets)} requested by {by}",
-    )
+    held = not node and _run_unsuspend(run, by)
+    if not targets and not held:
+        raise ActionRefused(f"step {node} is not running" if node else "no running step")
+    if targets:
+        RunEvent.objects.create(
+            run=run,
+            kind="resume-requested",
+            message=f"Resume of {', '.join(n for _, n in targets)} requested by {by}",
+        )
 
     def enqueue() -> None:
         for pk, _name in targets:
@@ -533,6 +552,22 @@ def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> Workf
 
     transaction.on_commit(enqueue)
     return run
+
+
+def _run_unsuspend(run: WorkflowRun, by: str) -> bool:
+    """Clear the run's ``spec.suspend`` (one conditional UPDATE of the stored spec, so two
+    resumes clear it once) and advance it. False when it was not suspended."""
+    with transaction.atomic():
+        locked = WorkflowRun.objects.select_for_update().filter(pk=run.pk).first()
+        if locked is None or not locked.suspended:
+            return False
+        spec = {k: v for k, v in locked.compiled["spec"].items() if k != "suspend"}
+        locked.compiled = {**locked.compiled, "spec": spec}
+        WorkflowRun.objects.filter(pk=run.pk).update(compiled=locked.compiled)
+        run.compiled = locked.compiled
+        RunEvent.objects.create(run=run, kind="resumed", message=f"Run resumed by {by}")
+        transaction.on_commit(lambda: _enqueue_advance(run.pk))
+    return True
 
 
 def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:

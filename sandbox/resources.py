@@ -174,7 +174,9 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         status_subresource=False,
     ),
     # Core kinds a PropagationPolicy may select besides Workflows (karmada-apiserver serves
-    # every built-in kind; these are the ones the portal propagates: artifact credentials).
+    # every built-in kind; these are the ones the portal propagates: artifact credentials;
+    # ConfigMaps are stored whether or not a policy propagates them: the portal reads Argo's
+    # semaphore limits from them).
     ResourceType(
         "",
         "v1",
@@ -224,6 +226,7 @@ class Registry:
         return [t for t in self.types if t.group == group and t.version == version]
 
 
+# By position in RESOURCE_TYPES: a new type goes at its end.
 WORKFLOW = RESOURCE_TYPES[7]
 CLUSTER = RESOURCE_TYPES[1]
 NAMESPACE = RESOURCE_TYPES[0]

@@ -31,6 +31,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -226,11 +227,14 @@ def run_one(stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: flo
     run_id = body["id"]
     deadline = time.monotonic() + timeout
     status = body.get("status", "Pending")
+    resumed: set[str] = set()
     while status not in FINAL and time.monotonic() < deadline:
         time.sleep(2)
         stack.processes.check()
         _, body = stack.api("GET", f"/api/v1/runs/{run_id}/")
         status = body.get("status", status)
+        if status not in FINAL:
+            resume_waiting(stack, run_id, body, resumed)
     units = body.get("units") or []
     row.units = " ".join(f"{u['name']}@{u.get('site') or '?'}" for u in units)[:200]
     if status not in FINAL:
@@ -246,6 +250,23 @@ def run_one(stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: flo
             or row.why
         )[:300]
     return row
+
+
+def resume_waiting(stack: Stack, run_id: int, body: dict[str, Any], resumed: set[str]) -> None:
+    """What a user running the example does (``argo resume``, once per suspension): a run held
+    by ``spec.suspend`` is resumed, and each step the API shows waiting for approval is
+    resumed once (a suspend with a ``duration`` that is resumed early only ends sooner)."""
+    if body.get("suspended") and "" not in resumed:
+        resumed.add("")
+        stack.api("POST", f"/api/v1/runs/{run_id}/resume/", b"{}")
+    for unit in body.get("units") or []:
+        name = unit.get("name")
+        if unit.get("phase") != "Running" or name in resumed:
+            continue
+        _, detail = stack.api("GET", f"/api/v1/runs/{run_id}/units/{quote(name, safe='')}/")
+        if isinstance(detail, dict) and detail.get("suspended"):
+            resumed.add(name)
+            stack.api("POST", f"/api/v1/runs/{run_id}/resume/", json.dumps({"node": name}).encode())
 
 
 def table(rows: list[Row]) -> str:

@@ -10,6 +10,8 @@ Pure package: plain dicts in, plain dicts out; nothing here talks to a cluster o
 * ``substitution``: ``substitute`` / ``resolve_arguments`` fill ``{{workflow.parameters.x}}``,
   ``{{tasks.X.outputs...}}``, ``{{steps.X.outputs...}}`` and ``{{item}}`` from known values.
 * ``conditions``: ``evaluate_depends`` / ``evaluate_when`` decide whether a unit runs.
+* ``runlevel``: ``run_level_spec``, a step workflow's spec under the run's own deadline,
+  locks and artifact GC.
 * ``names``: API versions, policy names, DNS-1123 names and label values.
 
 The label keys are ``placement.labels``. Site ``overrides`` (operator-set,
@@ -57,6 +59,7 @@ from placement.manifests.policies import (
     propagation_policy,
     webhook_configuration,
 )
+from placement.manifests.runlevel import has_artifact_gc, run_level_spec
 from placement.manifests.substitution import (
     GlobalOutputs,
     TaskOutputs,
@@ -102,6 +105,7 @@ __all__ = [
     "fill_global_artifacts",
     "fill_run_variables",
     "global_outputs",
+    "has_artifact_gc",
     "image_mirror_patch",
     "image_paths",
     "karmada_manifests",
@@ -110,6 +114,7 @@ __all__ = [
     "override_policies",
     "propagation_policy",
     "resolve_arguments",
+    "run_level_spec",
     "run_variables",
     "step_workflow",
     "step_workflow_name",

@@ -30,6 +30,7 @@ The modules, from the bottom up (each imports only those above it):
 Callers import from ``placement.parser`` itself; the names below are its interface.
 """
 
+from placement.parser.across_sites import preview_warnings
 from placement.parser.arguments import artifact_locations, parse_arguments
 from placement.parser.catalogue import uses_catalogue
 from placement.parser.decode import JsonDocument, _load_plain, _NeedsFullLoader, decode_document
@@ -138,6 +139,7 @@ __all__ = [
     "parse_with_param_value",
     "parse_workflow",
     "parse_workflow_template",
+    "preview_warnings",
     "schema_errors",
     "slugify",
     "substitute_item",

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from placement import labels
+from placement.parser.across_sites import preview_warnings
 from placement.parser.arguments import parse_arguments
 from placement.parser.catalogue import _Catalogue, missing_template_message
 from placement.parser.decode import decode_document
@@ -120,7 +121,7 @@ class _Parser(_TemplateIndex):
             on_exit = None  # the one unit's step workflow carries it: its Argo runs it
         elif not on_exit:
             on_exit = self._exit_hook(spec)
-        return ParsedWorkflow(
+        parsed = ParsedWorkflow(
             name=name,
             generate_name=generate_name,
             namespace=namespace,
@@ -138,6 +139,8 @@ class _Parser(_TemplateIndex):
                 dict.fromkeys([*self._loop_warnings(units), *warnings, *site_bound_warnings(spec)])
             ),
         )
+        # Per-site meaning (memoize, locks inside a unit) is read from the units formed.
+        return replace(parsed, warnings=(*parsed.warnings, *preview_warnings(parsed)))
 
     def _loop_warnings(self, units: tuple[Unit, ...]) -> list[FieldWarning]:
         """The checks' warnings, less "expanded at run time" when the entrypoint was kept as

@@ -100,6 +100,9 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     units = UnitRunSerializer(many=True, read_only=True)
     progress = serializers.SerializerMethodField()
     outputs = serializers.SerializerMethodField()
+    suspended = serializers.BooleanField(
+        read_only=True, help_text="Held by spec.suspend until resumed (POST .../resume/)"
+    )
 
     class Meta:
         model = WorkflowRun
@@ -107,6 +110,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "id",
             "name",
             "status",
+            "suspended",
             "project",
             "owner",
             "message",
@@ -192,6 +196,12 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     # Only when ``candidates`` is cut to the best rows: the size of the full table.
     candidates_total = serializers.IntegerField(required=False)
     candidates_eligible = serializers.IntegerField(required=False)
+
+
+class StopSerializer(serializers.Serializer[dict[str, Any]]):
+    strategy = serializers.ChoiceField(
+        choices=["Stop", "Terminate"], required=False, help_text="Stop (default) or Terminate"
+    )
 
 
 class ResumeSerializer(serializers.Serializer[dict[str, Any]]):

@@ -26,6 +26,7 @@ from portal.api.serializers import (
     PreviewSerializer,
     ResumeSerializer,
     RunEventSerializer,
+    StopSerializer,
     UnitDetailSerializer,
     WorkflowRunListSerializer,
     WorkflowRunSerializer,
@@ -205,11 +206,26 @@ class WorkflowRunViewSet(
             return _refused_submission(exc)
         return Response(plan, status=status.HTTP_200_OK)
 
-    @extend_schema(request=None, responses={200: WorkflowRunSerializer})
+    @extend_schema(
+        request=StopSerializer,
+        responses={200: WorkflowRunSerializer},
+        description="Stop the run: ``strategy`` Stop (default, ``argo stop``: the exit handler "
+        "runs) or Terminate (``argo terminate``: it does not).",
+    )
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        raw = request.data  # read raw, as every POST of this viewset (see ``resume``)
         try:
-            run = services.run_stop(run=self.get_object(), user=request.user)
+            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
+        except (ValueError, UnicodeDecodeError):
+            return errors_response([{"path": "", "message": "the body must be JSON"}])
+        if not isinstance(data, dict):
+            return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+        try:
+            run = services.run_stop(
+                run=run, user=request.user, strategy=str(data.get("strategy") or "Stop")
+            )
         except (services.ActionRefused, WorkflowInvalid) as exc:
             return _refused_action(exc)
         return self._run_answer(run)

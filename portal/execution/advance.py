@@ -20,6 +20,7 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution import gates
 from portal.execution.common import (
     SiteState,
     ancestors,
@@ -206,8 +207,12 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     )
     if run is None:
         return False
+    if run.status in ACTIVE_RUN and gates.shutdown_requested(run):
+        run.status = RunStatus.STOPPED
     if run.status == RunStatus.STOPPED:
         _shutdown(run)
+        gates.after(run, [])
+        _exit_after_stop(run)
         return False
     if run.status not in ACTIVE_RUN:
         return False
@@ -227,6 +232,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         pass  # units are left to create: the run cannot have ended, and its units are many
     else:
         run_refresh_status(run.pk)
+    gates.after(run, units)
     return turn.cut
 
 
@@ -297,6 +303,8 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
                     sites = None
                     continue
             ready.append(unit)
+        ready, ended = gates.admit(run, units, ready)
+        progressed |= ended
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
         for start in range(0, len(ready), CREATE_CHUNK):
@@ -429,11 +437,13 @@ def _exit_arguments(spec: Mapping[str, Any]) -> parser.Arguments:
     return parser.parse_arguments(hook.get("arguments") if isinstance(hook, Mapping) else None)
 
 
-def _create_exit_unit(run: WorkflowRun, units: list[UnitRun]) -> UnitRun | None:
+def _create_exit_unit(
+    run: WorkflowRun, units: list[UnitRun], status: str | None = None
+) -> UnitRun | None:
     """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
-    template with ``{{workflow.status}}`` set to how the run went."""
+    template with ``{{workflow.status}}`` set to how the run went (``status`` if given)."""
     key = str(run.compiled["on_exit"])
-    status, _bad = _main_status(units)
+    status = status or _main_status(units)[0]
     unit = Unit(
         name=EXIT_UNIT,
         slug="onexit",
@@ -526,15 +536,36 @@ def run_refresh_status(run_id: int) -> str:
 
 
 def _shutdown(run: WorkflowRun) -> None:
-    """A stopped run: running step workflows get ``spec.shutdown: Stop``; units that never
-    started are omitted."""
+    """A stopped run: running step workflows get its ``spec.shutdown`` (``Stop`` unless the
+    user asked to terminate); units that never started are omitted. The exit handler is not
+    stopped: Argo's ``Stop`` runs it (``_exit_after_stop``)."""
+    strategy = gates.shutdown_strategy(run)
     for unit in run.units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]):
+        if unit.spec.get("kind") == "exit":
+            continue
         if unit.workflow_name:
             if not unit.spec.get("shutdown_sent"):
                 with contextlib.suppress(gateway.NotFound):
                     gateway.patch(
-                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": "Stop"}}
+                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
                     )
                 UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
         elif not unit.spec.get("expanded"):
             state.unit_move(unit, UnitPhase.OMITTED, message="run stopped")
+
+
+def _exit_after_stop(run: WorkflowRun) -> None:
+    """Argo's ``Stop`` runs the workflow's exit handler once the stopped steps have ended
+    (``{{workflow.status}}`` Failed); ``Terminate`` does not."""
+    if gates.shutdown_strategy(run) != "Stop" or not run.compiled.get("on_exit"):
+        return
+    units = _units_of(run)
+    if not all(u.phase in FINAL_UNIT for u in units if u.spec.get("kind") != "exit"):
+        return
+    exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+    if exit_unit is None:
+        # A stopped workflow is Failed to Argo ("Stopped with strategy 'Stop'").
+        exit_unit = _create_exit_unit(run, units, status=RunStatus.FAILED)
+    if exit_unit is None or exit_unit.phase != UnitPhase.PENDING or exit_unit.workflow_name:
+        return
+    submit_units(run, [exit_unit], [*units, exit_unit], None, upstream_outputs(units))

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from portal import gateway
-from portal.choices import FINAL_UNIT
+from portal.choices import ACTIVE_RUN, FINAL_UNIT
 from portal.models import UnitRun
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,9 @@ def step_workflows_cleanup(*, keep_seconds: int | None = None) -> int:
             finished_at__lte=cutoff,
         )
         .exclude(workflow_name="")
+        # A run that collects its artifacts (artifactGC) keeps its step workflows until it
+        # ends: deleting one is when its member collects, and a later unit may still read them.
+        .exclude(run__status__in=ACTIVE_RUN, run__compiled__artifact_gc=True)
         .values_list("pk", "workflow_name")[:BATCH]
     )
     for pk, name in finished:

@@ -18,6 +18,7 @@ from placement.parser import ParsedWorkflow
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase
+from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.selectors import run_global_outputs, run_variables_of
@@ -151,6 +152,11 @@ def step_workflow_for(
         image_mirror=mirror or None,
         run_vars=run_variables_of(run, units, namespace=gateway.namespace()),
         globals_=run_global_outputs(run, units),
+    )
+    # The run's deadline, locks and artifact GC are the portal's, not each member's.
+    exit_unit = unit.spec.get("kind") == "exit"
+    body["spec"] = manifests.run_level_spec(
+        body["spec"], deadline_left=None if exit_unit else gates.deadline_left(run)
     )
     if not site:
         context = context_annotation(

@@ -2,7 +2,7 @@
 `/apis/cluster.karmada.io/v1alpha1/clusters/{cluster}/proxy/{path}` forwards to the member's
 API (`pkg/registry/cluster/storage/proxy.go`, `pkg/util/proxy/proxy.go`). The member here
 answers a few paths itself: pod logs (`container`, `tailLines`, `follow`) and Workflows (list,
-get, delete: an `argo delete` at the site).
+get, delete: an `argo delete` at the site; replace: `argo resume`, see `_workflow_replace`).
 
 Like upstream, a cluster without `spec.impersonatorSecretRef` (pull-mode clusters registered
 by karmada-agent have none) answers 500 `the impersonatorSecretRef of cluster <name> is nil`,
@@ -70,7 +70,10 @@ async def handle(
         raise _not_found()
     argo = ["apis", "argoproj.io", "v1alpha1", "namespaces"]
     if len(parts) in (6, 7) and parts[:4] == argo and parts[5] == "workflows":
-        return _workflows(request, member, parts[4], parts[6] if len(parts) == 7 else None)
+        name = parts[6] if len(parts) == 7 else None
+        if request.method == "PUT" and name is not None:
+            return await _workflow_replace(request, member, parts[4], name)
+        return _workflows(request, member, parts[4], name)
     raise _not_found()
 
 
@@ -166,3 +169,52 @@ async def _pod_log(
         await asyncio.sleep(FOLLOW_POLL_S)
     await resp.write_eof()
     return resp
+
+
+async def _workflow_replace(
+    request: web.Request, member: Member, namespace: str, name: str
+) -> web.Response:
+    """A PUT of the member's Workflow, as ``argo resume`` writes it (``ResumeWorkflow``,
+    ``workflow/util/util.go``: active Suspend nodes set to Succeeded, then ``Update``). The
+    object must carry the resourceVersion it was read at (409 Conflict otherwise, as any
+    update); the member's controller then goes on past every Suspend node the update marked
+    Succeeded. Only that is taken from the body: spec changes made at a member are Karmada's
+    to overwrite, and other status edits are ignored here."""
+    current = _member_workflow(member, namespace, name)
+    run = member.runs.get((namespace, name))
+    if current is None or run is None:
+        raise ApiError.not_found("argoproj.io", "workflows", name)
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        raise ApiError.bad_request(f"the body must be a Workflow: {exc}") from exc
+    if not isinstance(body, dict):
+        raise ApiError.bad_request("the body must be a Workflow")
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    if str(version) != current["metadata"]["resourceVersion"]:
+        raise ApiError.conflict(
+            "argoproj.io",
+            "workflows",
+            name,
+            "the object has been modified; please apply your changes to the latest version "
+            "and try again",
+        )
+    before = (current.get("status") or {}).get("nodes") or {}
+    nodes = (body.get("status") or {}).get("nodes") or {}
+    for node_id, node in nodes.items() if isinstance(nodes, dict) else []:
+        was = before.get(node_id) or {}
+        if (
+            isinstance(node, dict)
+            and was.get("type") == "Suspend"
+            and was.get("phase") == "Running"
+            and node.get("phase") == "Succeeded"
+        ):
+            # The node alone: spec.suspend is Karmada's to propagate, not this update's.
+            waiting = run.resumes.get(node_id)
+            if waiting is not None:
+                waiting[0].set()
+    member.sb.poke()
+    return web.Response(
+        text=json.dumps(_member_workflow(member, namespace, name) or current),
+        content_type="application/json",
+    )

@@ -363,6 +363,43 @@ def test_pod_logs_and_workflows_through_the_cluster_proxy(
     assert wf["metadata"]["labels"]["karmada.io/managed"] == "true"
 
 
+def test_argo_resume_through_the_cluster_proxy_needs_the_version_it_read(
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
+    """A PUT as ``argo resume`` writes it (Suspend nodes marked Succeeded) resumes the node;
+    one carrying a resourceVersion older than the member's is a 409, as any update is."""
+    name = unique("gate")
+    run_on("site-b", workflow(name, [{"name": "main", "suspend": {}}]))
+    path = PROXY.format(cluster="site-b") + f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/"
+
+    def suspended() -> dict[str, Any] | None:
+        wf = proxied_workflow(sandbox, "site-b", name)
+        nodes = ((wf or {}).get("status") or {}).get("nodes") or {}
+        running = [n for n in nodes.values() if n["type"] == "Suspend" and n["phase"] == "Running"]
+        return wf if running else None
+
+    def resumed(version: str | None = None) -> None:
+        wf = sandbox.wait_for(suspended, what="the suspended node")
+        for node in wf["status"]["nodes"].values():
+            if node["type"] == "Suspend":
+                node["phase"] = "Succeeded"
+        if version is not None:
+            wf["metadata"]["resourceVersion"] = version
+        sandbox.request("PUT", path + name, wf)
+
+    with pytest.raises(SandboxHTTPError) as err:
+        resumed(version="0")
+    assert err.value.status == 409
+    assert suspended() is not None  # the refused update resumed nothing
+    for _ in range(5):  # as ResumeWorkflow does: read again and retry on a conflict
+        try:
+            resumed()
+            break
+        except SandboxHTTPError as exc:
+            assert exc.status == 409
+    assert fleet.wait_phase(name)["phase"] == "Succeeded"
+
+
 def test_following_a_pod_log_streams_until_the_pod_ends(
     sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
 ) -> None:

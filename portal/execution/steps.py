@@ -21,8 +21,7 @@ from portal.choices import UnitPhase
 from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
-from portal.selectors import run_global_outputs, run_variables_of
-from sites.models import Site
+from portal.selectors import run_global_outputs, run_variables_of, upstream_outputs
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -43,82 +42,6 @@ def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
         spec=c.get("spec") or {},
         document={},
     )
-
-
-def artifact_stores() -> dict[str, dict[str, Any]]:
-    """Each site's artifact repository as its operators set it in the inventory
-    (``overrides["artifact_store"]``: ``endpoint``, ``bucket``, ``credentials_secret``)."""
-    return {
-        name: dict((overrides or {}).get("artifact_store") or {})
-        for name, overrides in Site.objects.order_by().values_list("name", "overrides")
-        if (overrides or {}).get("artifact_store")
-    }
-
-
-def _full_location(artifact: Mapping[str, Any], store: Mapping[str, Any]) -> dict[str, Any]:
-    """Argo records only an output's key, and a reader resolves a key against its *own* site's
-    repository: the portal writes where the producing site keeps it (endpoint, bucket, key,
-    credential Secret refs). Everywhere, the producer's own site included: a runtime step's
-    site is not known when it is built."""
-    s3 = artifact.get("s3")
-    if not isinstance(s3, Mapping) or not s3.get("key") or not store.get("bucket"):
-        return dict(artifact)
-    full = {**s3, "bucket": store["bucket"], "key": s3["key"]}
-    if store.get("endpoint"):
-        full["endpoint"] = store["endpoint"]
-    secret = store.get("credentials_secret")
-    if secret:
-        full["accessKeySecret"] = {"name": secret, "key": "accessKey"}
-        full["secretKeySecret"] = {"name": secret, "key": "secretKey"}
-    return {**artifact, "s3": full}
-
-
-def _task_outputs(
-    unit: UnitRun, stores: Mapping[str, Mapping[str, Any]] | None = None
-) -> manifests.TaskOutputs:
-    out = unit.outputs or {}
-    store = (stores or {}).get(unit.site) or {}
-    return manifests.TaskOutputs(
-        phase=unit.phase,
-        parameters={
-            str(p.get("name")): str(p.get("value", ""))
-            for p in out.get("parameters") or []
-            if isinstance(p, dict)
-        },
-        result=out.get("result"),
-        artifacts={
-            str(a.get("name")): _full_location(a, store)
-            for a in out.get("artifacts") or []
-            if isinstance(a, dict)
-        },
-        exit_code=out.get("exitCode"),
-        extra={str(k): str(v) for k, v in (out.get("node") or {}).items()},
-        template=unit.spec.get("template") or unit.template,
-    )
-
-
-def upstream_outputs(
-    units: Iterable[UnitRun], stores: Mapping[str, Mapping[str, Any]] | None = None
-) -> dict[str, manifests.TaskOutputs]:
-    """Outputs by task name; an expanded task (withItems/withParam) aggregates its items.
-    Artifacts carry the full location in their producing site's repository (``stores``: by
-    site, read from the inventory when not given)."""
-    if stores is None:
-        stores = artifact_stores()
-    by_task: dict[str, list[UnitRun]] = {}
-    for u in units:
-        if u.spec.get("expanded"):
-            continue  # a group row: its items carry the outputs
-        by_task.setdefault(u.spec.get("task") or u.name, []).append(u)
-    out: dict[str, manifests.TaskOutputs] = {}
-    for task, rows in by_task.items():
-        expanded = any(r.spec.get("item_index") is not None for r in rows)
-        if expanded:
-            rows.sort(key=lambda r: r.spec.get("item_index") or 0)
-            out[task] = manifests.aggregate_outputs([_task_outputs(r, stores) for r in rows])
-        else:
-            out[task] = _task_outputs(rows[0], stores)
-    return out
 
 
 def step_workflow_for(

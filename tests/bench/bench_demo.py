@@ -156,20 +156,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=200)
     ap.add_argument("--poll", type=float, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the demo's directory (its logs)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-demo-") as tmp:
-        demo = Demo(Path(tmp), args.poll)
-        try:
-            demo.one_step()  # warm-up: imports, the first connections
-            floor, floor_status = demo.one_step()
-            t0 = time.perf_counter()
-            fan_id = demo.submit(fan_out_body(args.items))
-            fan_status = demo.until_finished(fan_id)
-            fan_seconds = time.perf_counter() - t0
-            queued = demo.queued()
-            behind, behind_status = demo.one_step()
-        finally:
-            demo.stop()
+    tmp = tempfile.mkdtemp(prefix="bench-demo-")
+    demo = Demo(Path(tmp), args.poll)
+    try:
+        demo.one_step()  # warm-up: imports, the first connections
+        floor, floor_status = demo.one_step()
+        t0 = time.perf_counter()
+        fan_id = demo.submit(fan_out_body(args.items))
+        fan_status = demo.until_finished(fan_id)
+        fan_seconds = time.perf_counter() - t0
+        queued = demo.queued()
+        behind_started = time.time()
+        behind, behind_status = demo.one_step()
+    finally:
+        demo.stop()
+        if args.keep:
+            print(f"the demo's directory (logs in logs/): {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     poll = args.poll if args.poll is not None else 0.05
     print(f"embedded demo (SQLite, filesystem broker polled every {poll:g} s), {args.items} items")
     print(f"  fan-out, 201 to {fan_status:<9}       : {fan_seconds:7.1f} s")
@@ -179,6 +185,9 @@ def main() -> None:
     # run_demo executes the steps (isolated by bubblewrap) when bwrap is installed.
     how = "executed (bubblewrap)" if shutil.which("bwrap") else "simulated (no bubblewrap)"
     print(f"  steps {how}")
+    if args.keep:
+        at = time.strftime("%H:%M:%S", time.localtime(behind_started))
+        print(f"  the run behind it was submitted at {at} (see the logs)")
 
 
 if __name__ == "__main__":

@@ -159,6 +159,20 @@ def test_the_panel_reads_the_log_through_the_cluster_proxy(
     assert 'data-live="false"' in body  # a finished step is not polled
 
 
+def test_a_log_of_blank_lines_says_it_is_empty(
+    run: WorkflowRun,
+    client_for: Any,
+    scientist: User,
+    fake_site: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A step that printed only a newline drew an empty black box on the panel.
+    monkeypatch.setattr(gateway, "pod_log", lambda *a, **k: iter([b"\n", b"  \n"]))
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "The log is empty." in body and "log-text" not in body
+
+
 def test_a_pull_mode_site_says_logs_are_not_available(
     run: WorkflowRun, client_for: Any, scientist: User, fake_site: list[dict[str, Any]]
 ) -> None:

@@ -126,6 +126,15 @@ def test_the_panel_shows_site_workflow_inputs_outputs_and_decision(
     assert reverse("ui-unit-logs", args=[run.pk, unit.slug]) in body
 
 
+def test_a_step_whose_only_output_is_its_result_does_not_also_say_none(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(outputs={"result": "42 tiles"})
+    body = client_for(scientist).get(panel_url(run, "inference"), **HX).content.decode()
+    outputs = body.split("Outputs", 1)[1].split("Placement", 1)[0]
+    assert "42 tiles" in outputs and "None" not in outputs
+
+
 def test_a_deep_link_opens_the_run_page_with_the_panel(
     run: WorkflowRun, client_for: Any, scientist: User
 ) -> None:

@@ -209,6 +209,8 @@ def shoot(base: str, var_dir: Path, wait_s: float, kubeconfig: Path) -> list[Pat
         page.select_option("#id_project", "eo-demo")
         page.click("button:has-text('Preview placement')")
         expect(page.locator("#preview table.plan")).to_be_visible(timeout=30_000)
+        # One unit's candidate table open: the losing sites and why.
+        page.locator("#preview details.candidates-of summary").last.click()
         page.evaluate("document.activeElement && document.activeElement.blur()")
         page.evaluate("document.getElementById('id_manifest').scrollTop = 0")
         written.append(OUT / "submit-preview.png")
@@ -292,7 +294,7 @@ def shoot(base: str, var_dir: Path, wait_s: float, kubeconfig: Path) -> list[Pat
             page.goto(f"{fan_url}units/report/")
             expect(page.locator("#unit-logs pre.log-text")).to_have_count(1, timeout=20_000)
             written.append(OUT / "step-panel.png")
-            page.screenshot(path=written[-1], full_page=True)
+            page.screenshot(path=written[-1])  # the panel; the fan-out's page below is long
 
         # A failover, for real: the step's site stops being Ready while it runs.
         failover_id = fail_over(page, base, kubeconfig, wait_s)

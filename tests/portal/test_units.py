@@ -238,6 +238,9 @@ def test_every_attempt_is_shown_and_the_failed_over_one_says_why(
     assert attempts is not None
     assert "#1" in attempts.group(1) and "#2" in attempts.group(1)
     assert "failed over: site site-b not ready" in attempts.group(1)
+    # The lost attempt's phase is the last one its site reported, and says so.
+    assert re.search(r"#1.*last seen</span> <span class=\"phase", attempts.group(1), re.S)
+    assert attempts.group(1).count("last seen") == 1  # not on the current attempt
     page = client.get(reverse("ui-run-detail", args=[run.pk])).content.decode()
     # The graph keeps the lost attempt as a greyed card, the timeline as a greyed bar.
     assert 'class="ghost"' in page and "attempt 1 at site-b: failed over" in page

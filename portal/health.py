@@ -68,6 +68,7 @@ def _check_broker() -> _Outcome:
     try:
         with Connection(
             settings.CELERY_BROKER_URL,
+            transport=getattr(settings, "CELERY_BROKER_TRANSPORT", None),
             transport_options=getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}),
             connect_timeout=2,
         ) as conn:

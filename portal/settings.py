@@ -224,10 +224,12 @@ SPECTACULAR_SETTINGS = {
 REDIS_URL = env("REDIS_URL", "")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 if not CELERY_BROKER_URL:
-    # Embedded default: kombu's filesystem transport needs no server.
+    # Embedded default: no server. kombu's filesystem transport, with the writes made atomic
+    # (portal/broker.py) so the worker can poll often without reading half-written messages.
     _queue_dir = VAR_DIR / "celery-queue"
     _queue_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "portal.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
@@ -236,11 +238,9 @@ if not CELERY_BROKER_URL:
         # Broadcast/pidbox files; kombu's default is "control" in the working directory.
         "control_folder": str(VAR_DIR / "celery-control"),
         # kombu's virtual transports sleep ``polling_interval`` (1 s by default) whenever a
-        # poll finds nothing it may take, which throttles a fan-out. Shorter polls make the
-        # reader meet files the writer has created but not yet filled (kombu's filesystem
-        # transport does not write atomically) and the worker dies on the empty message, so
-        # the default stays until the transport is made safe: an open problem.
-        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 1.0),
+        # poll finds nothing, and a task's message waits that long: at 1 s a 200-item fan-out
+        # left a one-step run 153 s behind. A poll is one directory listing per queue.
+        "polling_interval": envfloat("CELERY_FILESYSTEM_POLL_SECONDS", 0.05),
     }
 CELERY_TASK_ACKS_LATE = True  # a worker that dies mid-task leaves the message for another one
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

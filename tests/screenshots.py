@@ -9,8 +9,8 @@ previews and submits ``examples/eo-pipeline.yaml``, waits for the run to finish,
     docs/screenshots/run.png             the finished demo run (DAG, timeline, units, decisions)
     docs/screenshots/fleet.png           the fleet
     docs/screenshots/step-panel.png      the step panel of the demo run's preprocess (logs)
-    docs/screenshots/failover.png        a run whose preprocess was failed over (composed
-                                         through the ORM: the attempt record a failover writes)
+    docs/screenshots/failover.png        a step failed over for real: its site made not Ready
+                                         with the sandbox's fault injection while it ran
     docs/screenshots/fan-out.png         a 200-item fan-out drawn as one group node
     docs/screenshots/run-390.png         the run page on a 390 px wide screen
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -115,7 +116,7 @@ spec:
     - name: step
       container:
         image: alpine:3.20
-        command: [sh, -c, "echo working"]
+        command: [sh, -c, "echo reading inputs; echo working; echo done"]
         resources:
           requests:
             cpu: 100m
@@ -123,47 +124,70 @@ spec:
 """
 
 
-def fail_over_through_orm(var_dir: Path, run_id: int) -> None:
-    """A failover as the resync records it: attempt 1 at site-b ended "failed over", attempt 2
-    at site-a. The demo has no way to lose a site on cue, so the picture is composed."""
-    finish_through_orm(var_dir, run_id, only_setup=True)
-    from datetime import timedelta
-
-    from portal.models import PlacementDecision, RunEvent, UnitRun
-
-    unit = UnitRun.objects.get(run_id=run_id, name="preprocess")
-    lost = unit.site or "site-b"
-    unit.site = lost
-    unit.started_at = unit.started_at or unit.run.created_at
-    record = unit.attempt_record(ended="failed over", why=f"site {lost} not ready")
-    record["phase"] = "Running"
-    RunEvent.objects.create(
-        run_id=run_id,
-        unit=unit,
-        kind="failover",
-        message=f"preprocess: site {lost} not ready; attempt {unit.attempt + 1} at site-a",
-        data={"ended_attempt": record},
-    )
-    PlacementDecision.objects.create(
-        run_id=run_id,
-        unit=unit,
-        attempt=unit.attempt + 1,
-        source="failover",
-        site="site-a",
-        reason=f"failover from {lost}: free capacity at site-a",
-    )
-    restarted = (unit.finished_at or unit.started_at) + timedelta(seconds=5)
-    UnitRun.objects.filter(pk=unit.pk).update(
-        attempt=unit.attempt + 1,
-        site="site-a",
-        workflow_name=unit.workflow_name.rsplit("-", 1)[0] + f"-{unit.attempt + 1}",
-        started_at=restarted,
-        finished_at=restarted + timedelta(seconds=2),
-        reason=f"failover from {lost}: free capacity at site-a",
-    )
+FAILOVER_YAML = """apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata:
+  generateName: failover-demo-
+spec:
+  entrypoint: main
+  templates:
+    - name: main
+      dag:
+        tasks:
+          - name: prepare
+            template: quick
+          - name: simulate
+            template: slow
+            depends: prepare
+    - name: quick
+      container:
+        image: alpine:3.20
+        command: [sh, -c, "echo inputs ready"]
+    - name: slow
+      metadata:
+        annotations:
+          portal.multisite.io/sandbox-duration: 40m
+      container:
+        image: alpine:3.20
+        command: [sh, -c, "echo simulating; sleep 90; echo simulated 40 minutes of weather"]
+        resources:
+          requests:
+            cpu: 100m
+            memory: 64Mi
+"""
 
 
-def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
+def api_get(page: Any, path: str) -> Any:
+    return page.evaluate(f"fetch('{path}').then(r => r.json())")
+
+
+def fail_over(page: Any, base: str, kubeconfig: Path, wait_s: float) -> int:
+    """A step that loses its site while it runs: the sandbox's fault injection makes that
+    site not Ready; after the grace period the portal runs the step again elsewhere."""
+    page.goto(f"{base}/submit/")
+    page.fill("#id_manifest", FAILOVER_YAML)
+    page.select_option("#id_project", "eo-demo")
+    page.click("button:has-text('Submit'):not(:has-text('Preview'))")
+    page.wait_for_url("**/runs/*/", timeout=60_000)
+    run_id = int(page.url.rstrip("/").rsplit("/", 1)[1])
+    unit_url = f"/api/v1/runs/{run_id}/units/simulate/"
+    deadline = time.monotonic() + wait_s
+    while (unit := api_get(page, unit_url))["phase"] != "Running":
+        if time.monotonic() > deadline:
+            sys.exit(f"the failover demo's step never ran: {unit}")
+        time.sleep(0.5)
+    site = unit["site"]
+    fault = [sys.executable, "-m", "sandbox", "fault", "--kubeconfig", str(kubeconfig)]
+    fault += ["site-not-ready", "--site", site, "--duration", "150"]
+    subprocess.run(fault, check=True, capture_output=True, cwd=ROOT)
+    while (unit := api_get(page, unit_url))["attempt"] < 2 or unit["phase"] != "Succeeded":
+        if time.monotonic() > deadline + 300:
+            sys.exit(f"the step was not failed over from {site}: {unit}")
+        time.sleep(1)
+    return run_id
+
+
+def shoot(base: str, var_dir: Path, wait_s: float, kubeconfig: Path) -> list[Path]:
     from playwright.sync_api import expect, sync_playwright
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -185,6 +209,8 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
         page.select_option("#id_project", "eo-demo")
         page.click("button:has-text('Preview placement')")
         expect(page.locator("#preview table.plan")).to_be_visible(timeout=30_000)
+        # One unit's candidate table open: the losing sites and why.
+        page.locator("#preview details.candidates-of summary").last.click()
         page.evaluate("document.activeElement && document.activeElement.blur()")
         page.evaluate("document.getElementById('id_manifest').scrollTop = 0")
         written.append(OUT / "submit-preview.png")
@@ -208,6 +234,18 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
         written.append(OUT / "run.png")
         page.screenshot(path=written[-1], full_page=True)
 
+        # At once, while the site still has the pods: the step panel of preprocess (a
+        # push-mode site: logs through Karmada's cluster proxy, or the reason they are not).
+        page.goto(run_url)
+        page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
+        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
+        # A step whose image the sandbox cannot run printed nothing: the panel is then shot
+        # on the fan-out's last step instead (a shell step that really ran), below.
+        panel_has_log = page.locator("#unit-logs pre.log-text").count() > 0
+        if panel_has_log:
+            written.append(OUT / "step-panel.png")
+            page.screenshot(path=written[-1], full_page=True)
+
         # A second run, so the list shows one finished and one in progress.
         page.goto(f"{base}/submit/")
         page.fill("#id_manifest", demo_yaml)
@@ -223,14 +261,6 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
 
         page.goto(f"{base}/fleet/")
         written.append(OUT / "fleet.png")
-        page.screenshot(path=written[-1], full_page=True)
-
-        # The step panel of the finished run's preprocess (a push-mode site: logs through
-        # Karmada's cluster proxy, or the reason they are not there).
-        page.goto(run_url)
-        page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
-        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
-        written.append(OUT / "step-panel.png")
         page.screenshot(path=written[-1], full_page=True)
 
         # The run page on a phone.
@@ -260,16 +290,16 @@ def shoot(base: str, var_dir: Path, wait_s: float) -> list[Path]:
         page.set_viewport_size({"width": VIEWPORT["width"], "height": 1100})
         page.screenshot(path=written[-1])
         page.set_viewport_size(VIEWPORT)
+        if not panel_has_log:
+            page.goto(f"{fan_url}units/report/")
+            expect(page.locator("#unit-logs pre.log-text")).to_have_count(1, timeout=20_000)
+            written.append(OUT / "step-panel.png")
+            page.screenshot(path=written[-1])  # the panel; the fan-out's page below is long
 
-        # A failover: the second demo run's preprocess lost its site.
-        second_id = int(
-            page.evaluate(
-                "fetch('/api/v1/runs/?ordering=-created_at').then(r => r.json())"
-                ".then(d => d.results.filter(r => r.name.startsWith('eo-pipeline'))[0].id)"
-            )
-        )
-        fail_over_through_orm(var_dir, second_id)
-        page.goto(f"{base}/runs/{second_id}/units/preprocess/")
+        # A failover, for real: the step's site stops being Ready while it runs.
+        failover_id = fail_over(page, base, kubeconfig, wait_s)
+        page.goto(f"{base}/runs/{failover_id}/units/simulate/")
+        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
         written.append(OUT / "failover.png")
         page.screenshot(path=written[-1], full_page=True)
         browser.close()
@@ -293,7 +323,15 @@ def main() -> None:
     if not Path(CHROMIUM).exists():
         sys.exit(f"{CHROMIUM} is missing: apt-get install chromium (never `playwright install`)")
     var_dir = Path(tempfile.mkdtemp(prefix="portal-screenshots-"))
-    env: dict[str, Any] = {**os.environ, "PORTAL_VAR_DIR": str(var_dir), "DEBUG": "1"}
+    env: dict[str, Any] = {
+        **os.environ,
+        "PORTAL_VAR_DIR": str(var_dir),
+        "DEBUG": "1",
+        # Finished step workflows (and their pods' logs) stay at the sites while we shoot.
+        "PORTAL_KEEP_FINISHED_SECONDS": "900",
+        # A lost site is failed over at the next resync, not after the production two minutes.
+        "PORTAL_FAILOVER_GRACE_SECONDS": "5",
+    }
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "KARMADA_KUBECONFIG"):
         env.pop(name, None)  # a fresh embedded demo, whatever the shell points at
     py = sys.executable
@@ -305,6 +343,8 @@ def main() -> None:
         kubeconfig = var_dir / "kubeconfig"
         sandbox_argv = [py, "-m", "sandbox", "--port", str(sandbox_port)]
         sandbox_argv += ["--kubeconfig", str(kubeconfig), "--time-scale", str(args.time_scale)]
+        if shutil.which("bwrap"):
+            sandbox_argv.append("--execute")  # as run_demo: steps really run, logs are real
         procs.append(start(sandbox_argv, env, var_dir / "sandbox.log"))
         wait_http(f"http://127.0.0.1:{sandbox_port}/version", procs[-1], var_dir / "sandbox.log")
         env["KARMADA_KUBECONFIG"] = str(kubeconfig)
@@ -313,7 +353,7 @@ def main() -> None:
         log = var_dir / "run_demo.log"
         procs.append(start([py, "manage.py", "run_demo", "--port", str(port)], env, log))
         wait_http(f"http://127.0.0.1:{port}/healthz", procs[-1], log)
-        for path in shoot(f"http://127.0.0.1:{port}", var_dir, args.wait):
+        for path in shoot(f"http://127.0.0.1:{port}", var_dir, args.wait, kubeconfig):
             print(f"wrote {path.relative_to(ROOT)}")
     finally:
         for proc in reversed(procs):

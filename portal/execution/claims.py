@@ -18,15 +18,23 @@ A run has therefore at most one task queued and one running, and a big run's adv
 into turns (``PORTAL_ADVANCE_BATCH`` creations or ``PORTAL_ADVANCE_TURN_SECONDS``), each
 followed by a request at the tail of the queue: every run with work gets a turn in order.
 
-With no Redis (the embedded demo) requests are not coalesced and a locked run is tried
-again a second later; on SQLite there is no lock (the demo has one worker process).
+With no Redis (the embedded demo, every process on one machine) the ``QUEUED`` mark is a file
+in ``PORTAL_VAR_DIR/advance-queued/``, created with ``O_EXCL`` (as Redis's ``SET NX``): without
+it a 200-item fan-out queued a ``run_advance`` per unit change, hundreds of them still in the
+queue when the run had ended, and a one-step run submitted next waited three minutes behind
+them. The lock is then an ``flock`` on a file beside it, and a locked run is tried again a
+second later (there is nobody to ask for one more advance).
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -61,12 +69,42 @@ def _redis() -> redis.Redis | None:
     return _client
 
 
+def _mark_file(run_id: int) -> Path:
+    return Path(settings.VAR_DIR) / "advance-queued" / str(run_id)
+
+
+def _file_mark_set(run_id: int) -> bool:
+    """The ``QUEUED`` mark without Redis: True when this call set it."""
+    path = _mark_file(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            pass
+        try:
+            age = time.time() - path.stat().st_mtime
+        except FileNotFoundError:
+            continue  # its task started meanwhile: this request needs a task of its own
+        if age > _MARK_TTL_S:
+            # As the Redis key's expiry: a mark whose task never ran must not block the run.
+            path.touch()
+            return True
+        return False
+    return True  # cannot tell: a spare task is harmless
+
+
 def should_enqueue(run_id: int) -> bool:
     """Mark the run as having a queued advance; False when one is queued already (this
     request is folded into it). Redis unreachable: True (a spare task is harmless)."""
     client = _redis()
     if client is None:
-        return True
+        try:
+            return _file_mark_set(run_id)
+        except OSError as exc:
+            log.warning("advance of run %s not coalesced: %s", run_id, exc)
+            return True
     try:
         return bool(client.set(QUEUED % run_id, "1", nx=True, ex=_MARK_TTL_S))
     except redis.RedisError as exc:
@@ -77,9 +115,12 @@ def should_enqueue(run_id: int) -> bool:
 def started(run_id: int) -> None:
     """The queued advance has started: requests from now on need a task of their own."""
     client = _redis()
-    if client is not None:
-        with contextlib.suppress(redis.RedisError):
-            client.delete(QUEUED % run_id)
+    if client is None:
+        with contextlib.suppress(OSError):
+            _mark_file(run_id).unlink(missing_ok=True)
+        return
+    with contextlib.suppress(redis.RedisError):
+        client.delete(QUEUED % run_id)
 
 
 def ask_again(run_id: int) -> bool:
@@ -118,7 +159,8 @@ def run_lock(run_id: int) -> Iterator[bool]:
     """Hold the run's advance lock for the block; yields False (at once) when another
     session holds it."""
     if connection.vendor != "postgresql":
-        yield True
+        with _file_lock(run_id) as got_file:
+            yield got_file
         return
     # A session lock must not be taken inside a transaction that could be rolled back
     # around it; the advance runs in autocommit.
@@ -132,6 +174,25 @@ def run_lock(run_id: int) -> Iterator[bool]:
             except Exception:  # noqa: BLE001 - a broken session has dropped the lock already
                 log.warning("could not unlock run %s; closing the session", run_id)
                 connection.close()
+
+
+@contextlib.contextmanager
+def _file_lock(run_id: int) -> Iterator[bool]:
+    """The lock without PostgreSQL (the embedded demo's SQLite, its worker processes on one
+    machine): ``flock`` without waiting, which the kernel drops when the process dies, as
+    PostgreSQL drops a session lock."""
+    path = Path(settings.VAR_DIR) / "advance-locks" / str(run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
 # -- an advance that keeps failing -------------------------------------------------------------

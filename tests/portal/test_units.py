@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -96,19 +95,6 @@ def panel_url(run: WorkflowRun, key: str) -> str:
 # --- pod names ------------------------------------------------------------------------------
 
 
-def test_pod_names_follow_argo_v2_and_v1() -> None:
-    # Argo's GeneratePodName: fnv32a of the node name, after "<workflow>-<template>".
-    assert logs.fnv32a("") == 0x811C9DC5
-    assert logs.fnv32a("a") == 0xE40C292C
-    assert logs.argo_pod_name("wf", "wf", "main", "wf") == "wf"
-    assert logs.argo_pod_name("wf", "wf[0].a", "tmpl", "wf-123") == (
-        f"wf-tmpl-{logs.fnv32a('wf[0].a')}"
-    )
-    assert logs.argo_pod_name("wf", "wf[0].a", "tmpl", "wf-123", version="v1") == "wf-123"
-    long = logs.argo_pod_name("w" * 300, "n", "t", "id")
-    assert len(long) <= 253
-
-
 # --- the step panel -------------------------------------------------------------------------
 
 
@@ -124,6 +110,15 @@ def test_the_panel_shows_site_workflow_inputs_outputs_and_decision(
     assert "0.93" in body and "s3://results/eo/out.zarr" in body and "done" in body
     assert "needs GPUs: site-c has 6 free" in body
     assert reverse("ui-unit-logs", args=[run.pk, unit.slug]) in body
+
+
+def test_a_step_whose_only_output_is_its_result_does_not_also_say_none(
+    run: WorkflowRun, client_for: Any, scientist: User
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(outputs={"result": "42 tiles"})
+    body = client_for(scientist).get(panel_url(run, "inference"), **HX).content.decode()
+    outputs = body.split("Outputs", 1)[1].split("Placement", 1)[0]
+    assert "42 tiles" in outputs and "None" not in outputs
 
 
 def test_a_deep_link_opens_the_run_page_with_the_panel(
@@ -157,6 +152,20 @@ def test_the_panel_reads_the_log_through_the_cluster_proxy(
     assert fake_site[0]["pod"] == f"{wf}-infer-{logs.fnv32a(f'{wf}[0].run')}"
     assert fake_site[0]["container"] == "main"
     assert 'data-live="false"' in body  # a finished step is not polled
+
+
+def test_a_log_of_blank_lines_says_it_is_empty(
+    run: WorkflowRun,
+    client_for: Any,
+    scientist: User,
+    fake_site: list[dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A step that printed only a newline drew an empty black box on the panel.
+    monkeypatch.setattr(gateway, "pod_log", lambda *a, **k: iter([b"\n", b"  \n"]))
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "The log is empty." in body and "log-text" not in body
 
 
 def test_a_pull_mode_site_says_logs_are_not_available(
@@ -215,6 +224,9 @@ def test_every_attempt_is_shown_and_the_failed_over_one_says_why(
     assert attempts is not None
     assert "#1" in attempts.group(1) and "#2" in attempts.group(1)
     assert "failed over: site site-b not ready" in attempts.group(1)
+    # The lost attempt's phase is the last one its site reported, and says so.
+    assert re.search(r"#1.*last seen</span> <span class=\"phase", attempts.group(1), re.S)
+    assert attempts.group(1).count("last seen") == 1  # not on the current attempt
     page = client.get(reverse("ui-run-detail", args=[run.pk])).content.decode()
     # The graph keeps the lost attempt as a greyed card, the timeline as a greyed bar.
     assert 'class="ghost"' in page and "attempt 1 at site-b: failed over" in page
@@ -521,125 +533,6 @@ def test_resume_clears_suspend_and_marks_suspended_nodes(
 
 
 # --- small things the issue names -----------------------------------------------------------
-
-
-def test_the_admin_offers_no_add_site(client_for: Any, superuser: User) -> None:
-    client: Client = client_for(superuser)
-    assert client.get("/admin/sites/site/add/").status_code == 403
-    body = client.get("/admin/sites/site/").content.decode()
-    assert "/admin/sites/site/add/" not in body
-    assert "joins Karmada" in body
-
-
-# --- preview and submission -----------------------------------------------------------------
-
-EO = __import__("pathlib").Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
-
-
-def test_the_preview_lists_losing_sites_and_why(
-    sites: None, scientist: User, client_for: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    plan = {
-        "units": [
-            {
-                "name": "inference",
-                "template": "inference",
-                "depends": "",
-                "timing": "submit",
-                "site": "site-c",
-                "reason": "GPUs",
-                "candidates": [
-                    {
-                        "site": "site-a",
-                        "eligible": False,
-                        "why": "no GPU",
-                        "score": None,
-                        "bytes_to_move": 0,
-                        "est_transfer_s": 0,
-                    },
-                    {
-                        "site": "site-c",
-                        "eligible": True,
-                        "why": "",
-                        "score": 0.9,
-                        "bytes_to_move": 2**30,
-                        "est_transfer_s": 3,
-                    },
-                ],
-            }
-        ]
-    }
-    monkeypatch.setattr("portal.services.workflow_preview", lambda **kw: plan)
-    body = (
-        client_for(scientist)
-        .post(reverse("ui-submit-preview"), {"manifest": EO.read_text()}, **HX)
-        .content.decode()
-    )
-    details = re.search(r'<details class="decision candidates-of">.*?</details>', body, re.S)
-    assert details is not None
-    assert "Why not elsewhere" in details.group(0) and "1 other site" in details.group(0)
-    assert "no GPU" in details.group(0) and "(chosen)" in details.group(0)
-    assert "1.0 GiB" in details.group(0)  # binary units, as everywhere
-
-
-def test_an_enum_parameter_refuses_other_values_over_rest(
-    sites: None, scientist: User, api_client_for: Any
-) -> None:
-    client = api_client_for(scientist)
-    body = {"manifest": EO.read_text(), "arguments": {"model": "not-a-model"}}
-    answer = client.post("/api/v1/runs/preview/", body, format="json")
-    assert answer.status_code == 400
-    assert answer.json()["errors"][0]["path"] == "arguments.model"
-    written = EO.read_text().replace("value: cloud-segmentation-v3", "value: other-model")
-    answer = client.post("/api/v1/runs/", written, content_type="application/yaml")
-    assert answer.status_code == 400
-    assert answer.json()["errors"][0]["path"] == "spec.arguments.parameters[1].value"
-
-
-def test_an_enum_parameter_refuses_other_values_in_the_form(
-    sites: None, scientist: User, client_for: Any
-) -> None:
-    data = {"manifest": EO.read_text(), "param-model": "not-a-model"}
-    body = client_for(scientist).post(reverse("ui-submit-preview"), data, **HX).content.decode()
-    assert "not-a-model" in body and "Placement preview" not in body
-
-
-def test_the_project_defaults_to_the_users_only_project(
-    sites: None, scientist: User, project: Any, client_for: Any, api_client_for: Any
-) -> None:
-    page = client_for(scientist).get(reverse("ui-submit")).content.decode()
-    assert re.search(rf'<option value="{project.name}" selected>', page)
-    assert "(no project)" not in page
-    answer = api_client_for(scientist).post(
-        "/api/v1/runs/", EO.read_text(), content_type="application/yaml"
-    )
-    assert answer.status_code == 201, answer.content
-    assert answer.json()["project"] == project.name
-
-
-def test_run_demo_stops_what_it_started_when_start_up_fails(
-    tmp_path: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import io
-    import sys
-
-    from portal.management.commands import run_demo
-
-    settings.VAR_DIR = tmp_path
-    started: list[Any] = []
-
-    def failing_start(self: Any, children: Any, *args: Any) -> None:
-        started.append(
-            children.start("sandbox", [sys.executable, "-c", "import time; time.sleep(60)"])
-        )
-        raise SystemExit("bad DATABASE_URL")
-
-    monkeypatch.setattr(run_demo.Command, "_start", failing_start)
-    monkeypatch.setattr(run_demo.signal, "signal", lambda *a: None)
-    command = run_demo.Command(stdout=io.StringIO(), stderr=io.StringIO())
-    with pytest.raises(SystemExit, match="bad DATABASE_URL"):
-        command.handle(port=run_demo.SANDBOX_PORT + 200, time_scale=1.0)
-    assert started and started[0].poll() is not None  # the child is gone, not adopted by init
 
 
 def test_the_run_page_shows_waiting_for_approval_and_resume_posts(

@@ -214,10 +214,7 @@ def main() -> None:
         f" all after {big['big_done']:.1f} s"
     )
     print(f"  Karmada requests per step wf : {big['requests']:6.2f}    (a raw create: 1.00)")
-    print(
-        "  peak RSS MB worker / web     : "
-        f"{big['rss']['worker']:6.0f} / {big['rss']['web']:.0f}"
-    )
+    print(f"  peak RSS MB worker / web     : {big['rss']['worker']:6.0f} / {big['rss']['web']:.0f}")
     print(f"{args.runs} fan-outs of {args.items} (eo-demo), then one (other), all at once")
     print(f"  other's tiles all created    : {race['other']:6.1f} s")
     print(f"  eo-demo's tiles all created  : {race['eo-demo']:6.1f} s")

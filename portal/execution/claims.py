@@ -61,6 +61,11 @@ def _redis() -> redis.Redis | None:
     return _client
 
 
+def redis_client() -> redis.Redis | None:
+    """The Redis next to the broker (None without one), for the other per-run marks."""
+    return _redis()
+
+
 def should_enqueue(run_id: int) -> bool:
     """Mark the run as having a queued advance; False when one is queued already (this
     request is folded into it). Redis unreachable: True (a spare task is harmless)."""

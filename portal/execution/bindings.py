@@ -167,7 +167,17 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     changed = state.unit_move(unit, phase, message=message, **fields)
     if changed and unit.run.status == RunStatus.PENDING:
         run_refresh_status(unit.run_id)
+    elif changed and phase in FINAL_UNIT and not _unfinished(unit.run_id):
+        # The run's last unit ended: its status is settled here, from the database alone,
+        # instead of after an advance that waits for a worker process (a one-step run behind
+        # a fan-out's turns waited seconds for it). The advance still follows: an exit
+        # handler, or anything else left, is its to do, and settling twice changes nothing.
+        run_refresh_status(unit.run_id)
     return unit.run_id if changed and phase in FINAL_UNIT else None
+
+
+def _unfinished(run_id: int) -> bool:
+    return UnitRun.objects.filter(run_id=run_id).exclude(phase__in=list(FINAL_UNIT)).exists()
 
 
 def _unit_placed(unit: UnitRun, site: str) -> None:

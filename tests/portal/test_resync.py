@@ -72,3 +72,26 @@ def test_a_binding_not_scheduled_yet_is_not_looked_up(scientist, django_assert_n
         assert execution.binding_observe(created) is None
     with django_assert_num_queries(1):
         assert execution.binding_observe(binding(f"r{run.pk}-ingest", "site-a", None)) is None
+
+
+def test_the_last_unit_ending_settles_its_run_without_waiting_for_a_worker(scientist) -> None:
+    """A one-step run behind a fan-out's turns waited seconds for a worker process only to be
+    marked Succeeded: the watcher settles a run whose last unit ended, from the database."""
+    run = make_run(
+        scientist,
+        units=[
+            ("ingest", "site-a", UnitPhase.SUCCEEDED, []),
+            ("preprocess", "site-b", UnitPhase.RUNNING, ["ingest"]),
+            ("inference", "site-c", UnitPhase.RUNNING, ["preprocess"]),
+        ],
+    )
+    for unit in run.units.all():
+        UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-{unit.name}")
+
+    assert execution.binding_observe(binding(f"r{run.pk}-preprocess", "site-b", "Succeeded"))
+    run.refresh_from_db()
+    assert run.status == "Running"  # inference still runs
+    assert execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Succeeded"))
+    run.refresh_from_db()
+    assert run.status == "Succeeded"
+    assert run.events.filter(kind="run-finished").count() == 1

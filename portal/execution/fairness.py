@@ -114,12 +114,18 @@ def dispatch_all() -> list[Turn]:
 
 
 def waiting_runs() -> set[int]:
-    """Runs waiting for their project's turn (the resync leaves them to it)."""
+    """Runs waiting for their project's turn, and the holders whose turn is queued: the
+    resync leaves them to it. (A holder's continuation may wait in the queue longer than
+    ``PORTAL_STALE_SECONDS`` behind other projects' turns; advancing it then as a stale run
+    gave its project an extra turn each resync, ahead of everyone.) A project stays in
+    ``PROJECTS`` while it has a holder or waiting runs."""
     client = _redis()
     if client is None:
         return set()
     try:
         projects = [int(p) for p in client.smembers(PROJECTS)]
-        return {int(r) for p in projects for r in client.zrange(WAITING % p, 0, -1)}
+        runs = {int(r) for p in projects for r in client.zrange(WAITING % p, 0, -1)}
+        holders = client.mget([HOLDER % p for p in projects]) if projects else []
+        return runs | {int(h) for h in holders if h}
     except redis.RedisError:
         return set()

@@ -95,3 +95,16 @@ def test_the_last_unit_ending_settles_its_run_without_waiting_for_a_worker(scien
     run.refresh_from_db()
     assert run.status == "Succeeded"
     assert run.events.filter(kind="run-finished").count() == 1
+
+
+def test_a_unit_that_starts_does_not_read_its_runs_manifest(scientist) -> None:
+    """The watcher sees every unit start: reading the whole run row each time decoded a big
+    fan-out's manifest and compiled form (megabytes of JSON) per unit."""
+    run = make_run(scientist)
+    unit = run.units.get(name="inference")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-inference")
+    with CaptureQueriesContext(connection) as queries:
+        execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Running"))
+    assert run.units.get(name="inference").phase == UnitPhase.RUNNING
+    run_reads = [q["sql"] for q in queries if 'FROM "portal_workflowrun"' in q["sql"]]
+    assert run_reads and not [q for q in run_reads if '"manifest"' in q or '"compiled"' in q]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import redis
 
@@ -67,7 +68,9 @@ def project_of(run_id: int) -> int:
 
 def _dispatch(client: redis.Redis, project: int) -> list[Turn]:
     keys = [HOLDER % project, WAITING % project, PROJECTS]
-    run = client.eval(_DISPATCH, len(keys), *keys, HOLDER_TTL_S, project)
+    run = cast(
+        bytes | None, client.eval(_DISPATCH, len(keys), *keys, str(HOLDER_TTL_S), str(project))
+    )
     return [(project, int(run))] if run else []
 
 
@@ -79,7 +82,7 @@ def wait_turn(project: int, run_id: int) -> list[Turn]:
         return [(project, run_id)]
     keys = [HOLDER % project, WAITING % project, PROJECTS]
     try:
-        client.eval(_WAIT, len(keys), *keys, run_id, time.time(), project)
+        client.eval(_WAIT, len(keys), *keys, str(run_id), str(time.time()), str(project))
         return _dispatch(client, project)
     except redis.RedisError as exc:
         log.warning("run %s: next turn not ordered by project: %s", run_id, exc)
@@ -92,7 +95,7 @@ def release(project: int, run_id: int) -> list[Turn]:
     if client is None:
         return []
     try:
-        client.eval(_RELEASE, 1, HOLDER % project, run_id)
+        client.eval(_RELEASE, 1, HOLDER % project, str(run_id))
         return _dispatch(client, project)
     except redis.RedisError as exc:
         log.warning("project %s: turn of run %s not released: %s", project, run_id, exc)
@@ -106,7 +109,7 @@ def dispatch_all() -> list[Turn]:
     if client is None:
         return []
     try:
-        projects = sorted(int(p) for p in client.smembers(PROJECTS))
+        projects = sorted(int(p) for p in cast(set[bytes], client.smembers(PROJECTS)))
         return [turn for project in projects for turn in _dispatch(client, project)]
     except redis.RedisError as exc:
         log.warning("turns not dispatched: %s", exc)
@@ -123,9 +126,13 @@ def waiting_runs() -> set[int]:
     if client is None:
         return set()
     try:
-        projects = [int(p) for p in client.smembers(PROJECTS)]
-        runs = {int(r) for p in projects for r in client.zrange(WAITING % p, 0, -1)}
-        holders = client.mget([HOLDER % p for p in projects]) if projects else []
+        projects = [int(p) for p in cast(set[bytes], client.smembers(PROJECTS))]
+        runs = {
+            int(r) for p in projects for r in cast(list[bytes], client.zrange(WAITING % p, 0, -1))
+        }
+        holders = cast(
+            list[bytes | None], client.mget([HOLDER % p for p in projects]) if projects else []
+        )
         return runs | {int(h) for h in holders if h}
     except redis.RedisError:
         return set()

@@ -33,6 +33,10 @@ def _policy(name: str) -> dict[str, Any]:
     return gateway.get(gateway.PROPAGATION_POLICY, name)
 
 
+def _policy_names() -> set[str]:
+    return {p["metadata"]["name"] for p in gateway.list_objects(gateway.PROPAGATION_POLICY)[0]}
+
+
 def _override(name: str) -> dict[str, Any]:
     return gateway.get(gateway.OVERRIDE_POLICY, name)
 
@@ -88,6 +92,9 @@ def test_a_policy_changed_on_karmada_is_put_back_by_the_next_sync(fleet) -> None
     changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
     gateway.replace(gateway.PROPAGATION_POLICY, "portal-site-site-b", changed)
     gateway.delete(gateway.PROPAGATION_POLICY, "portal-site-site-a")
+    # Karmada's finalizer keeps it a moment (terminating); a sync then finds it there, as a
+    # create would (AlreadyExists), and the next one writes it: wait until it is gone.
+    fleet.wait_for(lambda: "portal-site-site-a" not in _policy_names(), what="the deletion")
     counts = execution.policies_sync()
     assert counts["applied"] == 2
     assert _policy("portal-site-site-b")["spec"]["placement"] == wanted

@@ -8,7 +8,7 @@ Prints, with every real part (sandbox, worker with two processes, watcher, gunic
   settling the run; beside the same run on the idle stack (the floor);
 * Karmada requests per step workflow while the big run is created (a raw create is 1.0), and
   peak resident memory of the worker and web processes;
-* ``--runs`` (3) fan-outs of ``--items`` (1,000) tiles in project ``eo-demo`` and one of
+* ``--runs`` (3) fan-outs of ``--items`` (300) tiles in project ``eo-demo`` and one of
   ``other`` submitted after them: when each project's tiles all exist, beside one such fan-out
   alone on the same stack (the floor). Fair between projects, ``other`` finishes long before
   ``eo-demo``; fair between runs only, it finishes last.
@@ -182,7 +182,7 @@ def projects_race(stack: BenchStack, runs: int, items: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--big", type=int, default=5000)
-    ap.add_argument("--items", type=int, default=1000)
+    ap.add_argument("--items", type=int, default=300)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sites", type=int, default=10)
     args = ap.parse_args()

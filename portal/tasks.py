@@ -28,22 +28,45 @@ RETRY: dict[str, Any] = {
 }
 
 
+# The broker's priorities (Redis: one list per step of kombu's ``priority_steps``, 0 first):
+# what a user waits on (a submission, a unit that ended, a resume) goes first; a big run's
+# further turns and the periodic housekeeping, which can take seconds each on a big fleet,
+# come after it, in their order. Before this a one-step run waited behind the resync's
+# list of every binding and a fan-out's next turn for as long as they took.
+PROMPT = 0
+BULK = 6
+
+
 def advance_request(run_id: int) -> None:
     """Ask for the run to be advanced: one task queued per run at most (a request while one
     waits is folded into it; see ``portal.execution.claims``)."""
     if execution.claims.should_enqueue(run_id):
-        run_advance.delay(run_id)
+        run_advance.apply_async((run_id,), priority=PROMPT)
+
+
+def _turns_enqueue(turns: list[tuple[int, int]]) -> None:
+    for project, run_id in turns:
+        run_advance.apply_async((run_id,), {"project": project}, priority=BULK)
 
 
 @shared_task(**RETRY)
-def run_advance(run_id: int) -> None:
-    """One turn of the run's advance; another request at the tail of the queue when work is
-    left (so other runs get a worker in between) or when asked for meanwhile."""
-    again = execution.run_advance_turn(run_id)
-    if again == execution.AGAIN:
+def run_advance(run_id: int, project: int | None = None) -> None:
+    """One turn of the run's advance. ``project`` is given for a continuation (a turn after a
+    cut one), which holds its project's turn until it ends (``execution.fairness``)."""
+    again = None
+    try:
+        again = execution.run_advance_turn(run_id)
+    finally:
+        if project is not None:
+            _turns_enqueue(execution.fairness.release(project, run_id))
+    if again == execution.CUT:
+        if project is None:
+            project = execution.fairness.project_of(run_id)
+        _turns_enqueue(execution.fairness.wait_turn(project, run_id))
+    elif again == execution.AGAIN:
         advance_request(run_id)
     elif again is not None:
-        run_advance.apply_async((run_id,), countdown=again)
+        run_advance.apply_async((run_id,), countdown=again, priority=PROMPT)
 
 
 @shared_task(**RETRY)
@@ -56,12 +79,12 @@ def unit_resume(unit_id: int, by: str) -> None:
         resume(unit, by=by)
 
 
-@shared_task(**RETRY)
+@shared_task(**RETRY, priority=BULK)
 def policies_sync() -> None:
     execution.policies_sync()
 
 
-@shared_task(**RETRY)
+@shared_task(**RETRY, priority=BULK)
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
     items, _ = gateway.list_objects(gateway.CLUSTER)
@@ -76,7 +99,7 @@ def sites_sync() -> None:
     execution.policies_sync()
 
 
-@shared_task(**RETRY)
+@shared_task(**RETRY, priority=BULK)
 def bindings_resync() -> None:
     """One list of the step workflows' bindings catches anything a watch missed."""
     items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
@@ -84,13 +107,13 @@ def bindings_resync() -> None:
         advance_request(run_id)
 
 
-@shared_task(**RETRY)
+@shared_task(**RETRY, priority=BULK)
 def step_workflows_cleanup() -> None:
     """Finished step workflows leave karmada-apiserver after ``PORTAL_KEEP_FINISHED_SECONDS``."""
     execution.step_workflows_cleanup()
 
 
-@shared_task
+@shared_task(priority=BULK)
 def resync() -> None:
     """The periodic safety net (Celery beat): Karmada calls here are one list per kind,
     whatever the number of runs; everything else is the database."""
@@ -106,5 +129,10 @@ def resync() -> None:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
         advance_request(run_id)
+    # Runs waiting for their project's turn are moved by it, not by the resync; a project
+    # whose turn was lost gets one again here.
+    waiting = execution.fairness.waiting_runs()
     for run_id in execution.stale_runs():
-        advance_request(run_id)
+        if run_id not in waiting:
+            advance_request(run_id)
+    _turns_enqueue(execution.fairness.dispatch_all())

@@ -6,7 +6,8 @@
 * ``sync``: Clusters into Sites, policies and the webhook's registration on Karmada;
 * ``failover``: units at lost sites placed again, runs nothing would move on;
 * ``lifecycle``: finished and superseded step workflows deleted on karmada-apiserver.
-* ``claims`` and ``turns``: one advance per run at a time, coalesced requests, turns.
+* ``claims`` and ``turns``: one advance per run at a time, coalesced requests, turns;
+* ``fairness``: a big run's further turns in its project's order.
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -18,7 +19,7 @@ Every function here is safe to call twice and from several workers at once:
   rows as they were and the next delivery (acks_late) or the periodic resync finishes the job.
 """
 
-from portal.execution import claims
+from portal.execution import claims, fairness
 from portal.execution.advance import run_advance, run_refresh_status
 from portal.execution.bindings import binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
@@ -34,10 +35,11 @@ from portal.execution.sync import (
     webhook_register,
     webhook_url,
 )
-from portal.execution.turns import AGAIN, run_advance_turn
+from portal.execution.turns import AGAIN, CUT, run_advance_turn
 
 __all__ = [
     "AGAIN",
+    "CUT",
     "SiteState",
     "binding_observe",
     "bindings_observe",
@@ -45,6 +47,7 @@ __all__ = [
     "cluster_deleted",
     "cluster_observe",
     "failover_check",
+    "fairness",
     "parsed_of",
     "policies_sync",
     "policy_errors",

@@ -18,7 +18,7 @@ from portal.admission import queue
 from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
-from portal.models import PlacementDecision, UnitRun
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
 
 log = logging.getLogger(__name__)
 
@@ -177,9 +177,25 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     if phase == UnitPhase.PENDING:
         return None
     changed = state.unit_move(unit, phase, message=message, **fields)
-    if changed and unit.run.status == RunStatus.PENDING:
+    if changed and _run_status(unit.run_id) == RunStatus.PENDING:
+        run_refresh_status(unit.run_id)
+    elif changed and phase in FINAL_UNIT and not _unfinished(unit.run_id):
+        # The run's last unit ended: its status is settled here, from the database alone,
+        # instead of after an advance that waits for a worker process (a one-step run behind
+        # a fan-out's turns waited seconds for it). The advance still follows: an exit
+        # handler, or anything else left, is its to do, and settling twice changes nothing.
         run_refresh_status(unit.run_id)
     return unit.run_id if changed and phase in FINAL_UNIT else None
+
+
+def _run_status(run_id: int) -> str | None:
+    """The run's status alone: ``unit.run`` read the whole row, its manifest and compiled
+    form included (megabytes of JSON for a big fan-out), once per unit that started."""
+    return WorkflowRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+
+
+def _unfinished(run_id: int) -> bool:
+    return UnitRun.objects.filter(run_id=run_id).exclude(phase__in=list(FINAL_UNIT)).exists()
 
 
 def _unit_placed(unit: UnitRun, site: str) -> None:

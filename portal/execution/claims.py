@@ -95,6 +95,11 @@ def _file_mark_set(run_id: int) -> bool:
     return True  # cannot tell: a spare task is harmless
 
 
+def redis_client() -> redis.Redis | None:
+    """The Redis next to the broker (None without one), for the other per-run marks."""
+    return _redis()
+
+
 def should_enqueue(run_id: int) -> bool:
     """Mark the run as having a queued advance; False when one is queued already (this
     request is folded into it). Redis unreachable: True (a spare task is harmless)."""

@@ -18,8 +18,10 @@ from portal.execution.common import event
 log = logging.getLogger(__name__)
 
 # What ``run_advance_turn`` answers: None, nothing to do; ``AGAIN``, ask for another advance
-# (coalesced, at the tail of the queue); a number, try again after that many seconds.
+# (coalesced, at the tail of the queue); ``CUT``, the turn left work: the run's next turn comes
+# in its project's order (``fairness``); a positive number, try again after that many seconds.
 AGAIN = 0.0
+CUT = -1.0
 _LOCKED_RETRY_S = 1.0
 
 
@@ -33,6 +35,7 @@ def run_advance_turn(run_id: int) -> float | None:
                 claims.asked_again(run_id)  # this advance reads the newest units: it serves them
                 outcome = _advance_counted(run_id)
         if got:
+            # A cut turn's next one reads the newest units anyway: it serves a request too.
             if outcome is None and claims.asked_again(run_id):
                 return AGAIN
             return outcome
@@ -64,7 +67,7 @@ def _advance_counted(run_id: int) -> float | None:
             return None
         return float(5 * tries)
     claims.tries_end(run_id)
-    return AGAIN if more else None
+    return CUT if more else None
 
 
 def _give_up(run_id: int, message: str) -> None:

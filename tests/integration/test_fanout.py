@@ -139,3 +139,32 @@ def test_a_one_step_run_behind_a_5000_unit_run_finishes_while_it_fans_out(
     # Measured in work, not in seconds: the big run was still being created meanwhile.
     assert _created(big.pk) < items
     assert _status(big.pk) in ("Pending", "Running")
+
+
+def test_a_project_with_several_fan_outs_takes_one_turn_at_a_time(live: Stack, user: User) -> None:
+    """Before: every run had a turn of its own, so a project with three fan-outs had three
+    turns for another project's one, and the other's finished last. Now each project has one
+    continuation at a time: the other project's fan-out is created while the first project's
+    are still far from done. Turns of 50 so that each run needs several."""
+    from sites.models import Project
+
+    other = Project.objects.create(name="other")
+    other.members.add(user)
+    items = 240
+    live.env["PORTAL_ADVANCE_BATCH"] = "50"
+    live.kill("worker", signal.SIGTERM)
+    live.start("worker")
+    try:
+        mine = [
+            services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+            for _ in range(3)
+        ]
+        theirs = services.run_submit(user=user, body=_fan_out(items, 3600), project="other")
+        wait_for(lambda: _created(theirs.pk) == items, 300, "the other project's fan-out")
+        done = sum(_created(r.pk) for r in mine)
+        # Fair between runs only, the three had as many turns as the other's four: 3 x 240.
+        assert done < 2 * items, f"{done} of eo-demo's {3 * items} created meanwhile"
+    finally:
+        live.env.pop("PORTAL_ADVANCE_BATCH")
+        live.kill("worker", signal.SIGTERM)
+        live.start("worker")

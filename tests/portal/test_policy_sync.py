@@ -33,6 +33,10 @@ def _policy(name: str) -> dict[str, Any]:
     return gateway.get(gateway.PROPAGATION_POLICY, name)
 
 
+def _policy_names() -> set[str]:
+    return {p["metadata"]["name"] for p in gateway.list_objects(gateway.PROPAGATION_POLICY)[0]}
+
+
 def _override(name: str) -> dict[str, Any]:
     return gateway.get(gateway.OVERRIDE_POLICY, name)
 
@@ -71,6 +75,32 @@ def test_a_sync_that_finds_everything_in_step_writes_nothing(fleet) -> None:
     assert _policy("portal-site-site-a")["metadata"]["resourceVersion"] == before
 
 
+def test_a_sync_that_finds_everything_in_step_costs_karmada_a_list_per_kind(fleet) -> None:
+    """The resync runs the sync every few seconds: in step, it reads the namespace and lists
+    the two kinds, whatever the number of sites (it was a create and a read per object)."""
+    execution.policies_sync()
+    before = fleet.request("GET", "/_sandbox/stats")["total"]
+    counts = execution.policies_sync()
+    assert fleet.request("GET", "/_sandbox/stats")["total"] - before == 3
+    assert counts["applied"] == 0 and counts["in_step"] >= Site.objects.count()
+
+
+def test_a_policy_changed_on_karmada_is_put_back_by_the_next_sync(fleet) -> None:
+    execution.policies_sync()
+    changed = _policy("portal-site-site-b")
+    wanted = changed["spec"]["placement"]
+    changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
+    gateway.replace(gateway.PROPAGATION_POLICY, "portal-site-site-b", changed)
+    gateway.delete(gateway.PROPAGATION_POLICY, "portal-site-site-a")
+    # Karmada's finalizer keeps it a moment (terminating); a sync then finds it there, as a
+    # create would (AlreadyExists), and the next one writes it: wait until it is gone.
+    fleet.wait_for(lambda: "portal-site-site-a" not in _policy_names(), what="the deletion")
+    counts = execution.policies_sync()
+    assert counts["applied"] == 2
+    assert _policy("portal-site-site-b")["spec"]["placement"] == wanted
+    assert _policy("portal-site-site-a")["metadata"]["labels"][PERMANENT_ID]
+
+
 def test_a_site_added_after_the_first_sync_gets_its_policy(fleet) -> None:
     execution.policies_sync()
     Site.objects.create(name="site-d", region="eu-west")
@@ -104,6 +134,11 @@ def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
     fleet, client, django_user_model
 ) -> None:
     execution.policies_sync()
+    # Out of step (changed on Karmada behind the portal's back), so the next sync writes it;
+    # a policy in step is not written at all.
+    changed = _policy("portal-site-site-c")
+    changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
+    gateway.replace(gateway.PROPAGATION_POLICY, "portal-site-site-c", changed)
     path = (
         "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/portal-site-site-c"
     )

@@ -72,3 +72,39 @@ def test_a_binding_not_scheduled_yet_is_not_looked_up(scientist, django_assert_n
         assert execution.binding_observe(created) is None
     with django_assert_num_queries(1):
         assert execution.binding_observe(binding(f"r{run.pk}-ingest", "site-a", None)) is None
+
+
+def test_the_last_unit_ending_settles_its_run_without_waiting_for_a_worker(scientist) -> None:
+    """A one-step run behind a fan-out's turns waited seconds for a worker process only to be
+    marked Succeeded: the watcher settles a run whose last unit ended, from the database."""
+    run = make_run(
+        scientist,
+        units=[
+            ("ingest", "site-a", UnitPhase.SUCCEEDED, []),
+            ("preprocess", "site-b", UnitPhase.RUNNING, ["ingest"]),
+            ("inference", "site-c", UnitPhase.RUNNING, ["preprocess"]),
+        ],
+    )
+    for unit in run.units.all():
+        UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-{unit.name}")
+
+    assert execution.binding_observe(binding(f"r{run.pk}-preprocess", "site-b", "Succeeded"))
+    run.refresh_from_db()
+    assert run.status == "Running"  # inference still runs
+    assert execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Succeeded"))
+    run.refresh_from_db()
+    assert run.status == "Succeeded"
+    assert run.events.filter(kind="run-finished").count() == 1
+
+
+def test_a_unit_that_starts_does_not_read_its_runs_manifest(scientist) -> None:
+    """The watcher sees every unit start: reading the whole run row each time decoded a big
+    fan-out's manifest and compiled form (megabytes of JSON) per unit."""
+    run = make_run(scientist)
+    unit = run.units.get(name="inference")
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-inference")
+    with CaptureQueriesContext(connection) as queries:
+        execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Running"))
+    assert run.units.get(name="inference").phase == UnitPhase.RUNNING
+    run_reads = [q["sql"] for q in queries if 'FROM "portal_workflowrun"' in q["sql"]]
+    assert run_reads and not [q for q in run_reads if '"manifest"' in q or '"compiled"' in q]

@@ -162,7 +162,7 @@ def test_expression_hooks_of_a_step_and_of_the_workflow_run_once_when_true(
     main = steps("main", [{"name": "work", "template": "work", "hooks": step_hooks}])
     spec_hooks = {"started": hook('workflow.status == "Running"', "started")}
     status = site_b.wait(
-        site_b.create(wf(main, sh("work", "sleep 1; echo worked"), note, hooks=spec_hooks))
+        site_b.create(wf(main, sh("work", "sleep 3; echo worked"), note, hooks=spec_hooks))
     )
     assert status["phase"] == "Succeeded", status.get("message")
     names = {n["name"]: n for n in status["nodes"].values()}

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 from django.contrib.auth import get_user_model
+from django.test import Client
 from rest_framework.test import APIClient
 
 from portal import execution, gateway, services
@@ -111,6 +112,10 @@ def test_a_unit_whose_pod_waits_says_why_until_it_runs(fleet) -> None:
     answer = client.get(f"/api/v1/runs/{run.pk}/units/{unit.name}/")
     assert answer.status_code == 200
     assert 'persistentvolumeclaim "scratch" not found' in answer.json()["message"]
+    page = Client()
+    page.force_login(user)
+    live = page.get(f"/runs/{run.pk}/live/").content.decode()
+    assert "persistentvolumeclaim &quot;scratch&quot; not found" in live
 
     claim = {"kind": "PersistentVolumeClaim", "metadata": {"name": "scratch", "namespace": NS}}
     fleet.request("POST", f"/_sandbox/members/{unit.site}/objects", claim)

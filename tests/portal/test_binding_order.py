@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import pytest
 import yaml
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -16,7 +17,7 @@ from portal import execution, gateway, services
 from portal.choices import FINAL_UNIT, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import NS, fleet, submit  # noqa: F401 (fixture)
+from tests.portal.test_step_lifecycle import NS, fleet, submit  # noqa: F401 - the fixture
 
 
 def _bound(binding: dict[str, Any]) -> str:
@@ -28,7 +29,10 @@ def _phase(binding: dict[str, Any]) -> str:
     return str(((aggregated[0] or {}).get("status") or {}).get("phase") or "")
 
 
-def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(fleet, caplog) -> None:
+def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
+    fleet: SandboxServer,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """The watch delivers every state of a binding in order and lags under a fan-out; the
     resync's list reads the newest. Folding the list first and the watch's states after is
     what a 200-item fan-out did 120-140 times, each logged as a re-run."""
@@ -96,7 +100,9 @@ def _fold(run: WorkflowRun) -> UnitRun:
     return run.units.get()
 
 
-def test_a_unit_whose_pod_waits_says_why_until_it_runs(fleet) -> None:
+def test_a_unit_whose_pod_waits_says_why_until_it_runs(
+    fleet: SandboxServer,  # noqa: F811
+) -> None:
     user = get_user_model().objects.get(username="scientist")
     run = services.run_submit(user=user, body=_claiming(fleet))
     execution.run_advance(run.pk)

@@ -124,6 +124,9 @@ class UnitRun(models.Model):
     workflow_name = models.CharField(max_length=63, blank=True)
     # When the portal deleted the finished step workflow on karmada-apiserver (None: not yet).
     workflow_deleted_at = models.DateTimeField(null=True, blank=True)
+    # The resourceVersion of the ResourceBinding this unit was last folded from: a watch that
+    # lags behind the resync's list delivers older states after it (portal.execution.bindings).
+    binding_version = models.CharField(max_length=32, blank=True, default="")
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -22,6 +22,9 @@ from portal.models import PlacementDecision, UnitRun, WorkflowRun
 
 log = logging.getLogger(__name__)
 
+# How a unit's message starts while the member says why its pod waits.
+WAITING_PREFIX = "waiting at "
+
 ARGO_TO_UNIT = {
     "Pending": UnitPhase.PENDING,
     "Running": UnitPhase.RUNNING,
@@ -95,6 +98,64 @@ def _ran_again(unit: UnitRun, member: Mapping[str, Any]) -> bool:
     return bool(started and unit.finished_at and started > unit.finished_at)
 
 
+def _version(value: Any) -> int | None:
+    """A resourceVersion as a number, or None. An apiserver's resourceVersions of one
+    resource type compare as integers (KEP-5504, stable in Kubernetes 1.35: etcd's revision);
+    anything else is only ever compared for equality."""
+    text = str(value or "")
+    return int(text) if text.isdecimal() and len(text) <= 32 else None
+
+
+def _older(unit: UnitRun, version: str) -> bool:
+    """The binding is a state before the one this unit was last folded from: the watch
+    delivers every state in order, and lags under a fan-out (a step's binding changes a
+    dozen times), while the resync's list reads the newest state, so the watch's older
+    states of a unit can arrive after the resync recorded its outcome."""
+    seen, folded = _version(version), _version(unit.binding_version)
+    return seen is not None and folded is not None and seen <= folded
+
+
+def _waiting_message(site: str, member: Mapping[str, Any]) -> str:
+    """Why the step waits: the message of a pod node still Pending (Argo copies the
+    kubelet's or the scheduler's reason into it: getPendingReason in
+    workflow/controller/operator.go), e.g. a Secret volume that cannot be mounted or a
+    PersistentVolumeClaim that does not exist. '' when no pod waits."""
+    try:
+        nodes = nodes_of(member)
+    except NodeStatusUnreadable:
+        return ""
+    for node in nodes.values():
+        if (
+            isinstance(node, dict)
+            and node.get("type") == "Pod"
+            and node.get("phase") == "Pending"
+            and node.get("message")
+        ):
+            name = node.get("displayName") or node.get("name") or "a pod"
+            return f"{WAITING_PREFIX}{site or 'its site'}: {name}: {node['message']}"[:2000]
+    return ""
+
+
+def _note_waiting(unit: UnitRun, site: str, member: Mapping[str, Any], version: str) -> None:
+    """Carry the member's pending reason into the unit's message, and clear it once no pod
+    waits. Only a message of its own kind is replaced: others say more (a failure)."""
+    if unit.message and not unit.message.startswith(WAITING_PREFIX):
+        return
+    message = _waiting_message(site, member)
+    if message == unit.message:
+        return
+    changed = UnitRun.objects.filter(
+        pk=unit.pk,
+        attempt=unit.attempt,
+        phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING],
+        message=unit.message,
+    ).update(message=message, binding_version=version, updated_at=timezone.now())
+    if changed:
+        # No event per unit: a fan-out waiting for capacity would write thousands.
+        unit.message = message
+        unit.binding_version = version
+
+
 def _bound_workflow(binding: Mapping[str, Any]) -> str:
     """The name of the Workflow a ResourceBinding binds ('' for any other kind)."""
     resource = (binding.get("spec") or {}).get("resource") or {}
@@ -137,20 +198,14 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
     if not isinstance(member, dict):
         return None
     phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)
-    if unit.phase in FINAL_UNIT:
-        if phase is not None and (phase != unit.phase or _ran_again(unit, member)):
-            # A member deleted its finished copy and Karmada re-created it from its Work, or
-            # an attempt ran twice: the recorded outcome stands, this one is not counted.
-            log.warning(
-                "%s: ignored a re-run of an already recorded attempt %s at %s (now %s, "
-                "recorded %s)",
-                name,
-                unit.attempt,
-                site or "?",
-                member.get("phase"),
-                unit.phase,
-            )
+    version = str((binding.get("metadata") or {}).get("resourceVersion") or "")
+    if _older(unit, version):
+        log.debug("%s: binding %s is older than the state already folded in", name, version)
         return None
+    if unit.phase in FINAL_UNIT:
+        _after_outcome(unit, name, site, member, phase, version)
+        return None
+    _note_waiting(unit, site or unit.site, member, version)
     if phase is None or phase == unit.phase:
         return None
     fields: dict[str, Any] = {}
@@ -176,6 +231,7 @@ def binding_observe(binding: Mapping[str, Any], unit: UnitRun | None = None) -> 
             log.error("%s: %s", name, message)
     if phase == UnitPhase.PENDING:
         return None
+    fields["binding_version"] = version
     changed = state.unit_move(unit, phase, message=message, **fields)
     if changed and _run_status(unit.run_id) == RunStatus.PENDING:
         run_refresh_status(unit.run_id)
@@ -196,6 +252,37 @@ def _run_status(run_id: int) -> str | None:
 
 def _unfinished(run_id: int) -> bool:
     return UnitRun.objects.filter(run_id=run_id).exclude(phase__in=list(FINAL_UNIT)).exists()
+
+
+def _after_outcome(
+    unit: UnitRun,
+    name: str,
+    site: str,
+    member: Mapping[str, Any],
+    phase: str | None,
+    version: str,
+) -> None:
+    """A binding seen after the unit's outcome was recorded. Newer than the state it was
+    recorded from and disagreeing with it (or started after the recorded end): a member
+    deleted its finished copy and Karmada re-created it from its Work, or an attempt ran
+    twice; the recorded outcome stands, this one is not counted. Without a comparable version
+    (an outcome the portal decided itself) only a start after the recorded end says so."""
+    if phase is None:
+        return
+    comparable = _version(version) is not None and _version(unit.binding_version) is not None
+    if comparable and phase == unit.phase and not _ran_again(unit, member):
+        return  # the same outcome, seen again (labels, a finalizer, the deletion)
+    if not comparable and not _ran_again(unit, member):
+        log.debug("%s: member still reports %s after the recorded %s", name, phase, unit.phase)
+        return
+    log.warning(
+        "%s: ignored a re-run of an already recorded attempt %s at %s (now %s, recorded %s)",
+        name,
+        unit.attempt,
+        site or "?",
+        member.get("phase"),
+        unit.phase,
+    )
 
 
 def _unit_placed(unit: UnitRun, site: str) -> None:

@@ -187,6 +187,9 @@ def test_site_b_reads_site_a_s_file_once_karmada_has_propagated_the_credentials(
         'secret "site-a-artifacts-credentials" not found'
     )
     assert units(run.pk)["read"].phase not in ("Succeeded", "Failed", "Error")
+    # The portal's unit says the same, from the binding Karmada aggregates (issue 19).
+    waiting = wait_for(lambda: units(run.pk)["read"].message, 60, "the unit to say why it waits")
+    assert waiting.startswith("waiting at site-b: ") and waiting.endswith(message), waiting
     step = next(
         w for w in live_executing.workflows(run.pk) if w["metadata"]["name"] == read.workflow_name
     )
@@ -201,6 +204,7 @@ def test_site_b_reads_site_a_s_file_once_karmada_has_propagated_the_credentials(
     got = units(run.pk)
     assert (got["write"].site, got["read"].site) == ("site-a", "site-b")
     assert got["read"].outputs["result"] == CONTENT
+    assert got["read"].message == ""  # cleared once its pod ran
 
 
 def test_a_site_that_cannot_reach_site_a_s_repository_fails_the_read_as_argo_does(

@@ -268,11 +268,6 @@ class Leaves(Pods):
         if params:
             outputs["parameters"] = params
         arts = []
-        sizes_raw = self.annotation(tmpl, "artifact-sizes")
-        try:
-            sizes = json.loads(sizes_raw) if sizes_raw else {}
-        except ValueError:
-            sizes = {}
         for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
             if failed and not a.get("optional"):
                 continue
@@ -280,17 +275,16 @@ class Leaves(Pods):
                 ref = scope.get(str(a["from"]).strip("{} "))
                 art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) else clone(a)
             else:
-                suffix = "" if (a.get("archive") or {}).get("none") is not None else ".tgz"
-                key = (a.get("s3") or {}).get(
-                    "key"
-                ) or f"{self.name}/{node['id']}/{a['name']}{suffix}"
-                art = {k: v for k, v in clone(a).items() if k not in ("s3", "archive")}
-                art["s3"] = {
-                    "bucket": self.member.bucket,
-                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
-                    "key": key,
-                }
-                art["size"] = int(sizes.get(a["name"], 1048576))
+                # Exactly what the executing path records (pods.py `_save_outputs`), as Argo's
+                # executor does since v3: name, path, archive and a key-only location; no
+                # bucket, no endpoint (the reader resolves the key against its own repository)
+                # and no size (Argo records none).
+                none = (a.get("archive") or {}).get("none") is not None
+                key = (a.get("s3") or {}).get("key") or (
+                    f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
+                )
+                art = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
+                art["s3"] = {"key": key}
             arts.append(art)
         if arts:
             outputs["artifacts"] = arts

@@ -25,9 +25,9 @@ class Graph(Hooks):
     # steps ----------------------------------------------------------------------------------
     def _expand(self, step: dict[str, Any], scope: dict[str, Any]) -> list[Any] | None:
         if "withItems" in step:
-            return list(render(step["withItems"], scope) or [])
+            return list(self._fill(render(step["withItems"], scope), scope) or [])
         if "withParam" in step:
-            raw = render(step["withParam"], scope)
+            raw = self._fill(render(step["withParam"], scope), scope)
             if isinstance(raw, list):
                 return raw
             if str(raw).strip() == "":
@@ -42,7 +42,7 @@ class Graph(Hooks):
                 raise StepFailed(f"withParam value is not a JSON list: {raw}")
             return items
         if "withSequence" in step:
-            seq = render(step["withSequence"], scope)
+            seq = self._fill(render(step["withSequence"], scope), scope)
             fmt = seq.get("format")
             if "count" in seq:
                 start = int(seq.get("start", 0))
@@ -178,7 +178,9 @@ class Graph(Hooks):
                     base, display, "Skipped", call.get("template", ""), Ctx(scope, boundary), parent
                 )
                 return self.finish(
-                    skipped, "Skipped", f"when '{render(call.get('when'), scope)}' evaluated false"
+                    skipped,
+                    "Skipped",
+                    f"when '{self._fill(render(call.get('when'), scope), scope)}' evaluated false",
                 ), None
             return await self._call(call, base, display, scope, boundary, parent), None
         group = self.new_node(
@@ -219,10 +221,11 @@ class Graph(Hooks):
             return lambda scope: True
 
         def check(scope: dict[str, Any]) -> bool:
-            text = render(str(cond), scope)
+            text = self._fill(render(str(cond), scope), scope)
             if "{{=" in text:
-                # The expr language ({{= ...}}) is not evaluated; such conditions run.
-                return True
+                # A tag left unresolved (a variable outside steps/tasks that the scope lacks)
+                # reaches govaluate as it is, which cannot read it (steps.go shouldExecute).
+                raise StepFailed(f"Invalid 'when' expression '{text}': Invalid token: '{{{{='")
             if "{{" in text:
                 # A variable that never got a value (e.g. the result of a step that printed
                 # nothing) cannot satisfy a comparison.

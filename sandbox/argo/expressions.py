@@ -34,7 +34,7 @@ from placement.expression import evaluate as evaluate_expression
 # The strict prefixes of a step's or task's substitution (steps.go, dag.go).
 STRICT = ("steps", "tasks")
 
-__all__ = ["STRICT", "ExprError", "evaluate", "evaluate_bool", "fill"]
+__all__ = ["STRICT", "ExprError", "evaluate", "evaluate_bool", "fill", "render"]
 
 
 def fill(value: Any, scope: Mapping[str, Any], strict: tuple[str, ...] | None = None) -> Any:

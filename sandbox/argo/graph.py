@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from sandbox.argo import expressions
 from sandbox.argo.expr import (
     FAILED,
     ExprError,
@@ -105,6 +106,8 @@ class Graph(Hooks):
             )
             scope[f"{prefix}.outputs.result"] = json.dumps(results)
             return
+        if node["phase"] in ("Skipped", "Omitted") and not node.get("outputs"):
+            self._record_absent(scope, prefix, node)
         outs = node.get("outputs") or {}
         for p in outs.get("parameters") or []:
             scope[f"{prefix}.outputs.parameters.{p['name']}"] = p["value"]
@@ -114,6 +117,16 @@ class Graph(Hooks):
             scope[f"{prefix}.outputs.result"] = outs["result"]
         if "exitCode" in outs:
             scope[f"{prefix}.exitCode"] = outs["exitCode"]
+
+    def _record_absent(self, scope: dict[str, Any], prefix: str, node: dict[str, Any]) -> None:
+        """A skipped or omitted node's declared output parameters: the producer's default, else
+        an absent (None) value an expression can replace with `??`
+        (workflow/controller/scope.go `addSkippedNodeOutputsToScope`)."""
+        tmpl = self.templates.get(node.get("templateName")) or {}
+        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            value = as_param(vf["default"]) if "default" in vf else None
+            scope[f"{prefix}.outputs.parameters.{p['name']}"] = value
 
     async def _call(
         self,
@@ -287,7 +300,11 @@ class Graph(Hooks):
                 self.finish(node, "Failed", failed_msg)
                 return
             self.finish(gnode, "Succeeded")
-        self._template_outputs(tmpl, node, scope)
+        try:
+            self._template_outputs(tmpl, node, scope)
+        except StepFailed as exc:
+            self.finish(node, "Error", str(exc))
+            return
         self.finish(node, "Succeeded")
 
     def _template_outputs(
@@ -300,6 +317,12 @@ class Graph(Hooks):
         params = []
         for p in outs.get("parameters") or []:
             vf = p.get("valueFrom") or {}
+            if "expression" in vf:
+                value = self._output_expression(str(vf["expression"]), vf, scope)
+                params.append({"name": p["name"], "value": value})
+                if p.get("globalName"):
+                    self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+                continue
             raw = vf.get("parameter", p.get("value", vf.get("default", "")))
             value = as_param(render(raw, scope))
             if "{{" in value and "default" in vf:
@@ -318,6 +341,21 @@ class Graph(Hooks):
             result["artifacts"] = arts
         if result:
             node["outputs"] = result
+
+    @staticmethod
+    def _output_expression(expression: str, vf: dict[str, Any], scope: dict[str, Any]) -> str:
+        """An output parameter's `valueFrom.expression` (workflow/controller/scope.go
+        `resolveParameter`): a nil value or an error takes `default` when there is one, else
+        the node errors (`getTemplateOutputsFromScope`)."""
+        try:
+            value = expressions.evaluate(expression, scope)
+            if value is None:
+                raise expressions.ExprError(f'failed to evaluate expression "{expression}"')
+        except expressions.ExprError as exc:
+            if "default" in vf:
+                return as_param(vf["default"])
+            raise StepFailed(f"unable to resolve outputs from scope: {exc}") from None
+        return expressions.render(value)
 
     # dag ------------------------------------------------------------------------------------
     async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
@@ -350,7 +388,11 @@ class Graph(Hooks):
         if st.unhandled:
             self.finish(node, "Failed", f"child '{st.unhandled[0]['id']}' failed")
             return
-        self._template_outputs(tmpl, node, st.scope)
+        try:
+            self._template_outputs(tmpl, node, st.scope)
+        except StepFailed as exc:
+            self.finish(node, "Error", str(exc))
+            return
         self.finish(node, "Succeeded")
 
     def _dag_start(self, st: Dag, tname: str, t: dict[str, Any], stop: bool) -> None:

@@ -68,6 +68,8 @@ class RunCore:
             "workflow.namespace": self.namespace,
             "workflow.uid": meta.get("uid", ""),
             "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
+            # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
+            "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
         }
         for k, v in (meta.get("labels") or {}).items():
             self.global_scope[f"workflow.labels.{k}"] = v

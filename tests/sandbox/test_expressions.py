@@ -200,3 +200,55 @@ def test_a_hook_expression_that_is_not_a_boolean_errors_the_step(
     assert status["phase"] in ("Failed", "Error")
     messages = [n.get("message", "") for n in status["nodes"].values()]
     assert any("to bool" in m for m in messages), messages
+
+
+def test_an_output_expression_reads_a_skipped_steps_absent_output_with_a_fallback(
+    fleet: Fleet, run_on: RunOn
+) -> None:
+    name = unique("expr-output")
+    templates = [
+        {
+            "name": "main",
+            "dag": {"tasks": [{"name": "producer", "template": "echo", "when": "false"}]},
+            "outputs": {
+                "parameters": [
+                    {
+                        "name": "result",
+                        "valueFrom": {
+                            "expression": "tasks.producer.outputs.parameters.said ?? 'fallback'"
+                        },
+                    },
+                    {
+                        "name": "strict",
+                        "valueFrom": {
+                            "expression": "tasks.producer.outputs.parameters.said",
+                            "default": "dflt",
+                        },
+                    },
+                ]
+            },
+        },
+        echo(),
+    ]
+    run_on("site-b", workflow(name, templates))
+    status = fleet.wait_phase(name)
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["nodes"][name]["outputs"]["parameters"] == [
+        {"name": "result", "value": "fallback"},
+        {"name": "strict", "value": "dflt"},
+    ]
+
+
+def test_a_retry_expression_that_does_not_evaluate_errors_the_node(
+    fleet: Fleet, run_on: RunOn
+) -> None:
+    name = unique("expr-retry")
+    flaky = leaf("flaky", retryStrategy={"limit": 3, "expression": "asInt(lastRetry.status) > 1"})
+    templates = [{"name": "main", "steps": [[{"name": "try", "template": "flaky"}]]}, flaky]
+    # Every attempt fails, so the expression is read after the first one.
+    fleet.sandbox.fault("template-fail", template="flaky", workflow=name)
+    run_on("site-b", workflow(name, templates))
+    status = fleet.wait_phase(name)
+    retry = fleet.nodes_by_display(status)["try"]
+    assert retry["type"] == "Retry" and retry["phase"] == "Error"
+    assert "unable to evaluate expression" in retry["message"]

@@ -105,7 +105,7 @@ class Hooks(RunCore):
                     )
             if ended:
                 return
-            await asyncio.wait({task}, timeout=HOOK_POLL_SECONDS)
+            await self.wait_change(task, HOOK_POLL_SECONDS)
 
     async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The entrypoint's node once it ended, with the workflow's expression hooks
@@ -139,7 +139,7 @@ class Hooks(RunCore):
                         )
                 if ended:
                     break
-                await asyncio.wait({main}, timeout=HOOK_POLL_SECONDS)
+                await self.wait_change(main, HOOK_POLL_SECONDS)
         except BaseException:
             for t in (main, *fired.values()):
                 t.cancel()

@@ -23,6 +23,7 @@ from typing import Any
 
 from placement.expression.evaluate import MAX_ITEMS, MAX_STEPS, MAX_VALUE_CHARS, Evaluator
 from placement.expression.functions import BUILTINS, SPRIG, go_json
+from placement.expression.regex import compile_regex
 from placement.expression.syntax import (
     MAX_EXPR_CHARS,
     MAX_EXPR_DEPTH,
@@ -79,16 +80,6 @@ def expand_scope(flat: Mapping[str, Any]) -> dict[str, Any]:
     return env
 
 
-def _regex(pattern: str) -> Any:
-    # The one RE2 compiler of ``when``: Go's regexp syntax, linear time, bounded memory.
-    from placement.parser.when import WhenSyntaxError, compile_regex
-
-    try:
-        return compile_regex(pattern)
-    except WhenSyntaxError as exc:
-        raise ExprError(str(exc)) from None
-
-
 def _environment(scope: Mapping[str, Any]) -> dict[str, Any]:
     env = expand_scope(scope)
     env.setdefault("sprig", dict(SPRIG))
@@ -103,7 +94,7 @@ def evaluate(text: str, scope: Mapping[str, Any]) -> Any:
 
 def _run(tree: Node, env: Mapping[str, Any]) -> Any:
     try:
-        return Evaluator(env, BUILTINS, _regex).run(tree)
+        return Evaluator(env, BUILTINS, compile_regex).run(tree)
     except RecursionError:
         raise ExprError(f"expression nests deeper than {MAX_EXPR_DEPTH} levels") from None
 

@@ -10,20 +10,19 @@ takes, which govaluate uses), so no operand can make a match run for ever.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from typing import Any
 
-import re2
+from placement.expression import regex as expression_regex
+from placement.expression.syntax import ExprError
 
 # Bounds of one expression after substitution: room for realistic outputs, none for a bomb.
 MAX_WHEN_CHARS = 64 * 1024
 MAX_WHEN_TOKENS = 1000
 MAX_WHEN_DEPTH = 32
-MAX_REGEX_CHARS = 1024
-# RE2 gives up (an error, not a hang) when a pattern's automaton needs more than this.
-_RE2_MAX_MEM = 8 << 20
+# RE2 gives up (an error, not a hang) when a pattern's automaton needs more than its budget.
+MAX_REGEX_CHARS = expression_regex.MAX_REGEX_CHARS
 
 COMPARISONS = ("==", "!=", "<", ">", "<=", ">=", "=~", "!~")
 
@@ -165,34 +164,13 @@ class _WhenParser:
         return WhenExpr("value", value=value)
 
 
-@functools.lru_cache(maxsize=256)
 def compile_regex(pattern: Any) -> Any:
     """An RE2 pattern (Go's ``regexp`` syntax, as govaluate's ``=~``). Raises
     ``WhenSyntaxError`` when it is too long, invalid or too large to match in bounded memory."""
-    text = _text(pattern)
-    if len(text) > MAX_REGEX_CHARS:
-        raise WhenSyntaxError(
-            f"regular expression is {len(text)} characters long; the limit is {MAX_REGEX_CHARS}"
-        )
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = _RE2_MAX_MEM
     try:
-        return re2.compile(text, options)
-    except re2.error as exc:
-        detail = exc.args[0] if exc.args else exc
-        if isinstance(detail, bytes):
-            detail = detail.decode("utf-8", "replace")
-        raise WhenSyntaxError(f"bad regular expression {text[:80]!r}: {detail}") from None
-
-
-def _text(value: Any) -> str:
-    # As the evaluator compares: numbers without a needless ".0", booleans as Argo writes them.
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
+        return expression_regex.compile_regex(pattern)
+    except ExprError as exc:
+        raise WhenSyntaxError(str(exc)) from None
 
 
 # A reference the portal or Argo fills later; for the check at submission it stands for a word.

@@ -60,7 +60,8 @@ def render(value: Any, scope: dict[str, Any]) -> Any:
 
         def sub(m: re.Match[str]) -> str:
             key = m.group(1).strip()
-            if key in scope and not isinstance(scope[key], dict):
+            # None: a skipped step's absent output, which only an expression's `??` can read.
+            if key in scope and scope[key] is not None and not isinstance(scope[key], dict):
                 return as_param(scope[key])
             return m.group(0)
 

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from sandbox.argo import expressions
 from sandbox.argo.expr import (
     FAILED,
     ExprError,
@@ -25,9 +26,9 @@ class Graph(Hooks):
     # steps ----------------------------------------------------------------------------------
     def _expand(self, step: dict[str, Any], scope: dict[str, Any]) -> list[Any] | None:
         if "withItems" in step:
-            return list(render(step["withItems"], scope) or [])
+            return list(self._fill(render(step["withItems"], scope), scope) or [])
         if "withParam" in step:
-            raw = render(step["withParam"], scope)
+            raw = self._fill(render(step["withParam"], scope), scope)
             if isinstance(raw, list):
                 return raw
             if str(raw).strip() == "":
@@ -42,7 +43,7 @@ class Graph(Hooks):
                 raise StepFailed(f"withParam value is not a JSON list: {raw}")
             return items
         if "withSequence" in step:
-            seq = render(step["withSequence"], scope)
+            seq = self._fill(render(step["withSequence"], scope), scope)
             fmt = seq.get("format")
             if "count" in seq:
                 start = int(seq.get("start", 0))
@@ -105,6 +106,8 @@ class Graph(Hooks):
             )
             scope[f"{prefix}.outputs.result"] = json.dumps(results)
             return
+        if node["phase"] in ("Skipped", "Omitted") and not node.get("outputs"):
+            self._record_absent(scope, prefix, node)
         outs = node.get("outputs") or {}
         for p in outs.get("parameters") or []:
             scope[f"{prefix}.outputs.parameters.{p['name']}"] = p["value"]
@@ -114,6 +117,16 @@ class Graph(Hooks):
             scope[f"{prefix}.outputs.result"] = outs["result"]
         if "exitCode" in outs:
             scope[f"{prefix}.exitCode"] = outs["exitCode"]
+
+    def _record_absent(self, scope: dict[str, Any], prefix: str, node: dict[str, Any]) -> None:
+        """A skipped or omitted node's declared output parameters: the producer's default, else
+        an absent (None) value an expression can replace with `??`
+        (workflow/controller/scope.go `addSkippedNodeOutputsToScope`)."""
+        tmpl = self.templates.get(node.get("templateName")) or {}
+        for p in (tmpl.get("outputs") or {}).get("parameters") or []:
+            vf = p.get("valueFrom") or {}
+            value = as_param(vf["default"]) if "default" in vf else None
+            scope[f"{prefix}.outputs.parameters.{p['name']}"] = value
 
     async def _call(
         self,
@@ -178,7 +191,9 @@ class Graph(Hooks):
                     base, display, "Skipped", call.get("template", ""), Ctx(scope, boundary), parent
                 )
                 return self.finish(
-                    skipped, "Skipped", f"when '{render(call.get('when'), scope)}' evaluated false"
+                    skipped,
+                    "Skipped",
+                    f"when '{self._fill(render(call.get('when'), scope), scope)}' evaluated false",
                 ), None
             return await self._call(call, base, display, scope, boundary, parent), None
         group = self.new_node(
@@ -219,10 +234,11 @@ class Graph(Hooks):
             return lambda scope: True
 
         def check(scope: dict[str, Any]) -> bool:
-            text = render(str(cond), scope)
+            text = self._fill(render(str(cond), scope), scope)
             if "{{=" in text:
-                # The expr language ({{= ...}}) is not evaluated; such conditions run.
-                return True
+                # A tag left unresolved (a variable outside steps/tasks that the scope lacks)
+                # reaches govaluate as it is, which cannot read it (steps.go shouldExecute).
+                raise StepFailed(f"Invalid 'when' expression '{text}': Invalid token: '{{{{='")
             if "{{" in text:
                 # A variable that never got a value (e.g. the result of a step that printed
                 # nothing) cannot satisfy a comparison.
@@ -284,7 +300,11 @@ class Graph(Hooks):
                 self.finish(node, "Failed", failed_msg)
                 return
             self.finish(gnode, "Succeeded")
-        self._template_outputs(tmpl, node, scope)
+        try:
+            self._template_outputs(tmpl, node, scope)
+        except StepFailed as exc:
+            self.finish(node, "Error", str(exc))
+            return
         self.finish(node, "Succeeded")
 
     def _template_outputs(
@@ -297,6 +317,12 @@ class Graph(Hooks):
         params = []
         for p in outs.get("parameters") or []:
             vf = p.get("valueFrom") or {}
+            if "expression" in vf:
+                value = self._output_expression(str(vf["expression"]), vf, scope)
+                params.append({"name": p["name"], "value": value})
+                if p.get("globalName"):
+                    self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+                continue
             raw = vf.get("parameter", p.get("value", vf.get("default", "")))
             value = as_param(render(raw, scope))
             if "{{" in value and "default" in vf:
@@ -315,6 +341,21 @@ class Graph(Hooks):
             result["artifacts"] = arts
         if result:
             node["outputs"] = result
+
+    @staticmethod
+    def _output_expression(expression: str, vf: dict[str, Any], scope: dict[str, Any]) -> str:
+        """An output parameter's `valueFrom.expression` (workflow/controller/scope.go
+        `resolveParameter`): a nil value or an error takes `default` when there is one, else
+        the node errors (`getTemplateOutputsFromScope`)."""
+        try:
+            value = expressions.evaluate(expression, scope)
+            if value is None:
+                raise expressions.ExprError(f'failed to evaluate expression "{expression}"')
+        except expressions.ExprError as exc:
+            if "default" in vf:
+                return as_param(vf["default"])
+            raise StepFailed(f"unable to resolve outputs from scope: {exc}") from None
+        return expressions.render(value)
 
     # dag ------------------------------------------------------------------------------------
     async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
@@ -347,7 +388,11 @@ class Graph(Hooks):
         if st.unhandled:
             self.finish(node, "Failed", f"child '{st.unhandled[0]['id']}' failed")
             return
-        self._template_outputs(tmpl, node, st.scope)
+        try:
+            self._template_outputs(tmpl, node, st.scope)
+        except StepFailed as exc:
+            self.finish(node, "Error", str(exc))
+            return
         self.finish(node, "Succeeded")
 
     def _dag_start(self, st: Dag, tname: str, t: dict[str, Any], stop: bool) -> None:

@@ -4,17 +4,15 @@ runs them (workflow/controller/hooks.go); exit hooks are run with the node (grap
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any
 
-from sandbox.argo.expr import ExprError, as_param, evaluate, literal, render
+from sandbox.argo import expressions
+from sandbox.argo.expr import as_param, render
 from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
 from sandbox.store import clone
 
 # How often a running step's expression hooks are evaluated (Argo: on every reconcile).
 HOOK_POLL_SECONDS = 0.1
-# `steps["x"]` / `workflow['status']` in Argo's expr, read as `steps.x`.
-_INDEXED = re.compile(r"""\[["']([^"']+)["']\]""")
 
 
 class Hooks(RunCore):
@@ -25,7 +23,7 @@ class Hooks(RunCore):
     ) -> tuple[dict[str, str], dict[str, Any]]:
         arguments = call.get("arguments") or {}
         params = {
-            p["name"]: as_param(render(p.get("value", ""), scope))
+            p["name"]: as_param(self._fill(render(p.get("value", ""), scope), scope))
             for p in arguments.get("parameters") or []
         }
         arts: dict[str, Any] = {}
@@ -38,6 +36,15 @@ class Hooks(RunCore):
                     continue
             arts[a["name"]] = render(clone(a), scope)
         return params, arts
+
+    @staticmethod
+    def _fill(value: Any, scope: dict[str, Any]) -> Any:
+        """A step's or task's `{{= }}` tags, as Argo resolves a step (strict on steps/tasks);
+        what Argo cannot evaluate errors the step as `failed to resolve references`."""
+        try:
+            return expressions.fill(value, scope, expressions.STRICT)
+        except expressions.ExprError as exc:
+            raise StepFailed(f"failed to resolve references: {exc}") from None
 
     async def _with_hooks(
         self,
@@ -98,7 +105,7 @@ class Hooks(RunCore):
                     )
             if ended:
                 return
-            await asyncio.wait({task}, timeout=HOOK_POLL_SECONDS)
+            await self.wait_change(task, HOOK_POLL_SECONDS)
 
     async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The entrypoint's node once it ended, with the workflow's expression hooks
@@ -132,7 +139,7 @@ class Hooks(RunCore):
                         )
                 if ended:
                     break
-                await asyncio.wait({main}, timeout=HOOK_POLL_SECONDS)
+                await self.wait_change(main, HOOK_POLL_SECONDS)
         except BaseException:
             for t in (main, *fired.values()):
                 t.cancel()
@@ -142,18 +149,14 @@ class Hooks(RunCore):
         return main.result()
 
     def _hook_due(self, hook: dict[str, Any], scope: dict[str, Any], where: str) -> bool:
-        """Whether a hook's expression holds now. Argo's expr reads `steps["x"].status` and
-        `steps.x.status` alike; an expression the sandbox cannot evaluate fails the step, as a
-        hook error marks the node Error in Argo."""
+        """Whether a hook's expression holds now: Argo's expr language over the step's scope
+        (argoexpr.EvalBool in workflow/controller/hooks.go), which reads `steps["x"].status`
+        and `steps.x.status` alike; an expression that does not evaluate to a boolean errors
+        the step, as a hook error marks the node Error in Argo."""
         expression = str(hook.get("expression") or "")
         if not expression:
             raise StepFailed(f"Expression required for hook {where}")
-
-        def word(w: str) -> Any:
-            key = _INDEXED.sub(r".\1", w)
-            return scope[key] if key in scope else literal(key)
-
         try:
-            return evaluate(expression, word)
-        except ExprError as exc:
+            return expressions.evaluate_bool(expression, scope)
+        except expressions.ExprError as exc:
             raise StepFailed(f"hook {where}: {exc}") from exc

@@ -6,19 +6,16 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import re
 from typing import Any
 
 from sandbox import executor
+from sandbox.argo import expressions
 from sandbox.argo.expr import (
     DONE,
     FAILED,
     LEAF_KINDS,
     MAX_NODE_NAME,
-    ExprError,
     as_param,
-    evaluate,
-    literal,
     parse_duration,
     render,
     template_requests,
@@ -88,10 +85,13 @@ class Leaves(Pods):
                     and policy != "OnTransientError"
                 ):
                     break
-                if strategy.get("expression") and not retry_expression(
-                    str(strategy["expression"]), attempt_node
-                ):
-                    break
+                if strategy.get("expression"):
+                    try:
+                        again = retry_expression(str(strategy["expression"]), attempt, attempt_node)
+                    except expressions.ExprError as exc:
+                        return self.finish(retry, "Error", str(exc))
+                    if not again:
+                        break
                 if attempt < limit and backoff:
                     factor = float((strategy.get("backoff") or {}).get("factor") or 1)
                     wait = backoff * factor**attempt
@@ -145,9 +145,9 @@ class Leaves(Pods):
             elif isinstance(vf.get("configMapKeyRef"), dict):
                 value = self._input_from_config_map(pname, vf)
             elif "value" in p:
-                value = as_param(render(p["value"], scope))
+                value = as_param(expressions.fill(render(p["value"], scope), scope))
             elif "default" in p:
-                value = as_param(render(p["default"], scope))
+                value = as_param(expressions.fill(render(p["default"], scope), scope))
             else:
                 raise StepFailed(f"inputs.parameters.{pname} was not supplied")
             scope[f"inputs.parameters.{pname}"] = value
@@ -203,8 +203,11 @@ class Leaves(Pods):
             return self.finish(node, "Error", str(exc))
         if inputs:
             node["inputs"] = inputs
-        body = render(
-            {k: v for k, v in tmpl.items() if k not in ("steps", "dag", "outputs")}, scope
+        # Argo's SubstituteParams (workflow/common/util.go): simple tags, then `{{= }}` tags in
+        # the lenient mode (a tag that cannot be evaluated yet stays as it is).
+        body = expressions.fill(
+            render({k: v for k, v in tmpl.items() if k not in ("steps", "dag", "outputs")}, scope),
+            scope,
         )
         scope["pod.name"] = node["id"]
         scope["node.name"] = name
@@ -268,11 +271,6 @@ class Leaves(Pods):
         if params:
             outputs["parameters"] = params
         arts = []
-        sizes_raw = self.annotation(tmpl, "artifact-sizes")
-        try:
-            sizes = json.loads(sizes_raw) if sizes_raw else {}
-        except ValueError:
-            sizes = {}
         for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
             if failed and not a.get("optional"):
                 continue
@@ -280,17 +278,16 @@ class Leaves(Pods):
                 ref = scope.get(str(a["from"]).strip("{} "))
                 art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) else clone(a)
             else:
-                suffix = "" if (a.get("archive") or {}).get("none") is not None else ".tgz"
-                key = (a.get("s3") or {}).get(
-                    "key"
-                ) or f"{self.name}/{node['id']}/{a['name']}{suffix}"
-                art = {k: v for k, v in clone(a).items() if k not in ("s3", "archive")}
-                art["s3"] = {
-                    "bucket": self.member.bucket,
-                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
-                    "key": key,
-                }
-                art["size"] = int(sizes.get(a["name"], 1048576))
+                # Exactly what the executing path records (pods.py `_save_outputs`), as Argo's
+                # executor does since v3: name, path, archive and a key-only location; no
+                # bucket, no endpoint (the reader resolves the key against its own repository)
+                # and no size (Argo records none).
+                none = (a.get("archive") or {}).get("none") is not None
+                key = (a.get("s3") or {}).get("key") or (
+                    f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
+                )
+                art = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
+                art["s3"] = {"key": key}
             arts.append(art)
         if arts:
             outputs["artifacts"] = arts
@@ -463,28 +460,19 @@ class Leaves(Pods):
         self.finish(node, "Succeeded")
 
 
-def retry_expression(expr: str, node: dict[str, Any]) -> bool:
-    """A retryStrategy `expression` where it is simple: comparisons of `lastRetry.exitCode`,
-    `.status`, `.message`, `.duration` (with `asInt`/`asFloat`), `&&`, `||`, `!`. Argo's
-    expr language is not evaluated otherwise: such an expression stops the retries."""
+def retry_expression(expr: str, attempt: int, node: dict[str, Any]) -> bool:
+    """A retryStrategy `expression` in Argo's expression language over the scope Argo gives it
+    (workflow/controller/operator.go `buildRetryStrategyLocalScope`: `retries`, `lastRetry.*`,
+    every value a string); one that cannot be evaluated to a boolean errors the node."""
     started, finished = node.get("startedAt") or "", node.get("finishedAt") or ""
-    values = {
-        "lastRetry.exitCode": str((node.get("outputs") or {}).get("exitCode", "")),
+    scope = {
+        "retries": str(attempt),
+        "lastRetry.exitCode": str((node.get("outputs") or {}).get("exitCode", "-1")),
         "lastRetry.status": str(node.get("phase", "")),
         "lastRetry.message": str(node.get("message", "")),
         "lastRetry.duration": str(_seconds_between(started, finished)),
     }
-    text = re.sub(r"\b(?:asInt|asFloat|string)\(([^()]*)\)", r"\1", expr)
-
-    def word(w: str) -> Any:
-        if w in values:
-            return literal(values[w])
-        return literal(w)
-
-    try:
-        return evaluate(text, word)
-    except ExprError:
-        return False
+    return expressions.evaluate_bool(expr, scope)
 
 
 def _seconds_between(a: str, b: str) -> int:

@@ -56,6 +56,7 @@ class RunCore:
         self.shutdown: str | None = None
         self.deadline_exceeded = False
         self.resumes: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
+        self._change_waiters: set[asyncio.Future[None]] = set()
         self.unsuspended = asyncio.Event()
         spec = obj.get("spec") or {}
         if not spec.get("suspend"):
@@ -68,6 +69,8 @@ class RunCore:
             "workflow.namespace": self.namespace,
             "workflow.uid": meta.get("uid", ""),
             "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
+            # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
+            "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
         }
         for k, v in (meta.get("labels") or {}).items():
             self.global_scope[f"workflow.labels.{k}"] = v
@@ -88,6 +91,21 @@ class RunCore:
         self.version += 1
         self.sb.karmada.mark((self.namespace, self.name))
         self.sb.poke()
+        for waiter in self._change_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_change(self, task: asyncio.Future[Any], timeout: float) -> None:
+        """Until the workflow changes, `task` ends or `timeout` passes: Argo's controller
+        reconciles on every change of a workflow's pods, so what it evaluates then (hooks) sees
+        each phase a node goes through, however short."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._change_waiters.add(waiter)
+        try:
+            await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._change_waiters.discard(waiter)
+            waiter.cancel()
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self.run())

@@ -125,3 +125,21 @@ def test_the_placement_context_codec_is_pure():
 def test_the_checker_sees_each_form_of_import(source, expected):
     """The rules above would pass vacuously if the checker missed a form of import."""
     assert expected in _imports_in(source, "portal")
+
+
+def test_the_sandbox_imports_nothing_of_the_project_but_the_expression_library():
+    """The sandbox plays Karmada and Argo, so it must not share the portal's logic (it would
+    agree with the portal's mistakes). Argo's expression language is not portal logic: it is a
+    library both sides use, as Argo's controller uses expr-lang."""
+    allowed = ("placement", "placement.expression")
+    forbidden = ("portal", "placement", "sites")
+    bad = {
+        module: [n for n in hits if n not in allowed and not n.startswith("placement.expression.")]
+        for module, hits in _offending(("sandbox",), forbidden).items()
+    }
+    assert {m: hits for m, hits in bad.items() if hits} == {}
+
+
+def test_the_expression_library_needs_nothing_else_of_the_project():
+    forbidden = ("portal", "sites", "django", "placement.parser", "placement.manifests")
+    assert _offending(("placement.expression",), forbidden) == {}

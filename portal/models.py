@@ -254,23 +254,14 @@ class PlacementDecision(models.Model):
 
     @classmethod
     def from_plan(
-        cls,
-        decision: Any,
-        *,
-        reason: str | None = None,
-        candidates: list[dict[str, Any]] | None = None,
-        **fields: Any,
+        cls, decision: Any, *, reason: str | None = None, **fields: Any
     ) -> PlacementDecision:
         """An unsaved record of a planner ``Decision`` (site, reason, the candidate table);
-        ``fields`` say whose and from where (run, unit, source, timing, attempt...).
-        ``candidates``: the table's rows when the caller already has them (units that share
-        one table in a plan share one list; see ``services._store_run``)."""
+        ``fields`` say whose and from where (run, unit, source, timing, attempt...)."""
         return cls(
             site=decision.site or "",
             reason=decision.reason if reason is None else reason,
-            candidates=[c.as_dict() for c in decision.candidates]
-            if candidates is None
-            else candidates,
+            candidates=[c.as_dict() for c in decision.candidates],
             **fields,
         )
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,12 +17,10 @@ from django.utils import timezone
 from placement import codec, manifests, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
-from portal import bulk, state
-from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal import bulk, state, stored_decisions
+from portal.choices import RunStatus, UnitPhase, UnitTiming
 from portal.models import (
     BULK_ROWS,
-    CandidateTable,
-    PlacementDecision,
     RunEvent,
     UnitRun,
     WorkflowRun,
@@ -386,7 +383,7 @@ def _store_run(
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}
-        _store_decisions(run, by_name, plan)
+        stored_decisions.store_submitted(run, by_name, plan)
         RunEvent.objects.create(
             run=run,
             kind="submitted",
@@ -405,36 +402,6 @@ def _store_run(
     # The units as stored, for an answer built without reading them again (``with_units``).
     run.stored_units = units  # type: ignore[attr-defined]
     return run
-
-
-def _store_decisions(run: WorkflowRun, by_name: dict[str, UnitRun], plan: planner.Plan) -> None:
-    """One decision row per unit decided at submission (issue 17, item 5: each item keeps
-    its own). A table the planner gave several units (it shares one between units with the
-    same rules, data, requests and upstream sites: a fan-out's items mostly differ only by
-    where their data is) is built and stored once, as a ``CandidateTable`` they point to."""
-    submitted = [d for d in plan.decisions if d.timing == "submit"]
-    uses = Counter(id(d.table) for d in submitted)
-    shared: dict[int, CandidateTable] = {}
-    for d in submitted:
-        key = id(d.table)  # the plan holds every table, so ids stay unique meanwhile
-        if uses[key] > 1 and key not in shared:
-            shared[key] = CandidateTable(run=run, rows=[c.as_dict() for c in d.candidates])
-    CandidateTable.objects.bulk_create(list(shared.values()), batch_size=BULK_ROWS)
-    decisions = []
-    for d in submitted:
-        table = shared.get(id(d.table))
-        decisions.append(
-            PlacementDecision.from_plan(
-                d,
-                candidates=[] if table is not None else None,
-                shared_table=table,
-                run=run,
-                unit=by_name[d.unit],
-                source=DecisionSource.RULE,
-                timing=UnitTiming.SUBMIT,
-            )
-        )
-    bulk.insert(decisions, batch_size=BULK_ROWS)
 
 
 def with_units(run: WorkflowRun) -> WorkflowRun | None:

@@ -17,11 +17,10 @@ from django.utils import timezone
 from placement import codec, manifests, parser, planner
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
-from portal import state
-from portal.choices import DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal import bulk, state, stored_decisions
+from portal.choices import RunStatus, UnitPhase, UnitTiming
 from portal.models import (
     BULK_ROWS,
-    PlacementDecision,
     RunEvent,
     UnitRun,
     WorkflowRun,
@@ -380,24 +379,11 @@ def _store_run(
             UnitRun.from_plan(run, unit, decisions[unit.name], position=position)
             for position, unit in enumerate(parsed.units)
         ]
-        UnitRun.objects.bulk_create(units, batch_size=BULK_ROWS)
+        bulk.insert(units, batch_size=BULK_ROWS)
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}
-        PlacementDecision.objects.bulk_create(
-            [
-                PlacementDecision.from_plan(
-                    d,
-                    run=run,
-                    unit=by_name[d.unit],
-                    source=DecisionSource.RULE,
-                    timing=UnitTiming.SUBMIT,
-                )
-                for d in plan.decisions
-                if d.timing == "submit"
-            ],
-            batch_size=BULK_ROWS,
-        )
+        stored_decisions.store_submitted(run, by_name, plan)
         RunEvent.objects.create(
             run=run,
             kind="submitted",

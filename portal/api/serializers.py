@@ -157,7 +157,7 @@ class CandidateSerializer(serializers.Serializer[dict[str, Any]]):
 
 class PlacementDecisionSerializer(serializers.ModelSerializer[PlacementDecision]):
     unit = serializers.CharField(source="unit.name", allow_null=True, read_only=True)
-    candidates = CandidateSerializer(many=True, read_only=True)
+    candidates = CandidateSerializer(many=True, read_only=True, source="candidate_rows")
 
     class Meta:
         model = PlacementDecision

@@ -252,7 +252,7 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["get"])
     def decisions(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        rows = run.decisions.select_related("unit").order_by("created_at", "id")
+        rows = run.decisions.select_related("unit", "shared_table").order_by("created_at", "id")
         return Response(PlacementDecisionSerializer(rows, many=True).data)
 
     @extend_schema(responses={200: RunEventSerializer(many=True)})

@@ -232,12 +232,16 @@ def run_live(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
-    decisions = run.decisions.annotate(unit_name=F("unit__name")).order_by("created_at", "id")
+    decisions = (
+        run.decisions.annotate(unit_name=F("unit__name"))
+        .select_related("shared_table")
+        .order_by("created_at", "id")
+    )
     page = page_of(request, decisions, DECISIONS_PER_PAGE, param="dpage")
     rows = []
     for d in page:
         candidates = sorted(
-            (c for c in d.candidates or [] if isinstance(c, dict)),
+            (c for c in d.candidate_rows if isinstance(c, dict)),
             key=lambda c: (not c.get("eligible"), -(c.get("score") or 0), str(c.get("site"))),
         )
         rows.append({"decision": d, "candidates": candidates})

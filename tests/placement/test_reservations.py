@@ -71,3 +71,23 @@ def test_what_other_runs_hold_counts_as_taken() -> None:
     result = planner.plan([tile(i) for i in range(20)], held, [], [])
     assert "site-a" not in {d.site for d in result.decisions}
     assert held.site_by_name["site-a"].cpu_free == 0
+
+
+def test_a_reservation_keeps_the_fleets_link_tables() -> None:
+    links = (
+        planner.Link("site-a", "site-b", 1_000),
+        planner.Link("site-b", "site-c", 0, artifacts_reachable=False),
+    )
+    base = planner.Fleet(sites=fleet().sites, links=links)
+    # Built once for the fleet, then shared by every fleet a plan's reservations derive from
+    # it (they have the same links): not rebuilt from every link per placed unit.
+    bandwidth, unreachable = base.bandwidth, base.unreachable
+    held = planner.hold(base, {"site-a": Resources(cpu_millicores=CPU)})
+    assert held.bandwidth is bandwidth and unreachable is held.unreachable
+    assert held.bandwidth == {("site-a", "site-b"): 1_000}
+    assert held.unreachable == {("site-b", "site-c")}
+    # A fleet whose tables were never read computes its own, from its links.
+    fresh = planner.hold(
+        planner.Fleet(sites=fleet().sites, links=links), {"site-b": Resources(cpu_millicores=CPU)}
+    )
+    assert fresh.bandwidth == bandwidth and fresh.bandwidth is not bandwidth

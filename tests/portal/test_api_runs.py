@@ -17,7 +17,7 @@ from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from portal.api.serializers import UnitRunSerializer, WorkflowRunSerializer
-from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -334,30 +334,6 @@ def test_a_submission_inserts_its_units_and_decisions_as_rows(sci: APIClient) ->
     spec = run.units.get(name="ingest").spec
     assert spec["name"] == "ingest" and isinstance(spec["upstream"], list)
     assert all(d.candidates for d in PlacementDecision.objects.filter(run=run))
-
-
-def test_a_large_submission_is_inserted_in_bounded_statements(sci: APIClient) -> None:
-    n = 2 * BULK_ROWS + 1
-    tasks = [{"name": f"t{i}", "template": "c"} for i in range(n)]
-    doc = {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "Workflow",
-        "metadata": {"generateName": "wide-"},
-        "spec": {
-            "entrypoint": "main",
-            "templates": [
-                {"name": "main", "dag": {"tasks": tasks}},
-                {"name": "c", "container": {"image": "x/c"}},
-            ],
-        },
-    }
-    with CaptureQueriesContext(connection) as queries:
-        response = sci.post("/api/v1/runs/?project=eo-demo", data=doc, format="json")
-    assert response.status_code == 201, response.content
-    unit_inserts = [q for q in queries if q["sql"].startswith('INSERT INTO "portal_unitrun"')]
-    assert len(unit_inserts) == 3
-    assert UnitRun.objects.filter(run_id=response.json()["id"]).count() == n
-    assert len(response.json()["units"]) == n
 
 
 def test_the_preview_expands_loops_known_at_submission_and_warns_of_the_rest(

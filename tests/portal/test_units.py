@@ -17,6 +17,7 @@ from portal.choices import RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.choices import SyncMode
 from tests.factories import PlacementDecisionFactory, SiteFactory, UnitRunFactory
+from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.portal.helpers import make_run
 
 pytestmark = pytest.mark.django_db
@@ -168,14 +169,73 @@ def test_a_log_of_blank_lines_says_it_is_empty(
     assert "The log is empty." in body and "log-text" not in body
 
 
-def test_a_pull_mode_site_says_logs_are_not_available(
-    run: WorkflowRun, client_for: Any, scientist: User, fake_site: list[dict[str, Any]]
+# A fleet of its own: site-p's karmada-agent ran with `--report-secrets=None`, site-q with its
+# default (reachable through the proxy unless the site-unreachable fault is set).
+NO_PROXY_FLEET = (
+    "sites:\n"
+    "  - name: site-p\n    syncMode: Pull\n    reportSecrets: None\n"
+    "  - name: site-q\n    syncMode: Pull\n"
+)
+
+
+@pytest.fixture(scope="module")
+def no_proxy_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
+    work = tmp_path_factory.mktemp("no-proxy")
+    (work / "fleet.yaml").write_text(NO_PROXY_FLEET)
+    server = start_sandbox(work, extra_args=["--fleet", str(work / "fleet.yaml")])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def karmada_without_proxy(
+    no_proxy_sandbox: SandboxServer, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SandboxServer]:
+    """The log read goes to the sandbox's real cluster proxy; only the binding's member status
+    (which pods ran) is given, since these runs never ran there."""
+    settings.KARMADA_KUBECONFIG = str(no_proxy_sandbox.kubeconfig)
+    monkeypatch.setattr(
+        logs,
+        "_member_status",
+        lambda wf: {"phase": "Succeeded", "nodes": {wf: {"id": wf, "name": wf, "type": "Pod"}}},
+    )
+    SiteFactory(name="site-q", sync_mode=SyncMode.PULL)
+    gateway.reset()
+    try:
+        yield no_proxy_sandbox
+    finally:
+        no_proxy_sandbox.clear_faults()
+        gateway.reset()
+
+
+def test_a_site_without_an_impersonator_secret_says_where_to_read_the_log(
+    run: WorkflowRun, client_for: Any, scientist: User, karmada_without_proxy: SandboxServer
 ) -> None:
     UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
     url = reverse("ui-unit-logs", args=[run.pk, "inference"])
     body = client_for(scientist).get(url, **HX).content.decode()
-    assert "Logs not available" in body and "pull-mode" in body
-    assert fake_site == []  # nothing asked of Karmada
+    assert "Logs not available here: site-p is a pull-mode site" in body
+    assert "impersonator secret" in body and "--report-secrets" in body
+    wf = f"{run.name}-inference-1"
+    assert f"kubectl logs -n portal {wf} -c main" in body
+    assert "the impersonatorSecretRef of cluster site-p is nil" in body  # Karmada's own words
+
+
+def test_a_pull_mode_site_with_the_agents_default_is_read_through_the_proxy(
+    run: WorkflowRun, client_for: Any, scientist: User, karmada_without_proxy: SandboxServer
+) -> None:
+    UnitRun.objects.filter(run=run, name="inference").update(site="site-q")
+    url = reverse("ui-unit-logs", args=[run.pk, "inference"])
+    body = client_for(scientist).get(url, **HX).content.decode()
+    # The proxy reached the member, which has no such pod: a per-pod message, not "no path".
+    assert "Karmada&#x27;s cluster proxy to site-q did not give the pod&#x27;s log" in body
+    assert "impersonator" not in body
+    karmada_without_proxy.fault("site-unreachable", site="site-q")
+    body = client_for(scientist).get(url, **HX).content.decode()
+    assert "site-q is a pull-mode site and Karmada cannot reach its API endpoint" in body
+    assert "kubectl logs" in body
 
 
 def test_a_unit_not_started_has_no_log_yet(
@@ -316,11 +376,16 @@ def test_the_api_logs_refuse_bad_parameters_with_the_path(
 
 
 def test_the_api_logs_say_why_when_not_available(
-    run: WorkflowRun, api_client_for: Any, scientist: User
+    run: WorkflowRun,
+    api_client_for: Any,
+    scientist: User,
+    karmada_without_proxy: SandboxServer,
 ) -> None:
     UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
     answer = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/inference/logs/")
-    assert answer.status_code == 404 and "pull-mode" in answer.json()["detail"]
+    assert answer.status_code == 404
+    assert "site-p is a pull-mode site" in answer.json()["detail"]
+    assert "kubectl logs" in answer.json()["detail"]
 
 
 def test_the_schema_has_the_unit_and_logs_endpoints(api_client: APIClient) -> None:
@@ -350,6 +415,7 @@ def test_the_logs_view_against_the_sandbox_reads_or_says_why(
     assert answer.status_code == 200
     body = answer.content.decode()
     assert "Logs not available" in body or '<pre class="log-text"' in body
+    assert "Karmada did not answer" not in body
 
 
 # --- the run page ---------------------------------------------------------------------------

@@ -4,12 +4,13 @@ events, outputs, group nodes and unit filters."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
+from kubernetes import client as k8s
 from rest_framework.test import APIClient
 
 from portal import gateway, logs
@@ -19,10 +20,14 @@ from sites.choices import SyncMode
 from tests.factories import PlacementDecisionFactory, SiteFactory, UnitRunFactory
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.portal.helpers import make_run
+from tests.sandbox.conftest import SITE_LABEL, leaf, site_policy, workflow
 
 pytestmark = pytest.mark.django_db
 
 HX = {"HTTP_HX_REQUEST": "true"}
+RanAt = Callable[[WorkflowRun, str], None]
+PP = ("policy.karmada.io", "v1alpha1")
+WF = ("argoproj.io", "v1alpha1")
 LOG = b"loading tiles\ninference on 4 GPUs\nwrote s3://results/eo/out.zarr\n"
 
 
@@ -189,31 +194,57 @@ def no_proxy_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandb
         server.stop()
 
 
+def created(create: Callable[[], Any]) -> None:
+    """Create, or find it already there (the sandbox is the module's)."""
+    try:
+        create()
+    except k8s.ApiException as exc:
+        if exc.status != 409:
+            raise
+
+
 @pytest.fixture
 def karmada_without_proxy(
-    no_proxy_sandbox: SandboxServer, settings: Any, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[SandboxServer]:
-    """The log read goes to the sandbox's real cluster proxy; only the binding's member status
-    (which pods ran) is given, since these runs never ran there."""
+    no_proxy_sandbox: SandboxServer, settings: Any
+) -> Iterator[Callable[[WorkflowRun, str], None]]:
+    """Karmada is the sandbox with that fleet; ``ran_at(run, site)`` moves the run's inference
+    step to ``site`` and really runs its step workflow there (simulated), so the binding's
+    member status names the step's pod as Argo would."""
     settings.KARMADA_KUBECONFIG = str(no_proxy_sandbox.kubeconfig)
-    monkeypatch.setattr(
-        logs,
-        "_member_status",
-        lambda wf: {"phase": "Succeeded", "nodes": {wf: {"id": wf, "name": wf, "type": "Pod"}}},
-    )
     SiteFactory(name="site-q", sync_mode=SyncMode.PULL)
     gateway.reset()
+    api = no_proxy_sandbox.api_client()
+    custom = k8s.CustomObjectsApi(api)
+    ns = settings.KARMADA_NAMESPACE
+    created(lambda: k8s.CoreV1Api(api).create_namespace({"metadata": {"name": ns}}))
+
+    def ran_at(run: WorkflowRun, site: str) -> None:
+        name = f"{run.name}-inference-1"
+        UnitRun.objects.filter(run=run, name="inference").update(site=site, workflow_name=name)
+        policy = site_policy(site)
+        created(
+            lambda: custom.create_namespaced_custom_object(*PP, ns, "propagationpolicies", policy)
+        )
+        body = workflow(name, [leaf("main")], labels={SITE_LABEL: site})
+        custom.create_namespaced_custom_object(*WF, ns, "workflows", body)
+
+        def done() -> bool:
+            status = logs._member_status(name) or {}
+            return status.get("phase") == "Succeeded"
+
+        no_proxy_sandbox.wait_for(done, what=f"{name} Succeeded at {site}")
+
     try:
-        yield no_proxy_sandbox
+        yield ran_at
     finally:
         no_proxy_sandbox.clear_faults()
         gateway.reset()
 
 
 def test_a_site_without_an_impersonator_secret_says_where_to_read_the_log(
-    run: WorkflowRun, client_for: Any, scientist: User, karmada_without_proxy: SandboxServer
+    run: WorkflowRun, client_for: Any, scientist: User, karmada_without_proxy: RanAt
 ) -> None:
-    UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
+    karmada_without_proxy(run, "site-p")
     url = reverse("ui-unit-logs", args=[run.pk, "inference"])
     body = client_for(scientist).get(url, **HX).content.decode()
     assert "Logs not available here: site-p is a pull-mode site" in body
@@ -224,15 +255,19 @@ def test_a_site_without_an_impersonator_secret_says_where_to_read_the_log(
 
 
 def test_a_pull_mode_site_with_the_agents_default_is_read_through_the_proxy(
-    run: WorkflowRun, client_for: Any, scientist: User, karmada_without_proxy: SandboxServer
+    run: WorkflowRun,
+    client_for: Any,
+    scientist: User,
+    karmada_without_proxy: RanAt,
+    no_proxy_sandbox: SandboxServer,
 ) -> None:
-    UnitRun.objects.filter(run=run, name="inference").update(site="site-q")
+    karmada_without_proxy(run, "site-q")
     url = reverse("ui-unit-logs", args=[run.pk, "inference"])
     body = client_for(scientist).get(url, **HX).content.decode()
-    # The proxy reached the member, which has no such pod: a per-pod message, not "no path".
-    assert "Karmada&#x27;s cluster proxy to site-q did not give the pod&#x27;s log" in body
-    assert "impersonator" not in body
-    karmada_without_proxy.fault("site-unreachable", site="site-q")
+    # The proxy reached the member's pod (a simulated pod prints nothing; a pod the member
+    # did not have would be "did not give the pod's log").
+    assert "The log is empty." in body and "Logs not available" not in body
+    no_proxy_sandbox.fault("site-unreachable", site="site-q")
     body = client_for(scientist).get(url, **HX).content.decode()
     assert "site-q is a pull-mode site and Karmada cannot reach its API endpoint" in body
     assert "kubectl logs" in body
@@ -379,9 +414,9 @@ def test_the_api_logs_say_why_when_not_available(
     run: WorkflowRun,
     api_client_for: Any,
     scientist: User,
-    karmada_without_proxy: SandboxServer,
+    karmada_without_proxy: RanAt,
 ) -> None:
-    UnitRun.objects.filter(run=run, name="inference").update(site="site-p")
+    karmada_without_proxy(run, "site-p")
     answer = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/inference/logs/")
     assert answer.status_code == 404
     assert "site-p is a pull-mode site" in answer.json()["detail"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,10 +18,15 @@ from django.core.management import call_command
 from portal import services
 from portal.choices import RunStatus
 from portal.models import WorkflowRun
+from sites.choices import SyncMode
 from tests.factories import PASSWORD as FACTORY_PASSWORD
-from tests.factories import WorkflowRunFactory
+from tests.factories import SiteFactory, WorkflowRunFactory
 from tests.fixtures_stack import Stack, wait_for
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
+from tests.portal.test_logs_no_proxy import (  # noqa: F401 (fixtures, asked for by name)
+    karmada_without_proxy,
+    no_proxy_sandbox,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -275,6 +280,28 @@ def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/preprocess/$"))
     page.reload()
     expect(log).to_contain_text("NDVI of 36 pixels", timeout=30_000)
+    page.close()
+
+
+def test_the_panel_says_why_a_site_without_a_proxy_path_has_no_logs(
+    browser: Any,
+    live_server: Any,
+    demo: None,
+    request: pytest.FixtureRequest,
+) -> None:
+    """site-p's karmada-agent ran with `--report-secrets=None`: Karmada's proxy has no path."""
+    from playwright.sync_api import expect
+
+    ran_at: Callable[[WorkflowRun, str], None] = request.getfixturevalue("karmada_without_proxy")
+    SiteFactory(name="site-p", sync_mode=SyncMode.PULL)
+    run = _finished_demo_run(User.objects.get(username="scientist"))
+    ran_at(run, "site-p")
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/units/inference/")
+    why = page.locator("#unit-panel .logs-unavailable")
+    expect(why).to_contain_text("site-p is a pull-mode site", timeout=30_000)
+    expect(why).to_contain_text(f"kubectl logs -n portal {run.name}-inference-1 -c main")
+    expect(page.locator("#unit-panel pre.log-text")).to_have_count(0)
     page.close()
 
 

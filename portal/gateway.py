@@ -481,8 +481,8 @@ LOG_CONNECT_TIMEOUT = 3.0
 
 
 class LogsUnavailable(PermanentError):
-    """Karmada has no proxy path to the pod: a pull-mode site, the pod is gone, or the
-    member refused."""
+    """Karmada's cluster proxy refused the read for good: the pod is gone, or the member
+    refused. (No path to the site at all is a 500 from Karmada: see ``portal.logs``.)"""
 
 
 def pod_log(

@@ -31,6 +31,20 @@ class LogsNotAvailable(Exception):
     """Why there is no log to show; the message is for the reader."""
 
 
+class NoProxyPath(LogsNotAvailable):
+    """Karmada cannot reach the site's pods at all (no impersonator secret, or the site's API
+    endpoint does not answer it): true of every pod of the site, not of one."""
+
+
+# What karmada-aggregated-apiserver answers (500, reason Unknown) when the cluster proxy has no
+# path: `ConnectCluster` (pkg/util/proxy/proxy.go) returns
+#   fmt.Errorf("the impersonatorSecretRef of cluster %s is nil", cluster.Name)
+# for a cluster registered without one (a pull-mode cluster whose karmada-agent ran with
+# `--report-secrets=None`), and the dial error when the cluster's apiEndpoint is unreachable.
+NO_IMPERSONATOR = "impersonatorSecretRef of cluster"
+UNREACHABLE = ("dial tcp", "i/o timeout", "connection refused", "no such host", "no route to host")
+
+
 def fnv32a(text: str) -> int:
     h = 0x811C9DC5
     for byte in text.encode("utf-8"):
@@ -114,12 +128,6 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
     workflow = attempt_workflow(unit, attempt)
     if not site:
         raise LogsNotAvailable("The step workflow is not placed at a site yet.")
-    mode = Site.objects.filter(name=site).values_list("sync_mode", flat=True).first()
-    if mode == SyncMode.PULL:
-        raise LogsNotAvailable(
-            f"Logs not available: {site} is a pull-mode site, and Karmada has no proxy path "
-            "to its pods. Read them on the site (kubectl logs, or the site's Argo UI)."
-        )
     try:
         status = _member_status(workflow)
     except gateway.KarmadaError as exc:
@@ -166,8 +174,41 @@ def log_chunks(
             f"({exc.message})."
         ) from exc
     except gateway.KarmadaError as exc:
+        no_path = _no_proxy_path(site, pod, container, exc)
+        if no_path is not None:
+            raise no_path from exc
         raise LogsNotAvailable(f"Logs not available: Karmada did not answer ({exc}).") from exc
     return _bounded(stream, limit, budget if follow else None)
+
+
+def _no_proxy_path(
+    site: str, pod: str, container: str, exc: gateway.KarmadaError
+) -> NoProxyPath | None:
+    """Say why Karmada's cluster proxy has no path to the site, and where to read the log
+    instead; None when the error is not one of those (Karmada itself did not answer)."""
+    if exc.status != 500:
+        return None
+    if NO_IMPERSONATOR in exc.message:
+        why = "Karmada holds no impersonator secret for it, so its cluster proxy cannot reach it"
+        if _is_pull_mode(site):
+            why += " (its karmada-agent registered it without one: --report-secrets)"
+    elif any(marker in exc.message for marker in UNREACHABLE):
+        why = "Karmada cannot reach its API endpoint"
+        if _is_pull_mode(site):
+            why += " (the site connects to Karmada, not the other way round)"
+    else:
+        return None
+    kind = "a pull-mode site" if _is_pull_mode(site) else "a push-mode site"
+    return NoProxyPath(
+        f"Logs not available here: {site} is {kind} and {why}. Read them on the site: "
+        f"kubectl logs -n {gateway.namespace()} {pod} -c {container} "
+        f"(with {site}'s kubeconfig), or the site's Argo UI. Karmada said: {exc.message}"
+    )
+
+
+def _is_pull_mode(site: str) -> bool:
+    mode = Site.objects.filter(name=site).values_list("sync_mode", flat=True).first()
+    return mode == SyncMode.PULL
 
 
 def _bounded(stream: Iterator[bytes], limit: int, seconds: float | None) -> Iterator[bytes]:

@@ -12,6 +12,7 @@ from sandbox import quantity
 
 DEMO_FLEET = Path(__file__).parent / "fleets" / "demo.yaml"
 DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+REPORT_SECRETS_DEFAULT = ("KubeCredentials", "KubeImpersonator")
 
 
 @dataclass
@@ -31,10 +32,15 @@ class Site:
     # -- execution (issue 16): the site's artifact repository ------------------------------
     # {endpoint?, credentialsSecret?, readableFrom?: [site, ...]}
     artifacts: dict[str, Any] = field(default_factory=dict)
+    # karmada-agent's `--report-secrets` (pull mode only); its default reports both.
+    report_secrets: tuple[str, ...] = REPORT_SECRETS_DEFAULT
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
         name = str(d["name"])
+        if d.get("reportSecrets") is not None and d.get("syncMode", "Push") != "Pull":
+            # A flag of karmada-agent: a push-mode site has no agent to pass it to.
+            raise ValueError(f"site {name}: reportSecrets applies to syncMode Pull only")
         return cls(
             name=name,
             region=str(d.get("region", "")),
@@ -49,6 +55,7 @@ class Site:
             bucket=str(d.get("bucket") or f"{name}-artifacts"),
             kubernetes_version=str(d.get("kubernetesVersion", "v1.31.2")),
             artifacts=dict(d.get("artifacts") or {}),
+            report_secrets=_report_secrets(d.get("reportSecrets"), name),
         )
 
     # -- execution (issue 16) ---------------------------------------------------------------
@@ -76,9 +83,15 @@ class Site:
             "zone": self.zone,
             "id": f"sandbox-{self.name}",
         }
-        if self.sync_mode == "Push":
-            # `karmadactl join` creates it; karmada-agent (Pull) registers none, so the
-            # cluster proxy has no credentials for a pull-mode cluster.
+        # `karmadactl join` (Push) always creates the impersonator secret. karmada-agent (Pull)
+        # reports it unless `--report-secrets` leaves it out: its default is
+        # "KubeCredentials,KubeImpersonator" (cmd/agent/app/options/options.go), and
+        # generateClusterInControllerPlane (cmd/agent/app/agent.go) then sets
+        #   if opts.IsKubeImpersonatorEnabled() {
+        #       cluster.Spec.ImpersonatorSecretRef = &clusterv1alpha1.LocalSecretReference{
+        # with the name `<cluster>-impersonator` (pkg/util/names/names.go). Without it the
+        # cluster proxy has no credentials for the cluster.
+        if self.sync_mode == "Push" or "KubeImpersonator" in self.report_secrets:
             spec["impersonatorSecretRef"] = {
                 "namespace": "karmada-cluster",
                 "name": f"{self.name}-impersonator",
@@ -91,6 +104,23 @@ class Site:
             "metadata": {"name": self.name, "labels": labels},
             "spec": spec,
         }
+
+
+def _report_secrets(value: Any, site: str) -> tuple[str, ...]:
+    """`reportSecrets` of a pull-mode site, as karmada-agent's `--report-secrets`: a list (or
+    comma-separated string) of KubeCredentials and KubeImpersonator, or None."""
+    if value is None:
+        return REPORT_SECRETS_DEFAULT
+    items = value.split(",") if isinstance(value, str) else value
+    names = tuple(str(i).strip() for i in items) if isinstance(items, list) else ()
+    if names == ("None",):
+        return ()
+    if not names or any(n not in REPORT_SECRETS_DEFAULT for n in names):
+        raise ValueError(
+            f"site {site}: reportSecrets must be KubeCredentials, KubeImpersonator (or both), "
+            f"or None, not {value!r}"
+        )
+    return names
 
 
 def _sync_mode(value: Any, site: str) -> str:

@@ -329,8 +329,8 @@ class WorkflowRunViewSet(
     def unit_logs(self, request: Request, pk: str | None = None, name: str = "") -> Any:
         """The step's log, read from its site through Karmada's cluster proxy (text), at most
         PORTAL_LOG_MAX_BYTES. A step with several pods gives each, headed by its name. When
-        the log cannot be read (a pull-mode site, an attempt whose workflow is gone) the
-        answer is 404 with the reason."""
+        the log cannot be read (Karmada has no proxy path to the site, an attempt whose workflow
+        is gone) the answer is 404 with the reason and where to read it."""
         u = self._unit(name)
         params = request.query_params
         errors = []

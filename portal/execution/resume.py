@@ -3,8 +3,9 @@ clear ``spec.suspend``, and mark every active Suspend node Succeeded.
 
 ``spec.suspend`` is cleared on karmada-apiserver, which propagates the spec to the member.
 Node status is the member controller's, and Karmada does not propagate status downwards, so
-the suspended nodes are marked on the member's Workflow through Karmada's cluster proxy (a
-pull-mode site has none: the event says to resume it there)."""
+the suspended nodes are marked on the member's Workflow through Karmada's cluster proxy (when
+Karmada has no path to the site, e.g. a pull-mode site registered without an impersonator
+secret, the event says to resume it there)."""
 
 from __future__ import annotations
 

@@ -101,10 +101,13 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
                     attempt.site, pod.pod, container=container, tail=PANEL_TAIL_LINES
                 )
                 context["logs"].append({"pod": pod, "text": text, "error": ""})
+            except logs.NoProxyPath:
+                raise  # the same for every pod of the site: said once, below
             except logs.LogsNotAvailable as exc:
                 context["logs"].append({"pod": pod, "text": "", "error": str(exc)})
         context["more_pods"] = max(len(shown) - 10, 0)
     except logs.LogsNotAvailable as exc:
+        context["logs"] = []
         context["unavailable"] = str(exc)
     response = render(request, "portal/htmx/unit_logs.html", context)
     response["Cache-Control"] = "no-store"  # a log is read fresh from the site every time

@@ -4,8 +4,9 @@ API (`pkg/registry/cluster/storage/proxy.go`, `pkg/util/proxy/proxy.go`). The me
 answers a few paths itself: pod logs (`container`, `tailLines`, `follow`) and Workflows (list,
 get, delete: an `argo delete` at the site; replace: `argo resume`, see `_workflow_replace`).
 
-Like upstream, a cluster without `spec.impersonatorSecretRef` (pull-mode clusters registered
-by karmada-agent have none) answers 500 `the impersonatorSecretRef of cluster <name> is nil`,
+Like upstream, a cluster without `spec.impersonatorSecretRef` (a pull-mode cluster whose
+karmada-agent ran with `--report-secrets=None`; by default the agent reports it, see
+`sandbox/fleet.py`) answers 500 `the impersonatorSecretRef of cluster <name> is nil`,
 and an unreachable member a 500 with the dial error: `ConnectCluster` returns plain errors,
 which the apiserver turns into a `Status` with reason `Unknown`."""
 

@@ -8,18 +8,25 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 
+from portal import services
 from portal.choices import RunStatus
 from portal.models import WorkflowRun
+from sites.choices import SyncMode
 from tests.factories import PASSWORD as FACTORY_PASSWORD
-from tests.factories import WorkflowRunFactory
+from tests.factories import SiteFactory, WorkflowRunFactory
+from tests.fixtures_stack import Stack, wait_for
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
+from tests.portal.test_logs_no_proxy import (  # noqa: F401 (fixtures, asked for by name)
+    karmada_without_proxy,
+    no_proxy_sandbox,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -233,34 +240,68 @@ def _finished_demo_run(owner: User) -> WorkflowRun:
 
 
 def test_a_scientist_clicks_a_node_and_reads_its_logs_and_outputs(
-    browser: Any, live_server: Any, demo: None, site_logs: None
+    browser: Any, live_server: Any, live_executing: Stack
 ) -> None:
+    """A finished demo run on a sandbox that really ran its steps: the inference step ran at
+    site-c, a pull-mode site whose karmada-agent reported its impersonator secret (upstream's
+    default), so its log comes through Karmada's cluster proxy like a push-mode site's."""
     from playwright.sync_api import expect
 
-    from portal.models import UnitRun
-
-    run = _finished_demo_run(User.objects.get(username="scientist"))
-    UnitRun.objects.filter(run=run, name="preprocess").update(
-        workflow_name=f"{run.name}-preprocess-1"
+    scientist = User.objects.get(username="scientist")
+    run = services.run_submit(user=scientist, body=EO_PIPELINE.read_text(), project="eo-demo")
+    done = wait_for(
+        lambda: WorkflowRun.objects.filter(pk=run.pk, finished_at__isnull=False).first(),
+        180,
+        "the demo run to finish",
     )
+    assert done is not None and done.status == RunStatus.SUCCEEDED, done and done.message
+    inference = done.units.get(name="inference")
+    assert inference.site == "site-c"
+    printed = inference.outputs["result"]  # the one line inference printed: its summary
+    assert '"patches": 9' in printed
+
     page = login(browser, live_server.url, "scientist")
     page.goto(f"{live_server.url}/runs/{run.pk}/")
     page.locator("#run-live svg.dag g.node[data-unit=inference]").click()
     panel = page.locator("#unit-panel")
     expect(panel).to_be_visible(timeout=30_000)
-    expect(panel).to_contain_text("cloud-fraction", timeout=30_000)
-    expect(panel).to_contain_text("s3://site-c-artifacts/m.tif", timeout=30_000)
-    # The demo's site-c joined Karmada in Pull mode: no proxy path, and the panel says so.
-    expect(panel.locator(".logs-unavailable")).to_contain_text("pull-mode", timeout=30_000)
+    expect(panel).to_contain_text("site-c", timeout=30_000)
+    expect(panel).to_contain_text("masks", timeout=30_000)
+    # Argo records the final output key-only (the site's default repository): its key shows.
+    expect(panel).to_contain_text(f"{inference.workflow_name}/masks.tgz", timeout=30_000)
+    log = panel.locator("pre.log-text")
+    expect(log).to_contain_text(printed, timeout=30_000)
+    expect(panel.locator(".logs-unavailable")).to_have_count(0)
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/inference/$"))
-    # site-b is a push site: its step's log comes through Karmada's cluster proxy.
+    # site-b is a push-mode site: its step's log comes the same way.
     page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
-    logs = page.locator("#unit-panel pre.log-text")
-    expect(logs).to_contain_text("inference done: 4 tiles", timeout=30_000)
+    expect(log).to_contain_text("NDVI of 36 pixels from 4 band tiles", timeout=30_000)
     # The panel has its own address: a reload opens it again.
     page.wait_for_url(re.compile(rf".*/runs/{run.pk}/units/preprocess/$"))
     page.reload()
-    expect(logs).to_contain_text("loading model unet", timeout=30_000)
+    expect(log).to_contain_text("NDVI of 36 pixels", timeout=30_000)
+    page.close()
+
+
+def test_the_panel_says_why_a_site_without_a_proxy_path_has_no_logs(
+    browser: Any,
+    live_server: Any,
+    demo: None,
+    request: pytest.FixtureRequest,
+) -> None:
+    """site-p's karmada-agent ran with `--report-secrets=None`: Karmada's proxy has no path."""
+    from playwright.sync_api import expect
+
+    ran_at: Callable[[WorkflowRun, str], None] = request.getfixturevalue("karmada_without_proxy")
+    SiteFactory(name="site-p", sync_mode=SyncMode.PULL)
+    run = _finished_demo_run(User.objects.get(username="scientist"))
+    ran_at(run, "site-p")
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/units/inference/")
+    why = page.locator("#unit-panel .logs-unavailable")
+    expect(why).to_contain_text("site-p is a pull-mode site", timeout=30_000)
+    expect(why).to_contain_text(f"kubectl logs -n portal {run.name}-inference-1 -c main")
+    expect(page.locator("#unit-panel pre.log-text")).to_have_count(0)
     page.close()
 
 

@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 
 from sandbox.fleet import load_fleet
-from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
+from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer, start_sandbox
 from tests.sandbox.conftest import NS, Fleet, leaf, site_policy, unique, workflow
 
 PP = ("policy.karmada.io", "v1alpha1")
@@ -427,15 +427,45 @@ def test_following_a_pod_log_streams_until_the_pod_ends(
     assert fleet.live_status("site-b", name)["phase"] == "Succeeded"
 
 
-def test_a_pull_mode_cluster_has_no_proxy(sandbox: SandboxServer) -> None:
-    with pytest.raises(SandboxHTTPError) as err:
-        sandbox.request("GET", PROXY.format(cluster="site-c") + f"/api/v1/namespaces/{NS}/pods")
-    assert err.value.status == 500
-    assert err.value.body["reason"] == "Unknown"
-    assert err.value.body["message"] == "the impersonatorSecretRef of cluster site-c is nil"
+def test_a_pull_mode_cluster_reports_its_impersonator_and_is_proxied(
+    sandbox: SandboxServer,
+) -> None:
+    """karmada-agent's default `--report-secrets` includes KubeImpersonator: the demo's
+    pull-mode site-c is reachable through the cluster proxy like a push-mode one."""
+    listed = sandbox.request(
+        "GET",
+        PROXY.format(cluster="site-c") + f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows",
+    )
+    assert listed["kind"] == "WorkflowList"
     with pytest.raises(SandboxHTTPError) as err:
         sandbox.request("GET", PROXY.format(cluster="site-z") + "/api/v1")
     assert err.value.status == 404
+
+
+def test_a_pull_mode_cluster_registered_without_secrets_has_no_proxy(tmp_path: Path) -> None:
+    """`--report-secrets=None` (fleet file: `reportSecrets: None`): no impersonatorSecretRef,
+    and the proxy answers as karmada-aggregated-apiserver does."""
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "sites:\n  - name: site-p\n    syncMode: Pull\n    reportSecrets: None\n"
+        "  - name: site-q\n    syncMode: Pull\n"
+    )
+    server = start_sandbox(tmp_path, extra_args=["--fleet", str(fleet)])
+    try:
+        with pytest.raises(SandboxHTTPError) as err:
+            server.request(
+                "GET", PROXY.format(cluster="site-p") + f"/api/v1/namespaces/{NS}/pods/x/log"
+            )
+        assert err.value.status == 500
+        assert err.value.body["reason"] == "Unknown"
+        assert err.value.body["message"] == "the impersonatorSecretRef of cluster site-p is nil"
+        with pytest.raises(SandboxHTTPError) as err:
+            server.request(
+                "GET", PROXY.format(cluster="site-q") + f"/api/v1/namespaces/{NS}/pods/x/log"
+            )
+        assert err.value.status == 404  # proxied: the member has no such pod
+    finally:
+        server.stop()
 
 
 def test_an_unreachable_push_cluster_cannot_be_proxied(sandbox: SandboxServer) -> None:
@@ -456,11 +486,22 @@ def test_the_fleet_file_sets_each_sites_sync_mode(fleet: Fleet, tmp_path: Path) 
         "karmada-cluster"
     )
     assert fleet.cluster("site-c")["spec"]["syncMode"] == "Pull"
-    assert "impersonatorSecretRef" not in fleet.cluster("site-c")["spec"]
+    assert fleet.cluster("site-c")["spec"]["impersonatorSecretRef"] == {
+        "namespace": "karmada-cluster",
+        "name": "site-c-impersonator",
+    }
     bad = tmp_path / "fleet.yaml"
     bad.write_text("sites:\n  - name: x\n    syncMode: Sideways\n")
     with pytest.raises(ValueError, match="syncMode must be Push or Pull"):
         load_fleet(bad)
+    bad.write_text("sites:\n  - name: x\n    syncMode: Pull\n    reportSecrets: [Tokens]\n")
+    with pytest.raises(ValueError, match="x: reportSecrets must be"):
+        load_fleet(bad)
+    bad.write_text("sites:\n  - name: x\n    reportSecrets: None\n")
+    with pytest.raises(ValueError, match="applies to syncMode Pull only"):
+        load_fleet(bad)
+    bad.write_text("sites:\n  - name: x\n    syncMode: Pull\n    reportSecrets: KubeCredentials\n")
+    assert "impersonatorSecretRef" not in load_fleet(bad)[0].cluster_object()["spec"]
 
 
 def test_a_deleted_binding_is_built_again(

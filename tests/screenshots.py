@@ -347,6 +347,16 @@ def main() -> None:
             sandbox_argv.append("--execute")  # as run_demo: steps really run, logs are real
         procs.append(start(sandbox_argv, env, var_dir / "sandbox.log"))
         wait_http(f"http://127.0.0.1:{sandbox_port}/version", procs[-1], var_dir / "sandbox.log")
+        # run_demo creates the repositories' credential Secrets only on a sandbox it starts
+        # itself; without them every cross-site read waits for its Secret.
+        sys.path.insert(0, str(ROOT))
+        from placement.demo import create_credentials
+
+        create_credentials(
+            f"http://127.0.0.1:{sandbox_port}",
+            env.get("KARMADA_NAMESPACE", "portal"),
+            env.get("PORTAL_LABEL_DOMAIN", "portal.multisite.io"),
+        )
         env["KARMADA_KUBECONFIG"] = str(kubeconfig)
 
         port = free_port()

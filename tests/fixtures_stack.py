@@ -121,6 +121,10 @@ def end_other_sessions(application_name: str | None = None) -> None:
             cursor.execute(sql + " AND application_name = %s", [application_name])
 
 
+# Every stack of the session that is up (see stack_for_test).
+RUNNING_STACKS: list[Stack] = []
+
+
 @contextlib.contextmanager
 def running_stack(
     tmp_path_factory: pytest.TempPathFactory,
@@ -163,11 +167,13 @@ def running_stack(
         "PORTAL_DECISION_QUEUE_KEY": STACK_QUEUE_KEY,
     }
     s = Stack(sandbox=sandbox, processes=Processes(workdir, env), resync=resync)
+    RUNNING_STACKS.append(s)
     try:
         s.start("worker")
         s.start("watcher")
         yield s
     finally:
+        RUNNING_STACKS.remove(s)
         try:
             s.processes.stop_all()
         finally:
@@ -242,6 +248,15 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     # webhooks added (the permanent-id label); a fresh control plane alone would hide that.
     tasks.sites_sync()
     tasks.sites_sync()
+    # Stacks of one session share the Redis database, so the Celery queue: another stack's
+    # worker would take this test's tasks and create its step workflows on that stack's
+    # sandbox. Only the stack in use runs a worker and a watcher; the others start theirs
+    # again when a test uses them.
+    for other in RUNNING_STACKS:
+        if other is not stack:
+            for name in ("worker", "watcher"):
+                if name in other.procs:
+                    other.kill(name, signal.SIGTERM)
     # What an earlier test stopped on purpose and left stopped; anything that exited on its
     # own failed stack.check() above.
     for name in ("worker", "watcher"):

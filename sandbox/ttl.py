@@ -27,7 +27,7 @@ class WorkflowGC:
     def __init__(self, sandbox: Sandbox) -> None:
         self.sb = sandbox
         # (cluster, namespace, name, run id) -> monotonic time the run was first seen done.
-        self._done: dict[tuple[str, str, str, int], float] = {}
+        self._done: dict[tuple[str, str, str, str], float] = {}
 
     def collect(self) -> None:
         now = time.monotonic()
@@ -39,7 +39,7 @@ class WorkflowGC:
                 secs = ttl_seconds(run.obj.get("spec") or {}, run.phase)
                 if secs is None:
                     continue
-                mark = (member.name, key[0], key[1], id(run))
+                mark = (member.name, key[0], key[1], run.uid)
                 live.add(mark)
                 since = self._done.setdefault(mark, now)
                 if (now - since) * self.sb.config.time_scale >= secs:

@@ -7,6 +7,7 @@ import base64
 import gzip
 import json
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,10 @@ class RunCore:
         meta = obj["metadata"]
         self.name: str = meta["name"]
         self.namespace: str = meta["namespace"]
+        # The member apiserver's uid of this object: a new one for every create, as Kubernetes
+        # does, so a copy Karmada re-creates is told apart from the one deleted (Python's id()
+        # of the run is reused once the old one is freed).
+        self.uid = str(uuid.uuid4())
         self.nodes: dict[str, dict[str, Any]] = {}
         self.phase = "Pending"
         self.started_at: str | None = None

@@ -94,9 +94,9 @@ class Karmada:
         self.clusters = ClusterController(sandbox)
         self.events = Events(sandbox.store)
         # (cluster, namespace, name) -> (run, Work generation) last applied to the member.
-        self._applied: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._applied: dict[tuple[str, str, str], tuple[str, int]] = {}
         # (cluster, namespace, name) -> (run, status version) last reflected into the Work.
-        self._reflected: dict[tuple[str, str, str], tuple[int, int]] = {}
+        self._reflected: dict[tuple[str, str, str], tuple[str, int]] = {}
         self._frozen: set[str] = set()
         # (namespace, name) -> what its Works were last built from (template, targets,
         # override policies), so that a Workflow whose member status moves costs no rebuild.
@@ -398,14 +398,17 @@ class Karmada:
         """Creates or updates the member's copy from the Work; the Work as stored after."""
         run = member.runs.get(key)
         # The generation moves with the Work's spec only (status is a subresource).
-        stamp = (id(run), int(work["metadata"].get("generation", 1)))
+        stamp = (run.uid if run else "", int(work["metadata"].get("generation", 1)))
         if run is not None and self._applied.get((member.name, *key)) == stamp:
             return work
         if run is None and (member.name, *key) in self._applied:
             log.info("member %s lost %s/%s: re-created from its Work", member.name, *key)
         member.apply(clone(work["spec"]["workload"]["manifests"][0]))
         run = member.runs.get(key)
-        self._applied[(member.name, *key)] = (id(run), int(work["metadata"].get("generation", 1)))
+        self._applied[(member.name, *key)] = (
+            run.uid if run else "",
+            int(work["metadata"].get("generation", 1)),
+        )
         if condition(work.get("status") or {}, "Applied") is None:
             new = clone(work)
             _set_condition(
@@ -427,7 +430,7 @@ class Karmada:
         run: WorkflowRun | None = member.runs.get(key)
         if run is None or member.name in self._frozen:
             return
-        stamp = (id(run), run.version)
+        stamp = (run.uid, run.version)
         if self._reflected.get((member.name, *key)) == stamp:
             return
         status = run.render_status()

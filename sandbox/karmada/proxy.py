@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -84,7 +83,7 @@ def _member_workflow(member: Member, namespace: str, name: str) -> Obj | None:
         return None
     obj = clone(run.obj)
     meta = obj.setdefault("metadata", {})
-    meta["uid"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{member.name}/{namespace}/{name}/{id(run)}"))
+    meta["uid"] = run.uid
     meta["resourceVersion"] = str(run.version)
     meta.setdefault("creationTimestamp", run.started_at or now_iso())
     obj["status"] = run.render_status()

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from django.contrib.auth.models import User
 
 from placement.demo import credential_secrets
@@ -22,6 +21,7 @@ from portal import services
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxHTTPError
 from tests.fixtures_stack import Stack, wait_for
+from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
 
@@ -33,53 +33,15 @@ CONTENT = "line one\nsecond line: ünïcode & symbols $HOME {{not-a-template}}"
 
 def write_then_read() -> str:
     """``write`` (python:3) writes CONTENT into an output artifact; ``read`` prints it."""
-    return yaml.safe_dump(
+    return helpers.write_then_read(
         {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Workflow",
-            "metadata": {"generateName": "across-"},
-            "spec": {
-                "entrypoint": "main",
-                "templates": [
-                    {
-                        "name": "main",
-                        "dag": {
-                            "tasks": [
-                                {"name": "write", "template": "write"},
-                                {
-                                    "name": "read",
-                                    "template": "read",
-                                    "depends": "write",
-                                    "arguments": {
-                                        "artifacts": [
-                                            {
-                                                "name": "data",
-                                                "from": "{{tasks.write.outputs.artifacts.data}}",
-                                            }
-                                        ]
-                                    },
-                                },
-                            ]
-                        },
-                    },
-                    {
-                        "name": "write",
-                        "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
-                        "script": {
-                            "image": "python:3",
-                            "command": ["python3"],
-                            "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
-                        },
-                    },
-                    {
-                        "name": "read",
-                        "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
-                        "container": {"image": "alpine:3.23", "command": ["cat", "/tmp/in.txt"]},
-                    },
-                ],
+            "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
+            "script": {
+                "image": "python:3",
+                "command": ["python3"],
+                "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
             },
-        },
-        allow_unicode=True,
+        }
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from portal.choices import RunStatus, UnitPhase
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Project
@@ -89,3 +91,43 @@ def chain_units(n: int, width: int = 40) -> list[tuple[str, str, str, list[str]]
         phase = UnitPhase.SUCCEEDED if i < n // 2 else UnitPhase.RUNNING
         out.append((f"u{i:05d}", sites[i % 3], phase, up))
     return out
+
+
+# The reading step of the cross-site artifact tests: prints the file it was given.
+READ_DATA = {
+    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
+    "container": {"image": "alpine:3.23", "command": ["cat", "/tmp/in.txt"]},
+}
+
+
+def write_then_read(
+    write: dict[str, Any], read: dict[str, Any] | None = None, *, generate_name: str = "across-"
+) -> str:
+    """A two-task DAG: ``write`` (its template, without a name) makes the output artifact
+    ``data``, and ``read`` (``READ_DATA`` unless given) takes it ``from`` write's output."""
+    take = {"name": "data", "from": "{{tasks.write.outputs.artifacts.data}}"}
+    tasks = [
+        {"name": "write", "template": "write"},
+        {
+            "name": "read",
+            "template": "read",
+            "depends": "write",
+            "arguments": {"artifacts": [take]},
+        },
+    ]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": generate_name},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [
+                    {"name": "main", "dag": {"tasks": tasks}},
+                    {"name": "write", **write},
+                    {"name": "read", **(read or READ_DATA)},
+                ],
+            },
+        },
+        allow_unicode=True,
+    )

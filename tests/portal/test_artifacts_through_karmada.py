@@ -20,6 +20,7 @@ from portal.choices import UnitPhase
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, DatasetReplica, Site, SiteLink
 from tests.fixtures_sandbox import SandboxServer
+from tests.portal.helpers import READ_DATA, write_then_read
 from tests.sandbox.execution import conftest as on_members
 from tests.sandbox.execution.conftest import Member, needs_bwrap, secret
 
@@ -64,60 +65,24 @@ def fleet(executing: SandboxServer, db: Any, settings: Any) -> SandboxServer:
 
 
 def pipeline() -> str:
-    return yaml.safe_dump(
+    return write_then_read(
         {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "Workflow",
-            "metadata": {"generateName": "reach-"},
-            "spec": {
-                "entrypoint": "main",
-                "templates": [
-                    {
-                        "name": "main",
-                        "dag": {
-                            "tasks": [
-                                {"name": "write", "template": "write"},
-                                {
-                                    "name": "read",
-                                    "template": "read",
-                                    "depends": "write",
-                                    "arguments": {
-                                        "artifacts": [
-                                            {
-                                                "name": "data",
-                                                "from": "{{tasks.write.outputs.artifacts.data}}",
-                                            }
-                                        ]
-                                    },
-                                },
-                            ]
-                        },
-                    },
-                    {
-                        # Reads the archive at site-a, so it runs there.
-                        "name": "write",
-                        "metadata": {"annotations": {f"{D}/datasets": "sentinel2-l1c"}},
-                        "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
-                        "script": {
-                            "image": "python:3.12",
-                            "command": ["python3"],
-                            "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
-                        },
-                    },
-                    {
-                        # More CPU than site-a has at all: it must run elsewhere.
-                        "name": "read",
-                        "metadata": {"annotations": {f"{D}/datasets": "aux-c"}},
-                        "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
-                        "container": {
-                            "image": "alpine:3.23",
-                            "command": ["cat", "/tmp/in.txt"],
-                            "resources": {"requests": {"cpu": "20"}},
-                        },
-                    },
-                ],
+            # Reads the archive at site-a, so it runs there.
+            "metadata": {"annotations": {f"{D}/datasets": "sentinel2-l1c"}},
+            "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
+            "script": {
+                "image": "python:3.12",
+                "command": ["python3"],
+                "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
             },
-        }
+        },
+        {
+            # More CPU than site-a has at all: it must run elsewhere.
+            **READ_DATA,
+            "metadata": {"annotations": {f"{D}/datasets": "aux-c"}},
+            "container": {**READ_DATA["container"], "resources": {"requests": {"cpu": "20"}}},
+        },
+        generate_name="reach-",
     )
 
 

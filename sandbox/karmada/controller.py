@@ -31,10 +31,11 @@ from sandbox.argo import Member, WorkflowRun, fnv32a
 from sandbox.karmada.clusters import ClusterController, execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
-    RB_ID_LABEL,
+    EXECUTION_FINALIZER,
     bind,
     release_policies,
     uuid_for,
+    work_object,
 )
 from sandbox.karmada.events import Events
 from sandbox.karmada.overrides import apply_override_policies
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandbox.karmada")
 
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
-EXECUTION_FINALIZER = "karmada.io/execution-controller"
 FULL_PASS_EVERY_S = 5.0
 Key = tuple[str, str]
 
@@ -314,7 +314,7 @@ class Karmada:
                 self._manifest(wf, rb), wf, clusters[cluster], cops, ops
             )
             if work is None:
-                self.store.create(WORK, self._work(ns, name, rb, manifest), validate=False)
+                self.store.create(WORK, work_object(ns, name, rb, manifest), validate=False)
             elif work["metadata"].get("deletionTimestamp"):
                 continue  # the old one must go first (a re-created Workflow)
             elif work["spec"]["workload"]["manifests"][0] != manifest:
@@ -341,22 +341,6 @@ class Karmada:
                 "annotations": annotations,
             },
             "spec": clone(wf.get("spec") or {}),
-        }
-
-    @staticmethod
-    def _work(ns: str, name: str, rb: Obj, manifest: Obj) -> Obj:
-        return {
-            "metadata": {
-                "name": name,
-                "namespace": ns,
-                "labels": {RB_ID_LABEL: rb["metadata"]["labels"].get(RB_ID_LABEL, "")},
-                "annotations": {
-                    "resourcebinding.karmada.io/name": rb["metadata"]["name"],
-                    "resourcebinding.karmada.io/namespace": rb["metadata"]["namespace"],
-                },
-                "finalizers": [EXECUTION_FINALIZER],
-            },
-            "spec": {"workload": {"manifests": [manifest]}},
         }
 
     # -- execution controller --------------------------------------------------------------

@@ -24,6 +24,8 @@ PP_NAME = "propagationpolicy.karmada.io/name"
 PP_NAMESPACE = "propagationpolicy.karmada.io/namespace"
 CPP_NAME = "clusterpropagationpolicy.karmada.io/name"
 RB_ID_LABEL = "resourcebinding.karmada.io/permanent-id"
+# A Work's finalizer (pkg/controllers/execution/execution_controller.go).
+EXECUTION_FINALIZER = "karmada.io/execution-controller"
 BINDING_FINALIZER = "karmada.io/binding-controller"
 
 
@@ -152,3 +154,21 @@ def _node_claim(wf: Obj) -> dict[str, Any]:
             spec["affinity"]["nodeAffinity"].get("requiredDuringSchedulingIgnoredDuringExecution")
         )
     return claim
+
+
+def work_object(ns: str, name: str, rb: Obj, manifest: Obj) -> Obj:
+    """The Work the binding controller writes for one target cluster (in its execution
+    namespace ``ns``), holding ``manifest``, the member's copy; any kind of template."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "labels": {RB_ID_LABEL: rb["metadata"]["labels"].get(RB_ID_LABEL, "")},
+            "annotations": {
+                "resourcebinding.karmada.io/name": rb["metadata"]["name"],
+                "resourcebinding.karmada.io/namespace": rb["metadata"]["namespace"],
+            },
+            "finalizers": [EXECUTION_FINALIZER],
+        },
+        "spec": {"workload": {"manifests": [manifest]}},
+    }

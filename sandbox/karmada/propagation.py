@@ -34,10 +34,11 @@ from sandbox.argo import fnv32a
 from sandbox.karmada.clusters import execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
-    RB_ID_LABEL,
+    EXECUTION_FINALIZER,
     bind,
     binding_name,
     uuid_for,
+    work_object,
 )
 from sandbox.karmada.overrides import apply_override_policies
 from sandbox.karmada.scheduling import cluster_ready, schedule
@@ -60,7 +61,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandbox.karmada")
 
 KINDS = (SECRET, CONFIG_MAP)
-EXECUTION_FINALIZER = "karmada.io/execution-controller"
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
 MANAGED_LABEL = "karmada.io/managed"
 CONFLICT = "work.karmada.io/conflict-resolution"
@@ -224,7 +224,7 @@ class PlainPropagation:
                 _manifest(obj, rb), obj, clusters[cluster], cops, ops
             )
             if work is None:
-                self.store.create(WORK, _work(ns, name, rb, manifest), validate=False)
+                self.store.create(WORK, work_object(ns, name, rb, manifest), validate=False)
             elif not work["metadata"].get("deletionTimestamp") and (
                 work["spec"]["workload"]["manifests"][0] != manifest
             ):
@@ -385,19 +385,3 @@ def _manifest(obj: Obj, rb: Obj) -> Obj:
         if key in obj:
             out[key] = clone(obj[key])
     return out
-
-
-def _work(ns: str, name: str, rb: Obj, manifest: Obj) -> Obj:
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {RB_ID_LABEL: rb["metadata"]["labels"].get(RB_ID_LABEL, "")},
-            "annotations": {
-                "resourcebinding.karmada.io/name": rb["metadata"]["name"],
-                "resourcebinding.karmada.io/namespace": rb["metadata"]["namespace"],
-            },
-            "finalizers": [EXECUTION_FINALIZER],
-        },
-        "spec": {"workload": {"manifests": [manifest]}},
-    }

@@ -128,9 +128,7 @@ def test_a_step_the_member_deleted_after_completion_is_not_counted_twice(fleet, 
         copy = member_copy(fleet, unit.site, unit.workflow_name)
         return bool(copy and copy["metadata"]["uid"] != first["metadata"]["uid"])
 
-    # Generous: the execution controller re-creates it only while the cluster is Ready, and a
-    # loaded machine can let the sandbox's cluster leases lapse for a while.
-    fleet.wait_for(ran_again, timeout=90, what="the copy re-created by Karmada")
+    fleet.wait_for(ran_again, what="the copy re-created by Karmada")
     with caplog.at_level(logging.WARNING, logger="portal.execution.bindings"):
 
         def seen_and_ignored() -> bool:

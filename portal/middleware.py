@@ -24,6 +24,9 @@ from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+# How much of a body past the limit is still read (and dropped) so the client gets the 413.
+DRAIN_FACTOR = 4
+
 
 class BodyTooLarge(Exception):
     pass
@@ -44,8 +47,16 @@ def _read_terminated(stream: Any, limit: int) -> bytes:
 
 
 def _read_chunks(raw: Any, limit: int) -> bytes:
-    """Decode an HTTP/1.1 chunked body from ``raw`` (a buffered socket reader)."""
+    """Decode an HTTP/1.1 chunked body from ``raw`` (a buffered socket reader).
+
+    Past ``limit`` the rest of the body is read and dropped, up to ``DRAIN_FACTOR`` times the
+    limit, before ``BodyTooLarge``: Django's server drains a body with a length it did not read
+    (``ServerHandler.close`` reads ``stdin`` to its end) so that closing the socket with unread
+    bytes does not reset the connection, and a client still sending would then get a broken
+    pipe instead of the 413. Memory stays bounded by the limit; a body past the drain bound
+    is cut off."""
     out = bytearray()
+    dropped = 0
     while True:
         line = raw.readline(1024)
         if not line.endswith(b"\n"):
@@ -58,18 +69,23 @@ def _read_chunks(raw: Any, limit: int) -> bytes:
             raise BadChunks("negative chunk size")
         if size == 0:
             break
-        if len(out) + size > limit:
-            raise BodyTooLarge
+        if dropped or len(out) + size > limit:
+            dropped += size
+            if dropped > DRAIN_FACTOR * limit:
+                raise BodyTooLarge
         while size:
-            piece = raw.read(size)
+            piece = raw.read(min(size, 64 * 1024))
             if not piece:
                 raise BadChunks("body ends inside a chunk")
-            out += piece
+            if not dropped:
+                out += piece
             size -= len(piece)
         if raw.readline(16).strip():
             raise BadChunks("chunk not followed by CRLF")
     for _ in range(100):  # trailer fields, then the empty line
         if not raw.readline(8192).strip():
+            if dropped:
+                raise BodyTooLarge
             return bytes(out)
     raise BadChunks("too many trailer fields")
 

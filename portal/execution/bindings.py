@@ -92,10 +92,18 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
     return outputs
 
 
-def _ran_again(unit: UnitRun, member: Mapping[str, Any]) -> bool:
-    """The member reports a run that started after the recorded one ended."""
+def _ran_again(unit: UnitRun, member: Mapping[str, Any], *, recorded_here: bool = False) -> bool:
+    """The member reports a run that started after the recorded one ended or, when the
+    outcome was recorded from the member (``recorded_here``: the unit's start is the member's
+    own ``startedAt``), a run with another start. Argo sets ``startedAt`` once per workflow
+    object, and timestamps have whole seconds: a copy re-created and finished within the
+    second of the recorded end is told apart only by its start."""
     started = _parse_time(member.get("startedAt"))
-    return bool(started and unit.finished_at and started > unit.finished_at)
+    if started is None:
+        return False
+    if unit.finished_at and started > unit.finished_at:
+        return True
+    return recorded_here and unit.started_at is not None and started != unit.started_at
 
 
 def _version(value: Any) -> int | None:
@@ -270,7 +278,7 @@ def _after_outcome(
     if phase is None:
         return
     comparable = _version(version) is not None and _version(unit.binding_version) is not None
-    if comparable and phase == unit.phase and not _ran_again(unit, member):
+    if comparable and phase == unit.phase and not _ran_again(unit, member, recorded_here=True):
         return  # the same outcome, seen again (labels, a finalizer, the deletion)
     if not comparable and not _ran_again(unit, member):
         log.debug("%s: member still reports %s after the recorded %s", name, phase, unit.phase)

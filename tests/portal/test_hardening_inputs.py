@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.client
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,8 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from portal.middleware import DRAIN_FACTOR, BodyTooLarge, _read_chunks
 
 DEEP = 10_000
 DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
@@ -161,3 +164,27 @@ def test_a_chunked_body_keeps_the_size_limits(
         live_server.url, "/api/v1/runs/preview/", b"a: " + b"x" * 20_000, "application/yaml", **auth
     )
     assert status == 413, data[:300]
+
+
+def _chunked(body: bytes, size: int = 1000) -> io.BufferedReader:
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    wire = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+    return io.BufferedReader(io.BytesIO(wire))  # type: ignore[arg-type]
+
+
+def test_a_chunked_body_past_the_limit_is_read_to_its_end_so_the_client_gets_the_413() -> None:
+    # Closing a socket with unread bytes resets the connection: a client still sending gets a
+    # broken pipe instead of the answer (it did, now and then, in the test above).
+    raw = _chunked(b"x" * 3000)
+    with pytest.raises(BodyTooLarge):
+        _read_chunks(raw, 1000)
+    assert raw.read() == b""  # drained, the terminating chunk included
+
+
+def test_a_chunked_body_far_past_the_limit_is_not_drained_without_end() -> None:
+    raw = _chunked(b"x" * 100 * 1000)
+    with pytest.raises(BodyTooLarge):
+        _read_chunks(raw, 1000)
+    left = raw.read()
+    assert left  # refused after DRAIN_FACTOR times the limit, the rest left unread
+    assert len(left) > 100 * 1000 - (DRAIN_FACTOR + 2) * 1000

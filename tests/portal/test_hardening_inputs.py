@@ -169,7 +169,7 @@ def test_a_chunked_body_keeps_the_size_limits(
 def _chunked(body: bytes, size: int = 1000) -> io.BufferedReader:
     pieces = [body[i : i + size] for i in range(0, len(body), size)]
     wire = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
-    return io.BufferedReader(io.BytesIO(wire))  # type: ignore[arg-type]
+    return io.BufferedReader(io.BytesIO(wire))
 
 
 def test_a_chunked_body_past_the_limit_is_read_to_its_end_so_the_client_gets_the_413() -> None:

@@ -14,6 +14,8 @@ sends none either). Other backends (the embedded SQLite demo) and small batches 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -25,62 +27,87 @@ from django.utils import timezone
 COPY_MIN_ROWS = 200
 
 
-def insert(objs: Sequence[models.Model], *, batch_size: int) -> None:
-    """Insert ``objs`` (all of one model, unsaved) and set their primary keys, as
-    ``bulk_create`` does."""
-    if not objs:
-        return
-    model = type(objs[0])
-    if connection.vendor != "postgresql" or len(objs) < COPY_MIN_ROWS:
-        model._default_manager.bulk_create(objs, batch_size=batch_size)
-        return
-    fields = _fields(model)
-    now = timezone.now()
-    for f in fields:
-        # What pre_save does on add, once for all rows.
-        if _stamped(f):
-            for obj in objs:
-                setattr(obj, f.attname, now)
-    ids = _copy(model, fields, ([getattr(o, f.attname) for f in fields] for o in objs), len(objs))
-    pk = model._meta.pk
-    assert pk is not None
-    for obj, new_id in zip(objs, ids, strict=True):
-        setattr(obj, pk.attname, new_id)
-        obj._state.adding = False
-        obj._state.db = connection.alias
-
-
 def insert_rows(
     model: type[models.Model],
     names: Sequence[str],
     rows: Sequence[Sequence[Any]],
     *,
     batch_size: int,
-) -> None:
+) -> list[int]:
     """Insert rows given as values of the fields ``names`` (attnames: ``run_id``), the other
     fields at their defaults, without a model object per row (what ``insert`` spends most
-    of its time on when nobody needs the objects afterwards)."""
+    of its time on when nobody needs the objects afterwards); the new ids, in order."""
+    return [o.pk for o in _insert_rows(model, names, rows, batch_size, objects=False)]
+
+
+def create_rows(
+    model: type[models.Model],
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    *,
+    batch_size: int,
+) -> list[Any]:
+    """``insert_rows``, and the stored objects as ``bulk_create`` returns them. Each is built
+    from its values in field order, Django's fast path (``Model(*values)``, what a query's
+    rows go through): a third of the time of keyword arguments, which look every field up
+    and resolve a ForeignKey given as an object."""
+    return _insert_rows(model, names, rows, batch_size, objects=True)
+
+
+class _Ids:
+    """An inserted row's id where no object is wanted (``insert_rows``)."""
+
+    __slots__ = ("pk",)
+
+    def __init__(self, pk: int) -> None:
+        self.pk = pk
+
+
+def _insert_rows(
+    model: type[models.Model],
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    batch_size: int,
+    *,
+    objects: bool,
+) -> list[Any]:
     if not rows:
-        return
-    if connection.vendor != "postgresql" or len(rows) < COPY_MIN_ROWS:
-        model._default_manager.bulk_create(
-            [model(**dict(zip(names, row, strict=True))) for row in rows], batch_size=batch_size
-        )
-        return
+        return []
     fields = _fields(model)
-    at = {name: i for i, name in enumerate(names)}
-    now = timezone.now()
-    fixed = [now if _stamped(f) else f.get_default() for f in fields]
-    where = [at.get(f.attname) for f in fields]
-    missing = [name for name in names if name not in {f.attname for f in fields}]
+    known = {f.attname for f in fields}
+    missing = [name for name in names if name not in known]
     if missing:
         raise ValueError(f"{model.__name__} has no field {missing[0]}")
-    _copy(
-        model,
-        fields,
-        ([fixed[j] if i is None else row[i] for j, i in enumerate(where)] for row in rows),
-        len(rows),
-    )
+    at = {name: i for i, name in enumerate(names)}
+    where = [at.get(f.attname) for f in fields]
+    now = timezone.now()
+    # A column no row gives: its default, or ``now`` where ``pre_save`` would stamp it.
+    # Defaults built by a callable (``dict``, ``list``) are built again for each object,
+    # so no two objects share one; COPY may share them (encoded once).
+    fixed = [now if _stamped(f) else f.get_default() for f in fields]
+    fresh = [j for j, f in enumerate(fields) if where[j] is None and callable(f.default)]
+
+    def values(row: Sequence[Any]) -> list[Any]:
+        return [fixed[j] if i is None else row[i] for j, i in enumerate(where)]
+
+    def built(pk: int | None, row: Sequence[Any]) -> models.Model:
+        vals = values(row)
+        for j in fresh:
+            vals[j] = fields[j].get_default()
+        obj = model(pk, *vals)
+        if pk is not None:
+            obj._state.adding = False
+            obj._state.db = connection.alias
+        return obj
+
+    if connection.vendor != "postgresql" or len(rows) < COPY_MIN_ROWS:
+        objs = [built(None, row) for row in rows]
+        model._default_manager.bulk_create(objs, batch_size=batch_size)
+        return objs
+    ids = _copy(model, fields, (values(row) for row in rows), len(rows))
+    if not objects:
+        return [_Ids(pk) for pk in ids]
+    return [built(pk, row) for pk, row in zip(ids, rows, strict=True)]
 
 
 def _fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
@@ -113,33 +140,54 @@ def _copy(
         # Per call: a JSON value many rows share (one list object) is encoded once. Keyed by
         # id(), which is safe while the rows, and so the values, are alive: during the call.
         texts: dict[int, str] = {}
-        converters = [_converter(f, texts) for f in fields]
+        # Only JSON columns are converted: every other column of these models is a str, int,
+        # bool, datetime or None, which psycopg writes as PostgreSQL reads them.
+        encoders = [
+            (j + 1, _json_encoder(f, texts))
+            for j, f in enumerate(fields)
+            if isinstance(f, models.JSONField)
+        ]
         raw = cursor.cursor  # psycopg's own cursor: Django's wrapper has no copy()
         with raw.copy(f"COPY {quote(meta.db_table)} ({columns}) FROM STDIN") as copy:
             for new_id, row in zip(ids, rows, strict=True):
-                copy.write_row([new_id, *(c(v) for c, v in zip(converters, row, strict=True))])
+                line = [new_id, *row]
+                for j, encode in encoders:
+                    line[j] = encode(line[j])
+                copy.write_row(line)
     return ids
 
 
-def _converter(field: models.Field[Any, Any], texts: dict[int, str]) -> Callable[[Any], Any]:
-    if isinstance(field, models.JSONField):
-        encoder = field.encoder
-        nullable = field.null
+def _json_encoder(field: models.JSONField[Any], texts: dict[int, str]) -> Callable[[Any], Any]:
+    encoder = field.encoder
+    nullable = field.null
 
-        def encode(value: Any) -> Any:
-            if value is None and nullable:
-                return None
-            key = id(value)
-            text = texts.get(key)
-            if text is None:
-                text = texts[key] = json.dumps(value, cls=encoder)
-            return text
+    def encode(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        key = id(value)
+        text = texts.get(key)
+        if text is None:
+            text = texts[key] = json.dumps(value, cls=encoder)
+        return text
 
-        return encode
-    # Every other column of these models is a str, int, bool, datetime or None, which
-    # psycopg writes as PostgreSQL reads them.
-    return _same
+    return encode
 
 
-def _same(value: Any) -> Any:
-    return value
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a submission builds and stores its units.
+
+    A 10,000-item fan-out allocates a few million objects that all live to the end of the
+    request (parsed units, plan, rows); each allocation burst triggers a collection, and the
+    oldest generation's are full passes over everything alive: a quarter of the time to
+    accept it (tests/bench/bench_fanout.py). What the request frees is freed by reference
+    counting as ever; the few cycles it leaves are collected at the next collection after
+    it. The collector is the process's: a web worker serves one request at a time."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -166,27 +166,50 @@ class UnitRun(models.Model):
     def task(self) -> str:
         return str((self.spec or {}).get("task") or self.name)
 
+    # The columns a planned unit sets (``plan_row``); the others keep their defaults.
+    PLAN_COLUMNS = (
+        "run_id",
+        "name",
+        "slug",
+        "template",
+        "position",
+        "depends",
+        "upstream",
+        "when",
+        "timing",
+        "site",
+        "planned_site",
+        "reason",
+        "spec",
+    )
+
+    @staticmethod
+    def plan_row(run_id: int, unit: Unit, decision: Decision, *, position: int) -> tuple[Any, ...]:
+        """The values of ``PLAN_COLUMNS`` for the parser's ``Unit`` placed by the planner's
+        ``Decision`` (a submission's units, written as rows: ``portal.bulk.create_rows``)."""
+        return (
+            run_id,
+            unit.name,
+            unit.slug,
+            unit.template,
+            position,
+            unit.depends,
+            list(unit.upstream),
+            unit.when or "",
+            decision.timing,
+            decision.site or "",
+            decision.site or decision.runtime_hint or "",
+            decision.reason,
+            codec.unit_to_dict(unit),
+        )
+
     @classmethod
     def from_plan(
         cls, run: WorkflowRun, unit: Unit, decision: Decision, *, position: int
     ) -> UnitRun:
-        """An unsaved unit of ``run``: the parser's ``Unit`` placed by the planner's
-        ``Decision`` (a submission's units, and the items a withParam expands into)."""
-        return cls(
-            run=run,
-            name=unit.name,
-            slug=unit.slug,
-            template=unit.template,
-            position=position,
-            depends=unit.depends,
-            upstream=list(unit.upstream),
-            when=unit.when or "",
-            timing=decision.timing,
-            site=decision.site or "",
-            planned_site=decision.site or decision.runtime_hint or "",
-            reason=decision.reason,
-            spec=codec.unit_to_dict(unit),
-        )
+        """An unsaved unit of ``run`` (the items a withParam expands into)."""
+        row = cls.plan_row(run.pk, unit, decision, position=position)
+        return cls(run=run, **dict(zip(cls.PLAN_COLUMNS[1:], row[1:], strict=True)))
 
 
 class CandidateTable(models.Model):

@@ -311,6 +311,24 @@ def run_submit(
 ) -> WorkflowRun:
     """Store the run, its units and its submission-time decisions in one transaction, and
     start it once committed. A unit that no site can take refuses the whole submission."""
+    with bulk.gc_paused():
+        return _submit(
+            user=user,
+            body=body,
+            project=project,
+            arguments=arguments,
+            resubmitted_from=resubmitted_from,
+        )
+
+
+def _submit(
+    *,
+    user: Any,
+    body: str | bytes | dict[str, Any],
+    project: Project | str | None,
+    arguments: dict[str, str] | None,
+    resubmitted_from: WorkflowRun | None,
+) -> WorkflowRun:
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments)
     plan = _plan(parsed, proj)
@@ -375,11 +393,11 @@ def _store_run(
             resubmitted_from=resubmitted_from,
         )
         decisions = plan.by_unit()
-        units = [
-            UnitRun.from_plan(run, unit, decisions[unit.name], position=position)
+        rows = [
+            UnitRun.plan_row(run.pk, unit, decisions[unit.name], position=position)
             for position, unit in enumerate(parsed.units)
         ]
-        bulk.insert(units, batch_size=BULK_ROWS)
+        units = bulk.create_rows(UnitRun, UnitRun.PLAN_COLUMNS, rows, batch_size=BULK_ROWS)
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}

@@ -28,25 +28,61 @@ class PrototypeFieldsMixin:
         return copy.deepcopy(built)
 
 
+UNIT_FIELDS = [
+    "name",
+    "template",
+    "depends",
+    "site",
+    "planned_site",
+    "phase",
+    "timing",
+    "reason",
+    "attempt",
+    "workflow_name",
+    "started_at",
+    "finished_at",
+    "outputs",
+    "message",
+]
+_TIMES = frozenset({"started_at", "finished_at"})
+_INTS = frozenset({"attempt"})
+_AS_IS = frozenset({"outputs"})
+
+
+class UnitRunListSerializer(serializers.ListSerializer[UnitRun]):
+    """A run's units as ``UnitRunSerializer`` gives them, without its per-field machinery.
+
+    DRF resolves and converts every field of every unit through field objects (seven calls a
+    field): 0.35 s of the 201 answering a 10,000-item fan-out, for plain columns. The fields
+    are read-only columns of three kinds, converted as DRF's ``CharField``, ``IntegerField``,
+    ``DateTimeField`` and ``JSONField`` convert them (``tests/portal/test_api_runs.py`` holds
+    the two to the same output)."""
+
+    def to_representation(self, data: Any) -> list[dict[str, Any]]:
+        units = data.all() if hasattr(data, "all") else data
+        when = serializers.DateTimeField().to_representation
+        out = []
+        for u in units:
+            row: dict[str, Any] = {}
+            for name in UNIT_FIELDS:
+                value = getattr(u, name)
+                if value is None or name in _AS_IS:
+                    row[name] = value
+                elif name in _TIMES:
+                    row[name] = when(value)
+                elif name in _INTS:
+                    row[name] = int(value)
+                else:
+                    row[name] = str(value)
+            out.append(row)
+        return out
+
+
 class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRun]):
     class Meta:
         model = UnitRun
-        fields = [
-            "name",
-            "template",
-            "depends",
-            "site",
-            "planned_site",
-            "phase",
-            "timing",
-            "reason",
-            "attempt",
-            "workflow_name",
-            "started_at",
-            "finished_at",
-            "outputs",
-            "message",
-        ]
+        list_serializer_class = UnitRunListSerializer
+        fields = UNIT_FIELDS
         read_only_fields = fields
 
 

@@ -4,6 +4,7 @@ permission boundaries and bad input. Karmada is not involved: nothing here needs
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
@@ -315,6 +317,26 @@ def test_run_serializers_built_once_per_class_answer_as_a_fresh_build(sci: APICl
         cached = cls(run).get_fields()
         assert {k: type(v) for k, v in cached.items()} == {k: type(v) for k, v in fresh.items()}
         assert {k: v.source for k, v in cached.items()} == {k: v.source for k, v in fresh.items()}
+
+
+def test_the_units_list_answers_as_drfs_own_fields_would(sci: APIClient) -> None:
+    response = sci.post("/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml")
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    first, _, _ = run.units.order_by("position")
+    # Every kind of value the fast list meets: times (aware, with microseconds), an int,
+    # JSON outputs, empty and non-empty text.
+    first.started_at = timezone.now().replace(microsecond=123456)
+    first.finished_at = first.started_at + timedelta(seconds=61)
+    first.outputs = {"parameters": [{"name": "n", "value": "3"}], "result": "ok"}
+    first.message, first.attempt = "done", 2
+    first.save()
+    units = list(run.units.order_by("position"))
+    fast = UnitRunSerializer(units, many=True).data
+    generic = [
+        serializers.ModelSerializer.to_representation(UnitRunSerializer(u), u) for u in units
+    ]
+    assert fast == generic
+    assert fast[0]["started_at"].endswith("Z") and fast[0]["attempt"] == 2
 
 
 def test_a_submission_inserts_its_units_and_decisions_as_rows(sci: APIClient) -> None:

@@ -14,8 +14,6 @@ sends none either). Other backends (the embedded SQLite demo) and small batches 
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -171,23 +169,3 @@ def _json_encoder(field: models.JSONField[Any], texts: dict[int, str]) -> Callab
         return text
 
     return encode
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a submission builds and stores its units.
-
-    A 10,000-item fan-out allocates a few million objects that all live to the end of the
-    request (parsed units, plan, rows); each allocation burst triggers a collection, and the
-    oldest generation's are full passes over everything alive: a quarter of the time to
-    accept it (tests/bench/bench_fanout.py). What the request frees is freed by reference
-    counting as ever; the few cycles it leaves are collected at the next collection after
-    it. The collector is the process's: a web worker serves one request at a time."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()

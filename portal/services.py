@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from placement import codec, manifests, parser, planner
+from placement.gcpause import gc_paused
 from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
 from portal import bulk, state, stored_decisions
@@ -311,7 +312,7 @@ def run_submit(
 ) -> WorkflowRun:
     """Store the run, its units and its submission-time decisions in one transaction, and
     start it once committed. A unit that no site can take refuses the whole submission."""
-    with bulk.gc_paused():
+    with gc_paused():
         return _submit(
             user=user,
             body=body,

@@ -38,7 +38,7 @@ from placement.parser.names import item_label, slugify
 from placement.parser.output_sizes import declared_output_bytes
 from placement.parser.references import _TemplateIndex
 from placement.parser.resources import _max, template_images, template_pod_resources
-from placement.parser.results import Resources, Unit, UnitKind
+from placement.parser.results import Arguments, Resources, Unit, UnitKind
 from placement.parser.when import when_problem
 
 
@@ -196,9 +196,13 @@ class _UnitBuilder:
         item_index: int | None = None,
         with_param: str | None = None,
         root: bool = False,
+        parsed_arguments: Arguments | None = None,
     ) -> Unit:
         resources, images, datasets, refs = self.template_facts(key)
-        arguments = parse_arguments(call.get("arguments"))
+        # ``parsed_arguments``: the call's, parsed once for all the items of a loop.
+        arguments = (
+            parse_arguments(call.get("arguments")) if parsed_arguments is None else parsed_arguments
+        )
         if item_index is not None:
             arguments = substitute_item(arguments, item)
         data_refs = list(refs)
@@ -271,6 +275,7 @@ class _UnitBuilder:
             upstream=upstream,
             depends=depends,
             root=root,
+            parsed_arguments=parse_arguments(call.get("arguments")),
         )
         when = call.get("when")
         if isinstance(when, str) and when.strip():
@@ -435,6 +440,9 @@ class _UnitBuilder:
         out: list[Unit] = []
         for units in expanded.values():
             for u in units:
+                if not u.upstream:  # the items of a root task: nothing to rename
+                    out.append(u)
+                    continue
                 names = tuple(n.name for d in u.upstream for n in expanded.get(d, ()))
                 out.append(replace(u, upstream=names))
         return out

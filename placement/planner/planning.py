@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 
+from placement.gcpause import gc_paused
 from placement.parser import ParsedWorkflow, Resources, Unit
 from placement.planner.catalogue import DataCatalogue
 from placement.planner.context import _Context
@@ -55,7 +54,7 @@ def decide(
     ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
     what they read binds this unit too.
     """
-    with _gc_paused():
+    with gc_paused():
         ctx = _Context(fleet, rules, datasets, project)
         where = _normalise_upstream(upstream_sites, unit.upstream)
         bound = _bound(ctx, ancestors)
@@ -104,7 +103,7 @@ def plan(
     # ``ancestors``: units outside this plan whose outputs every unit of it reads (the items
     # of a withParam read what their parent's upstream produced).
     outside = _bound(ctx, ancestors)
-    with _gc_paused():
+    with gc_paused():
         for unit in units:
             ups = {u: where[u] for u in unit.upstream if u in where}
             inherited = _merge([outside, *(bound_by.get(u, ()) for u in unit.upstream)])
@@ -161,20 +160,6 @@ def _reachable(
 
 def _requests(r: Resources) -> bool:
     return bool(r.cpu_millicores or r.memory_bytes or r.gpus)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Deciding allocates many small acyclic objects; the cyclic collector would walk them (and
-    everything else alive) again and again for nothing, which shows as latency spikes. Paused
-    for the computation only, and restored even on error."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _normalise_upstream(

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from django.db import connection, models
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 # Below this many rows a bulk_create is as fast and simpler (and what tests of small runs see).
@@ -83,7 +84,11 @@ def _insert_rows(
     # Defaults built by a callable (``dict``, ``list``) are built again for each object,
     # so no two objects share one; COPY may share them (encoded once).
     fixed = [now if _stamped(f) else f.get_default() for f in fields]
-    fresh = [j for j, f in enumerate(fields) if where[j] is None and callable(f.default)]
+    fresh = [
+        j
+        for j, f in enumerate(fields)
+        if where[j] is None and not _stamped(f) and f.has_default() and callable(f.default)
+    ]
 
     def values(row: Sequence[Any]) -> list[Any]:
         return [fixed[j] if i is None else row[i] for j, i in enumerate(where)]
@@ -105,7 +110,41 @@ def _insert_rows(
     ids = _copy(model, fields, (values(row) for row in rows), len(rows))
     if not objects:
         return [_Ids(pk) for pk in ids]
-    return [built(pk, row) for pk, row in zip(ids, rows, strict=True)]
+    return _stored(model, fields, names, rows, ids, fixed, fresh)
+
+
+def _stored(
+    model: type[models.Model],
+    fields: list[models.Field[Any, Any]],
+    names: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    ids: list[int],
+    fixed: list[Any],
+    fresh: list[int],
+) -> list[Any]:
+    """The objects of rows just stored, built as unpickling builds a model object
+    (``Model.__reduce__``: ``__new__`` and the attribute dict; Django's ``__init__`` does
+    the same, one field lookup at a time: half of the answer's time for 10,000 rows)."""
+    pk = model._meta.pk
+    assert pk is not None
+    defaults = {f.attname: value for f, value in zip(fields, fixed, strict=True)}
+    made = [(fields[j].attname, fields[j].get_default) for j in fresh]
+    alias = connection.alias
+    new = model.__new__
+    out = []
+    for new_id, row in zip(ids, rows, strict=True):
+        obj = new(model)
+        state = ModelState()
+        state.adding, state.db = False, alias
+        attrs = obj.__dict__
+        attrs.update(defaults)
+        attrs.update(zip(names, row, strict=True))
+        for name, default in made:
+            attrs[name] = default()
+        attrs[pk.attname] = new_id
+        attrs["_state"] = state
+        out.append(obj)
+    return out
 
 
 def _fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:

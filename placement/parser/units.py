@@ -8,7 +8,7 @@ import heapq
 import itertools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from placement import expression, labels
@@ -40,6 +40,22 @@ from placement.parser.references import _TemplateIndex
 from placement.parser.resources import _max, template_images, template_pod_resources
 from placement.parser.results import Arguments, Resources, Unit, UnitKind
 from placement.parser.when import when_problem
+
+
+@dataclass(frozen=True)
+class _CallFacts:
+    """What the units of one call (a task or step, and every item of its loop) share."""
+
+    resources: Resources
+    images: tuple[str, ...]
+    datasets: tuple[str, ...]
+    refs: tuple[str, ...]
+    workflow_refs: tuple[str, ...]
+    labels: dict[str, str]
+    templates: tuple[str, ...]
+    when: str | None
+    continue_on_failed: bool
+    output_bytes: int | None
 
 
 def _topological(units: Sequence[Unit]) -> list[Unit] | None:
@@ -182,6 +198,37 @@ class _UnitBuilder:
         self._sizes[key] = total
         return total
 
+    def call_facts(
+        self, *, kind: UnitKind, key: str, call: Mapping[str, Any], task: str, root: bool
+    ) -> _CallFacts:
+        """What every unit of one call shares: all but its name, item and arguments."""
+        resources, images, datasets, refs = self.template_facts(key)
+        ds = list(datasets) + self.task_datasets.get(task, [])
+        if root or kind == "workflow":
+            ds += self.root_datasets
+        t = self.p.templates.get(key, {})
+        meta = t.get("metadata")
+        labels = dict(self.wf_labels)
+        if isinstance(meta, Mapping) and isinstance(meta.get("labels"), Mapping):
+            labels.update({k: v for k, v in meta["labels"].items() if isinstance(v, str)})
+        when = call.get("when")
+        continue_on = call.get("continueOn")
+        return _CallFacts(
+            resources=resources,
+            images=images,
+            datasets=tuple(dict.fromkeys(ds)),
+            refs=refs,
+            # The whole workflow is one unit: its own arguments are what it reads.
+            workflow_refs=tuple(v for v in self.wf_params.values() if v)
+            if kind == "workflow"
+            else (),
+            labels=labels,
+            templates=self.p.reachable(key),
+            when=when if isinstance(when, str) and when.strip() else None,
+            continue_on_failed=bool(isinstance(continue_on, Mapping) and continue_on.get("failed")),
+            output_bytes=self.output_bytes(key),
+        )
+
     def make(
         self,
         *,
@@ -197,55 +244,45 @@ class _UnitBuilder:
         with_param: str | None = None,
         root: bool = False,
         parsed_arguments: Arguments | None = None,
+        facts: _CallFacts | None = None,
     ) -> Unit:
-        resources, images, datasets, refs = self.template_facts(key)
-        # ``parsed_arguments``: the call's, parsed once for all the items of a loop.
+        # ``parsed_arguments`` and ``facts``: the call's, built once for all the items of a loop.
+        if facts is None:
+            facts = self.call_facts(kind=kind, key=key, call=call, task=task, root=root)
         arguments = (
             parse_arguments(call.get("arguments")) if parsed_arguments is None else parsed_arguments
         )
         if item_index is not None:
             arguments = substitute_item(arguments, item)
-        data_refs = list(refs)
+        data_refs = list(facts.refs)
         for prm in arguments.parameters:
             if prm.value:
                 data_refs.append(_substitute_wf_params(prm.value, self.wf_params))
         for art in arguments.artifacts:
             data_refs += art.locations
-        if kind == "workflow":
-            # The whole workflow is one unit: its own arguments are what it reads.
-            data_refs += [v for v in self.wf_params.values() if v]
-        ds = list(datasets) + self.task_datasets.get(task, [])
-        if root or kind == "workflow":
-            ds += self.root_datasets
-        t = self.p.templates.get(key, {})
-        meta = t.get("metadata")
-        labels = dict(self.wf_labels)
-        if isinstance(meta, Mapping) and isinstance(meta.get("labels"), Mapping):
-            labels.update({k: v for k, v in meta["labels"].items() if isinstance(v, str)})
-        when = call.get("when")
-        continue_on = call.get("continueOn")
+        data_refs += facts.workflow_refs
         return Unit(
             name=name,
             slug=slugify(name),
             kind=kind,
             task=task,
             template=key,
-            templates=self.p.reachable(key),
+            templates=facts.templates,
             upstream=upstream,
             depends=depends,
-            when=when if isinstance(when, str) and when.strip() else None,
+            when=facts.when,
             arguments=arguments,
-            labels=labels,
-            images=images,
-            resources=resources,
-            datasets=tuple(dict.fromkeys(ds)),
+            labels=dict(facts.labels),
+            images=facts.images,
+            resources=facts.resources,
+            datasets=facts.datasets,
             # Still-templated values ({{tasks...}}) cannot name a dataset before run time.
             data_refs=tuple(dict.fromkeys(r for r in data_refs if r and "{{" not in r)),
             item=item,
             item_index=item_index,
             with_param=with_param,
-            continue_on_failed=bool(isinstance(continue_on, Mapping) and continue_on.get("failed")),
-            output_bytes=self.output_bytes(key),
+            continue_on_failed=facts.continue_on_failed,
+            output_bytes=facts.output_bytes,
         )
 
     def expand(
@@ -311,8 +348,9 @@ class _UnitBuilder:
                 values = sequence_items(seq, numbers)
             if self.over_limit(len(values), _loop_path(path, call)):
                 return []
+            facts = self.call_facts(kind=kind, key=key, call=call, task=task, root=root)
             return [
-                make(name=f"{task}({i}:{item_label(v)})", item=v, item_index=i)
+                make(name=f"{task}({i}:{item_label(v)})", item=v, item_index=i, facts=facts)
                 for i, v in enumerate(values)
             ]
         if isinstance(param, str) and param.strip():

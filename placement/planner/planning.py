@@ -107,10 +107,19 @@ def plan(
         for unit in units:
             ups = {u: where[u] for u in unit.upstream if u in where}
             inherited = _merge([outside, *(bound_by.get(u, ()) for u in unit.upstream)])
-            d = _decide(ctx, unit, ups, frozenset(), None, False, force_site=False, bound=inherited)
-            bound_by[unit.name] = _merge(
-                [inherited, tuple(x for x in ctx.data.read_by(unit) if x.residency)]
+            reads = ctx.data.read_by(unit)
+            d = _decide(
+                ctx,
+                unit,
+                ups,
+                frozenset(),
+                None,
+                False,
+                force_site=False,
+                bound=inherited,
+                reads=reads,
             )
+            bound_by[unit.name] = _merge([inherited, tuple(x for x in reads if x.residency)])
             decisions.append(d)
             if d.site is not None and _requests(unit.resources):
                 # The next unit sees this one's requests taken (reservations.py).
@@ -188,9 +197,11 @@ def _decide(
     strict_capacity: bool,
     force_site: bool,
     bound: tuple[DatasetInfo, ...] = (),
+    reads: tuple[DatasetInfo, ...] | None = None,
 ) -> Decision:
     matched = ctx.rulebook.matching(unit, ctx.project)
-    reads = ctx.data.read_by(unit)
+    if reads is None:  # the datasets the unit reads, unless its caller looked them up
+        reads = ctx.data.read_by(unit)
     own = {d.name for d in reads}
     # Outputs derived from a residency-bound dataset are bound by it too (a filter only:
     # nothing of the dataset itself moves).

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
+from placement import codec, planner
 from portal import bulk
 from portal.models import BULK_ROWS, CandidateTable, PlacementDecision, UnitRun, WorkflowRun
 
@@ -122,6 +123,45 @@ def test_a_large_submission_is_streamed_and_stores_what_bulk_create_stored(
         assert {d.unit_id for d in rows} == set(
             UnitRun.objects.filter(run_id=run_id).values_list("id", flat=True)
         )
+
+
+def test_the_units_a_copy_returns_are_the_rows_it_stored(sci: APIClient) -> None:
+    """``create_rows`` builds the stored objects without ``Model.__init__``: each must be what
+    the database gives back, field for field, and act as a model object that was loaded."""
+    items = [f"s3://tiles/t{i}.tif" for i in range(bulk.COPY_MIN_ROWS + 5)]
+    response = sci.post("/api/v1/runs/?project=eo-demo", data=fan_out(items), format="json")
+    assert response.status_code == 201, response.content
+    assert response.json() == sci.get(f"/api/v1/runs/{response.json()['id']}/").json()
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    again = WorkflowRun.objects.create(name=f"{run.name}-b", owner=run.owner, manifest={})
+    rows = [
+        UnitRun.plan_row(again.pk, codec.unit_from_dict(u.spec), _decision(u), position=u.position)
+        for u in run.units.order_by("position")
+    ]
+    built = bulk.create_rows(UnitRun, UnitRun.PLAN_COLUMNS, rows, batch_size=BULK_ROWS)
+    names = [f.attname for f in UnitRun._meta.concrete_fields]
+    for obj in built:
+        loaded = UnitRun.objects.get(pk=obj.pk)
+        assert {n: getattr(obj, n) for n in names} == {n: getattr(loaded, n) for n in names}
+        assert not obj._state.adding and obj._state.db == "default"
+    first = built[0]
+    assert first.run == again  # a relation resolves as on a loaded object
+    first.phase = "Running"
+    first.save(update_fields=["phase"])  # an update, not a second insert
+    assert UnitRun.objects.get(pk=first.pk).phase == "Running"
+    assert built[1].outputs == {} and built[1].outputs is not built[2].outputs
+
+
+def _decision(unit: UnitRun) -> Any:
+    return planner.Decision(
+        unit=unit.name,
+        template=unit.template,
+        depends=unit.depends,
+        timing="runtime" if unit.timing == "runtime" else "submit",
+        site=unit.site or None,
+        reason=unit.reason,
+        table=None,  # type: ignore[arg-type]
+    )
 
 
 def test_items_with_one_table_share_it_and_keep_their_own_decisions(sci: APIClient) -> None:

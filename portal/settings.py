@@ -202,6 +202,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": envint("API_PAGE_SIZE", 50),
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "portal.api.errors.exception_handler",
+    # DRF's JSON, written by orjson (portal/api/renderers.py).
+    "DEFAULT_RENDERER_CLASSES": [
+        "portal.api.renderers.FastJSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
     "DEFAULT_PARSER_CLASSES": [
         "rest_framework.parsers.JSONParser",
         "rest_framework.parsers.FormParser",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from placement import codec, manifests, planner
 from placement.context import context_annotation
+from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
@@ -44,6 +46,23 @@ def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
     )
 
 
+@dataclass(frozen=True)
+class RunWide:
+    """What every step workflow of a run carries from the whole run: ``{{workflow.*}}``
+    variables and the global outputs produced so far."""
+
+    variables: dict[str, str]
+    global_outputs: GlobalOutputs
+
+
+def run_wide_of(run: WorkflowRun, units: Iterable[UnitRun]) -> RunWide:
+    units = list(units)
+    return RunWide(
+        variables=run_variables_of(run, units, namespace=gateway.namespace()),
+        global_outputs=run_global_outputs(run, units),
+    )
+
+
 def step_workflow_for(
     run: WorkflowRun,
     unit: UnitRun,
@@ -51,10 +70,15 @@ def step_workflow_for(
     sites: Mapping[str, SiteState] | None = None,
     *,
     outputs: Mapping[str, manifests.TaskOutputs] | None = None,
+    run_wide: RunWide | None = None,
 ) -> dict[str, Any]:
-    """The unit's step workflow; ``outputs`` are ``upstream_outputs(units)`` when the caller
-    has them already (an advance computes them once for all the units it submits)."""
+    """The unit's step workflow; ``outputs`` are ``upstream_outputs(units)`` and ``run_wide``
+    ``run_wide_of(run, units)`` when the caller has them already: an advance computes them
+    once for all the units it submits (each reads every unit of the run: per unit, that was
+    quadratic in a fan-out's size)."""
     units = list(units)  # read more than once below
+    if run_wide is None:
+        run_wide = run_wide_of(run, units)
     site = unit.site or None
     mirror = None
     if site:
@@ -73,8 +97,8 @@ def step_workflow_for(
         outputs=upstream_outputs(units) if outputs is None else outputs,
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
-        run_vars=run_variables_of(run, units, namespace=gateway.namespace()),
-        globals_=run_global_outputs(run, units),
+        run_vars=run_wide.variables,
+        globals_=run_wide.global_outputs,
     )
     # The run's deadline, locks and artifact GC are the portal's, not each member's.
     exit_unit = unit.spec.get("kind") == "exit"
@@ -248,9 +272,10 @@ def submit_units(
     why, and ``TransientError`` goes up for the task to back off."""
     bodies: list[tuple[UnitRun, dict[str, Any]]] = []
     units = list(units)  # read for every unit below
+    run_wide = run_wide_of(run, units)
     for unit in ready:
         try:
-            body = step_workflow_for(run, unit, units, sites, outputs=outputs)
+            body = step_workflow_for(run, unit, units, sites, outputs=outputs, run_wide=run_wide)
         except manifests.Unresolved as exc:
             state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
             continue

@@ -35,9 +35,14 @@ def insert_rows(
     batch_size: int,
 ) -> list[int]:
     """Insert rows given as values of the fields ``names`` (attnames: ``run_id``), the other
-    fields at their defaults, without a model object per row (what ``insert`` spends most
-    of its time on when nobody needs the objects afterwards); the new ids, in order."""
-    return [o.pk for o in _insert_rows(model, names, rows, batch_size, objects=False)]
+    fields at their defaults, without a model object per row when nobody needs the objects
+    afterwards; the new ids, in order."""
+    if not rows:
+        return []
+    columns = _Columns(model, names)
+    if _small(rows):
+        return [o.pk for o in columns.bulk_create(rows, batch_size)]
+    return columns.copy(rows)
 
 
 def create_rows(
@@ -47,105 +52,88 @@ def create_rows(
     *,
     batch_size: int,
 ) -> list[Any]:
-    """``insert_rows``, and the stored objects as ``bulk_create`` returns them. Each is built
-    from its values in field order, Django's fast path (``Model(*values)``, what a query's
-    rows go through): a third of the time of keyword arguments, which look every field up
-    and resolve a ForeignKey given as an object."""
-    return _insert_rows(model, names, rows, batch_size, objects=True)
-
-
-class _Ids:
-    """An inserted row's id where no object is wanted (``insert_rows``)."""
-
-    __slots__ = ("pk",)
-
-    def __init__(self, pk: int) -> None:
-        self.pk = pk
-
-
-def _insert_rows(
-    model: type[models.Model],
-    names: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    batch_size: int,
-    *,
-    objects: bool,
-) -> list[Any]:
+    """``insert_rows``, and the stored objects as ``bulk_create`` returns them."""
     if not rows:
         return []
-    fields = _fields(model)
-    known = {f.attname for f in fields}
-    missing = [name for name in names if name not in known]
-    if missing:
-        raise ValueError(f"{model.__name__} has no field {missing[0]}")
-    at = {name: i for i, name in enumerate(names)}
-    where = [at.get(f.attname) for f in fields]
-    now = timezone.now()
-    # A column no row gives: its default, or ``now`` where ``pre_save`` would stamp it.
-    # Defaults built by a callable (``dict``, ``list``) are built again for each object,
-    # so no two objects share one; COPY may share them (encoded once).
-    fixed = [now if _stamped(f) else f.get_default() for f in fields]
-    fresh = [
-        j
-        for j, f in enumerate(fields)
-        if where[j] is None and not _stamped(f) and f.has_default() and callable(f.default)
-    ]
+    columns = _Columns(model, names)
+    if _small(rows):
+        return columns.bulk_create(rows, batch_size)
+    return columns.stored(rows, columns.copy(rows))
 
-    def values(row: Sequence[Any]) -> list[Any]:
-        return [fixed[j] if i is None else row[i] for j, i in enumerate(where)]
 
-    def built(pk: int | None, row: Sequence[Any]) -> models.Model:
-        vals = values(row)
-        for j in fresh:
-            vals[j] = fields[j].get_default()
-        obj = model(pk, *vals)
-        if pk is not None:
-            obj._state.adding = False
-            obj._state.db = connection.alias
-        return obj
+def _small(rows: Sequence[Sequence[Any]]) -> bool:
+    return connection.vendor != "postgresql" or len(rows) < COPY_MIN_ROWS
 
-    if connection.vendor != "postgresql" or len(rows) < COPY_MIN_ROWS:
-        objs = [built(None, row) for row in rows]
-        model._default_manager.bulk_create(objs, batch_size=batch_size)
+
+class _Columns:
+    """Rows of ``model`` given as values of the fields ``names``: every concrete field but the
+    primary key, each from its row or at its default."""
+
+    def __init__(self, model: type[models.Model], names: Sequence[str]) -> None:
+        self.model, self.names = model, names
+        self.fields = _fields(model)
+        known = {f.attname for f in self.fields}
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise ValueError(f"{model.__name__} has no field {missing[0]}")
+        at = {name: i for i, name in enumerate(names)}
+        self.where = [at.get(f.attname) for f in self.fields]
+        now = timezone.now()
+        # A column no row gives: its default, or ``now`` where ``pre_save`` would stamp it.
+        # Defaults built by a callable (``dict``, ``list``) are built again for each object,
+        # so no two objects share one; COPY may share them (encoded once).
+        self.fixed = [now if _stamped(f) else f.get_default() for f in self.fields]
+        self.fresh = [
+            j
+            for j, f in enumerate(self.fields)
+            if self.where[j] is None and not _stamped(f) and f.has_default() and callable(f.default)
+        ]
+
+    def values(self, row: Sequence[Any]) -> list[Any]:
+        fixed = self.fixed
+        return [fixed[j] if i is None else row[i] for j, i in enumerate(self.where)]
+
+    def bulk_create(self, rows: Sequence[Sequence[Any]], batch_size: int) -> list[Any]:
+        """Small batches and other backends (the embedded SQLite demo): ``bulk_create`` of
+        objects built from their values in field order (``Model(*values)``, Django's fast
+        path, what a query's rows go through)."""
+        objs = []
+        for row in rows:
+            vals = self.values(row)
+            for j in self.fresh:
+                vals[j] = self.fields[j].get_default()
+            objs.append(self.model(None, *vals))
+        self.model._default_manager.bulk_create(objs, batch_size=batch_size)
         return objs
-    ids = _copy(model, fields, (values(row) for row in rows), len(rows))
-    if not objects:
-        return [_Ids(pk) for pk in ids]
-    return _stored(model, fields, names, rows, ids, fixed, fresh)
 
+    def copy(self, rows: Sequence[Sequence[Any]]) -> list[int]:
+        return _copy(self.model, self.fields, (self.values(row) for row in rows), len(rows))
 
-def _stored(
-    model: type[models.Model],
-    fields: list[models.Field[Any, Any]],
-    names: Sequence[str],
-    rows: Sequence[Sequence[Any]],
-    ids: list[int],
-    fixed: list[Any],
-    fresh: list[int],
-) -> list[Any]:
-    """The objects of rows just stored, built as unpickling builds a model object
-    (``Model.__reduce__``: ``__new__`` and the attribute dict; Django's ``__init__`` does
-    the same, one field lookup at a time: half of the answer's time for 10,000 rows)."""
-    pk = model._meta.pk
-    assert pk is not None
-    defaults = {f.attname: value for f, value in zip(fields, fixed, strict=True)}
-    made = [(fields[j].attname, fields[j].get_default) for j in fresh]
-    alias = connection.alias
-    new = model.__new__
-    out = []
-    for new_id, row in zip(ids, rows, strict=True):
-        obj = new(model)
-        state = ModelState()
-        state.adding, state.db = False, alias
-        attrs = obj.__dict__
-        attrs.update(defaults)
-        attrs.update(zip(names, row, strict=True))
-        for name, default in made:
-            attrs[name] = default()
-        attrs[pk.attname] = new_id
-        attrs["_state"] = state
-        out.append(obj)
-    return out
+    def stored(self, rows: Sequence[Sequence[Any]], ids: list[int]) -> list[Any]:
+        """The objects of rows just stored, built as unpickling builds a model object
+        (``Model.__reduce__``: ``__new__`` and the attribute dict; Django's ``__init__``
+        does the same, one field lookup at a time: half of the answer's time for 10,000
+        rows)."""
+        model = self.model
+        pk = model._meta.pk
+        assert pk is not None
+        defaults = {f.attname: value for f, value in zip(self.fields, self.fixed, strict=True)}
+        made = [(self.fields[j].attname, self.fields[j].get_default) for j in self.fresh]
+        alias = connection.alias
+        out = []
+        for new_id, row in zip(ids, rows, strict=True):
+            obj = model.__new__(model)
+            state = ModelState()
+            state.adding, state.db = False, alias
+            attrs = obj.__dict__
+            attrs.update(defaults)
+            attrs.update(zip(self.names, row, strict=True))
+            for name, default in made:
+                attrs[name] = default()
+            attrs[pk.attname] = new_id
+            attrs["_state"] = state
+            out.append(obj)
+        return out
 
 
 def _fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:

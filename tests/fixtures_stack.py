@@ -104,6 +104,36 @@ class Stack:
 STACK_APP_NAME = "portal-test-stack"
 
 
+def _flush_retried_on_deadlock() -> None:
+    """A transactional test ends by emptying every table (TRUNCATE) while the stack's worker
+    and watcher still work on what the test left, holding row locks in their own order:
+    PostgreSQL then ends one side of the deadlock, and sometimes it is the TRUNCATE, which
+    failed the next test's set-up. The worker's side is retried by the portal; the flush is
+    retried here, as often as it takes within a bound."""
+    from django.core.management.base import CommandError
+    from django.db import OperationalError
+    from django.test import TransactionTestCase
+
+    # Private in django-stubs: the method TransactionTestCase flushes in.
+    teardown = getattr(TransactionTestCase, "_fixture_teardown")  # noqa: B009
+
+    def retried(self: TransactionTestCase) -> None:
+        for attempt in range(5):
+            try:
+                teardown(self)
+                return
+            except (CommandError, OperationalError) as exc:
+                cause = exc.__cause__ or exc
+                if "deadlock" not in str(cause) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    setattr(TransactionTestCase, "_fixture_teardown", retried)  # noqa: B010
+
+
+_flush_retried_on_deadlock()
+
+
 def end_other_sessions(application_name: str | None = None) -> None:
     """End the other sessions on the test database (PostgreSQL will not drop one in use): all
     of them, or those of one application name only. (This process may hold more than one: a

@@ -3,6 +3,7 @@ evaluator for `when` and `depends`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -34,7 +35,10 @@ def parse_duration(value: Any, default: float) -> float:
     return total if matched else default
 
 
+@functools.lru_cache(maxsize=65536)
 def fnv32a(text: str) -> int:
+    """FNV-1a, 32 bits, of the UTF-8 bytes (Go's hash/fnv ``New32a``), as names are hashed
+    upstream. Cached: a Work's name is hashed from its Workflow's on every reconcile pass."""
     h = 0x811C9DC5
     for b in text.encode():
         h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF

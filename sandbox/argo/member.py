@@ -45,6 +45,9 @@ class Member(SiteExecution):
     logs: OrderedDict[tuple[str, str], Tail] = field(default_factory=OrderedDict)
     _ids: Iterator[int] = field(default_factory=itertools.count)
     _rr: int = 0
+    # The leases' requests summed, kept as leases come and go: summing them on every read
+    # made each scheduling decision and each waiter's check cost as much as the pods running.
+    _leased: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def for_cluster(cls, sb: Sandbox, name: str, site: Site | None, cluster: Obj) -> Member:
@@ -71,9 +74,8 @@ class Member(SiteExecution):
     @property
     def allocated(self) -> dict[str, float]:
         out = dict(self.baseline)
-        for lease in self.leases.values():
-            for k, v in lease.req.items():
-                out[k] = out.get(k, 0.0) + v
+        for k, v in self._leased.items():
+            out[k] = out.get(k, 0.0) + v
         return out
 
     def pending_requests(self) -> dict[str, float]:
@@ -98,6 +100,8 @@ class Member(SiteExecution):
         lease_id = next(self._ids)
         self._rr = (self._rr + 1) % len(self.nodes)
         self.leases[lease_id] = Lease(req, self.nodes[self._rr])
+        for k, v in req.items():
+            self._leased[k] = self._leased.get(k, 0.0) + v
         return lease_id
 
     async def acquire(self, req: dict[str, float], on_wait: Callable[[str], None]) -> int:
@@ -126,8 +130,14 @@ class Member(SiteExecution):
             raise
 
     def release(self, lease_id: int) -> None:
-        if self.leases.pop(lease_id, None) is None:
+        lease = self.leases.pop(lease_id, None)
+        if lease is None:
             return
+        if self.leases:
+            for k, v in lease.req.items():
+                self._leased[k] = self._leased.get(k, 0.0) - v
+        else:
+            self._leased.clear()  # no float residue once nothing is leased
         still = []
         for req, fut in self.waiters:
             if fut.done():
@@ -177,6 +187,7 @@ class Member(SiteExecution):
         self.runs.clear()
         self.direct.clear()
         self.leases.clear()
+        self._leased.clear()
         for _req, fut in self.waiters:
             if not fut.done():
                 fut.cancel()

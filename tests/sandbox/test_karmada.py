@@ -17,7 +17,7 @@ from kubernetes import client
 
 from sandbox.resources import RESOURCE_BINDING
 from sandbox.schema import SchemaRegistry
-from tests.fixtures_sandbox import KARMADA_CRDS, SandboxServer, free_port
+from tests.fixtures_sandbox import KARMADA_CRDS, SandboxServer, free_port, start_sandbox
 from tests.sandbox.conftest import NS, SITE_LABEL, Fleet, leaf, site_policy, unique, workflow
 
 
@@ -522,3 +522,36 @@ def test_a_webhook_slower_than_its_timeout_counts_as_failed(
         )
     assert err.value.status == 500
     assert "failed calling webhook" in json.loads(err.value.body)["message"]
+
+
+def test_a_ready_clusters_summary_is_posted_at_the_status_update_frequency(
+    tmp_path: Path,
+) -> None:
+    """karmada-controller-manager posts a cluster's status every
+    ``--cluster-status-update-frequency`` (10 s), not on every change: steps that start and
+    end in between show in the next post. At time scale 5 the sandbox posts every 2 s."""
+    server = start_sandbox(tmp_path, time_scale=5.0)
+    api = server.api_client()
+    try:
+        fleet = Fleet(server, client.CustomObjectsApi(api))
+        fleet.create_policy(site_policy("site-b"))
+        versions = {fleet.cluster("site-b")["metadata"]["resourceVersion"]}
+        names = []
+        started = time.monotonic()
+        for i in range(8):  # each holds 8 CPUs for 0.2 s (1 s scaled), one after another
+            body = workflow(unique(f"blip{i}"), [leaf("main", cpu="8", duration="1s")])
+            body["metadata"].setdefault("labels", {})[SITE_LABEL] = "site-b"
+            names.append(fleet.create_workflow(body)["metadata"]["name"])
+            until = time.monotonic() + 0.3
+            while time.monotonic() < until:
+                versions.add(fleet.cluster("site-b")["metadata"]["resourceVersion"])
+                time.sleep(0.01)
+        for name in names:  # the changes did happen: every step ran at site-b
+            assert fleet.wait_phase(name)["phase"] == "Succeeded"
+        versions.add(fleet.cluster("site-b")["metadata"]["resourceVersion"])
+        window = time.monotonic() - started
+    finally:
+        api.close()
+        server.stop()
+    # Sixteen changes of allocated CPU; at most one post per 2 s of them (plus the first).
+    assert len(versions) <= window / 2.0 + 2, (len(versions), window)

@@ -104,9 +104,12 @@ def on_cluster(kind: str, obj: dict[str, Any]) -> None:
         execution.cluster_deleted(name)
         tasks.policies_sync.delay()
         return
-    _site, changed = execution.cluster_observe(obj)
-    if changed:
+    if execution.cluster_note(obj):
         tasks.policies_sync.delay()
+
+
+# What this watcher folded in from each binding (one watcher process, one memory).
+FOLDED = execution.Folded()
 
 
 def on_binding(kind: str, obj: dict[str, Any]) -> None:
@@ -114,7 +117,7 @@ def on_binding(kind: str, obj: dict[str, Any]) -> None:
 
     if kind == "DELETED":
         return
-    run_id = execution.binding_observe(obj)
+    run_id = execution.binding_observe(obj, folded=FOLDED)
     if run_id is not None:
         tasks.advance_request(run_id)
 

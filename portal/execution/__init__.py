@@ -21,13 +21,14 @@ Every function here is safe to call twice and from several workers at once:
 
 from portal.execution import claims, fairness
 from portal.execution.advance import run_advance, run_refresh_status
-from portal.execution.bindings import binding_observe, bindings_observe
+from portal.execution.bindings import Folded, binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
 from portal.execution.failover import failover_check, stale_runs
 from portal.execution.lifecycle import step_workflows_cleanup
 from portal.execution.steps import parsed_of, step_workflow_for, submit_unit, upstream_outputs
 from portal.execution.sync import (
     cluster_deleted,
+    cluster_note,
     cluster_observe,
     policies_sync,
     policy_errors,
@@ -40,11 +41,13 @@ from portal.execution.turns import AGAIN, CUT, run_advance_turn
 __all__ = [
     "AGAIN",
     "CUT",
+    "Folded",
     "SiteState",
     "binding_observe",
     "bindings_observe",
     "claims",
     "cluster_deleted",
+    "cluster_note",
     "cluster_observe",
     "failover_check",
     "fairness",

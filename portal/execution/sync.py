@@ -9,7 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from placement import manifests, parser
@@ -27,8 +27,10 @@ def _quantity(value: Any, milli: bool = False) -> int:
     return round(q * 1000) if milli else int(q)
 
 
-def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
-    """Upsert the Site of a Karmada Cluster. Returns (site, created-or-readiness-changed)."""
+def _cluster_values(
+    cluster: Mapping[str, Any],
+) -> tuple[str, bool, dict[str, Any], int, dict[str, Any]]:
+    """What a Cluster says of its Site: (name, ready, labels, GPUs, the columns to write)."""
     meta = cluster.get("metadata") or {}
     spec = cluster.get("spec") or {}
     status = cluster.get("status") or {}
@@ -49,7 +51,6 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
         return _quantity(used.get(resource), milli) + _quantity(coming.get(resource), milli)
 
     gpus = _quantity(alloc.get("nvidia.com/gpu"))
-    now = timezone.now()
     values: dict[str, Any] = {
         "region": spec.get("region") or "",
         "zone": spec.get("zone") or "",
@@ -63,8 +64,31 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
         "gpu_allocated": taken("nvidia.com/gpu"),
         "pods_allocatable": _quantity(alloc.get("pods")),
         "pods_allocated": taken("pods"),
-        "last_sync": now,
+        "last_sync": timezone.now(),
     }
+    return name, ready, dict(meta.get("labels") or {}), gpus, values
+
+
+def cluster_note(cluster: Mapping[str, Any]) -> bool:
+    """``cluster_observe`` for the watcher: True when a Site was created or its readiness
+    changed. A running fan-out moves every Cluster's ``resourceSummary`` many times a second
+    and nothing else; such a change is one conditional UPDATE (same readiness, the Cluster's
+    labels already on the Site, GPUs already a capability) instead of a locked read-modify-
+    write, which was a quarter of the watcher's time under a 10,000-item fan-out."""
+    if connection.vendor == "postgresql":  # jsonb containment; SQLite has none
+        name, ready, cluster_labels, gpus, values = _cluster_values(cluster)
+        same = Site.objects.filter(name=name, ready=ready, labels__contains=cluster_labels)
+        if gpus:
+            same = same.filter(capabilities__contains=["gpu"])
+        if same.update(**values):
+            return False
+    return cluster_observe(cluster)[1]
+
+
+def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
+    """Upsert the Site of a Karmada Cluster. Returns (site, created-or-readiness-changed)."""
+    name, ready, cluster_labels, gpus, values = _cluster_values(cluster)
+    now = values["last_sync"]
     with transaction.atomic():
         site, created = Site.objects.select_for_update().get_or_create(
             name=name, defaults={**values, "ready": ready, "ready_changed_at": now}
@@ -76,14 +100,14 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
                 values["ready_changed_at"] = now
                 changed = True
             # Cluster labels are the source of truth for their keys; labels operators add stay.
-            merged = {**(site.labels or {}), **(meta.get("labels") or {})}
+            merged = {**(site.labels or {}), **cluster_labels}
             if merged != site.labels:
                 values["labels"] = merged
             Site.objects.filter(pk=site.pk).update(**values)
             for k, v in values.items():
                 setattr(site, k, v)
         else:
-            Site.objects.filter(pk=site.pk).update(labels=dict(meta.get("labels") or {}))
+            Site.objects.filter(pk=site.pk).update(labels=cluster_labels)
         if gpus and "gpu" not in (site.capabilities or []):
             site.capabilities = [*(site.capabilities or []), "gpu"]
             Site.objects.filter(pk=site.pk).update(capabilities=site.capabilities)

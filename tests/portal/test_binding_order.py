@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from portal import execution, gateway, services
@@ -62,6 +64,57 @@ def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
         UnitPhase.SUCCEEDED,
         *recorded,
     )
+
+
+def _what_is_folded(binding: dict[str, Any]) -> tuple[str, Any]:
+    clusters = (binding.get("spec") or {}).get("clusters") or [{}]
+    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or [{}]
+    return (clusters[0].get("name", ""), (aggregated[0] or {}).get("status"))
+
+
+def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
+    fleet: SandboxServer,  # noqa: F811
+) -> None:
+    """A step's binding changes a dozen times and most changes touch neither its site nor its
+    member status, the two parts a fold reads; under a 10,000-item fan-out the watcher spent
+    most of its time reading the unit again for them."""
+    run = submit(fleet, duration="1500s")
+    _, version = gateway.list_objects(gateway.RESOURCE_BINDING)
+    execution.run_advance(run.pk)
+    unit = run.units.get()
+    states = []
+    for _kind, binding in gateway.watch(gateway.RESOURCE_BINDING, version, timeout_seconds=60):
+        if _bound(binding) == unit.workflow_name:
+            states.append(binding)
+            if _phase(binding) in ("Succeeded", "Failed", "Error"):
+                break
+    folded = execution.Folded()
+
+    # Seen before the unit was claimed (the claim follows the create): not remembered.
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name="")
+    assert execution.binding_observe(states[-1], folded=folded) is None
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name=unit.workflow_name)
+
+    reads = 0
+    last: tuple[str, Any] | None = None
+    for binding in states:
+        with CaptureQueriesContext(connection) as queries:
+            execution.binding_observe(binding, folded=folded)
+        read = any(
+            q["sql"].startswith("SELECT") and '"portal_unitrun"' in q["sql"] for q in queries
+        )
+        seen = _what_is_folded(binding)
+        unscheduled = not seen[0] and not isinstance(seen[1], dict)
+        # Read exactly when a scheduled binding's site or member status moved.
+        assert read == (not unscheduled and seen != last), (seen, last)
+        reads += read
+        if not unscheduled:
+            last = seen
+    assert 0 < reads < len(states)
+    assert run.units.get().phase == UnitPhase.SUCCEEDED
+    with CaptureQueriesContext(connection) as queries:
+        assert execution.binding_observe(states[-1], folded=folded) is None
+    assert len(queries) == 0  # the final state again (a relist): nothing read
 
 
 def _claiming(sandbox: SandboxServer) -> str:

@@ -35,6 +35,38 @@ def test_it_counts_pods_being_scheduled_as_taken() -> None:
     assert Site.objects.get(name="site-x").pods_allocated == 6
 
 
+@pytest.mark.django_db
+def test_the_watcher_notes_a_capacity_change_in_one_update_and_the_rest_in_full(
+    django_assert_num_queries: Any,
+) -> None:
+    """A fan-out moves every Cluster's resourceSummary many times a second: the watcher writes
+    such a change with one conditional UPDATE, and anything else through ``cluster_observe``
+    (a new Site, readiness, labels, GPUs)."""
+    cluster = _cluster("32", "10", "0")
+    assert execution.cluster_note(cluster) is True  # a new Site
+    cluster["metadata"]["labels"] = {"region": "eu"}
+    assert execution.cluster_note(cluster) is False  # a label the Site lacks: the full path
+    site = Site.objects.get(name="site-x")
+    site.labels = {**site.labels, "owner": "ops"}  # added by an operator: kept
+    site.save()
+
+    busier = _cluster("32", "20", "4")
+    busier["metadata"]["labels"] = {"region": "eu"}
+    with django_assert_num_queries(1):
+        assert execution.cluster_note(busier) is False
+    site = Site.objects.get(name="site-x")
+    assert (site.cpu_allocated, site.labels) == (24000, {"region": "eu", "owner": "ops"})
+
+    busier["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    assert execution.cluster_note(busier) is True  # readiness: the full path says so
+    site = Site.objects.get(name="site-x")
+    assert site.ready is False and site.ready_changed_at is not None
+
+    busier["status"]["resourceSummary"]["allocatable"]["nvidia.com/gpu"] = "2"
+    assert execution.cluster_note(busier) is False
+    assert "gpu" in Site.objects.get(name="site-x").capabilities
+
+
 def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_allocating(
     sandbox: SandboxServer, db: Any, settings: Any
 ) -> None:

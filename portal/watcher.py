@@ -7,6 +7,7 @@ Changes become database updates here and Celery tasks for what must call Karmada
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -108,18 +109,77 @@ def on_cluster(kind: str, obj: dict[str, Any]) -> None:
         tasks.policies_sync.delay()
 
 
+# Bindings folded together at most (one query reads their units).
+FOLD_BATCH = 500
+
+
+class Pending:
+    """Bindings seen and not folded yet, by name, as client-go's workqueue keeps keys: a newer
+    state of a binding replaces one still waiting, and the folding thread takes all that
+    wait at once. Idle, a binding is folded as soon as it is seen; under a fan-out (a dozen
+    changes per step, thousands of steps) the states a binding went through while the last
+    batch was folded collapse into its newest, and a batch's units are read in one query.
+    The newest state is what the resync folds too; a lost batch (the process killed) is
+    listed again when the watcher starts."""
+
+    def __init__(self) -> None:
+        self._bindings: dict[str, dict[str, Any]] = {}
+        self._changed = threading.Condition()
+
+    def put(self, binding: dict[str, Any]) -> None:
+        meta = binding.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        with self._changed:
+            self._bindings[key] = binding
+            self._changed.notify()
+
+    def take(self, stop: threading.Event, most: int = FOLD_BATCH) -> list[dict[str, Any]]:
+        """Up to ``most`` waiting bindings, oldest first; [] when nothing came for a while
+        or the watcher stops."""
+        with self._changed:
+            if not self._bindings and not stop.is_set():
+                self._changed.wait(0.5)
+            keys = list(itertools.islice(self._bindings, most))
+            return [self._bindings.pop(k) for k in keys]
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._bindings)
+
+
+PENDING = Pending()
 # What this watcher folded in from each binding (one watcher process, one memory).
 FOLDED = execution.Folded()
 
 
 def on_binding(kind: str, obj: dict[str, Any]) -> None:
+    if kind != "DELETED":
+        PENDING.put(obj)
+
+
+def fold_bindings(
+    stop: threading.Event, pending: Pending = PENDING, folded: execution.Folded = FOLDED
+) -> None:
+    """Fold what the binding watch saw, batch by batch, and ask for the next step of every
+    run whose unit ended."""
     from portal import tasks
 
-    if kind == "DELETED":
-        return
-    run_id = execution.binding_observe(obj, folded=FOLDED)
-    if run_id is not None:
-        tasks.advance_request(run_id)
+    checked = 0.0
+    while not stop.is_set():
+        batch = pending.take(stop)
+        if not batch:
+            continue
+        failed = False
+        try:
+            ended = execution.bindings_observe(batch, folded=folded)
+            for run_id in sorted(ended):
+                tasks.advance_request(run_id)
+        except Exception:  # the batch's units could not be read: the resync folds them
+            failed = True
+            log.exception("folding %d bindings failed", len(batch))
+        if failed or time.monotonic() - checked >= CONNECTION_CHECK_S:
+            close_old_connections()
+            checked = time.monotonic()
 
 
 DRAIN_INTERVAL_S = 1.0
@@ -150,6 +210,9 @@ def run_forever(stop: threading.Event, watch_timeout: int = 300) -> list[Loop]:
     ]
     threads.append(
         threading.Thread(target=drain_decisions, args=(stop,), name="drain-decisions", daemon=True)
+    )
+    threads.append(
+        threading.Thread(target=fold_bindings, args=(stop,), name="fold-bindings", daemon=True)
     )
     for t in threads:
         t.start()

@@ -171,10 +171,19 @@ def _bound_workflow(binding: Mapping[str, Any]) -> str:
     return str(resource.get("name") or "") if resource.get("kind") == "Workflow" else ""
 
 
-def bindings_observe(bindings: Iterable[Mapping[str, Any]]) -> set[int]:
-    """``binding_observe`` for a whole list (the resync's): their units in one query. Returns
-    the runs with a unit that ended."""
-    named = [(b, name) for b in bindings if (name := _bound_workflow(b))]
+def bindings_observe(
+    bindings: Iterable[Mapping[str, Any]], folded: Folded | None = None
+) -> set[int]:
+    """``binding_observe`` for many bindings (the resync's list, the watcher's batch): their
+    units in one query, each binding on its own (one that fails is logged and the others
+    are folded). Returns the runs with a unit that ended."""
+    named = []
+    for binding in bindings:
+        name = _bound_workflow(binding)
+        if name and not (folded is not None and folded.unchanged(name, _seen(binding))):
+            named.append((binding, name))
+    if not named:
+        return set()
     rows = UnitRun.objects.filter(workflow_name__in={name for _, name in named}).defer(
         *UNREAD_BY_FOLDS
     )
@@ -182,7 +191,14 @@ def bindings_observe(bindings: Iterable[Mapping[str, Any]]) -> set[int]:
     ended = set()
     for binding, name in named:
         unit = units.get(name)
-        if unit is not None and (run_id := binding_observe(binding, unit)) is not None:
+        if unit is None:
+            continue
+        try:
+            run_id = binding_observe(binding, unit, folded)
+        except Exception:
+            log.exception("%s: folding its binding failed", name)
+            continue
+        if run_id is not None:
             ended.add(run_id)
     return ended
 
@@ -215,23 +231,28 @@ class Folded:
             self._seen.popitem(last=False)
 
 
+def _seen(binding: Mapping[str, Any]) -> tuple[str, Any]:
+    """The two parts of a binding a fold reads: the site it was scheduled to ('' before)
+    and the member's status (None before any)."""
+    clusters = (binding.get("spec") or {}).get("clusters") or []
+    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
+    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
+    member = (aggregated[0] or {}).get("status") if aggregated else None
+    return str(site or ""), member
+
+
 def binding_observe(
     binding: Mapping[str, Any], unit: UnitRun | None = None, folded: Folded | None = None
 ) -> int | None:
     """Fold a ResourceBinding's state into its unit (read by name unless given). Returns the
     run id when the unit ended (the caller enqueues the run's next step), else None. With
     ``folded``, a binding whose site and member status are what was last folded is skipped."""
-    spec = binding.get("spec") or {}
     name = _bound_workflow(binding)
     if not name:
         return None
-    clusters = spec.get("clusters") or []
-    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
-    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
-    member = (aggregated[0] or {}).get("status") if aggregated else None
+    seen = site, member = _seen(binding)
     if not site and not isinstance(member, dict):
         return None  # created, not scheduled yet: nothing to fold in, so nothing to read
-    seen = (site, member)
     if folded is not None and folded.unchanged(name, seen):
         return None
     if unit is None:

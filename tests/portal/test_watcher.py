@@ -50,3 +50,66 @@ def test_a_failed_event_checks_the_connection_at_once(checks: list[int]) -> None
     loop._handle("MODIFIED", {})
     loop._handle("MODIFIED", {})
     assert len(checks) == 3
+
+
+def _binding(name: str, version: int, phase: str = "Running") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": "portal",
+            "name": f"{name}-workflow",
+            "resourceVersion": str(version),
+        },
+        "spec": {"resource": {"kind": "Workflow", "name": name}, "clusters": [{"name": "s"}]},
+        "status": {"aggregatedStatus": [{"clusterName": "s", "status": {"phase": phase}}]},
+    }
+
+
+def test_a_newer_state_replaces_the_one_waiting_and_batches_keep_their_order() -> None:
+    pending = watcher.Pending()
+    stop = threading.Event()
+    for version, name in enumerate(["a", "b", "a", "c", "a"]):
+        pending.put(_binding(name, version))
+    assert len(pending) == 3
+    first = pending.take(stop, most=2)
+    # Oldest first (a was seen first); a's newest state only.
+    assert [(b["spec"]["resource"]["name"], b["metadata"]["resourceVersion"]) for b in first] == [
+        ("a", "4"),
+        ("b", "1"),
+    ]
+    assert [b["spec"]["resource"]["name"] for b in pending.take(stop)] == ["c"]
+    stop.set()
+    assert pending.take(stop) == []  # nothing waits and the watcher stops: no wait
+
+
+def test_the_fold_thread_goes_on_past_a_batch_that_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pending = watcher.Pending()
+    stop = threading.Event()
+    seen: list[list[str]] = []
+    asked: list[int] = []
+
+    def observe(batch: list[dict[str, Any]], folded: Any = None) -> set[int]:
+        seen.append([b["spec"]["resource"]["name"] for b in batch])
+        if len(seen) == 1:
+            raise RuntimeError("database went away")
+        stop.set()
+        return {7}
+
+    from portal import tasks
+
+    monkeypatch.setattr(watcher.execution, "bindings_observe", observe)
+    monkeypatch.setattr(watcher, "close_old_connections", lambda: None)
+    monkeypatch.setattr(tasks, "advance_request", asked.append)
+    pending.put(_binding("a", 1))
+    thread = threading.Thread(target=watcher.fold_bindings, args=(stop, pending))
+    thread.start()
+    for _ in range(3000):  # the first batch taken (at most 30 s)
+        if seen:
+            break
+        threading.Event().wait(0.01)
+    pending.put(_binding("b", 2))
+    thread.join(30)
+    assert not thread.is_alive()
+    assert seen == [["a"], ["b"]]
+    assert asked == [7]

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import yaml
 from aiohttp import web
 
@@ -43,7 +44,12 @@ DEFAULT_WATCH_TIMEOUT = 1800.0
 
 
 def dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+    """Compact JSON (orjson: answers and watch events were a tenth of the sandbox's time
+    under a fan-out); what orjson refuses goes through the standard library."""
+    try:
+        return orjson.dumps(obj).decode()
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(obj, separators=(",", ":"))
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -243,3 +243,18 @@ def test_the_demo_fleet_matches_the_design() -> None:
     assert a.capacity["cpu"] - a.baseline["cpu"] < b.capacity["cpu"] - b.baseline["cpu"]
     assert c.capacity.get("nvidia.com/gpu", 0) > 0 and "nvidia.com/gpu" not in b.capacity
     assert c.labels["accelerator"].startswith("nvidia")
+
+
+def test_clone_copies_deeply_and_falls_back_for_what_json_cannot_hold() -> None:
+    from sandbox.store import clone
+
+    original = {"a": [{"b": 1}], "c": {"d": "é", "e": 1.5, "f": None, "g": True}}
+    copied = clone(original)
+    assert copied == original
+    copied["a"][0]["b"] = 2
+    copied["c"]["d"] = "x"
+    assert original == {"a": [{"b": 1}], "c": {"d": "é", "e": 1.5, "f": None, "g": True}}
+    odd = {1: [2**70], "k": {"v": [1]}}  # a key that is not a string, an integer past 64 bits
+    copied_odd = clone(odd)
+    assert copied_odd == odd
+    assert copied_odd["k"] is not odd["k"] and copied_odd[1] is not odd[1]

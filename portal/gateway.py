@@ -282,13 +282,61 @@ def get(resource: Resource, name: str, ns: str | None = None) -> dict[str, Any]:
     return dict(_call("get", resource, ns, name))
 
 
-@retrying()
+# Items per chunk of a list: client-go's pager's default (``tools/pager``, defaultPageSize).
+# A list of 20,000 ResourceBindings in one answer held a few hundred MB in the worker for
+# every resync; in chunks it holds one chunk at a time.
+LIST_CHUNK = 500
+
+
 def list_objects(
     resource: Resource, ns: str | None = None, label_selector: str = ""
 ) -> tuple[list[dict[str, Any]], str]:
-    """Items and the list's resourceVersion (to start a watch from)."""
-    out = _call("list", resource, ns, label_selector=label_selector)
-    return list(out.get("items", [])), str(out.get("metadata", {}).get("resourceVersion", ""))
+    """Items and the list's resourceVersion (to start a watch from). For lists that stay
+    small (Clusters, policies); one that grows with the runs is read with ``list_chunks``."""
+    items: list[dict[str, Any]] = []
+    rv = ""
+    for chunk, chunk_rv in list_chunks(resource, ns, label_selector):
+        items.extend(chunk)
+        rv = chunk_rv
+    return items, rv
+
+
+def list_chunks(
+    resource: Resource, ns: str | None = None, label_selector: str = "", limit: int | None = None
+) -> Iterator[tuple[list[dict[str, Any]], str]]:
+    """A list in chunks of ``limit`` items (``limit`` and ``continue``), each with the list's
+    resourceVersion. A chunk's call is retried as any other. When Karmada has compacted
+    past the list (410 Expired on a continue), the list starts over, as client-go's pager
+    does with ``FullListIfExpired`` (whole this time: the next chunks would expire alike);
+    callers fold chunks idempotently, so chunks seen twice do no harm."""
+    token = ""
+    limit = LIST_CHUNK if limit is None else limit
+    while True:
+        try:
+            out = _list_chunk(resource, ns, label_selector, limit, token)
+        except Expired:
+            if not token:
+                raise
+            log.info("%s: the list's continue token expired; listing again, whole", resource.kind)
+            token, limit = "", 0
+            continue
+        meta = out.get("metadata") or {}
+        yield list(out.get("items") or []), str(meta.get("resourceVersion", ""))
+        token = str(meta.get("continue") or "")
+        if not token:
+            return
+
+
+@retrying()
+def _list_chunk(
+    resource: Resource, ns: str | None, label_selector: str, limit: int, token: str
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"label_selector": label_selector}
+    if limit:
+        kwargs["limit"] = limit
+    if token:
+        kwargs["_continue"] = token
+    return dict(_call("list", resource, ns, **kwargs))
 
 
 @retrying()

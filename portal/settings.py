@@ -260,6 +260,9 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # one kills the process (a run whose advance keeps failing or being killed ends in Error).
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 120)
 CELERY_TASK_TIME_LIMIT = envint("CELERY_TASK_TIME_LIMIT", 180)
+# A pool process whose resident memory is over this (MB) after a task is replaced by a fresh
+# one (Celery's ``worker_max_memory_per_child``; 0: never).
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 1024 or None
 # One advance creates at most this many step workflows, or runs this long, then yields the
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)

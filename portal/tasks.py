@@ -101,9 +101,13 @@ def sites_sync() -> None:
 
 @shared_task(**RETRY, priority=BULK)
 def bindings_resync() -> None:
-    """One list of the step workflows' bindings catches anything a watch missed."""
-    items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-    for run_id in sorted(execution.bindings_observe(items)):
+    """One list of the step workflows' bindings catches anything a watch missed. Read and
+    folded a chunk at a time: a fan-out's ten thousand bindings in one answer held a few
+    hundred MB in the worker, and more with every run."""
+    ended: set[int] = set()
+    for items, _ in gateway.list_chunks(gateway.RESOURCE_BINDING):
+        ended |= execution.bindings_observe(items)
+    for run_id in sorted(ended):
         advance_request(run_id)
 
 

@@ -37,11 +37,9 @@ class Loop:
         on_object: Callable[[str, dict[str, Any]], None],
         stop: threading.Event,
         watch_timeout: int = 300,
-        on_listed: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.resource = resource
         self.on_object = on_object
-        self.on_listed = on_listed
         self.stop = stop
         self.watch_timeout = watch_timeout
         self.resource_version = ""
@@ -50,12 +48,15 @@ class Loop:
         self._checked_at = 0.0
 
     def relist(self) -> None:
-        items, rv = gateway.list_objects(self.resource)
+        # In chunks (the bindings of every step workflow that exists can be tens of
+        # thousands); the watch starts from the list's resourceVersion, the same in every
+        # chunk.
+        rv = ""
+        for items, chunk_rv in gateway.list_chunks(self.resource):
+            for obj in items:
+                self._handle("ADDED", obj)
+            rv = chunk_rv
         self.lists += 1
-        for obj in items:
-            self._handle("ADDED", obj)
-        if self.on_listed is not None:
-            self.on_listed(items)
         self.resource_version = rv
 
     def _handle(self, kind: str, obj: dict[str, Any]) -> None:

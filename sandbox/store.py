@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from sandbox import chunks
 from sandbox.errors import ApiError
 from sandbox.resources import Registry, ResourceType
 
@@ -137,7 +138,8 @@ class Store:
             if field_match is not None and not field_match(obj):
                 continue
             out.append(obj)
-        out.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
+        # etcd's order, the key's: ``<namespace>/<name>`` (chunked lists continue after a key).
+        out.sort(key=chunks.key_of)
         return out
 
     def all(self, rtype: ResourceType) -> Iterable[Obj]:

@@ -10,7 +10,8 @@ read from a dataset held at one site:
 * a one-step run submitted right after the fan-out: time to Succeeded, beside the same run on
   the idle stack (the floor);
 * the run page and its live partial, server render time, beside the runs list (the floor);
-* resident memory of the web and worker processes before, at peak and after.
+* resident memory of the web and worker processes before, at peak and after, and the peak in
+  each quarter of the creation (flat: not climbing as tiles are created).
 
 Run: ``.venv/bin/python tests/bench/bench_fanout.py [--items N] [--sites N] [--accept-only]``
 (``--accept-only``: the 201 and the run page, without waiting for the step workflows). It
@@ -241,6 +242,12 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=10_000)
     ap.add_argument("--sites", type=int, default=50)
     ap.add_argument(
+        "--runs",
+        type=int,
+        default=2,
+        help="fan-outs submitted one after the other (memory of the second: flat or not)",
+    )
+    ap.add_argument(
         "--accept-only",
         action="store_true",
         help="stop after the 201 (acceptance alone: minutes less than waiting for every tile)",
@@ -266,19 +273,26 @@ def main() -> None:
             floor_accept, floor_done = one_step(stack)
             body = fanout_body(args.items, args.sites)
             mem_before = rss_mb(stack)
-            peak = dict(mem_before)
+            # (seconds since the submission, RSS of each part): flat memory means the peak is
+            # reached early (the turns' reads of the run's units) and not climbed afterwards.
+            samples: list[tuple[float, dict[str, float]]] = []
             stop_sampling = threading.Event()
 
             def sample() -> None:
                 while not stop_sampling.wait(0.5):
-                    for k, v in rss_mb(stack).items():
-                        peak[k] = max(peak.get(k, 0.0), v)
+                    largest = rss_mb(stack, largest=True)
+                    samples.append(
+                        (
+                            time.perf_counter() - t0,
+                            {**rss_mb(stack), **{f"{k} process": v for k, v in largest.items()}},
+                        )
+                    )
 
             sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
             requests_before = stack.sandbox_requests()
             posts_before = stack.sandbox_requests("POST")
             t0 = time.perf_counter()
+            sampler.start()
             run_id = stack.submit(body)
             accepted = time.perf_counter() - t0
             if args.accept_only:
@@ -302,12 +316,26 @@ def main() -> None:
             small.join()
             requests = stack.sandbox_requests() - requests_before
             posts = stack.sandbox_requests("POST") - posts_before
-            stop_sampling.set()
-            sampler.join()
             time.sleep(2)
             mem_after = rss_mb(stack)
+            first_window = time.perf_counter() - t0
             raw_n = min(args.items, RAW_SAMPLE)
             raw = raw_creates(stack, raw_n) * args.items / raw_n
+            # The same fan-out again, on the stack that ran the first: memory that is flat
+            # peaks no higher the second time (what a turn frees is reused, nothing is kept).
+            again: list[tuple[float, float]] = []  # (start, created after) since t0
+            for _ in range(args.runs - 1):
+                start = time.perf_counter() - t0
+                again_id = stack.submit(body)
+                wait(
+                    lambda run=again_id: created(stack, run) >= args.items,
+                    3600,
+                    "every tile's step workflow, again",
+                    every=0.5,
+                )
+                again.append((start, time.perf_counter() - t0 - start))
+            stop_sampling.set()
+            sampler.join()
             pages = render_times(stack, run_id)
             sites_used = stack.sql(
                 "SELECT count(DISTINCT site) FROM portal_unitrun WHERE run_id = %s", run_id
@@ -337,8 +365,42 @@ def main() -> None:
     for part in ("web", "worker"):
         print(
             f"  RSS {part:<6} MB before/peak/after: {mem_before[part]:6.0f} "
-            f"{peak[part]:6.0f} {mem_after[part]:6.0f}"
+            f"{max(mem_before[part], first_peak(samples, first_window, part)):6.0f} "
+            f"{mem_after[part]:6.0f}   "
+            f"peak by quarter of the creation: {quarters(samples, 0.0, all_created, part)}"
         )
+    for part in ("web", "worker"):
+        print(
+            f"    largest {part:<6} process, MB:            "
+            f"{first_peak(samples, first_window, f'{part} process'):6.0f}          "
+            f"peak by quarter of the creation: "
+            f"{quarters(samples, 0.0, all_created, f'{part} process')}"
+        )
+    for i, (start, took) in enumerate(again, 2):
+        print(f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s")
+        for part in ("web", "worker", "web process", "worker process"):
+            print(
+                f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
+                f"   (the first's peak {first_peak(samples, first_window, part):.0f})"
+            )
+
+
+def first_peak(samples: list[tuple[float, dict[str, float]]], until: float, part: str) -> float:
+    return max((rss.get(part, 0.0) for at, rss in samples if at < until), default=0.0)
+
+
+def quarters(
+    samples: list[tuple[float, dict[str, float]]], start: float, span: float, part: str
+) -> str:
+    """The highest RSS of ``part`` in each quarter of the ``span`` seconds from ``start``
+    (seconds after the first submission): memory that grew with the tiles created would
+    climb from quarter to quarter."""
+    peaks = [0.0] * 4
+    for at, rss in samples:
+        if start <= at < start + span:
+            q = min(3, int(4 * (at - start) / span))
+            peaks[q] = max(peaks[q], rss.get(part, 0.0))
+    return " ".join(f"{p:.0f}" if p else "-" for p in peaks)
 
 
 if __name__ == "__main__":

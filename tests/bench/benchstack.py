@@ -191,9 +191,11 @@ class BenchStack:
             self._dropdb()
 
 
-def rss_mb(stack: BenchStack) -> dict[str, float]:
+def rss_mb(stack: BenchStack, largest: bool = False) -> dict[str, float]:
     """Resident memory (MB) of each part of the stack: every process of its session summed
-    (a Celery worker is a parent and its pool, gunicorn an arbiter and its workers)."""
+    (a Celery worker is a parent and its pool, gunicorn an arbiter and its workers), or with
+    ``largest`` its largest process (whether one process grows is clearer there: the sum
+    also rises as each pool process reaches the same size in turn)."""
     sessions = {pid: name for name, pid in stack.pids.items()}
     totals = dict.fromkeys(stack.pids, 0.0)
     for entry in Path("/proc").iterdir():
@@ -205,7 +207,8 @@ def rss_mb(stack: BenchStack) -> dict[str, float]:
                 continue
             for line in (entry / "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
-                    totals[sessions[int(stat[3])]] += int(line.split()[1]) / 1024
+                    part, mb = sessions[int(stat[3])], int(line.split()[1]) / 1024
+                    totals[part] = max(totals[part], mb) if largest else totals[part] + mb
         except (OSError, ValueError, IndexError):
             continue
     return totals

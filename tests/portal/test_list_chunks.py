@@ -1,0 +1,105 @@
+"""Lists that grow with the runs are read in chunks (``gateway.list_chunks``): the resync's
+list of every ResourceBinding and the watcher's relists. A chunk at a time is what the worker
+holds; a continue token that Karmada has compacted away starts the list over."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from portal import execution, gateway
+from portal.watcher import Loop
+from tests.fixtures_sandbox import SandboxServer
+
+
+@pytest.fixture
+def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    settings.PORTAL_WEBHOOK_REGISTER = False
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+    execution.policies_sync()  # a policy per site and the fallback: a list of several
+    try:
+        yield sandbox
+    finally:
+        gateway.reset()
+
+
+def _names(items: list[dict[str, Any]]) -> list[str]:
+    return [i["metadata"]["name"] for i in items]
+
+
+def test_chunks_hold_the_whole_list_once_at_one_resource_version(fleet) -> None:
+    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
+    assert len(whole) >= 4
+    chunks = list(gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2))
+    assert all(len(items) <= 2 for items, _ in chunks)
+    assert len(chunks) == -(-len(whole) // 2)
+    assert sorted(n for items, _ in chunks for n in _names(items)) == sorted(_names(whole))
+    assert len({rv for _, rv in chunks}) == 1
+
+
+def test_requests_per_list_are_its_chunks(fleet) -> None:
+    before = fleet.request("GET", "/_sandbox/stats")["requests"].get("GET", 0)
+    n = sum(1 for _ in gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2))
+    after = fleet.request("GET", "/_sandbox/stats")["requests"].get("GET", 0)
+    assert after - before == n
+
+
+def test_an_expired_continue_token_starts_the_list_over_whole(fleet) -> None:
+    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
+    chunks = gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2)
+    first, _ = next(chunks)
+    assert len(first) == 2
+    # Karmada compacts past the list between two chunks (a write, then the compaction).
+    gateway.apply(
+        gateway.PROPAGATION_POLICY,
+        {
+            "apiVersion": "policy.karmada.io/v1alpha1",
+            "kind": "PropagationPolicy",
+            "metadata": {"name": "chunks-written-between"},
+            "spec": {
+                "resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}],
+                "placement": {"clusterAffinity": {"clusterNames": ["site-a"]}},
+            },
+        },
+    )
+    fleet.compact()
+    rest = list(chunks)
+    # The 410 is not an error for the caller: the list comes again, whole, in one answer.
+    assert len(rest) == 1
+    assert sorted(_names(rest[0][0])) == sorted([*_names(whole), "chunks-written-between"])
+
+
+def test_a_token_expired_at_the_first_chunk_is_not_retried_forever(fleet, monkeypatch) -> None:
+    calls = []
+
+    def expired(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs)
+        raise gateway.Expired("too old", 410)
+
+    monkeypatch.setattr(gateway, "_list_chunk", expired)
+    with pytest.raises(gateway.Expired):
+        list(gateway.list_chunks(gateway.PROPAGATION_POLICY))
+    assert len(calls) == 1
+
+
+def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
+    fleet, monkeypatch
+) -> None:
+    monkeypatch.setattr(gateway, "LIST_CHUNK", 2)
+    seen: list[tuple[str, str]] = []
+    loop = Loop(
+        gateway.PROPAGATION_POLICY,
+        lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+        threading.Event(),
+    )
+    whole, rv = gateway.list_objects(gateway.PROPAGATION_POLICY)
+    loop.relist()
+    assert sorted(seen) == sorted(("ADDED", n) for n in _names(whole))
+    assert loop.resource_version == rv
+    assert loop.lists == 1

@@ -110,9 +110,18 @@ def test_continue_with_a_resource_version_is_a_400(
     "token,why",
     [
         ("not-base64!", "continue key is not valid"),
-        (base64.urlsafe_b64encode(b'{"v":"v2","rv":1,"start":"a"}').decode(), "encoded version"),
-        (base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":0,"start":"a"}').decode(), "rv"),
-        (base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":5,"start":""}').decode(), "empty"),
+        (
+            base64.urlsafe_b64encode(b'{"v":"v2","rv":1,"start":"a"}').decode(),
+            "does not recognize this encoded version",
+        ),
+        (
+            base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":0,"start":"a"}').decode(),
+            "incorrect encoded start resourceVersion",
+        ),
+        (
+            base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":5,"start":""}').decode(),
+            "encoded start key empty",
+        ),
         (
             base64.urlsafe_b64encode(b'{"v":"meta.k8s.io/v1","rv":5,"start":"../x"}').decode(),
             "invalid start key",
@@ -127,7 +136,7 @@ def test_a_token_that_does_not_decode_is_a_400(
     assert err.value.status == 400
     body = json.loads(err.value.body)
     assert body["message"].startswith("invalid continue token: continue key is not valid")
-    assert why.split()[-1] in body["message"] or why == "rv" and "resourceVersion" in body["message"]
+    assert why in body["message"]
 
 
 def test_a_token_from_before_a_compaction_is_410_expired(
@@ -161,7 +170,7 @@ def test_compaction_keeps_one_interval_of_history() -> None:
     c.advance(now=600.0, rv=300)  # second tick: compacts to the revision noted at the first
     assert c.compacted_rv == 200
     c.advance(now=1500.0, rv=400)  # three ticks late: caught up
-    assert c.compacted_rv == 400 or c.compacted_rv == 300
+    assert c.compacted_rv == 400
     with pytest.raises(ApiError) as err:
         chunks.chunk(
             [],

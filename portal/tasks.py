@@ -119,8 +119,9 @@ def step_workflows_cleanup() -> None:
 
 @shared_task(priority=BULK)
 def resync() -> None:
-    """The periodic safety net (Celery beat): Karmada calls here are one list per kind,
-    whatever the number of runs; everything else is the database."""
+    """The periodic safety net (Celery beat): Karmada calls here are one list per kind
+    (in chunks of ``gateway.LIST_CHUNK`` items), whatever the number of runs; everything else
+    is the database."""
     if gateway.configured():
         sites_sync.delay()
         bindings_resync.delay()

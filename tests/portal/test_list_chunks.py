@@ -92,14 +92,25 @@ def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
     fleet, monkeypatch
 ) -> None:
     monkeypatch.setattr(gateway, "LIST_CHUNK", 2)
+    real_chunks = gateway.list_chunks
+    answered: list[tuple[int, str]] = []  # (items, resourceVersion) of each chunk
+
+    def chunks(*args: Any, **kwargs: Any) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        for items, rv in real_chunks(*args, **kwargs):
+            answered.append((len(items), rv))
+            yield items, rv
+
+    monkeypatch.setattr(gateway, "list_chunks", chunks)
     seen: list[tuple[str, str]] = []
     loop = Loop(
         gateway.PROPAGATION_POLICY,
         lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
         threading.Event(),
     )
-    whole, rv = gateway.list_objects(gateway.PROPAGATION_POLICY)
+    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
     loop.relist()
     assert sorted(seen) == sorted(("ADDED", n) for n in _names(whole))
-    assert loop.resource_version == rv
+    assert len(answered) > 1 and all(n <= 2 for n, _ in answered)
+    # The watch starts from the list's resourceVersion, which every chunk answered.
+    assert {rv for _, rv in answered} == {loop.resource_version}
     assert loop.lists == 1

@@ -123,21 +123,27 @@ async def bulk_phase(sandbox: SandboxServer, counter: Counter, total: int, budge
 
     async def worker(wid: int) -> None:
         reader, writer = await asyncio.open_connection(host, int(port))
-        create = request("POST", path, json.dumps(policy(f"b-{wid}")).encode())
-        batch = [
+        reads = [
             request("GET", "/version"),
             request("GET", f"{path}/fixed-{wid % 20}"),
             request("GET", f"{path}?labelSelector=bench%3Dyes"),
-            create,
-            request("DELETE", f"{path}/b-{wid}"),
         ]
         step = 0
         try:
-            # Each connection keeps its own cycle, so its DELETE follows its own CREATE.
+            # Each connection keeps its own cycle, so its DELETE follows its own CREATE. A
+            # new name each cycle: Karmada's webhook gives every policy a finalizer, so a
+            # deleted one lingers until its controller lets go, and creating the same name
+            # again meanwhile is a 409, as upstream.
             for _ in queue:
                 if time.perf_counter() - started > budget:
                     break
-                writer.write(batch[step % 5])
+                name = f"b-{wid}-{step // 5}"
+                if step % 5 < 3:
+                    writer.write(reads[step % 5])
+                elif step % 5 == 3:
+                    writer.write(request("POST", path, json.dumps(policy(name)).encode()))
+                else:
+                    writer.write(request("DELETE", f"{path}/{name}"))
                 step += 1
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = 0

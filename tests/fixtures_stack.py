@@ -318,3 +318,26 @@ def live_without_resync(
 def live_executing(executing_stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
     with stack_for_test(executing_stack, settings) as s:
         yield s
+
+
+@pytest.fixture
+def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    """The demo inventory, with the portal's gateway pointed at the shared sandbox (no
+    webhook registered). Policies are not written: ``demo_fleet`` writes them."""
+    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
+    settings.PORTAL_WEBHOOK_REGISTER = False
+    gateway.reset()
+    call_command("load_demo", verbosity=0)
+    try:
+        yield sandbox
+    finally:
+        gateway.reset()
+
+
+@pytest.fixture
+def demo_fleet(demo_over_sandbox: SandboxServer) -> SandboxServer:
+    """``demo_over_sandbox`` with the portal's policies written, as the resync leaves them."""
+    from portal import execution
+
+    execution.policies_sync()
+    return demo_over_sandbox

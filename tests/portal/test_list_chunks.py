@@ -9,24 +9,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
-from portal import execution, gateway
+from portal import gateway
 from portal.watcher import Loop
 from tests.fixtures_sandbox import SandboxServer
 
 
 @pytest.fixture
-def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()  # a policy per site and the fallback: a list of several
-    try:
-        yield sandbox
-    finally:
-        gateway.reset()
+def fleet(demo_fleet: SandboxServer) -> SandboxServer:
+    return demo_fleet
 
 
 def _names(items: list[dict[str, Any]]) -> list[str]:

@@ -4,11 +4,9 @@ that drops the label, so the portal compares only the fields it owns and keeps t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from portal import execution, gateway
 from sites.models import Site
@@ -18,15 +16,8 @@ PERMANENT_ID = "propagationpolicy.karmada.io/permanent-id"
 
 
 @pytest.fixture
-def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    try:
-        yield sandbox
-    finally:
-        gateway.reset()
+def fleet(demo_over_sandbox: SandboxServer) -> SandboxServer:
+    return demo_over_sandbox
 
 
 def _policy(name: str) -> dict[str, Any]:

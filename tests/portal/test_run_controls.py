@@ -5,14 +5,13 @@ binding reader run in this process, as the worker and the watcher would)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from portal import execution, gateway, services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
@@ -21,16 +20,8 @@ from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer
 
 
 @pytest.fixture
-def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()
-    try:
-        yield sandbox
-    finally:
-        gateway.reset()
+def fleet(demo_fleet: SandboxServer) -> SandboxServer:
+    return demo_fleet
 
 
 def leaf(sandbox: SandboxServer, name: str, *, fail: bool = False, **extra: Any) -> dict[str, Any]:

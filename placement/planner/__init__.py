@@ -8,13 +8,14 @@ No Django import anywhere in the package.
 
 How a decision is made, per unit:
 
-1. **Filter** (hard): site ready; not cordoned; not in ``exclude_sites``; enough free GPUs for the
-   unit's ``nvidia.com/gpu`` request; CPU/memory request no larger than the site's *allocatable*
-   (it could never run there); inside every read dataset's residency regions; and the
-   ``pin`` / ``require_labels`` / ``require_capabilities`` / ``exclude`` rules that match the
-   unit. With ``strict_capacity=True`` (the webhook, deciding *now*) free CPU and memory must fit
+1. **Filter** (hard): site ready; not cordoned; not in ``exclude_sites``; GPU, CPU and memory
+   requests no larger than the site's *allocatable* (it could never run there); inside every
+   read dataset's residency regions; and the ``pin`` / ``require_labels`` /
+   ``require_capabilities`` / ``exclude`` rules that match the unit. With
+   ``strict_capacity=True`` (the webhook, deciding *now*) free GPUs, CPU and memory must fit
    too; at submission they only score, since the unit runs later, when capacity has changed
-   (the demo's site-a is busy but still the right place for ingest: its data is there).
+   (the demo's site-a is busy but still the right place for ingest: its data is there; a GPU
+   step whose site's GPUs are all taken waits for one, as its pod would in the member).
 2. **Score** (soft) the rest: data locality ``1 - t/(t + 60 s)`` where ``t`` is the estimated
    transfer time of everything the unit must pull to that site (datasets not replicated there,
    upstream outputs that landed elsewhere), weight 1 plus the weights of matching

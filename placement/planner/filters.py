@@ -33,8 +33,12 @@ def _ineligible(
         if s.region not in regions:
             allowed = ", ".join(sorted(regions))
             return f"dataset {d.name} must stay in {allowed} (site region {s.region or 'unknown'})"
-    if req.gpus and s.gpu_free < req.gpus:
-        return f"needs {req.gpus} GPU, {s.gpu_free} free of {s.gpu_allocatable}"
+    # What the site could never run is out; what is busy now only scores (below, unless
+    # strict): a unit decided at submission runs later, and a full member queues its pods.
+    # GPUs were once filtered on what was free, so a submission whose GPU step found every
+    # GPU reserved was refused outright, where Argo would have waited for one.
+    if req.gpus and req.gpus > s.gpu_allocatable:
+        return f"needs {req.gpus} GPU, site has {s.gpu_allocatable} in all"
     if req.cpu_millicores > s.cpu_allocatable and s.cpu_allocatable > 0:
         return (
             f"needs {req.cpu_millicores / 1000:g} CPU, site has {s.cpu_allocatable / 1000:g} in all"
@@ -43,6 +47,8 @@ def _ineligible(
         total = human_bytes(s.memory_allocatable)
         return f"needs {human_bytes(req.memory_bytes)} memory, site has {total} in all"
     if strict_capacity:
+        if req.gpus and req.gpus > s.gpu_free:
+            return f"busy: needs {req.gpus} GPU, {s.gpu_free} free of {s.gpu_allocatable}"
         if req.cpu_millicores > s.cpu_free:
             return f"busy: needs {req.cpu_millicores / 1000:g} CPU, {s.cpu_free / 1000:g} free"
         if req.memory_bytes > s.memory_free:

@@ -50,7 +50,7 @@ def decide(
     ``Upstream(site, bytes)`` when the size of their outputs is known). ``exclude_sites`` are
     removed with the reason "excluded by caller" (a lost site during failover). ``timing`` is
     reported as given (default: the timing the matching rules ask for); the site is always
-    chosen. ``strict_capacity`` makes free CPU and memory a hard filter (deciding for *now*).
+    chosen. ``strict_capacity`` makes free GPUs, CPU and memory a hard filter (deciding for *now*).
     ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
     what they read binds this unit too.
     """

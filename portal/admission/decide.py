@@ -6,7 +6,7 @@ the reason annotation when we place it:
 
 * a step workflow labelled ``<domain>/placement=runtime``: its unit is decided now, with the
   sites where its upstream units actually ran, the bytes they produced and the fleet as last
-  synced (``strict_capacity``: free CPU and memory must fit now);
+  synced (``strict_capacity``: free GPUs, CPU and memory must fit now);
 * a Workflow created directly on Karmada (no ``<domain>/managed``): placed whole by the rules;
 * anything that already has ``<domain>/site``: allowed unchanged.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.bench.benchstack import BenchStack, demo_fleet_scaled  # noqa: E402 - after the path
+from tests.bench.benchstack import BenchStack  # noqa: E402 - after the path is set
 
 DB = "portal_bench"
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
@@ -39,16 +39,11 @@ class Stack(BenchStack):
     (the launcher all benchmarks share, sized for this one)."""
 
     def __init__(self, workdir: Path, time_scale: float) -> None:
-        # Room for a thousand active demo pipelines: each pending unit reserves its requests.
-        workdir.mkdir(parents=True, exist_ok=True)
-        fleet = workdir / "fleet.yaml"
-        fleet.write_text(demo_fleet_scaled(200))
         super().__init__(
             workdir,
             db=DB,
             redis_db=REDIS,
             time_scale=time_scale,
-            fleet=fleet,
             worker_concurrency=4,
             web_workers=3,
         )

@@ -37,24 +37,6 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
 PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 
 
-def demo_fleet_scaled(factor: int) -> str:
-    """The demo fleet (``sandbox/fleets/demo.yaml``) with every site's capacity multiplied by
-    ``factor``: a benchmark that keeps hundreds of demo pipelines active at once needs room
-    for what their pending units reserve (a GPU each at site-c, whose 8 would otherwise refuse
-    the ninth submission)."""
-    import re
-
-    import yaml
-
-    fleet = yaml.safe_load((ROOT / "sandbox" / "fleets" / "demo.yaml").read_text())
-    for site in fleet["sites"]:
-        site["capacity"] = {
-            k: re.sub(r"^\d+", lambda m: str(int(m.group()) * factor), str(v))
-            for k, v in site["capacity"].items()
-        }
-    return str(yaml.safe_dump(fleet, sort_keys=False))
-
-
 def fleet_yaml(sites: int) -> str:
     """A fleet of ``sites`` plain compute sites (capacity enough that nothing queues)."""
     import yaml

@@ -152,21 +152,32 @@ spec:
     assert "must stay in eu-west" in blocked.reason
 
 
-def test_a_gpu_unit_with_no_free_gpu_is_unplaceable_with_reasons() -> None:
+def test_a_gpu_unit_whose_gpus_are_all_taken_waits_for_one_at_submission() -> None:
+    """At submission busy GPUs only score, as busy CPUs do: the unit runs later, and a full
+    member queues its pod. Before, the ninth demo pipeline submitted while site-c's 8 GPUs
+    were taken was refused outright."""
     fleet = fleet_with(site_c=replace(SITE_C, gpu_allocated=8))
     decisions = by_unit(plan(eo_pipeline(), fleet, RULES, DATASETS).decisions)
     inference = decisions["inference"]
-    assert inference.site is None and inference.timing == "submit" and inference.unplaceable
-    assert inference.reason.startswith("unplaceable: no eligible site (")
-    assert "needs 1 GPU, 0 free of 8" in candidate(inference, "site-c").why
-    assert "lacks capability gpu" in inference.reason and "needs 1 GPU" in inference.reason
+    assert inference.site == "site-c" and not inference.unplaceable
+    assert "site-c has 0 free GPUs" in inference.reason
+    assert "lacks capability gpu" in candidate(inference, "site-a").why
+
+
+def test_deciding_now_a_gpu_unit_with_no_free_gpu_is_unplaceable_with_reasons() -> None:
+    fleet = fleet_with(site_c=replace(SITE_C, gpu_allocated=8))
+    inference = eo_pipeline().units[2]
+    d = decide(inference, fleet, RULES, DATASETS, strict_capacity=True)
+    assert d.unplaceable
+    assert candidate(d, "site-c").why == "busy: needs 1 GPU, 0 free of 8"
+    assert "lacks capability gpu" in d.reason and "needs 1 GPU" in d.reason
 
 
 def test_a_gpu_request_alone_filters_sites_without_rules() -> None:
     unit = replace(eo_pipeline().units[2], resources=Resources(1000, GB, 2))
     d = decide(unit, FLEET, [], [])
     assert d.site == "site-c"
-    assert candidate(d, "site-a").why == "needs 2 GPU, 0 free of 0"
+    assert candidate(d, "site-a").why == "needs 2 GPU, site has 0 in all"
 
 
 def test_pin_exclude_and_labels_are_hard_filters() -> None:

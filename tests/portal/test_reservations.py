@@ -15,6 +15,7 @@ from django.core.management import call_command
 from portal import selectors, services, state
 from portal.choices import UnitPhase
 from sites.models import Site
+from tests.portal.helpers import EO_PIPELINE
 
 CPU = 1000
 
@@ -91,3 +92,21 @@ def test_what_an_active_run_holds_is_taken_until_its_steps_run(fleet_of_twenties
         state.unit_move(unit, UnitPhase.RUNNING)
     held = selectors.held_reservations()
     assert sum(r.cpu_millicores for r in held.values()) == 30 * CPU  # the second run's only
+
+
+def test_a_gpu_step_whose_gpus_are_all_reserved_is_accepted_and_waits_for_one(db: Any) -> None:
+    """Each active demo pipeline's pending inference holds one of site-c's 8 GPUs. The ninth
+    submission was refused (400, "needs 1 GPU, 0 free of 8"), where Argo would have queued
+    the pod; now it is accepted, its inference placed at site-c, saying that none is free."""
+    call_command("load_demo", verbosity=0)
+    site_c = Site.objects.get(name="site-c")
+    assert site_c.gpu_allocatable == 8 and site_c.gpu_allocated == 0
+    user = get_user_model().objects.get(username="scientist")
+    body = EO_PIPELINE.read_text()
+    runs = [services.run_submit(user=user, body=body) for _ in range(9)]
+    held = selectors.held_reservations()
+    assert sum(r.gpus for r in held.values()) == 9
+    ninth = runs[-1].units.get(name="inference")
+    assert ninth.site == "site-c"
+    decision = ninth.decisions.get()
+    assert "site-c has 0 free GPUs" in decision.reason

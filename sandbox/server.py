@@ -69,11 +69,6 @@ class Api:
         # Requests served on the Kubernetes paths, by verb: a fixed-size table, so counting
         # costs no memory over a long demo. Benchmarks read it at /_sandbox/stats.
         self.request_counts: dict[str, int] = {}
-        # Not divided by the time scale: the scale speeds steps up, and a chunked list of
-        # the portal's takes as long in wall time at any scale (etcd compacts in wall time).
-        self.compactor = chunks.Compactor(
-            chunks.COMPACTION_INTERVAL_S, time.monotonic(), self.store.rv
-        )
 
     # -- app -----------------------------------------------------------------------------
     def make_app(self) -> web.Application:
@@ -330,7 +325,7 @@ class Api:
                 resource_version=q.get("resourceVersion") or "",
                 selected=bool(q.get("labelSelector") or q.get("fieldSelector")),
                 current_rv=self.store.rv,
-                compactor=self.compactor,
+                compactor=self.store.compactor,
                 now=time.monotonic(),
             )
         body = (
@@ -553,9 +548,8 @@ class Api:
             log.info("reset to the fleet at resourceVersion %s", self.store.rv)
             return json_response({"status": "reset", "resourceVersion": str(self.store.rv)})
         if tail == "compact" and m == "POST":
-            # Like an etcd compaction: every watch from an older resourceVersion gets 410.
+            # Like an etcd compaction: every watch or continue token from before gets 410.
             self.store.compact()
-            self.compactor.compact_now(self.store.rv)
             return json_response({"compactedUpTo": str(self.store.evicted_rv)})
         if tail == "state" and m == "GET":
             return json_response(self.sb.state())

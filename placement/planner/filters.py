@@ -34,9 +34,8 @@ def _ineligible(
             allowed = ", ".join(sorted(regions))
             return f"dataset {d.name} must stay in {allowed} (site region {s.region or 'unknown'})"
     # What the site could never run is out; what is busy now only scores (below, unless
-    # strict): a unit decided at submission runs later, and a full member queues its pods.
-    # GPUs were once filtered on what was free, so a submission whose GPU step found every
-    # GPU reserved was refused outright, where Argo would have waited for one.
+    # strict): a unit decided at submission runs later, and a full member queues its pods,
+    # GPU pods included (filtering on free GPUs refused submissions Argo would have queued).
     if req.gpus and req.gpus > s.gpu_allocatable:
         return f"needs {req.gpus} GPU, site has {s.gpu_allocatable} in all"
     if req.cpu_millicores > s.cpu_allocatable and s.cpu_allocatable > 0:

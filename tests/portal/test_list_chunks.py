@@ -82,6 +82,7 @@ def test_a_token_expired_at_the_first_chunk_is_not_retried_forever(fleet, monkey
 def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
     fleet, monkeypatch
 ) -> None:
+    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)  # before the spy: not counted
     monkeypatch.setattr(gateway, "LIST_CHUNK", 2)
     real_chunks = gateway.list_chunks
     answered: list[tuple[int, str]] = []  # (items, resourceVersion) of each chunk
@@ -98,7 +99,6 @@ def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
         lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
         threading.Event(),
     )
-    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
     loop.relist()
     assert sorted(seen) == sorted(("ADDED", n) for n in _names(whole))
     assert len(answered) > 1 and all(n <= 2 for n, _ in answered)

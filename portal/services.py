@@ -4,6 +4,7 @@ typed; views, serializers and tasks call these). Status and phase changes go thr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -16,7 +17,7 @@ from django.utils import timezone
 
 from placement import codec, manifests, parser, planner
 from placement.gcpause import gc_paused
-from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
+from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
 from portal import bulk, catalogue, state, stored_decisions
 from portal.choices import RunStatus, UnitPhase, UnitTiming
@@ -28,7 +29,7 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.selectors import fleet_with_holds, projects_of
-from sites.models import Project
+from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
 
 log = logging.getLogger(__name__)
 
@@ -146,12 +147,37 @@ def workflow_parse(
     doc = _apply_arguments(doc, arguments)
     _check_enums(doc, arguments)
     uses = parser.uses_catalogue(doc)
-    return parser.parse_workflow(
+    parsed = parser.parse_workflow(
         doc,
         catalogue.catalogue_for(project) if uses else {},
         cluster_catalogue=catalogue.catalogue_for(None, catalogue.CLUSTER_KIND) if uses else {},
         limits=parser_limits(),
         domain=settings.PORTAL_LABEL_DOMAIN,
+    )
+    return _priority_clamped(parsed, project)
+
+
+def _priority_clamped(parsed: ParsedWorkflow, project: Project | None) -> ParsedWorkflow:
+    """``spec.priority`` within the range the project allows: the run is compiled with the
+    clamped value (its place in a lock's queue, its step workflows' priority at their site),
+    and the preview and the run's history say so at ``spec.priority``."""
+    asked = parsed.spec.get("priority")
+    if isinstance(asked, bool) or not isinstance(asked, int):
+        return parsed  # Argo's schema types it; a string priority is refused there
+    allowed = priority_clamp(asked, project)
+    if allowed == asked:
+        return parsed
+    low, high = project.priority_range if project is not None else DEFAULT_PRIORITY_RANGE
+    whose = f"project {project.name!r}" if project is not None else "a run in no project"
+    warning = FieldWarning(
+        "spec.priority",
+        f"{asked} is outside the range {whose} allows ({low} to {high}): "
+        f"the run's priority is {allowed}",
+    )
+    return dataclasses.replace(
+        parsed,
+        spec={**parsed.spec, "priority": allowed},
+        warnings=(*parsed.warnings, warning),
     )
 
 

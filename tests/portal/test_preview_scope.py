@@ -21,7 +21,7 @@ GB = 2**30
 
 
 @pytest.fixture
-def inventory(project: Any) -> dict[str, Site]:
+def inventory(project: Any) -> dict[str, Any]:
     north = SiteFactory(name="site-north", region="eu-north")
     west = SiteFactory(name="site-west", region="us-west")
     climate = ProjectFactory(name="climate")

@@ -112,6 +112,12 @@ class WorkflowRun(models.Model):
         return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
 
     @property
+    def priority(self) -> int:
+        """``spec.priority`` as the run was compiled: within its project's range."""
+        value = ((self.compiled or {}).get("spec") or {}).get("priority")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
     def is_finished(self) -> bool:
         return self.status in {RunStatus.SUCCEEDED, RunStatus.STOPPED} or (
             self.finished_at is not None

@@ -151,6 +151,7 @@ def test_priority_is_clamped_to_the_projects_range(
     assert "outside the range project 'sar' allows (0 to 0)" in warning["message"]
     jumper = submit(sar, body, "sar")
     assert jumper.compiled["spec"]["priority"] == 0
+    assert sar.get(f"/api/v1/runs/{jumper.pk}/").json()["priority"] == 0
     assert RunEvent.objects.filter(run=jumper, kind="warning", data__path="spec.priority").exists()
     assert eo.post(f"/api/v1/runs/{holder.pk}/stop/", {}, format="json").status_code == 200
     execution.run_advance(jumper.pk)

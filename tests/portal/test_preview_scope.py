@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from sites.models import Site
@@ -126,3 +127,16 @@ def test_fleet_staff_see_the_dataset_in_that_projects_preview(
     assert answer.status_code == 200, answer.content
     (unit,) = answer.json()["units"]
     assert unit["site"] == "site-north" and "climate-secret" in json.dumps(unit["candidates"])
+
+
+def test_the_submit_pages_preview_is_scoped_too(
+    client_for: Any, scientist: Any, project: Any, inventory: dict[str, Any]
+) -> None:
+    page = client_for(scientist).post(
+        reverse("ui-submit-preview"),
+        {"manifest": json.dumps(reads("s3://climate-private/runs/2026/")), "project": project.name},
+    )
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert "no input data" in body
+    assert "climate-secret" not in body and "eu-north" not in body

@@ -204,14 +204,16 @@ def acquire(run: WorkflowRun, scope: str, locks: Sequence[Lock]) -> str | None:
     limits = {lock.key: limit_of(lock) for lock in locks}  # Karmada read outside the transaction
     priority = priority_of(run)
     expires = expiry_of(run)
+    if expires is not None and expires <= timezone.now():
+        # Only the exit handler starts past the deadline (as Argo runs onExit then): its
+        # place lasts until it ends, not a moment.
+        expires = None
     with transaction.atomic():
         waiting: list[str] = []
         rows = []
         for lock in sorted(locks, key=lambda x: x.key):  # one order: no deadlock between runs
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [lock.key])
-            _clear_stale(SyncHold.objects.filter(key=lock.key))
+            _lock_name(lock.key)
+            _clear_stale(lock.key)
             row, _ = SyncHold.objects.get_or_create(
                 key=lock.key,
                 run=run,
@@ -240,31 +242,32 @@ def _first_in_line(row: SyncHold, limit: int) -> bool:
     return row.pk in ahead
 
 
-def _clear_stale(holds: QuerySet[SyncHold]) -> tuple[set[str], set[int]]:
-    """Holds of runs that ended, of units that ended, and past their run's deadline free their
-    slot (three statements, whatever the number of holders and waiters). Returns the keys
-    whose held slots were freed and the runs whose place expired."""
+def _stale(holds: QuerySet[SyncHold]) -> tuple[QuerySet[SyncHold], QuerySet[SyncHold]]:
+    """Of ``holds``: those of runs or units that ended, and those past their run's deadline."""
     ended = UnitRun.objects.filter(
         run_id=OuterRef("run_id"), name=OuterRef("scope"), phase__in=list(FINAL_UNIT)
     )
-    stale = [
-        holds.exclude(run__status__in=ACTIVE_RUN),
-        holds.exclude(scope=RUN_SCOPE).filter(Exists(ended)),
-        holds.filter(expires_at__lte=timezone.now()),
-    ]
-    freed: set[str] = set()
-    expired: set[int] = set()
-    for i, rows in enumerate(stale):
-        if i == len(stale) - 1:
-            found = list(rows.values_list("run_id", "key", "held"))
-            expired = {run_id for run_id, _, _ in found}
-            freed |= {key for _, key, held in found if held}
-            for run_id in sorted(expired):
-                event(run_id, "lock-expired", _EXPIRED)
-        else:
-            freed |= set(rows.filter(held=True).values_list("key", flat=True))
-        rows.delete()
-    return freed, expired
+    over = holds.exclude(run__status__in=ACTIVE_RUN) | holds.exclude(scope=RUN_SCOPE).filter(
+        Exists(ended)
+    )
+    return over, holds.filter(expires_at__lte=timezone.now())
+
+
+def _clear_stale(key: str) -> tuple[bool, set[int]]:
+    """Holds of ``key`` whose run or unit ended, or whose run's deadline passed, free their
+    slot; the caller holds the lock's advisory lock. Returns whether a held slot was freed and
+    the runs whose place expired (each gets an event saying so)."""
+    over, expired = _stale(SyncHold.objects.filter(key=key))
+    found = list(expired.values_list("pk", "run_id", "held"))
+    freed = any(held for _, _, held in found)
+    if found:
+        SyncHold.objects.filter(pk__in=[pk for pk, _, _ in found]).delete()
+    runs = {run_id for _, run_id, _ in found}
+    for run_id in sorted(runs):
+        event(run_id, "lock-expired", _EXPIRED)
+    freed |= over.filter(held=True).exists()
+    over.delete()
+    return freed, runs
 
 
 _EXPIRED = (
@@ -308,14 +311,31 @@ def _wake_waiters(keys: set[str], exclude: int | None = None) -> None:
 
 
 def sweep() -> list[int]:
-    """For the resync: clear every stale hold (see ``_clear_stale``) of every lock; the runs
-    to advance are returned: those waiting for a freed lock, and those whose place expired
+    """For the resync: clear the stale holds (see ``_clear_stale``) of every lock, one lock at
+    a time under its advisory lock, in the order ``acquire`` takes them (no deadlock with it).
+    Returns the runs to advance: those waiting for a freed lock, and those whose place expired
     (their advance ends them at their deadline)."""
-    with transaction.atomic():
-        freed, expired = _clear_stale(SyncHold.objects.all())
-        waiting = SyncHold.objects.filter(key__in=freed, held=False)
-        run_ids = set(waiting.values_list("run_id", flat=True)) | expired
+    over, expired = _stale(SyncHold.objects.all())
+    keys = sorted(
+        set(over.values_list("key", flat=True)) | set(expired.values_list("key", flat=True))
+    )
+    run_ids: set[int] = set()
+    for key in keys:
+        with transaction.atomic():
+            _lock_name(key)
+            freed, ended = _clear_stale(key)
+            run_ids |= ended
+            if freed:
+                waiting = SyncHold.objects.filter(key=key, held=False)
+                run_ids |= set(waiting.values_list("run_id", flat=True))
     return sorted(run_ids)
+
+
+def _lock_name(key: str) -> None:
+    """Serialise every change to the holds of one lock (until the transaction ends)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [key])
 
 
 def _wake(run_ids: list[int]) -> None:

@@ -40,13 +40,22 @@ def sar(demo_fleet: SandboxServer, api_client_for: Any) -> APIClient:
 
 
 def locked(
-    sandbox: SandboxServer, sync: dict[str, Any], *, template_level: bool = False, **spec: Any
+    sandbox: SandboxServer,
+    sync: dict[str, Any],
+    *,
+    template_level: bool = False,
+    approval: bool = False,
+    **spec: Any,
 ) -> str:
+    """A one-step run asking for ``sync``; with ``approval`` its step is a suspend template
+    that waits at its site until someone resumes it."""
     work: dict[str, Any] = {
         "name": "work",
         "metadata": {"annotations": {sandbox.annotation("duration"): "2s"}},
         "container": {"image": "busybox", "command": ["true"]},
     }
+    if approval:
+        work = {"name": "work", "suspend": {}}
     if template_level:
         work["synchronization"] = sync
     else:
@@ -92,12 +101,9 @@ def test_one_projects_mutex_does_not_block_another(
 ) -> None:
     """The reproducer: a suspended run of one project held a mutex of the same name that
     another project's run waited on."""
-    holder = submit(eo, locked(demo_fleet, MUTEX), "eo-demo")
-    assert started(holder)
-    assert eo.post(f"/api/v1/runs/{holder.pk}/stop/", {}, format="json").status_code == 200
-    holder = submit(eo, locked(demo_fleet, MUTEX, suspend=True), "eo-demo")
-    # A suspended run starts nothing, but one that took the lock keeps it (as Argo does).
-    locks.acquire(holder, locks.RUN_SCOPE, locks.run_locks(holder))
+    holder = submit(eo, locked(demo_fleet, MUTEX, approval=True), "eo-demo")
+    assert started(holder)  # suspended at its site, holding the run's mutex until resumed
+    assert SyncHold.objects.get(run=holder).held
     other = submit(sar, locked(demo_fleet, MUTEX), "sar")
     assert started(other)
     assert SyncHold.objects.get(run=other).key == "sar/Mutex/shared"

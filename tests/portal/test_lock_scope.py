@@ -111,6 +111,11 @@ def test_one_projects_mutex_does_not_block_another(
     same = submit(eo, locked(demo_fleet, MUTEX), "eo-demo")
     assert not started(same)
     assert "waiting for the lock eo-demo/Mutex/shared (spec.synchronization" in waiting_for(same)
+    # Stopped, the holder frees it for its project (and leaves nothing suspended behind).
+    assert eo.post(f"/api/v1/runs/{holder.pk}/stop/", {}, format="json").status_code == 200
+    execution.run_advance(holder.pk)
+    execution.run_advance(same.pk)
+    assert started(same)
 
 
 def test_a_lock_is_shared_across_projects_only_when_declared_fleet_wide(

@@ -12,7 +12,14 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
+from portal.models import (
+    FleetLock,
+    PlacementDecision,
+    RunEvent,
+    UnitRun,
+    WorkflowRun,
+    WorkflowTemplate,
+)
 
 
 class ReadOnlyMixin:
@@ -84,3 +91,12 @@ class WorkflowTemplateAdmin(admin.ModelAdmin):
     list_display = ("name", "project", "created_at")
     list_filter = ("project",)
     search_fields = ("name",)
+
+
+@admin.register(FleetLock)
+class FleetLockAdmin(admin.ModelAdmin):
+    """Locks runs of every project share; any other lock is its project's own. Staff with the
+    model permissions declare them."""
+
+    list_display = ("name", "description", "created_at")
+    search_fields = ("name", "description")

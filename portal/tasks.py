@@ -16,6 +16,7 @@ from celery import shared_task
 
 from portal import execution, gateway
 from portal.admission import queue
+from portal.execution import locks
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,9 @@ def resync() -> None:
     except queue.QueueUnavailable as exc:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
+        advance_request(run_id)
+    # Locks whose holder ended, vanished or passed its deadline are given to their waiters.
+    for run_id in locks.sweep():
         advance_request(run_id)
     # Runs waiting for their project's turn are moved by it, not by the resync; a project
     # whose turn was lost gets one again here.

@@ -48,9 +48,10 @@ def _problems_error(problems: list[tuple[str, str]]) -> forms.ValidationError:
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "member_count", "created_at")
+    list_display = ("name", "member_count", "priority_min", "priority_max", "created_at")
     search_fields = ("name", "description")
     filter_horizontal = ("members",)
+    fields = ("name", "description", "members", ("priority_min", "priority_max"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
         return super().get_queryset(request).annotate(member_total=Count("members"))

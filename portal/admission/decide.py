@@ -403,7 +403,13 @@ def _admit_direct(
     if parser.uses_catalogue(obj.get("spec")):
         with transaction.atomic():
             statement_timeout(deadline)
-            catalogue = dict(WorkflowTemplate.objects.values_list("name", "manifest"))
+            # A Workflow created directly on karmada-apiserver is of no project: it resolves
+            # the fleet-wide catalogue only (``portal.catalogue``).
+            catalogue = dict(
+                WorkflowTemplate.objects.filter(project__isnull=True).values_list(
+                    "name", "manifest"
+                )
+            )
     try:
         parsed = parser.parse_workflow(
             obj,

@@ -139,6 +139,10 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     suspended = serializers.BooleanField(
         read_only=True, help_text="Held by spec.suspend until resumed (POST .../resume/)"
     )
+    priority = serializers.IntegerField(
+        read_only=True,
+        help_text="spec.priority within the range the project allows (what orders lock waiters)",
+    )
 
     class Meta:
         model = WorkflowRun
@@ -147,6 +151,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "name",
             "status",
             "suspended",
+            "priority",
             "project",
             "owner",
             "message",

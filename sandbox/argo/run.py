@@ -342,10 +342,10 @@ class RunCore:
         try:
             await slot
         except asyncio.CancelledError:
+            # A cancelled slot stays in the queue (``pod_ended`` skips it): removing each one
+            # would cost a stop of thousands of refused pods their square.
             if slot.done() and not slot.cancelled():
-                self.pod_ended()  # the slot handed over: pass it on
-            elif slot in self._pod_waiters:
-                self._pod_waiters.remove(slot)
+                self.pod_ended()  # the slot was handed over: pass it on
             raise
         node.pop("message", None)
         self.touch()

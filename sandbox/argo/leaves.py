@@ -330,6 +330,11 @@ class Leaves(Pods):
         self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
     ) -> None:
         await self.unsuspended.wait()
+        if "http" in tmpl or "plugin" in tmpl:
+            # Argo runs these in the workflow's one agent pod (workflow/controller/agent.go),
+            # not in a pod of their own: nothing to count against the quota.
+            await self._run_pod_leaf(body, tmpl, node, ctx)
+            return
         await self.admit_pod(node)
         daemon = False
         try:

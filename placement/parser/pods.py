@@ -12,10 +12,12 @@ not by the portal: this count is the only bound the portal can put on it before 
 * A loop whose size is not known at submission (``withParam`` over an output, a templated
   ``withSequence``) counts as ``Limits.unknown_loop_items`` items.
 * Recursion (a template that calls itself, directly or through other templates and the
-  catalogue) is counted to Argo's stack depth (``maxAllowedStackDepth`` = 100 in
+  catalogue) is counted to 100 levels, Argo's stack depth (``maxAllowedStackDepth`` = 100 in
   `workflow/controller/controller.go`: past it ``executeTemplate`` errors the node, "Maximum
-  recursion depth exceeded", and creates no pod), so a recursion that calls itself once per
-  level counts its pods a hundred times and one that calls itself twice is refused.
+  recursion depth exceeded", and creates no pod; Argo's depth counts every nested call, so
+  this over-counts, never under-counts): a recursion that calls itself once per level counts
+  its pods a hundred times and one that calls itself twice is refused. Templates that call
+  nothing back are counted once, wherever they are called from.
 * Retries are not counted: attempts run one after another, each bounded by its own limit.
 
 Counts saturate just past the limit, so a fan-out of fan-outs is refused by arithmetic on a few
@@ -77,66 +79,92 @@ class PodCounter:
         self.cap = max(cap, 1) * 1_000_000
         self.unknown_items = unknown_items
         self._memo: dict[tuple[str, int], PodCount] = {}
-        self._stack: list[str] = []
+        self._flat: dict[str, PodCount] = {}
+        self._edge_cache: dict[str, list[tuple[int, bool, str | None, tuple[str, ...]]]] = {}
+        # Templates on the path being counted, with how often (recursion re-enters them).
+        self._on: dict[str, int] = {}
 
     def count(self, key: str) -> PodCount:
-        return self._count(key, 1)
+        return self._count(key, 0)
 
     def shown(self, pods: int) -> str:
         return f"more than {self.cap - 1}" if pods >= self.cap else str(pods)
 
     def _count(self, key: str, depth: int) -> PodCount:
+        """``depth``: how many times this path re-entered a template it was already in."""
         if depth >= ARGO_MAX_STACK_DEPTH:
-            return PodCount(0)
-        memo = self._memo.get((key, depth))
+            # Cut by recursion: what called it depends on the depth, never memoised flat.
+            return PodCount(0, recursion=key)
+        memo = self._flat.get(key) or self._memo.get((key, depth))
         if memo is not None:
             return memo
         t = self.index.templates.get(key)
         if not isinstance(t, Mapping):
             return PodCount(0)
-        recursion = key if key in self._stack else None
-        self._stack.append(key)
-        try:
-            found = self._template(t, key, depth)
-        finally:
-            self._stack.pop()
-        if recursion and not found.recursion:
-            found = PodCount(found.pods, found.loops, recursion)
-        self._memo[(key, depth)] = found
-        return found
-
-    def _template(self, t: Mapping[str, Any], key: str, depth: int) -> PodCount:
         if any(t.get(k) is not None for k in _POD_LEAVES):
             return PodCount(1)
+        recursion = key if self._on.get(key) else None
+        self._on[key] = self._on.get(key, 0) + 1
+        try:
+            found = self._calls(key, depth)
+        finally:
+            self._on[key] -= 1
+        if recursion and not found.recursion:
+            found = PodCount(found.pods, found.loops, recursion)
+        if found.recursion:
+            self._memo[(key, depth)] = found
+        else:
+            # Nothing below it calls back up: the same count wherever it is called from.
+            self._flat[key] = found
+        return found
+
+    def _calls(self, key: str, depth: int) -> PodCount:
         total = 0
         heaviest = PodCount(0)
         recursion: str | None = None
-        scope = self.index.scopes.get(key, "")
-        hooks = t.get("hooks")
-        calls = list(self.index.calls(key))
-        for name, hook in hooks.items() if isinstance(hooks, Mapping) else ():
-            if isinstance(hook, Mapping):
-                where = _join(_join(self.index.template_paths[key], "hooks"), str(name))
-                calls.append(("hook", hook, where))
-        for _kind, call, path in calls:
-            size, loop_path = self._loop_size(call, path)
+        for items, known, loop_path, targets in self._edges(key):
             inner = 0
             inner_heaviest = PodCount(0)
-            for target in self.index._targets(call, scope, path):
-                sub = self._count(target, depth + 1)
+            for target in targets:
+                sub = self._count(target, depth + 1 if self._on.get(target) else depth)
                 inner = min(inner + sub.pods, self.cap)
                 recursion = recursion or sub.recursion
                 if sub.pods > inner_heaviest.pods:
                     inner_heaviest = sub
-            items = self.unknown_items if size is None else size
             pods = min(inner * items, self.cap)
             total = min(total + pods, self.cap)
             if pods > heaviest.pods:
                 loops = inner_heaviest.loops
                 if loop_path is not None:
-                    loops = ((loop_path, items, size is not None), *loops)
+                    loops = ((loop_path, items, known), *loops)
                 heaviest = PodCount(pods, loops)
+            if total >= self.cap:
+                break  # refused whatever the rest adds
         return PodCount(total, heaviest.loops, recursion)
+
+    def _edges(self, key: str) -> list[tuple[int, bool, str | None, tuple[str, ...]]]:
+        """(items, size known, loop path, templates called) of each call in a template: its
+        steps or tasks, their exit handlers and hooks, and the template's own hooks. Resolved
+        once per template, however often recursion visits it."""
+        cached = self._edge_cache.get(key)
+        if cached is not None:
+            return cached
+        t = self.index.templates[key]
+        scope = self.index.scopes.get(key, "")
+        calls = list(self.index.calls(key))
+        hooks = t.get("hooks")
+        for name, hook in hooks.items() if isinstance(hooks, Mapping) else ():
+            if isinstance(hook, Mapping):
+                where = _join(_join(self.index.template_paths[key], "hooks"), str(name))
+                calls.append(("hook", hook, where))
+        out = []
+        for _kind, call, path in calls:
+            size, loop_path = self._loop_size(call, path)
+            targets = tuple(self.index._targets(call, scope, path))
+            items = self.unknown_items if size is None else size
+            out.append((items, size is not None, loop_path, targets))
+        self._edge_cache[key] = out
+        return out
 
     def _loop_size(self, call: Mapping[str, Any], path: str) -> tuple[int | None, str | None]:
         """(items, loop field path) of a call's loop; (1, None) without one; items None when

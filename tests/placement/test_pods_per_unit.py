@@ -162,3 +162,24 @@ def test_mutual_recursion_through_the_catalogue_terminates_and_is_refused() -> N
     assert error.path == "spec.templates[0].dag.tasks[0]"
     assert "can create more than" in error.message
     assert "calls itself, counted to Argo's 100 nested calls" in error.message
+
+
+def test_mutual_recursion_of_three_templates_is_counted_whatever_the_order_of_the_walk() -> None:
+    # Each calls the two others: the walk meets each template at many depths; what it counts
+    # deep down, cut by the depth limit, must not stand for the same template higher up.
+    names = ["a", "b", "c"]
+    templates = [
+        {
+            "name": n,
+            "dag": {
+                "tasks": [
+                    {"name": "leaf", "template": "leaf"},
+                    *({"name": f"to-{m}", "template": m} for m in names if m != n),
+                ]
+            },
+        }
+        for n in names
+    ]
+    (error,) = refused(workflow(main_dag({"name": "go", "template": "a"}), *templates))
+    assert "can create more than" in error.message
+    assert "calls itself" in error.message

@@ -46,7 +46,7 @@ def parser_limits() -> parser.Limits:
         max_units=settings.PORTAL_MAX_UNITS,
         max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
         max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
-        unknown_loop_items=settings.PORTAL_MAX_UNITS,
+        unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
     )
 
 

@@ -45,6 +45,8 @@ def parser_limits() -> parser.Limits:
         max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
         max_units=settings.PORTAL_MAX_UNITS,
         max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
+        max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
+        unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
     )
 
 
@@ -228,12 +230,15 @@ def workflow_preview(
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
+    pods = {u.name: u.pods for u in parsed.units}
     if unit is not None:
-        return {
-            "units": [d.as_dict() for d in plan.decisions if d.unit == unit],
-            "warnings": warnings,
-        }
-    return {**plan.as_dict(top), "warnings": warnings}
+        rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
+    else:
+        rows = plan.as_dict(top)["units"]
+    for row in rows:
+        # What the unit's step workflow can create at its site (its nested loops multiplied).
+        row["pods"] = pods.get(row["name"])
+    return {"units": rows, "warnings": warnings}
 
 
 NAME_ATTEMPTS = 8

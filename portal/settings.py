@@ -289,6 +289,10 @@ PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
 # Unit-to-unit dependencies one workflow may have (after loops expand): what checking, planning
 # and drawing a run costs grows with them.
 PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
+# Pods one unit's step workflow may create (its nested loops multiplied; a loop whose size only
+# the run knows counts as PORTAL_UNKNOWN_LOOP_ITEMS items, recursion to Argo's 100 nested calls).
+PORTAL_MAX_PODS_PER_UNIT = envint("PORTAL_MAX_PODS_PER_UNIT", 5000)
+PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
 # log is cut after this long (the reader follows again), so a reader never holds a worker.
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)

@@ -12,6 +12,9 @@ from sandbox import quantity
 
 DEMO_FLEET = Path(__file__).parent / "fleets" / "demo.yaml"
 DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+# The pods one Workflow may have at once at a member (a ResourceQuota on `pods`, as a member
+# would give each tenant); the fleet file's `podsPerWorkflow` sets it per site.
+DEFAULT_PODS_PER_WORKFLOW = 100
 REPORT_SECRETS_DEFAULT = ("KubeCredentials", "KubeImpersonator")
 
 
@@ -34,6 +37,7 @@ class Site:
     artifacts: dict[str, Any] = field(default_factory=dict)
     # karmada-agent's `--report-secrets` (pull mode only); its default reports both.
     report_secrets: tuple[str, ...] = REPORT_SECRETS_DEFAULT
+    pods_per_workflow: int = DEFAULT_PODS_PER_WORKFLOW
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
@@ -56,6 +60,7 @@ class Site:
             kubernetes_version=str(d.get("kubernetesVersion", "v1.31.2")),
             artifacts=dict(d.get("artifacts") or {}),
             report_secrets=_report_secrets(d.get("reportSecrets"), name),
+            pods_per_workflow=_positive(d.get("podsPerWorkflow"), DEFAULT_PODS_PER_WORKFLOW, name),
         )
 
     # -- execution (issue 16) ---------------------------------------------------------------
@@ -104,6 +109,14 @@ class Site:
             "metadata": {"name": self.name, "labels": labels},
             "spec": spec,
         }
+
+
+def _positive(value: Any, default: int, site: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"site {site}: podsPerWorkflow must be a whole number >= 1")
+    return int(value)
 
 
 def _report_secrets(value: Any, site: str) -> tuple[str, ...]:

@@ -420,6 +420,8 @@ def _admit_direct(
                 max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
                 max_units=settings.PORTAL_MAX_UNITS,
                 max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
+                max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
+                unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
             ),
             domain=settings.PORTAL_LABEL_DOMAIN,
         )

@@ -234,6 +234,11 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     site = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     candidates = CandidateSerializer(many=True)
+    pods = serializers.IntegerField(
+        allow_null=True,
+        help_text="Pods the unit's step workflow can create: its nested loops multiplied (a "
+        "loop known only at run time counted as PORTAL_UNKNOWN_LOOP_ITEMS items)",
+    )
     # Only when ``candidates`` is cut to the best rows: the size of the full table.
     candidates_total = serializers.IntegerField(required=False)
     candidates_eligible = serializers.IntegerField(required=False)

@@ -293,9 +293,14 @@ PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
 PORTAL_MAX_PODS_PER_UNIT = envint("PORTAL_MAX_PODS_PER_UNIT", 5000)
 PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
-# log is cut after this long (the reader follows again), so a reader never holds a worker.
+# log is cut after this long (the reader follows again).
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
+# A followed log holds one web thread while it streams (portal/log_follows.py): at most this
+# many at once per user (every process together) and per process (keep it below
+# GUNICORN_THREADS, so that probes and other requests always find a thread).
+PORTAL_LOG_FOLLOWS_PER_USER = envint("PORTAL_LOG_FOLLOWS_PER_USER", 3)
+PORTAL_LOG_FOLLOWS_PER_PROCESS = envint("PORTAL_LOG_FOLLOWS_PER_PROCESS", 4)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver

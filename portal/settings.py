@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from portal.env import env, envbool, envfloat, envint, envlist
+from portal.env import env, envbool, envfloat, envint, envlist, private_dir, private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -50,6 +50,8 @@ MIDDLEWARE = [
     # First: a chunked request body (no Content-Length) is read, bounded, before anything
     # else looks at the body (portal/middleware.py).
     "portal.middleware.ChunkedBodyMiddleware",
+    # NUL characters in the path, query or a form: 404/400 before any query sees them.
+    "portal.middleware.NulByteMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -88,11 +90,14 @@ if DATABASE_URL:
         )
     }
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # The embedded demo's database holds password hashes and sessions: the folder and the file
+    # are the owner's alone (0700 and 0600), as are the broker's messages and the kubeconfig
+    # beside it.
+    private_dir(VAR_DIR)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(VAR_DIR / "portal.sqlite3"),
+            "NAME": str(private_file(VAR_DIR / "portal.sqlite3")),
             # The demo runs web, worker, watcher and beat against one file: wait on locks
             # instead of failing with "database is locked".
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
@@ -207,7 +212,7 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "sites.api.parsers.StrictJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],

@@ -16,7 +16,6 @@ from __future__ import annotations
 import secrets
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -29,11 +28,14 @@ _lock = threading.Lock()
 _active = 0
 
 
-@dataclass(frozen=True)
 class FollowRefused(Exception):
-    status: int
-    retry_after: int
-    message: str
+    """No slot: ``status`` 429 (the user's cap) or 503 (the process's), with ``retry_after``."""
+
+    def __init__(self, status: int, retry_after: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+        self.message = message
 
 
 def _slot_seconds() -> int:

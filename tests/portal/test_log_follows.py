@@ -11,6 +11,7 @@ import contextlib
 import http.client
 import json
 import os
+import secrets
 import signal
 import sys
 from collections.abc import Iterator
@@ -20,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings as settings_module
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import connection
 from kubernetes import client as k8s
 
-from portal import gateway, logs
+from portal import gateway, log_follows, logs
 from portal.choices import RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import UserFactory
@@ -171,6 +174,17 @@ def running_step(
         gateway.reset()
 
 
+def free_slots(*users: User) -> None:
+    """Slots live in Redis beyond a test session: none left by an earlier one for these ids."""
+    cache.delete_many(
+        [
+            f"{log_follows.PREFIX}:user:{user.pk}:{i}"
+            for user in users
+            for i in range(settings_module.PORTAL_LOG_FOLLOWS_PER_USER)
+        ]
+    )
+
+
 def test_follows_are_capped_per_user_and_probes_keep_answering(
     web: Web,
     running_step: WorkflowRun,
@@ -181,6 +195,7 @@ def test_follows_are_capped_per_user_and_probes_keep_answering(
 ) -> None:
     other = UserFactory(username="colleague")
     project.members.add(other)
+    free_slots(scientist, other)
     key = api_key_for(scientist)
     other_key = api_key_for(other)
     url = f"/api/v1/runs/{running_step.pk}/units/inference/logs/?follow=1"
@@ -221,6 +236,7 @@ def test_a_follow_gives_its_slot_back_when_it_ends(
     follow_sandbox: SandboxServer,
     api_key_for: Any,
 ) -> None:
+    free_slots(scientist)
     key = api_key_for(scientist)
     url = f"/api/v1/runs/{running_step.pk}/units/inference/logs/?follow=1"
     follows = [web.open_follow(url, key) for _ in range(settings.PORTAL_LOG_FOLLOWS_PER_USER)]
@@ -240,3 +256,21 @@ def test_a_follow_gives_its_slot_back_when_it_ends(
 
     # Read again (and found gone with the workflow), not refused for the cap.
     assert wait_for(not_refused, what="the follow slots given back") == 404
+
+
+def test_a_process_serves_at_most_its_share_of_follows(settings: Any, db: Any) -> None:
+    settings.PORTAL_LOG_FOLLOWS_PER_PROCESS = 2
+    base = secrets.randbelow(10**9) + 10**6  # users of this test alone (slots live in Redis)
+    held = [log_follows.follow_acquire(user_id=base + i) for i in range(2)]
+    with pytest.raises(log_follows.FollowRefused) as refused:
+        log_follows.follow_acquire(user_id=base + 2)
+    assert refused.value.status == 503 and refused.value.retry_after > 0
+    # The refused follow did not keep its user's slot: with a process slot free, it gets one.
+    held.pop()()
+    log_follows.follow_acquire(user_id=base + 2)()
+    for release in held:
+        release()
+        release()  # giving back twice gives back once
+    again = [log_follows.follow_acquire(user_id=base + 3) for _ in range(2)]
+    for release in again:
+        release()

@@ -27,6 +27,7 @@ from portal import throttling
 from portal.models import ApiToken, WorkflowRun
 from sites.models import DatasetReplica
 from tests.factories import DatasetFactory, SiteFactory
+from tests.fixtures_sandbox import SandboxServer
 from tests.portal.helpers import make_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -292,3 +293,8 @@ def test_an_api_key_is_shown_once_stored_hashed_and_works(
         assert answer.status == 200, (keyword, answer.body[:200])
     token = ApiToken.objects.get(user=scientist)
     assert web.send("GET", "/api/v1/runs/", Authorization=f"Token {token.digest}").status == 401
+
+
+def test_the_sandbox_writes_its_kubeconfig_for_its_owner_only(sandbox: SandboxServer) -> None:
+    # The demo's var/kubeconfig holds the token its processes send to karmada-apiserver.
+    assert stat.S_IMODE(sandbox.kubeconfig.stat().st_mode) == 0o600

@@ -44,7 +44,7 @@ def _slot_seconds() -> int:
     return 2 * int(settings.PORTAL_LOG_FOLLOW_SECONDS) + 30
 
 
-def _take_user_slot(user_id: int) -> Callable[[], None] | None:
+def _take_user_slot(user_id: object) -> Callable[[], None] | None:
     mine = secrets.token_hex(8)
     for i in range(int(settings.PORTAL_LOG_FOLLOWS_PER_USER)):
         key = f"{PREFIX}:user:{user_id}:{i}"
@@ -78,7 +78,7 @@ def no_slot() -> None:
     """What a read that is not a follow gives back: nothing."""
 
 
-def follow_acquire(*, user_id: int) -> Callable[[], None]:
+def follow_acquire(*, user_id: object) -> Callable[[], None]:
     """Take a follow slot for ``user_id``; the returned function gives it back (call it once
     the stream ends). Raises ``FollowRefused`` (429 for the user's cap, 503 for the process's)."""
     release_user = _take_user_slot(user_id)

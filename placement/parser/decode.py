@@ -159,7 +159,7 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
             tag = event.tag
             if tag is None or tag == "!":
                 tag = resolve(yaml.ScalarNode, event.value, event.implicit)
-            if "\x00" in event.value:
+            if NUL in event.value:
                 raise _NeedsFullLoader  # the full path reports where (_to_json)
             if tag == _STR_TAG:
                 value: Any = event.value

@@ -371,7 +371,7 @@ class WorkflowRunViewSet(
             # A follow holds one of this process's threads: capped per user and per process
             # before anything is read, so that probes and other requests keep theirs.
             try:
-                release = log_follows.follow_acquire(user_id=int(str(request.user.pk)))
+                release = log_follows.follow_acquire(user_id=request.user.pk)
             except log_follows.FollowRefused as refused:
                 return Response(
                     {"detail": refused.message},

@@ -7,10 +7,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
 from placement.demo import ARTIFACT_STORES
 from placement.models import PlacementRule
+from portal.api_tokens import api_token_create
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 
 GIB = 1024**3
@@ -167,11 +167,12 @@ class Command(BaseCommand):
             PlacementRule.objects.update_or_create(
                 name=rule["name"], defaults={k: v for k, v in rule.items() if k != "name"}
             )
-        token, _ = Token.objects.get_or_create(user=scientist)
+        # Keys are stored hashed and shown once: each load gives the scientist a new one.
+        key = api_token_create(user=scientist, replace=True)
         self.stdout.write(
             self.style.SUCCESS(
                 f"Demo fleet loaded: {len(sites)} sites, {len(LINKS)} links, 1 dataset, "
                 f"{len(RULES)} rules. Login: scientist / {DEMO_PASSWORD} (admin: admin / "
-                f"{DEMO_PASSWORD}). API token: {token.key}"
+                f"{DEMO_PASSWORD}). API token: {key}"
             )
         )

@@ -11,11 +11,12 @@ and of the item (``portal:residency``, ...), so an import reads back what the fa
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
-
-import pystac
+from typing import TYPE_CHECKING, Any
 
 from sites.models import Dataset, DatasetReplica
+
+if TYPE_CHECKING:
+    import pystac
 
 STORAGE = "https://stac-extensions.github.io/storage/v1.0.0/schema.json"
 ALTERNATE = "https://stac-extensions.github.io/alternate-assets/v1.2.0/schema.json"
@@ -57,6 +58,8 @@ def _replica_fields(replica: DatasetReplica) -> dict[str, Any]:
 
 
 def collection(dataset: Dataset) -> pystac.Collection:
+    import pystac  # on use: importing pystac costs a web process about half a second
+
     return pystac.Collection(
         id=dataset.name,
         description=f"Dataset {dataset.name}"
@@ -72,6 +75,8 @@ def collection(dataset: Dataset) -> pystac.Collection:
 
 
 def item(dataset: Dataset) -> pystac.Item:
+    import pystac
+
     replicas = sorted(dataset.replicas.all(), key=lambda r: r.site.name)
     result = pystac.Item(
         id=dataset.name,

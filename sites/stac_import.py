@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pystac
 from django.db import transaction
 
 from sites import services
@@ -88,6 +87,8 @@ def site_rule(rule: str | None) -> Callable[[str], str | None]:
 
 
 def _read(href: str) -> dict[str, Any]:
+    import pystac  # on use: importing pystac costs about half a second
+
     try:
         data = pystac.StacIO.default().read_json(href)
     except Exception as exc:  # noqa: BLE001 - any failure to read is the catalogue's
@@ -132,6 +133,8 @@ def _api_items(url: str) -> Iterator[dict[str, Any]]:
 
 def _collections(source: str) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each collection under ``source`` with its items (raw dicts, checked by pystac)."""
+    import pystac
+
     root = _read(source)
     pending: list[tuple[str, dict[str, Any]]] = [(source, root)]
     seen: set[str] = set()

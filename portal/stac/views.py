@@ -9,7 +9,6 @@ import json
 from datetime import datetime
 from typing import Any
 
-import pystac
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.utils.dateparse import parse_datetime
@@ -111,6 +110,8 @@ class LandingPage(FaceView):
     problem_base = API
 
     def get(self, request: Request) -> HttpResponse:
+        import pystac  # on use: importing it costs a web process about half a second
+
         base = root_url(request, PREFIX)
         catalog = pystac.Catalog(
             id="portal",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from portal.choices import FINAL_UNIT, RunStatus
 from portal.models import UnitRun, WorkflowRun
@@ -51,20 +51,33 @@ def _units(run: WorkflowRun) -> list[UnitRun]:
     return list(run.units.order_by("position", "id"))
 
 
-def message(run: WorkflowRun, units: list[UnitRun]) -> str:
+def with_counts(runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+    """Runs with their units counted in the same query, for a list of jobs (a fan-out's
+    thousands of units are not read for a list)."""
+    return runs.annotate(
+        units_total=Count("units", distinct=True),
+        units_done=Count("units", filter=Q(units__phase__in=FINAL_UNIT), distinct=True),
+    )
+
+
+def message(run: WorkflowRun, units: list[UnitRun] | None, done: int, total: int) -> str:
     if run.message:
         return run.message
-    failed = [u for u in units if u.phase in ("Failed", "Error") and u.message]
+    failed = [u for u in units or [] if u.phase in ("Failed", "Error") and u.message]
     if failed:
         return "; ".join(f"{u.name}: {u.message}" for u in failed[:5])
-    done = sum(1 for u in units if u.phase in FINAL_UNIT)
-    return f"{done} of {len(units)} steps done"
+    return f"{done} of {total} steps done"
 
 
-def status_info(run: WorkflowRun, base: str, portal: str) -> dict[str, Any]:
-    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root."""
-    units = _units(run)
-    done = sum(1 for u in units if u.phase in FINAL_UNIT)
+def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True) -> dict[str, Any]:
+    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root. With
+    ``detail`` the units are read for the failed steps' messages and the placement; without,
+    the run carries its counts (``with_counts``)."""
+    units = _units(run) if detail else None
+    if units is not None:
+        done, total = sum(1 for u in units if u.phase in FINAL_UNIT), len(units)
+    else:
+        done, total = getattr(run, "units_done", 0), getattr(run, "units_total", 0)
     status = ogc_status(run)
     job = f"{base}/jobs/{run.pk}"
     links = [
@@ -101,14 +114,16 @@ def status_info(run: WorkflowRun, base: str, portal: str) -> dict[str, Any]:
         "jobID": str(run.pk),
         "type": "process",
         "status": status,
-        "message": message(run, units),
+        "message": message(run, units, done, total),
         "created": _time(run.created_at),
         "started": _time(run.started_at),
         "finished": _time(run.finished_at),
         "updated": _time(run.updated_at),
-        "progress": 100 if run.finished_at else int(100 * done / len(units)) if units else 0,
+        "progress": 100 if run.finished_at else int(100 * done / total) if total else 0,
         "links": links,
-        "placement": [
+    }
+    if units is not None:
+        info["placement"] = [
             {
                 "unit": u.name,
                 "site": u.site or None,
@@ -117,8 +132,7 @@ def status_info(run: WorkflowRun, base: str, portal: str) -> dict[str, Any]:
                 "reason": u.reason,
             }
             for u in units
-        ],
-    }
+        ]
     pid = process_id(run)
     if pid:
         info["processID"] = pid

@@ -251,7 +251,7 @@ class JobList(FaceView):
             runs = runs.filter(manifest__spec__workflowTemplateRef__name__in=process_ids)
         if statuses:
             runs = runs.filter(status__in=[r for s in statuses for r in jobs.RUN_STATUSES[s]])
-        page = list(runs.prefetch_related("units")[offset : offset + limit + 1])
+        page = list(jobs.with_counts(runs)[offset : offset + limit + 1])
         base = root_url(request, PREFIX)
         portal = portal_url(request)
         links = [{"href": request.build_absolute_uri(), "rel": "self", "type": "application/json"}]
@@ -267,7 +267,10 @@ class JobList(FaceView):
                 }
             )
         return json_response(
-            {"jobs": [jobs.status_info(r, base, portal) for r in page[:limit]], "links": links}
+            {
+                "jobs": [jobs.status_info(r, base, portal, detail=False) for r in page[:limit]],
+                "links": links,
+            }
         )
 
 

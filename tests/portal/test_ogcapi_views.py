@@ -95,6 +95,15 @@ def test_execute_creates_the_run_from_the_catalogue_and_lists_it_with_next_links
 
     page = bearer.get("/ogcapi/jobs?limit=2&processID=eo-pipeline").json()
     assert [j["jobID"] for j in page["jobs"]] == ids[::-1][:2]
+    # A list carries counts, the job itself its placement: unit, site, phase, reason.
+    assert "placement" not in page["jobs"][0] and page["jobs"][0]["progress"] == 0
+    one = bearer.get(f"/ogcapi/jobs/{ids[0]}").json()
+    assert [(p["unit"], p["site"]) for p in one["placement"]] == [
+        ("ingest", "site-a"),
+        ("preprocess", None),
+        ("inference", "site-c"),
+    ]
+    assert one["message"] == "0 of 3 steps done" and one["status"] == "accepted"
     (nxt,) = [link["href"] for link in page["links"] if link["rel"] == "next"]
     rest = bearer.get(nxt).json()
     assert [j["jobID"] for j in rest["jobs"]] == [ids[0]]

@@ -86,11 +86,11 @@ def site_rule(rule: str | None) -> Callable[[str], str | None]:
     return by_prefix
 
 
-def _read(href: str) -> dict[str, Any]:
+def _read(href: str, headers: dict[str, str]) -> dict[str, Any]:
     import pystac  # on use: importing pystac costs about half a second
 
     try:
-        data = pystac.StacIO.default().read_json(href)
+        data = pystac.stac_io.DefaultStacIO(headers=headers).read_json(href)
     except Exception as exc:  # noqa: BLE001 - any failure to read is the catalogue's
         raise CatalogueInvalid(f"cannot read {href}: {exc}") from None
     if not isinstance(data, dict):
@@ -117,13 +117,13 @@ def _links(doc: dict[str, Any], base: str, rel: str) -> list[str]:
     ]
 
 
-def _api_items(url: str) -> Iterator[dict[str, Any]]:
+def _api_items(url: str, headers: dict[str, str]) -> Iterator[dict[str, Any]]:
     seen = set()
     for _ in range(MAX_PAGES):
         if url in seen:
             return
         seen.add(url)
-        page = _read(url)
+        page = _read(url, headers)
         yield from (f for f in page.get("features") or [] if isinstance(f, dict))
         nxt = _links(page, url, "next")
         if not nxt:
@@ -131,11 +131,13 @@ def _api_items(url: str) -> Iterator[dict[str, Any]]:
         url = nxt[0]
 
 
-def _collections(source: str) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+def _collections(
+    source: str, headers: dict[str, str]
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each collection under ``source`` with its items (raw dicts, checked by pystac)."""
     import pystac
 
-    root = _read(source)
+    root = _read(source, headers)
     pending: list[tuple[str, dict[str, Any]]] = [(source, root)]
     seen: set[str] = set()
     while pending:
@@ -144,9 +146,9 @@ def _collections(source: str) -> Iterator[tuple[dict[str, Any], list[dict[str, A
             continue
         seen.add(href)
         if doc.get("type") == "Collection":
-            items = [_read(h) for h in _links(doc, href, "item")]
+            items = [_read(h, headers) for h in _links(doc, href, "item")]
             for api in _links(doc, href, "items"):
-                items += list(_api_items(api))
+                items += list(_api_items(api, headers))
             try:
                 pystac.Collection.from_dict(doc, migrate=False)
                 for i in items:
@@ -156,9 +158,9 @@ def _collections(source: str) -> Iterator[tuple[dict[str, Any], list[dict[str, A
             yield doc, items
             continue
         for child in _links(doc, href, "child"):
-            pending.append((child, _read(child)))
+            pending.append((child, _read(child, headers)))
         for data in _links(doc, href, "data"):  # a STAC API's /collections
-            listing = _read(data)
+            listing = _read(data, headers)
             for c in listing.get("collections") or []:
                 if isinstance(c, dict):
                     self_links = _links(c, data, "self")
@@ -263,13 +265,15 @@ def catalogue_import(
     site_from_href: str | None = None,
     dry_run: bool = False,
     user: Any = None,
+    headers: dict[str, str] | None = None,
 ) -> ImportReport:
     """Create or update a dataset per collection of ``source`` (a path or a URL); with
-    ``dry_run`` the report says what would change and nothing is written."""
+    ``dry_run`` the report says what would change and nothing is written. ``headers`` go
+    with every HTTP request (a STAC API's ``Authorization``)."""
     rule = site_rule(site_from_href)
     report = ImportReport(dry_run=dry_run)
     sites = {s.name: s for s in Site.objects.all()}
-    found = list(_collections(source))
+    found = list(_collections(source, headers or {}))
     if collections:
         missing = set(collections) - {str(c.get("id")) for c, _ in found}
         if missing:

@@ -229,3 +229,17 @@ def test_import_stac_refuses_what_is_not_a_catalogue(demo: None, tmp_path: Path)
     broken = json.loads(CATALOGUE.read_text())
     assert pystac.Catalog.from_dict(broken).id == "demo-fleet"
     assert Dataset.objects.count() == count
+
+
+def test_import_stac_reads_a_stac_api_and_what_the_face_serves_changes_nothing(
+    stac_url: str, key: str
+) -> None:
+    """The face's own documents imported back: the API path (``data`` link, each
+    collection's ``items``) and the round trip of every field."""
+    out = _import(stac_url, "--header", f"Authorization: Bearer {key}")
+    assert "unchanged sentinel2-l1c" in out and "unchanged copernicus-dem-glo30" in out
+    assert "2 datasets read, 0 changed" in out
+    with pytest.raises(CommandError, match="cannot read"):
+        _import(stac_url)  # the collections need a token
+    with pytest.raises(CommandError, match="not NAME: VALUE"):
+        _import(stac_url, "--header", "Bearer")

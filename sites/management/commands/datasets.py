@@ -34,16 +34,30 @@ class Command(BaseCommand):
             "the site of an href that names none (portal:site, an alternate key)",
         )
         stac.add_argument(
+            "--header",
+            action="append",
+            dest="headers",
+            metavar="'NAME: VALUE'",
+            help="an HTTP header for every request (e.g. a STAC API's Authorization)",
+        )
+        stac.add_argument(
             "--dry-run", action="store_true", help="say what would change, write nothing"
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        headers = {}
+        for header in options.get("headers") or []:
+            name, sep, value = header.partition(":")
+            if not sep or not name.strip():
+                raise CommandError(f"--header {header!r}: not NAME: VALUE")
+            headers[name.strip()] = value.strip()
         try:
             report = catalogue_import(
                 source=options["source"],
                 collections=options.get("collections"),
                 site_from_href=options.get("site_from_href"),
                 dry_run=options["dry_run"],
+                headers=headers,
             )
         except CatalogueInvalid as exc:
             raise CommandError(str(exc)) from None

@@ -3,12 +3,15 @@ plain JSON answers, and errors as RFC 7807 problem documents."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from rest_framework import exceptions
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.negotiation import BaseContentNegotiation
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
@@ -89,6 +92,41 @@ class FaceView(APIView):
                 response["Retry-After"] = str(int(wait))
             return response
         return super().handle_exception(exc)
+
+
+class RawBody(BaseParser):
+    """The body as bytes: ``json_body`` decodes it, bounded."""
+
+    media_type = "*/*"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return stream
+
+
+def json_body(request: Request, invalid_type: str = "about:blank") -> Any:
+    """The JSON body, at most ``PORTAL_MAX_BODY_BYTES`` (413 past it, before reading it
+    all); ``{}`` when empty; a 400 problem when it is not JSON."""
+    limit = int(settings.PORTAL_MAX_BODY_BYTES)
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    too_big = Problem(413, "about:blank", "Payload Too Large", f"at most {limit} bytes")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_big
+    stream = request.data
+    raw = stream.read(limit + 1) if hasattr(stream, "read") else b""
+    if len(raw) > limit:
+        raise too_big
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise Problem(
+            400,
+            invalid_type,
+            "Invalid parameter value",
+            "the body must be JSON",
+            errors=[{"path": "", "message": "the body must be JSON"}],
+        ) from None
 
 
 def root_url(request: HttpRequest, prefix: str) -> str:

@@ -4,11 +4,7 @@ services and selectors ``/api/v1/`` uses (same permissions, same placement)."""
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from django.http import HttpResponse
-from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
 from placement.parser import WorkflowInvalid
@@ -18,6 +14,8 @@ from portal.faces import (
     OGC_EXCEPTIONS,
     FaceView,
     Problem,
+    RawBody,
+    json_body,
     json_response,
     portal_url,
     root_url,
@@ -39,13 +37,6 @@ CONFORMANCE = [
 REL = "http://www.opengis.net/def/rel/ogc/1.0"
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 1000
-
-
-class RawBody(BaseParser):
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return stream.read() if stream is not None else b""
 
 
 def _template(request: Request, process_id: str) -> WorkflowTemplate:
@@ -194,11 +185,7 @@ class Execution(FaceView):
 
     def post(self, request: Request, process_id: str) -> HttpResponse:
         row = _template(request, process_id)
-        raw = request.data if isinstance(request.data, bytes) else b""
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _invalid([("", "the body must be a JSON execute request")]) from None
+        body = json_body(request, f"{OGC_EXCEPTIONS}/invalid-parameter-value")
         if not isinstance(body, dict):
             raise _invalid([("", "the body must be a JSON object")])
         try:

@@ -5,17 +5,15 @@ so a spatial filter (``bbox``, ``intersects``) keeps every item."""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from django.db.models import QuerySet
 from django.http import HttpResponse
 from django.utils.dateparse import parse_datetime
-from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
-from portal.faces import FaceView, Problem, json_response, root_url
+from portal.faces import FaceView, Problem, RawBody, json_body, json_response, root_url
 from sites import stac
 from sites.models import Dataset
 from sites.selectors import dataset_list_visible
@@ -36,13 +34,6 @@ GEOJSON = "application/geo+json"
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 1000
 BAD_REQUEST = "https://api.stacspec.org/v1.0.0/errors/invalid-parameter"
-
-
-class RawBody(BaseParser):
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return stream.read() if stream is not None else b""
 
 
 def _invalid(path: str, message: str) -> Problem:
@@ -230,11 +221,7 @@ class Search(FaceView):
         return self.search(request, params)
 
     def post(self, request: Request) -> HttpResponse:
-        raw = request.data if isinstance(request.data, bytes) else b""
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise _invalid("", "the body must be JSON") from None
+        body = json_body(request, BAD_REQUEST)
         if not isinstance(body, dict):
             raise _invalid("", "the body must be a JSON object")
         return self.search(request, body)

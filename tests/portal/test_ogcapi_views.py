@@ -144,3 +144,14 @@ def test_outputs_are_the_final_tasks_or_what_the_entrypoint_declares() -> None:
         ("count", "parameter", "a", "n"),
         ("data", "artifact", "a", "d"),
     ]
+
+
+def test_a_body_past_the_limit_is_413_and_not_json_is_400(bearer: Client, settings: Any) -> None:
+    settings.PORTAL_MAX_BODY_BYTES = 100
+    url = "/ogcapi/processes/eo-pipeline/execution"
+    big = '{"inputs": {"model": "' + "x" * 200 + '"}}'
+    assert bearer.post(url, big, content_type="application/json").status_code == 413
+    bad = bearer.post(url, "inputs: [", content_type="application/yaml")
+    assert bad.status_code == 400
+    assert bad.json()["type"] == f"{EXCEPTIONS}/invalid-parameter-value"
+    assert not WorkflowRun.objects.exists()

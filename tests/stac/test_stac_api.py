@@ -243,3 +243,12 @@ def test_import_stac_reads_a_stac_api_and_what_the_face_serves_changes_nothing(
         _import(stac_url)  # the collections need a token
     with pytest.raises(CommandError, match="not NAME: VALUE"):
         _import(stac_url, "--header", "Bearer")
+
+
+def test_search_by_post_takes_a_json_body(stac_url: str, key: str) -> None:
+    auth = {"Authorization": f"Bearer {key}"}
+    found = requests.post(f"{stac_url}search", json={"ids": ["sentinel2-l1c"]}, headers=auth)
+    assert [f["id"] for f in found.json()["features"]] == ["sentinel2-l1c"]
+    bad = requests.post(f"{stac_url}search", data="ids: [", headers=auth)
+    assert bad.status_code == 400
+    assert requests.post(f"{stac_url}search", json=["x"], headers=auth).status_code == 400

@@ -4,12 +4,13 @@ services and selectors ``/api/v1/`` uses (same permissions, same placement)."""
 
 from __future__ import annotations
 
+from django.db.models import Q, QuerySet
 from django.http import HttpResponse
 from rest_framework.request import Request
 
 from placement.parser import WorkflowInvalid
 from portal import services
-from portal.api.workflow_templates import templates_visible_to
+from portal.catalogue import template_pick, templates_visible_to
 from portal.faces import (
     OGC_EXCEPTIONS,
     FaceView,
@@ -39,24 +40,40 @@ DEFAULT_LIMIT = 10
 MAX_LIMIT = 1000
 
 
-def _template(request: Request, process_id: str) -> WorkflowTemplate:
-    row = templates_visible_to(request.user).filter(name=process_id).first()
-    if (
-        row is None
-        or not isinstance(row.manifest, dict)
-        or row.manifest.get("kind")
-        not in (
-            None,
-            "WorkflowTemplate",
-        )
-    ):
+def _runnable(request: Request) -> QuerySet[WorkflowTemplate]:
+    """The catalogue entries the user may run: WorkflowTemplates (a ClusterWorkflowTemplate
+    is only ever referenced), fleet-wide or of their projects."""
+    return templates_visible_to(request.user).filter(
+        Q(manifest__kind="WorkflowTemplate") | ~Q(manifest__has_key="kind")
+    )
+
+
+def _template(request: Request, process_id: str, project: str | None = None) -> WorkflowTemplate:
+    """The entry a run resolves for ``process_id``: ``project``'s own, else the fleet-wide
+    one (``portal.catalogue``); without a project, the user's default project's, else the
+    fleet-wide one, else their only project's."""
+    rows = _runnable(request).filter(name=process_id)
+    if project is None:
+        default = services.default_project(request.user)
+        project = default.name if default is not None else None
+    picked = None
+    if project:
+        picked = rows.filter(project__name=project).first()
+    if picked is None:
+        picked = rows.filter(project__isnull=True).first()
+    if picked is None:
+        try:
+            picked = template_pick(rows, None)
+        except (WorkflowTemplate.DoesNotExist, WorkflowInvalid):
+            picked = None
+    if picked is None:
         raise Problem(
             404,
             f"{OGC_EXCEPTIONS}/no-such-process",
             "No such process",
             f"no process {process_id!r}",
         )
-    return row
+    return picked
 
 
 def _run(request: Request, job_id: str) -> WorkflowRun:
@@ -133,7 +150,9 @@ class ProcessList(FaceView):
     def get(self, request: Request) -> HttpResponse:
         base = root_url(request, PREFIX)
         items = []
-        for row in templates_visible_to(request.user).order_by("name"):
+        names = _runnable(request).order_by("name").values_list("name", flat=True).distinct()
+        for name in names:
+            row = _template(request, name)
             if not isinstance(row.manifest, dict) or row.manifest.get("kind") not in (
                 None,
                 "WorkflowTemplate",
@@ -184,10 +203,14 @@ class Execution(FaceView):
     parser_classes = [RawBody]
 
     def post(self, request: Request, process_id: str) -> HttpResponse:
-        row = _template(request, process_id)
+        _template(request, process_id)  # 404 before the body is read
         body = json_body(request, f"{OGC_EXCEPTIONS}/invalid-parameter-value")
         if not isinstance(body, dict):
             raise _invalid([("", "the body must be a JSON object")])
+        # The inputs are checked against the entry the run will resolve: the project's own.
+        inputs = body.get("inputs")
+        wanted = inputs.get(processes.PROJECT_INPUT) if isinstance(inputs, dict) else None
+        row = _template(request, process_id, wanted if isinstance(wanted, str) else None)
         try:
             arguments, project = processes.arguments_from(row.manifest, body.get("inputs"))
         except processes.InputsInvalid as exc:

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
+from portal import services
 from portal.models import WorkflowRun
 from portal.ogcapi import processes
 
@@ -155,3 +156,36 @@ def test_a_body_past_the_limit_is_413_and_not_json_is_400(bearer: Client, settin
     assert bad.status_code == 400
     assert bad.json()["type"] == f"{EXCEPTIONS}/invalid-parameter-value"
     assert not WorkflowRun.objects.exists()
+
+
+def test_a_projects_own_template_of_the_same_name_is_the_process_its_members_run(
+    bearer: Client,
+) -> None:
+    """As a run resolves ``templateRef``: the project's entry before the fleet-wide one, and
+    one process per name."""
+    scientist = User.objects.get(username="scientist")
+    services.workflow_template_create(
+        user=scientist,
+        body={
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "WorkflowTemplate",
+            "metadata": {"name": "eo-pipeline"},
+            "spec": {
+                "entrypoint": "main",
+                "arguments": {"parameters": [{"name": "only-here", "value": "1"}]},
+                "templates": [{"name": "main", "container": {"image": "alpine"}}],
+            },
+        },
+        project="eo-demo",
+    )
+    assert [p["id"] for p in bearer.get("/ogcapi/processes").json()["processes"]] == ["eo-pipeline"]
+    described = bearer.get("/ogcapi/processes/eo-pipeline").json()
+    assert set(described["inputs"]) == {"only-here", "project"}
+    created = bearer.post(
+        "/ogcapi/processes/eo-pipeline/execution",
+        {"inputs": {"only-here": "2"}},
+        content_type="application/json",
+    )
+    assert created.status_code == 201, created.content
+    run = WorkflowRun.objects.get(pk=int(created.json()["jobID"]))
+    assert [u.name for u in run.units.all()] == ["main"]

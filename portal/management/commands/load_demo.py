@@ -184,5 +184,5 @@ def template_register(path: Path, name: str) -> None:
     manifest = {**doc, "kind": "WorkflowTemplate", "metadata": {**meta, "name": name}}
     entry = parser.parse_workflow_template(manifest, services.parser_limits())
     WorkflowTemplate.objects.update_or_create(
-        name=name, defaults={"manifest": dict(entry.document), "project": None}
+        name=name, project=None, defaults={"manifest": dict(entry.document)}
     )

@@ -26,6 +26,8 @@ urlpatterns = [
     path("admin/login/", throttled_admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    path("ogcapi/", include("portal.ogcapi.urls")),
+    path("stac/", include("portal.stac.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

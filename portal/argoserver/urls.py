@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from portal.argoserver import views
+from portal.argoserver import templates, views
 
 workflows = [
     path("api/v1/workflows/<str:namespace>", views.WorkflowsView.as_view()),
@@ -26,9 +26,9 @@ workflows = [
 
 urlpatterns = [
     *workflows,
-    path("api/v1/workflow-templates/<str:namespace>", views.WorkflowTemplatesView.as_view()),
+    path("api/v1/workflow-templates/<str:namespace>", templates.WorkflowTemplatesView.as_view()),
     path(
         "api/v1/workflow-templates/<str:namespace>/<str:name>",
-        views.WorkflowTemplateView.as_view(),
+        templates.WorkflowTemplateView.as_view(),
     ),
 ]

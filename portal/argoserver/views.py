@@ -6,12 +6,14 @@ the answer (``portal.argoserver.workflows``)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Max, QuerySet
 from django.db.models.functions import Greatest
 from django.http import HttpResponseBase, JsonResponse
+from django.utils import timezone
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -37,7 +39,6 @@ from portal.argoserver.workflows import (
     phase_of,
     quantities_as_strings,
     runs_waiting_on_locks,
-    timestamp,
     version_of,
     workflow_of,
 )
@@ -116,7 +117,7 @@ def shown(run: WorkflowRun) -> dict[str, Any]:
     )
 
 
-def _submitted(body: dict[str, Any], namespace: str, key: str = "workflow") -> dict[str, Any]:
+def submitted(body: dict[str, Any], namespace: str, key: str = "workflow") -> dict[str, Any]:
     """The object of a create or lint request, its namespace the URL's (Kubernetes refuses an
     object of another namespace)."""
     obj = body.get(key)
@@ -173,7 +174,7 @@ class WorkflowsView(ArgoView):
     def post(self, request: Request, namespace: str) -> HttpResponseBase:
         project = self.project(namespace, "create")
         body = self.body()
-        workflow = _submitted(body, namespace)
+        workflow = submitted(body, namespace)
         name = workflow["metadata"].get("name")
         create_options = body.get("createOptions") or {}
         dry_run = bool(body.get("serverDryRun")) or bool(
@@ -202,9 +203,7 @@ def _page(params: Any) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def _latest(runs: list[WorkflowRun]) -> Any:
-    from django.utils import timezone
-
+def _latest(runs: list[WorkflowRun]) -> datetime:
     return max((r.updated_at for r in runs), default=timezone.now())
 
 
@@ -214,7 +213,7 @@ class WorkflowLintView(ArgoView):
 
     def post(self, request: Request, namespace: str) -> HttpResponseBase:
         self.project(namespace, "create")
-        workflow = _submitted(self.body(), namespace)
+        workflow = submitted(self.body(), namespace)
         try:
             services.workflow_parse(body=workflow)
         except WorkflowInvalid as exc:
@@ -359,87 +358,6 @@ class WorkflowEventsView(ArgoView):
 
         events = streams.watch_events(fetch, named=name is not None and name[0] == "=")
         return streams.stream_response(request, events)
-
-
-def template_of(row: Any) -> dict[str, Any]:
-    manifest = dict(row.manifest or {})
-    meta = dict(manifest.get("metadata") or {})
-    meta.update(
-        name=row.name,
-        namespace=row.project.name if row.project else "",
-        uid=uid_of_template(row),
-        creationTimestamp=timestamp(row.created_at),
-    )
-    return {
-        "apiVersion": "argoproj.io/v1alpha1",
-        "kind": "WorkflowTemplate",
-        **manifest,
-        "metadata": meta,
-    }
-
-
-def uid_of_template(row: Any) -> str:
-    import uuid
-
-    from portal.argoserver.workflows import UID_NAMESPACE
-
-    return str(uuid.uuid5(UID_NAMESPACE, f"template:{row.pk}:{row.created_at.isoformat()}"))
-
-
-class WorkflowTemplatesView(ArgoView):
-    """``GET|POST /api/v1/workflow-templates/{namespace}``: the catalogue's entries of the
-    project (the same rows as ``/api/v1/workflow-templates/``)."""
-
-    def rows(self, project: Project) -> Any:
-        from portal.models import WorkflowTemplate
-
-        return WorkflowTemplate.objects.select_related("project").filter(project=project)
-
-    def get(self, request: Request, namespace: str) -> HttpResponseBase:
-        project = self.project(namespace, "list", "workflowtemplates")
-        labels = listing.label_selector(request.query_params.get("listOptions.labelSelector", ""))
-        items = [
-            template_of(row)
-            for row in self.rows(project).order_by("name")
-            if (row.manifest or {}).get("kind", "WorkflowTemplate") == "WorkflowTemplate"
-            and labels(((row.manifest or {}).get("metadata") or {}).get("labels") or {})
-        ]
-        return answer({"metadata": {}, "items": items})
-
-    def post(self, request: Request, namespace: str) -> HttpResponseBase:
-        project = self.project(namespace, "create", "workflowtemplates")
-        body = self.body()
-        template = _submitted(body, namespace, "template")
-        template["kind"] = "WorkflowTemplate"
-        name = template["metadata"].get("name")
-        from portal.models import WorkflowTemplate
-
-        if name and WorkflowTemplate.objects.filter(name=name).exists():
-            raise ArgoError(
-                ALREADY_EXISTS, f'workflowtemplates.argoproj.io "{name}" already exists'
-            )
-        try:
-            row = services.workflow_template_create(
-                user=request.user, body=template, project=project
-            )
-        except WorkflowInvalid as exc:
-            raise invalid(exc) from None
-        except services.CatalogueRefused as exc:
-            raise ArgoError(PERMISSION_DENIED, str(exc)) from None
-        return answer(template_of(row))
-
-
-class WorkflowTemplateView(WorkflowTemplatesView):
-    """``GET /api/v1/workflow-templates/{namespace}/{name}``."""
-
-    def get(self, request: Request, namespace: str, name: str) -> HttpResponseBase:  # type: ignore[override]
-        project = self.project(namespace, "get", "workflowtemplates")
-        row = self.rows(project).filter(name=name).first()
-        if row is None:
-            raise ArgoError(NOT_FOUND, f'workflowtemplates.argoproj.io "{name}" not found')
-        return answer(template_of(row))
-
-    post = None  # type: ignore[assignment]
 
 
 # What the portal answers to ``/api/v1/version``: the Argo Server API it follows.

@@ -45,7 +45,7 @@ from rest_framework.authtoken.models import Token
 from portal.choices import RunStatus
 from portal.models import WorkflowRun
 from tests import argo_swagger
-from tests.fixtures_stack import Stack
+from tests.fixtures_stack import Stack, wait_for
 from tests.integration.hera_demo import eo_pipeline
 
 pytestmark = [pytest.mark.integration]
@@ -128,9 +128,12 @@ def sdk(live_server: Any, token: str) -> Iterator[ApiClient]:
 
 
 def test_the_sdk_lists_gets_and_deletes_workflows_in_the_projects_namespace(
-    hera: WorkflowsService, sdk: ApiClient
+    live: Stack, hera: WorkflowsService, sdk: ApiClient
 ) -> None:
     name = eo_pipeline(hera, {f"{DOMAIN}/sandbox-duration": "3600s"}).create().metadata.name
+    run_id = WorkflowRun.objects.get(name=name).pk
+    # Its first step workflow exists on Karmada before it is stopped and deleted.
+    wait_for(lambda: live.workflows(run_id), what="the first step workflow")
     api = WorkflowServiceApi(sdk)
     listed = api.list_workflows(NS, list_options_label_selector="app=eo-pipeline")
     assert name in [w.metadata.name for w in listed["items"]]
@@ -143,6 +146,8 @@ def test_the_sdk_lists_gets_and_deletes_workflows_in_the_projects_namespace(
     assert not WorkflowRun.objects.filter(name=name).exists()
     with pytest.raises(NotFoundException):
         api.get_workflow(NS, name)
+    # Its step workflows go with it: nothing is left on Karmada that no run names.
+    wait_for(lambda: not live.workflows(run_id), what="the step workflows to be deleted")
 
 
 def test_a_template_created_with_the_sdk_is_in_the_catalogue(

@@ -330,3 +330,46 @@ def test_the_workflow_paths_also_answer_at_the_root(argo: Client) -> None:
     # Hera joins "<portal>/argo" and "api/v1/..." with urljoin, which drops "argo".
     assert argo.get(f"/api/v1/workflows/{NS}").status_code == 200
     assert argo.get("/api/v1/version").status_code == 200
+
+
+def stream_of(response: Any) -> list[dict[str, Any]]:
+    """A grpc-gateway stream read as newline-delimited JSON, each line checked against the
+    swagger's stream result of that operation."""
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    text = b"".join(response.streaming_content).decode()
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def test_the_watch_of_an_ended_workflow_sends_it_and_ends(argo: Client, settings: Any) -> None:
+    settings.PORTAL_ARGO_WATCH_POLL_SECONDS = 0
+    name = create(argo)["metadata"]["name"]
+    put(argo, f"/argo/api/v1/workflows/{NS}/{name}/terminate")
+    url = f"/argo/api/v1/workflow-events/{NS}"
+    messages = stream_of(argo.get(url, {"listOptions.fieldSelector": f"metadata.name={name}"}))
+    ok = argo_swagger.swagger()["paths"]["/api/v1/workflow-events/{namespace}"]["get"]
+    schema = {
+        **ok["responses"]["200"]["schema"],
+        "definitions": argo_swagger.swagger()["definitions"],
+    }
+    for message in messages:
+        argo_swagger.validator_for(schema).validate(message)
+    assert [m["result"]["type"] for m in messages] == ["ADDED"]
+    assert messages[0]["result"]["object"]["status"]["phase"] == "Failed"
+    missing = argo.get(url, {"listOptions.fieldSelector": "metadata.name=nope"})
+    gone_wrong(missing, 404, 5)
+
+
+def test_the_watch_of_a_namespace_ends_after_its_time(argo: Client, settings: Any) -> None:
+    settings.PORTAL_ARGO_WATCH_SECONDS = 0
+    name = create(argo)["metadata"]["name"]
+    messages = stream_of(argo.get(f"/argo/api/v1/workflow-events/{NS}"))
+    assert [(m["result"]["type"], m["result"]["object"]["metadata"]["name"]) for m in messages] == [
+        ("ADDED", name)
+    ]
+
+
+def test_logs_of_a_workflow_that_ran_nothing_are_an_empty_stream(argo: Client) -> None:
+    name = create(argo)["metadata"]["name"]
+    assert stream_of(argo.get(f"/argo/api/v1/workflows/{NS}/{name}/log")) == []
+    bad = argo.get(f"/argo/api/v1/workflows/{NS}/{name}/log", {"logOptions.tailLines": "-1"})
+    gone_wrong(bad, 400, 3)

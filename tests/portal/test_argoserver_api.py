@@ -206,7 +206,7 @@ def test_suspend_resume_and_stop_change_the_run_as_argo_shows_it(argo: Client) -
     assert WorkflowRun.objects.get(name=name).status == RunStatus.STOPPED
     # Stopping what has ended: refused (FailedPrecondition), not a 500.
     gone_wrong(put(argo, f"{url}/terminate"), 400, 9)
-    gone_wrong(put(argo, f"{url}/stop", {"nodeFieldSelector": "displayName=x"}), 404 - 4, 3)
+    gone_wrong(put(argo, f"{url}/stop", {"nodeFieldSelector": "displayName=x"}), 400, 3)
 
 
 def test_delete_refuses_an_active_run_and_removes_an_ended_one(argo: Client) -> None:
@@ -373,3 +373,27 @@ def test_logs_of_a_workflow_that_ran_nothing_are_an_empty_stream(argo: Client) -
     assert stream_of(argo.get(f"/argo/api/v1/workflows/{NS}/{name}/log")) == []
     bad = argo.get(f"/argo/api/v1/workflows/{NS}/{name}/log", {"logOptions.tailLines": "-1"})
     gone_wrong(bad, 400, 3)
+
+
+def test_retry_gives_failed_units_a_new_attempt(argo: Client) -> None:
+    name = create(argo)["metadata"]["name"]
+    url = f"/argo/api/v1/workflows/{NS}/{name}"
+    gone_wrong(put(argo, f"{url}/retry"), 400, 9)  # a running workflow has nothing to retry
+    run = WorkflowRun.objects.get(name=name)
+    UnitRun.objects.filter(run=run, name="ingest").update(phase=UnitPhase.FAILED)
+    WorkflowRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    gone_wrong(put(argo, f"{url}/retry", {"restartSuccessful": True}), 400, 3)
+    retried = put(argo, f"{url}/retry", {"name": name, "namespace": NS})
+    assert retried.status_code == 200, retried.content
+    assert retried.json()["status"]["phase"] == "Running"
+    assert UnitRun.objects.get(run=run, name="ingest").attempt == 2
+
+
+def test_resume_takes_argos_node_field_selector(argo: Client) -> None:
+    name = create(argo)["metadata"]["name"]
+    url = f"/argo/api/v1/workflows/{NS}/{name}/resume"
+    unknown = put(argo, url, {"nodeFieldSelector": "displayName=nowhere"})
+    assert "nowhere" in gone_wrong(unknown, 400, 3)
+    gone_wrong(put(argo, url, {"nodeFieldSelector": "phase=Running"}), 400, 3)
+    # A step that is not running has nothing to resume: FailedPrecondition, not a 500.
+    gone_wrong(put(argo, url, {"nodeFieldSelector": f"name={name}.ingest"}), 400, 9)

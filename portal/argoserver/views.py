@@ -249,8 +249,7 @@ def _node(selector: Any, run: WorkflowRun) -> str | None:
     key = key.strip()
     value = value.strip()
     if key == "name":
-        for prefix in (f"{run.name}.",):
-            value = value.removeprefix(prefix)
+        value = value.removeprefix(f"{run.name}.")
     elif key == "templateName":
         match = run.units.filter(template=value).values_list("name", flat=True).first()
         value = match or value

@@ -288,7 +288,7 @@ class Nodes:
                 self.name,
                 root_type if root_type in ("DAG", "Steps") else "DAG",
                 templateName=self.entrypoint,
-                phase=self.phase if self.phase != "Pending" else "Pending",
+                phase=self.phase,
                 startedAt=timestamp(self.run.started_at or self.run.created_at),
                 finishedAt=timestamp(self.run.finished_at),
                 progress=progress_of(main),

@@ -261,8 +261,13 @@ def test_the_argo_clis_submit_watch_get_and_logs_are_answered_as_it_expects(
     for method, template, query, body in EXCHANGE:
         path = template.format(namespace=NS, name=name)
         query = {k: v.format(name=name) for k, v in query.items()}
-        schema_name = argo_swagger.swagger()["paths"][template][SWAGGER_PATHS[template]]
-        ok = schema_name["responses"]["200"]["schema"]
+        operation = argo_swagger.swagger()["paths"][template][SWAGGER_PATHS[template]]
+        # The recorded request is one Argo's swagger declares: its query names and its body.
+        declared = {p["name"]: p for p in operation["parameters"]}
+        assert set(query) <= set(declared), set(query) - set(declared)
+        if body is not None:
+            argo_swagger.check(declared["body"]["schema"]["$ref"].rsplit("/", 1)[-1], body)
+        ok = operation["responses"]["200"]["schema"]
         if method == "STREAM":
             stream_schema = {**ok, "definitions": argo_swagger.swagger()["definitions"]}
             seen = watched if "workflow-events" in template else logged

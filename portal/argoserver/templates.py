@@ -72,7 +72,7 @@ class WorkflowTemplatesView(ArgoView):
         template = submitted(body, namespace, "template")
         template["kind"] = "WorkflowTemplate"
         name = template["metadata"].get("name")
-        if name and WorkflowTemplate.objects.filter(name=name).exists():
+        if name and WorkflowTemplate.objects.filter(name=name, project=project).exists():
             raise ArgoError(
                 ALREADY_EXISTS, f'workflowtemplates.argoproj.io "{name}" already exists'
             )

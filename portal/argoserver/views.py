@@ -212,10 +212,11 @@ class WorkflowLintView(ArgoView):
     the workflow."""
 
     def post(self, request: Request, namespace: str) -> HttpResponseBase:
-        self.project(namespace, "create")
+        project = self.project(namespace, "create")
         workflow = submitted(self.body(), namespace)
         try:
-            services.workflow_parse(body=workflow)
+            # templateRefs resolve as a run of the project resolves them.
+            services.workflow_parse(body=workflow, project=project)
         except WorkflowInvalid as exc:
             raise invalid(exc) from None
         return answer(workflow)

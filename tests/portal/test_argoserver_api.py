@@ -18,6 +18,7 @@ from rest_framework.authtoken.models import Token
 from portal.argoserver.workflows import node_id
 from portal.choices import RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
+from sites.models import Project
 from tests import argo_swagger
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -249,10 +250,13 @@ def catalogue(client: Client) -> list[dict[str, Any]]:
 
 def test_workflow_templates_are_the_projects_catalogue(argo: Client) -> None:
     url = f"/argo/api/v1/workflow-templates/{NS}"
+    # Another project's template of the same name is that project's: no clash, not listed.
+    elsewhere = Project.objects.create(name="elsewhere")
+    WorkflowTemplate.objects.create(name="eo-tools", project=elsewhere, manifest=TEMPLATE)
     created = post(argo, url, {"namespace": NS, "template": TEMPLATE})
     assert created.status_code == 200, created.content
     argo_swagger.check("WorkflowTemplate", created.json())
-    row = WorkflowTemplate.objects.get(name="eo-tools")
+    row = WorkflowTemplate.objects.get(name="eo-tools", project__name=NS)
     assert row.project is not None and row.project.name == NS
     listed = argo.get(url).json()
     argo_swagger.check("WorkflowTemplateList", listed)
@@ -261,6 +265,22 @@ def test_workflow_templates_are_the_projects_catalogue(argo: Client) -> None:
     assert one["metadata"]["namespace"] == NS and one["spec"] == TEMPLATE["spec"]
     assert "eo-tools" in {t["name"] for t in catalogue(bearer("scientist", "Token"))}
     gone_wrong(post(argo, url, {"template": TEMPLATE}), 409, 6)
+    uses = {
+        **DEMO,
+        "metadata": {"generateName": "uses-"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "steps": [
+                        [{"name": "e", "templateRef": {"name": "eo-tools", "template": "echo"}}]
+                    ],
+                }
+            ],
+        },
+    }
+    assert post(argo, f"/argo/api/v1/workflows/{NS}/lint", {"workflow": uses}).status_code == 200
     bad = {**TEMPLATE, "metadata": {"name": "Not_A_DNS_Name"}}
     assert "metadata.name" in gone_wrong(post(argo, url, {"template": bad}), 400, 3)
     gone_wrong(argo.get(f"{url}/nope"), 404, 5)

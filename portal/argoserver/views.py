@@ -80,7 +80,14 @@ class ArgoView(APIView):
         return project
 
     def run(self, project: Project, name: str) -> WorkflowRun:
-        run = RUNS.filter(project=project, name=name).first()
+        runs = RUNS.filter(project=project)
+        # Argo Server's alias for the namespace's newest workflow (``argo get @latest``).
+        latest = name == "@latest"
+        run = (
+            runs.order_by("-created_at", "-id").first()
+            if latest
+            else runs.filter(name=name).first()
+        )
         if run is None:
             raise ArgoError(NOT_FOUND, f'workflows.argoproj.io "{name}" not found')
         return run
@@ -338,8 +345,8 @@ class WorkflowEventsView(ArgoView):
         name = fields.get("metadata.name")
         if name is not None:
             if name[0] == "=":
-                self.run(project, name[1])  # a watch of a workflow that is not there: 404
-                runs = runs.filter(name=name[1])
+                # A watch of a workflow that is not there: 404; of @latest: the newest one.
+                runs = runs.filter(name=self.run(project, name[1]).name)
             else:
                 runs = runs.exclude(name=name[1])
 

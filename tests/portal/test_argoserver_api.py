@@ -190,6 +190,10 @@ def test_list_selects_by_label_and_field_and_keeps_only_the_fields_asked(argo: C
 def test_an_unknown_workflow_is_not_found(argo: Client) -> None:
     message = gone_wrong(argo.get(f"/argo/api/v1/workflows/{NS}/nope"), 404, 5)
     assert message == 'workflows.argoproj.io "nope" not found'
+    gone_wrong(argo.get(f"/argo/api/v1/workflows/{NS}/@latest"), 404, 5)
+    create(argo)
+    newest = create(argo)["metadata"]["name"]
+    assert argo.get(f"/argo/api/v1/workflows/{NS}/@latest").json()["metadata"]["name"] == newest
 
 
 def test_suspend_resume_and_stop_change_the_run_as_argo_shows_it(argo: Client) -> None:

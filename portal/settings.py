@@ -298,8 +298,8 @@ PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # The Argo Server face's watch (``argo submit --watch``): each stream ends after this long (the
-# argo CLI watches again), and looks for changes this often.
-PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 30)
+# argo CLI watches again; under gunicorn's worker timeout), and looks for changes this often.
+PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
 PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)

@@ -306,6 +306,11 @@ PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # GUNICORN_THREADS, so that probes and other requests always find a thread).
 PORTAL_LOG_FOLLOWS_PER_USER = envint("PORTAL_LOG_FOLLOWS_PER_USER", 3)
 PORTAL_LOG_FOLLOWS_PER_PROCESS = envint("PORTAL_LOG_FOLLOWS_PER_PROCESS", 4)
+
+# The Argo Server face's watch (``argo submit --watch``): each stream ends after this long (the
+# argo CLI watches again; under gunicorn's worker timeout), and looks for changes this often.
+PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
+PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver

@@ -145,3 +145,11 @@ def resync() -> None:
         if run_id not in waiting:
             advance_request(run_id)
     _turns_enqueue(execution.fairness.dispatch_all())
+
+
+@shared_task(**RETRY, priority=BULK)
+def step_workflows_delete(names: list[str]) -> None:
+    """The step workflows of a deleted run (``run_services.run_delete``); a 404 counts as
+    done, so a redelivered task is harmless."""
+    for name in names:
+        gateway.delete(gateway.WORKFLOW, name)

@@ -15,7 +15,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from portal.api.bearer import FACE_AUTHENTICATION
+from portal.api.authentication import CachedTokenAuthentication
 
 OGC_EXCEPTIONS = "http://www.opengis.net/def/exceptions/ogcapi-processes-1/1.0"
 
@@ -62,7 +62,7 @@ class FaceView(APIView):
     every refusal a problem document. ``public`` views answer without a login (landing
     page, conformance, the API description)."""
 
-    authentication_classes = [*FACE_AUTHENTICATION, SessionAuthentication]
+    authentication_classes = [CachedTokenAuthentication, SessionAuthentication]
     content_negotiation_class = AnyAccept
     schema = None  # not part of /api/schema/: each face serves its own description
     public = False

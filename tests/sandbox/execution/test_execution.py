@@ -375,21 +375,6 @@ def test_retry_expression_stops_retries(site_b: Member) -> None:
     assert len(site_b.pods(status)) == 1
 
 
-def test_http_artifacts_only_from_loopback(site_b: Member, executing: SandboxServer) -> None:
-    def reader(url: str) -> dict[str, Any]:
-        t = sh("main", "cat /in/v")
-        t["inputs"] = {"artifacts": [{"name": "v", "path": "/in/v", "http": {"url": url}}]}
-        return wf(t)
-
-    status = site_b.wait(site_b.create(reader(f"{executing.url}/version")))
-    assert status["phase"] == "Succeeded", status.get("message")
-    (node,) = site_b.pods(status).values()
-    assert "gitVersion" in node["outputs"]["result"]
-    status = site_b.wait(site_b.create(reader("https://example.com/data.csv")))
-    assert status["phase"] == "Error"
-    assert "example.com" in status["message"]
-
-
 def test_workflow_deadline_stops_running_steps(site_b: Member) -> None:
     status = site_b.wait(site_b.create(wf(sh("main", "sleep 3600"), activeDeadlineSeconds=1)))
     assert status["phase"] == "Failed"

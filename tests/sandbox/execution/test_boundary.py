@@ -228,7 +228,17 @@ def _s3_reader(key: str) -> dict[str, Any]:
 def test_repository_reads_and_writes_resolve_inside_the_bucket_or_fail(
     site_b: Member, canary: Path, planted: Path
 ) -> None:
-    for key in ("planted-file", "planted-dir/secret.txt", "planted-dir", "../" * 8 + "etc/passwd"):
+    # Another site's bucket by a key that goes up: `..` stays at the bucket's top.
+    other = "../site-a-artifacts/sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE/manifest.safe"
+    assert (planted / other).is_file()
+    keys = (
+        "planted-file",
+        "planted-dir/secret.txt",
+        "planted-dir",
+        "../" * 8 + "etc/passwd",
+        other,
+    )
+    for key in keys:
         status = site_b.wait(site_b.create(_s3_reader(key)))
         assert status["phase"] == "Error", key
         assert "The specified key does not exist. (NoSuchKey)" in status["message"], key
@@ -387,6 +397,19 @@ CONNECT = 'python3 -c "import socket; socket.create_connection('
 
 
 def test_what_a_step_cannot_reach(site_b: Member, executing: SandboxServer, canary: Path) -> None:
+    # Another pod, running: its files and its processes.
+    neighbour = site_b.create(wf(sh("main", "echo neighbour-secret > /tmp/mine; sleep 20000")))
+
+    def neighbour_pid() -> int | None:
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if b"neighbour-secret" in (proc / "cmdline").read_bytes():
+                    return int(proc.name)
+            except OSError:
+                continue
+        return None
+
+    other_pid = site_b.server.wait_for(neighbour_pid, what="the neighbour pod to run")
     port = executing.url.rsplit(":", 1)[1]
     fd, world = tempfile.mkstemp(prefix="world-readable-")  # in the host's /tmp, mode 644
     os.close(fd)
@@ -406,6 +429,11 @@ def test_what_a_step_cannot_reach(site_b: Member, executing: SandboxServer, cana
         # network: the sandbox's API on the host's loopback, anything beyond
         "sandbox-api": f"{CONNECT}('127.0.0.1', {port}), 2)\"",
         "internet": f"{CONNECT}('1.1.1.1', 53), 2)\"",
+        # other pods: a running pod's processes and files, any pod's folder
+        "neighbour-pid": f"kill -0 {other_pid}",
+        "neighbour-files": f"cat /proc/{other_pid}/root/tmp/mine",
+        "neighbour-tmp": "cat /tmp/mine",
+        "pods-folders": f"ls {data}/pods",
         # processes: the sandbox's, or any beyond the pod's own
         "sandbox-pid": f"kill -0 {sandbox_pid}",
         "host-procs": "[ $(ls -d /proc/[0-9]* | wc -l) -gt 10 ]",
@@ -418,3 +446,6 @@ def test_what_a_step_cannot_reach(site_b: Member, executing: SandboxServer, cana
     node = only_pod(site_b, status)
     assert node["outputs"]["result"] == "done", node["outputs"]["result"]
     untouched(canary)
+    # It was running all along (20 real seconds at the tests' time scale): the probes met it.
+    assert site_b.status(neighbour)["phase"] == "Running"
+    assert neighbour_pid() == other_pid

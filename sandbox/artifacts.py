@@ -185,7 +185,12 @@ def fetch_http(url: str, dest: tuple[int, str], netns: int, uid: int) -> None:
     fd = confined.create_file(dest[0], dest[1])
     with os.fdopen(fd, "wb") as out:
         proc = subprocess.run(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.PIPE, check=False
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            check=False,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the sandbox's own
         )
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]

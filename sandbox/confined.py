@@ -250,10 +250,13 @@ def copy(src_parent: int, src_name: str, dst_parent: int, dst_name: str) -> None
 def _copy_file(src_parent: int, src_name: str, dst_parent: int, dst_name: str) -> None:
     src = os.open(src_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src_parent)
     try:
-        if not stat.S_ISREG(os.fstat(src).st_mode):
+        mode = os.fstat(src).st_mode
+        if not stat.S_ISREG(mode):
             return
         dst = create_file(dst_parent, dst_name)
         try:
+            # Its permission bits (an executable stays one), never set-user or set-group ids.
+            os.fchmod(dst, stat.S_IMODE(mode) & 0o777)
             while chunk := os.read(src, _CHUNK):
                 os.write(dst, chunk)
         finally:

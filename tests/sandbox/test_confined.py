@@ -80,6 +80,7 @@ def test_copies_and_tarballs_keep_only_links_that_stay_inside(
     base: tuple[Path, int], tmp_path: Path
 ) -> None:
     root, fd = base
+    (root / "real" / "f").chmod(0o4755)
     (root / "real" / "same").symlink_to("f")
     (root / "real" / "out").symlink_to(tmp_path / "outside" / "secret")
     (root / "real" / "fifo").parent.mkdir(exist_ok=True)
@@ -93,6 +94,7 @@ def test_copies_and_tarballs_keep_only_links_that_stay_inside(
         os.close(dfd)
     assert sorted(os.listdir(dest / "copy")) == ["f", "same"]
     assert os.readlink(dest / "copy" / "same") == "f"
+    assert (dest / "copy" / "f").stat().st_mode & 0o7777 == 0o755  # executable, not set-uid
     out = io.BytesIO()
     confined.tar_gz(fd, "real", "real", out)
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:

@@ -111,8 +111,8 @@ class Mount:
     host: Path
     dest: str
     readonly: bool = False
-    # An open descriptor of the folder, when the step could have changed what `host` leads to
-    # (a claim's sub-path): bound by descriptor, so a link swapped in afterwards changes nothing.
+    # An open descriptor of the folder (a volume, resolved beneath it): bound by descriptor,
+    # so a link a step swaps in afterwards (a claim is shared) changes nothing.
     fd: int | None = None
 
 

@@ -91,6 +91,16 @@ class Pods(RunCore):
                         f"bucket {s3['bucket']}: dial tcp: lookup {owner.artifact_endpoint}: "
                         "no such host"
                     )
+                # Another site's bucket takes its keys, as reading it does (repository_for).
+                secret = (s3.get("accessKeySecret") or {}).get("name") or (
+                    owner.artifact_secret if owner is not None else None
+                )
+                if (
+                    owner is not None
+                    and owner.name != self.member.name
+                    and not self.member.has_object("Secret", self.namespace, secret)
+                ):
+                    raise ArtifactError(f'secrets "{secret}" not found in this cluster')
                 self.repo = self.member.repo_named(str(s3["bucket"]), s3.get("endpoint"))
                 self.repo_ref = {
                     "configMap": name,

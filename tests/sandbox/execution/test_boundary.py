@@ -253,6 +253,35 @@ def test_repository_reads_and_writes_resolve_inside_the_bucket_or_fail(
     untouched(canary)
 
 
+def test_another_sites_bucket_as_a_repository_needs_its_keys_and_a_bucket_name(
+    site_b: Member,
+) -> None:
+    def repository(name: str, bucket: str) -> str:
+        site_b.put(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name},
+                "data": {"repo": f"s3:\n  bucket: {bucket}\n"},
+            }
+        )
+        body = wf(sh("main", "echo x > /tmp/f"))
+        body["spec"]["artifactRepositoryRef"] = {"configMap": name, "key": "repo"}
+        body["spec"]["templates"][0]["outputs"] = {"artifacts": [{"name": "f", "path": "/tmp/f"}]}
+        return str(site_b.wait(site_b.create(body)).get("message"))
+
+    # site-b may read site-a's bucket (demo fleet), but writing there takes site-a's keys.
+    assert repository("to-site-a", "site-a-artifacts") == (
+        'failed to resolve artifact repository: secrets "site-a-artifacts-credentials" '
+        "not found in this cluster"
+    )
+    # A bucket is a folder here: a name that is no bucket name never becomes a path.
+    assert repository("to-a-path", "../pods") == (
+        "failed to resolve artifact repository: bucket '../pods': InvalidBucketName: "
+        "The specified bucket is not valid."
+    )
+
+
 def test_inputs_and_outputs_never_follow_a_link_out_of_the_pods_folders(
     site_b: Member, canary: Path
 ) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MAX_LINKS = 40  # as the kernel's ELOOP
+MAX_DEPTH = 256  # folders walked (one descriptor each), far beyond any real artifact
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
 
@@ -194,6 +195,8 @@ def walk(parent: int, name: str) -> Iterator[tuple[list[str], str, os.stat_resul
     folder valid during the step). Links are reported, never followed."""
 
     def entries(fd: int, rel: list[str]) -> Iterator[tuple[list[str], str, os.stat_result, int]]:
+        if len(rel) > MAX_DEPTH:
+            raise OSError(errno.ELOOP, "folders nested too deeply", "/".join(rel[:3]) + "/...")
         for entry in sorted(os.scandir(fd), key=lambda e: e.name):
             st = os.stat(entry.name, dir_fd=fd, follow_symlinks=False)
             path = [*rel, entry.name]

@@ -257,13 +257,16 @@ async def run_pod(spec: PodSpec) -> PodResult:
     for m in spec.mounts:
         if m.fd is None and not m.host.exists():
             m.host.mkdir(parents=True, exist_ok=True)
-    chown_tree(spec.root, spec.uid)
+    # A tree a step made too deep to walk stays as it is: the step then meets what it made.
+    with contextlib.suppress(OSError):
+        chown_tree(spec.root, spec.uid)
     spec.root.chmod(0o700)  # other pods (other user ids) cannot look in
     for m in spec.mounts:
-        if m.fd is not None:
-            chown_tree(m.fd, spec.uid)
-        elif not m.host.is_relative_to(spec.root):
-            chown_tree(m.host, spec.uid)
+        with contextlib.suppress(OSError):
+            if m.fd is not None:
+                chown_tree(m.fd, spec.uid)
+            elif not m.host.is_relative_to(spec.root):
+                chown_tree(m.host, spec.uid)
     env = {"PATH": PATH, "HOME": "/root", "HOSTNAME": "pod", **spec.env}
     if spec.time_scale != 1.0:
         env.setdefault("PYTHONPATH", "/.sandbox/bin")

@@ -120,3 +120,14 @@ def test_writing_replaces_a_link_instead_of_following_it(
     confined.chown_tree(fd, "", uid)
     assert (tmp_path / "outside" / "secret").stat().st_uid != uid
     assert (root / "real" / "f").stat().st_uid == uid
+
+
+def test_a_tree_nested_too_deeply_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    deep = tmp_path / "deep"
+    fd = confined.open_base(deep, create=True)
+    try:
+        os.close(confined.open_dir(fd, "/".join(["d"] * (confined.MAX_DEPTH + 5)), create=True))
+        with pytest.raises(OSError, match="nested too deeply"):
+            confined.chown_tree(fd, "", os.getuid())
+    finally:
+        os.close(fd)

@@ -154,6 +154,15 @@ def test_a_sub_path_through_a_link_is_followed_only_inside_its_volume(
     assert Path("/usr").stat().st_uid == 0
 
 
+def test_a_host_path_volume_is_an_empty_folder_here(site_b: Member, canary: Path) -> None:
+    t = sh("main", "ls -A /h; cat /h/secret.txt 2>/dev/null; echo end")
+    t["container"]["volumeMounts"] = [{"name": "h", "mountPath": "/h"}]
+    body = wf(t, volumes=[{"name": "h", "hostPath": {"path": str(canary)}}])
+    status = site_b.wait(site_b.create(body))
+    assert only_pod(site_b, status)["outputs"]["result"] == "end"
+    untouched(canary)
+
+
 # -- links in artifacts and buckets -----------------------------------------------------------
 
 

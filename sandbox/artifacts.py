@@ -29,6 +29,7 @@ from sandbox.executor import host_python
 # S3's bucket naming rules (3 to 63 characters: lower-case letters, digits, '.' and '-').
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 FETCH_TIMEOUT = 30.0  # seconds without a byte before an http input fails
+FETCH_WALLCLOCK = 600.0  # seconds for a whole http input, however slowly it comes
 
 
 class ArtifactError(Exception):
@@ -184,14 +185,21 @@ def fetch_http(url: str, dest: tuple[int, str], netns: int, uid: int) -> None:
     argv += [host_python(), "-I", "-S", "-c", _FETCH, url, str(FETCH_TIMEOUT)]
     fd = confined.create_file(dest[0], dest[1])
     with os.fdopen(fd, "wb") as out:
-        proc = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            check=False,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the sandbox's own
-        )
+        try:
+            proc = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                check=False,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the sandbox's own
+                timeout=FETCH_WALLCLOCK,
+            )
+        except subprocess.TimeoutExpired:
+            raise ArtifactError(
+                f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while '
+                "awaiting headers)"
+            ) from None
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
         raise ArtifactError(f'Get "{url}": {reason[0]}')

@@ -197,8 +197,8 @@ def fetch_http(url: str, dest: tuple[int, str], netns: int, uid: int) -> None:
             )
         except subprocess.TimeoutExpired:
             raise ArtifactError(
-                f'Get "{url}": context deadline exceeded (Client.Timeout exceeded while '
-                "awaiting headers)"
+                f'Get "{url}": context deadline exceeded (Client.Timeout or context '
+                "cancellation while reading body)"
             ) from None
     if proc.returncode != 0:
         reason = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]

@@ -283,9 +283,11 @@ class Pods(RunCore):
                 # container is not created (pkg/kubelet/kubelet_pods.go, makeMounts).
                 fd = confined.open_dir(base, sub, create=True)
             except OSError:
+                # Argo names a template's container `main`; a containerSet's keep theirs.
+                cname = container.get("name") if "containerSet" in body else None
                 raise NotRunnable(
                     "CreateContainerConfigError: failed to prepare subPath for volumeMount "
-                    f'"{vname}" of container "{container.get("name") or "main"}"'
+                    f'"{vname}" of container "{cname or "main"}"'
                 ) from None
             finally:
                 os.close(base)

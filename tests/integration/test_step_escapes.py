@@ -1,54 +1,70 @@
-"""A step cannot lead the executing site out of its pod, end to end: submitted over the REST
-API by an ordinary member of the project, run by the portal (PostgreSQL, Redis, a Celery
-worker, the watcher) on a sandbox that really runs the steps. What gets past the portal's
-checks (a parameter Argo substitutes at the site) is refused by the site as kube-apiserver
-would; links in an artifact stay out of it; an http input does not reach the portal or the
-control plane. Each run ends with the site's clear answer on its unit."""
+"""A step cannot lead the executing site out of its pod, end to end: submitted over HTTP to
+the REST API, with an API key, by an ordinary member of the project; run by the portal
+(PostgreSQL, Redis, a Celery worker, the watcher) on a sandbox that really runs the steps. What
+gets past the portal's checks (a parameter Argo substitutes at the site) is refused by the site
+as kube-apiserver would; links in an artifact stay out of it; an http input does not reach the
+portal or the control plane. Each run ends with the site's clear answer on its unit."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 from django.contrib.auth.models import User
-from rest_framework.test import APIClient
 
 from placement.models import PlacementRule
-from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
 from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
 
 
+@dataclass
+class Member:
+    """The demo's scientist, an ordinary member of eo-demo, over HTTP with an API key."""
+
+    url: str  # the portal's live server
+    key: str
+
+    def call(self, method: str, path: str, body: str | None = None) -> tuple[int, Any]:
+        request = urllib.request.Request(
+            f"{self.url}{path}",
+            data=body.encode() if body is not None else None,
+            method=method,
+            headers={"Authorization": f"Token {self.key}", "Content-Type": "application/yaml"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.load(response)
+
+    def submit(self, body: dict[str, Any] | str) -> int:
+        text = body if isinstance(body, str) else yaml.safe_dump(body)
+        status, run = self.call("POST", "/api/v1/runs/?project=eo-demo", text)
+        assert status == 201, run
+        return int(run["id"])
+
+    def finished(self, run_id: int) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            run = self.call("GET", f"/api/v1/runs/{run_id}/")[1]
+            return run if run["finished_at"] else None
+
+        return wait_for(done, 120, "the run to finish")
+
+
+def unit(run: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(u for u in run["units"] if u["name"] == name)
+
+
 @pytest.fixture
-def member_api(live_executing: Stack) -> APIClient:
-    """The demo's scientist: an ordinary member of eo-demo, not staff."""
+def member(live_executing: Stack, api_key_for: Callable[[User], str]) -> Member:
     user = User.objects.get(username="scientist")
     assert not user.is_staff
-    client = APIClient()
-    client.force_authenticate(user)
-    return client
-
-
-def submit(api: APIClient, body: dict[str, Any] | str) -> int:
-    text = body if isinstance(body, str) else yaml.safe_dump(body)
-    response = api.post("/api/v1/runs/?project=eo-demo", data=text, content_type="application/yaml")
-    assert response.status_code == 201, response.content
-    return int(response.json()["id"])
-
-
-def finished(run_id: int) -> WorkflowRun:
-    def done() -> WorkflowRun | None:
-        run = WorkflowRun.objects.get(pk=run_id)
-        return run if run.finished_at is not None else None
-
-    return wait_for(done, 120, "the run to finish")
-
-
-def unit(run_id: int, name: str) -> UnitRun:
-    return UnitRun.objects.get(run_id=run_id, name=name)
+    portal = live_executing.env["PORTAL_WEBHOOK_URL"].split("/webhooks/")[0]
+    return Member(portal, api_key_for(user))
 
 
 def pin_all(site: str) -> None:
@@ -74,7 +90,7 @@ def one_step(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
 
 
 def test_a_sub_path_a_parameter_makes_go_up_is_refused_by_the_site(
-    live_executing: Stack, member_api: APIClient
+    live_executing: Stack, member: Member
 ) -> None:
     up = "../../../../../../etc"
     body = one_step(
@@ -90,18 +106,18 @@ def test_a_sub_path_a_parameter_makes_go_up_is_refused_by_the_site(
         arguments={"parameters": [{"name": "p", "value": up}]},
         volumeClaimTemplates=[{"metadata": {"name": "work"}, "spec": {}}],
     )
-    run = finished(submit(member_api, body))
-    assert run.status == "Error", run.message
-    got = unit(run.pk, "main")
-    assert got.message.endswith(
+    run = member.finished(member.submit(body))
+    assert run["status"] == "Error", run["message"]
+    got = unit(run, "main")
+    assert got["message"].endswith(
         f'is invalid: spec.containers[1].volumeMounts[0].subPath: Invalid value: "{up}": '
         "must not contain '..'"
-    ), got.message
-    assert "root:" not in str(got.outputs)
+    ), got["message"]
+    assert "root:" not in str(got["outputs"])
 
 
 def test_links_that_leave_an_artifact_do_not_travel_with_it(
-    live_executing: Stack, member_api: APIClient
+    live_executing: Stack, member: Member
 ) -> None:
     pin_all("site-b")
     write = {
@@ -123,25 +139,24 @@ def test_links_that_leave_an_artifact_do_not_travel_with_it(
             "args": ["ls /tmp/in | tr '\\n' ' '; cat /tmp/in/alias"],
         },
     }
-    run = finished(submit(member_api, helpers.write_then_read(write, read)))
-    assert run.status == "Succeeded", run.message
-    assert unit(run.pk, "read").outputs["result"] == "alias f kept"
+    run = member.finished(member.submit(helpers.write_then_read(write, read)))
+    assert run["status"] == "Succeeded", run["message"]
+    assert unit(run, "read")["outputs"]["result"] == "alias f kept"
 
 
 def test_an_http_input_does_not_reach_the_portal_or_the_control_plane(
-    live_executing: Stack, member_api: APIClient
+    live_executing: Stack, member: Member
 ) -> None:
-    portal = live_executing.env["PORTAL_WEBHOOK_URL"].split("/webhooks/")[0]
-    for url in (f"{portal}/metrics", f"{live_executing.sandbox.url}/api/v1/secrets"):
+    for url in (f"{member.url}/metrics", f"{live_executing.sandbox.url}/api/v1/secrets"):
         body = one_step(
             {
                 "inputs": {"artifacts": [{"name": "x", "path": "/tmp/x", "http": {"url": url}}]},
                 "container": {"image": "alpine:3.23", "command": ["cat", "/tmp/x"]},
             }
         )
-        run = finished(submit(member_api, body))
-        assert run.status == "Error", (url, run.message)
-        got = unit(run.pk, "main")
-        assert got.message.endswith("connect: connection refused"), got.message
-        assert url in got.message
-        assert "SecretList" not in str(got.outputs) and "python_info" not in str(got.outputs)
+        run = member.finished(member.submit(body))
+        assert run["status"] == "Error", (url, run["message"])
+        got = unit(run, "main")
+        assert got["message"].endswith("connect: connection refused"), got["message"]
+        assert url in got["message"]
+        assert "SecretList" not in str(got["outputs"]) and "python_info" not in str(got["outputs"])

@@ -4,6 +4,7 @@ field, as kube-apiserver would refuse the pod or the claim at the site; nothing 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -48,11 +49,12 @@ def escaping() -> dict[str, Any]:
 
 
 @pytest.fixture
-def sci(db: Any, django_user_model: Any) -> APIClient:
-    """The demo's scientist, an ordinary member of the eo-demo project."""
+def sci(db: Any, django_user_model: Any, api_key_for: Callable[[Any], str]) -> APIClient:
+    """The demo's scientist, an ordinary member of the eo-demo project, with an API key."""
     call_command("load_demo", verbosity=0)
     client = APIClient(raise_request_exception=False)
-    client.force_authenticate(django_user_model.objects.get(username="scientist"))
+    user = django_user_model.objects.get(username="scientist")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
     return client
 
 

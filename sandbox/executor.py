@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox import confined
+
 BWRAP = "/usr/bin/bwrap"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # Argo keeps the last 256 kB of stdout as `result` (workflow/executor/executor.go).
@@ -109,6 +111,9 @@ class Mount:
     host: Path
     dest: str
     readonly: bool = False
+    # An open descriptor of the folder (a volume, resolved beneath it): bound by descriptor,
+    # so a link a step swaps in afterwards (a claim is shared) changes nothing.
+    fd: int | None = None
 
 
 @dataclass
@@ -205,18 +210,36 @@ def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
     argv += ["--ro-bind", str(bindir), "/.sandbox/bin"]
     argv += ["--ro-bind", str(bindir / "argosay"), "/argosay"]
     for m in sorted(spec.mounts, key=lambda m: m.dest.count("/")):
-        argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
+        if m.fd is not None:
+            argv += ["--ro-bind-fd" if m.readonly else "--bind-fd", str(m.fd), m.dest]
+        else:
+            argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
     argv += ["--chdir", spec.workdir or "/", "--clearenv"]
     for k, v in spec.env.items():
         argv += ["--setenv", k, v]
     return [*argv, "--", *spec.argv]
 
 
-def chown_tree(path: Path, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(path):
-        os.lchown(dirpath, uid, uid)
-        for n in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, n), uid, uid)
+def chown_tree(path: Path | int, uid: int) -> None:
+    """Give a folder (a path the sandbox made, or an open descriptor) and all in it to `uid`,
+    never through a link: a step may have left links to host files in its folders."""
+    fd = confined.open_base(path) if isinstance(path, Path) else os.dup(path)
+    try:
+        confined.chown_tree(fd, "", uid)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(root: Path, paths: list[str]) -> None:
+    """Folders of the pod's root file system, made beneath it (never through a link that
+    leads out: a containerSet's earlier container may have left one)."""
+    fd = confined.open_base(root, create=True)
+    try:
+        for p in paths:
+            with contextlib.suppress(OSError):
+                os.close(confined.open_dir(fd, p, create=True))
+    finally:
+        os.close(fd)
 
 
 async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
@@ -229,19 +252,21 @@ async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
 
 async def run_pod(spec: PodSpec) -> PodResult:
     """Run the pod's main container to its end (or its deadline) and collect its output."""
-    for d in IMAGE_DIRS:
-        (spec.root / "fs" / d).mkdir(parents=True, exist_ok=True)
-    if spec.workdir:
-        (spec.root / "fs" / spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    make_dirs(spec.root / "fs", [*IMAGE_DIRS, *([spec.workdir] if spec.workdir else [])])
     bindir = prepare_bin(spec)
     for m in spec.mounts:
-        if not m.host.exists():
+        if m.fd is None and not m.host.exists():
             m.host.mkdir(parents=True, exist_ok=True)
-    chown_tree(spec.root, spec.uid)
+    # A tree a step made too deep to walk stays as it is: the step then meets what it made.
+    with contextlib.suppress(OSError):
+        chown_tree(spec.root, spec.uid)
     spec.root.chmod(0o700)  # other pods (other user ids) cannot look in
     for m in spec.mounts:
-        if not m.host.is_relative_to(spec.root):
-            chown_tree(m.host, spec.uid)
+        with contextlib.suppress(OSError):
+            if m.fd is not None:
+                chown_tree(m.fd, spec.uid)
+            elif not m.host.is_relative_to(spec.root):
+                chown_tree(m.host, spec.uid)
     env = {"PATH": PATH, "HOME": "/root", "HOSTNAME": "pod", **spec.env}
     if spec.time_scale != 1.0:
         env.setdefault("PYTHONPATH", "/.sandbox/bin")
@@ -253,6 +278,7 @@ async def run_pod(spec: PodSpec) -> PodResult:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        pass_fds=[m.fd for m in spec.mounts if m.fd is not None],
     )
     pumps = asyncio.gather(_pump(proc.stdout, stdout, log), _pump(proc.stderr, log))
     limit = spec.wallclock if spec.deadline is None else min(spec.deadline, spec.wallclock)

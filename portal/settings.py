@@ -294,6 +294,8 @@ PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 # The most one output parameter of a step may hold (and the last bytes of a result kept).
 PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
+# How much of each output value a run, a unit and the step panel show; the rest is paged.
+PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)

@@ -3,7 +3,15 @@ limit is left out with a message that names it and the limit; a result keeps its
 
 from __future__ import annotations
 
+from typing import Any, cast
+
+import pytest
+
+from portal import execution
+from portal.choices import UnitPhase
+from portal.models import UnitRun
 from portal.outputs import bound_outputs
+from tests.factories import UnitRunFactory
 
 
 def test_a_parameter_over_the_limit_is_left_out_with_a_message() -> None:
@@ -31,3 +39,55 @@ def test_a_result_keeps_its_last_bytes_as_argo_does() -> None:
     kept, problem = bound_outputs({"result": "x" * 100 + "tail"}, 10)
     assert problem == ""
     assert kept["result"] == "xxxxxxtail"
+
+
+def _binding(workflow: str, outputs: dict[str, Any]) -> dict[str, Any]:
+    node = {"id": workflow, "phase": "Succeeded", "outputs": outputs}
+    return {
+        "metadata": {"resourceVersion": "7"},
+        "spec": {
+            "resource": {"kind": "Workflow", "name": workflow},
+            "clusters": [{"name": "site-a"}],
+        },
+        "status": {
+            "aggregatedStatus": [
+                {
+                    "clusterName": "site-a",
+                    "status": {
+                        "phase": "Succeeded",
+                        "startedAt": "2026-01-01T00:00:00Z",
+                        "finishedAt": "2026-01-01T00:01:00Z",
+                        "nodes": {workflow: node},
+                    },
+                }
+            ]
+        },
+    }
+
+
+@pytest.mark.django_db
+def test_a_member_reporting_a_parameter_over_the_bound_fails_the_unit(settings: Any) -> None:
+    settings.PORTAL_MAX_PARAMETER_BYTES = 1000
+    unit = cast(UnitRun, UnitRunFactory(phase=UnitPhase.RUNNING, workflow_name="wf-big-1"))
+    outputs = {
+        "parameters": [{"name": "big", "value": "a" * 5000}, {"name": "ok", "value": "1"}],
+        "result": "r" * 3000,
+    }
+    execution.binding_observe(_binding("wf-big-1", outputs))
+    unit.refresh_from_db()
+    assert unit.phase == UnitPhase.FAILED
+    assert unit.message.startswith("output parameter big is 5000 bytes, more than the 1000")
+    assert unit.outputs["parameters"] == [{"name": "ok", "value": "1"}]
+    assert unit.outputs["result"] == "r" * 1000
+
+
+@pytest.mark.django_db
+def test_a_member_reporting_parameters_within_the_bound_succeeds(settings: Any) -> None:
+    settings.PORTAL_MAX_PARAMETER_BYTES = 1000
+    unit = cast(UnitRun, UnitRunFactory(phase=UnitPhase.RUNNING, workflow_name="wf-small-1"))
+    execution.binding_observe(
+        _binding("wf-small-1", {"parameters": [{"name": "p", "value": "a" * 1000}]})
+    )
+    unit.refresh_from_db()
+    assert unit.phase == UnitPhase.SUCCEEDED and unit.message == ""
+    assert unit.outputs["parameters"] == [{"name": "p", "value": "a" * 1000}]

@@ -197,8 +197,9 @@ def bwrap_argv(spec: PodSpec, bindir: Path, cgroup: limits.MemoryCgroup | None =
     ]
     if spec.memory and cgroup is None:
         # No memory cgroup to be had: the poller in limits.py stands in for the OOM killer,
-        # and RLIMIT_DATA at twice the limit bounds what a step can take between two polls.
-        argv.append(f"--data={2 * max(spec.memory, limits.MIN_DATA)}")
+        # and RLIMIT_DATA well above the limit bounds what a step can take between two polls
+        # (close to it, allocations would fail before the poller saw them).
+        argv.append(f"--data={limits.fallback_data_limit(spec.memory)}")
     argv += [
         "--",
         BWRAP,

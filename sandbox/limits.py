@@ -6,7 +6,8 @@ ends the step, and the container is reported `OOMKilled` with exit code 137, as 
 reports it. A cgroup counts what a container's does (resident memory and page cache), which no
 rlimit counts. Where no memory cgroup can be created (an unprivileged sandbox), a poller
 stands in for the OOM killer: it adds up the resident memory of the pod's processes (each pod
-has a user id of its own) and kills them past the limit.
+has a user id of its own) every 50 ms and kills them past the limit, with RLIMIT_DATA far
+above the limit as a backstop.
 
 Ephemeral storage: the kubelet's eviction manager measures a pod's writable layer and emptyDir
 volumes and evicts a pod past the sum of its containers' limits
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
     from sandbox.executor import PodSpec
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# The least RLIMIT_DATA the fallback gives an interpreter to start in.
-MIN_DATA = 64 * 2**20
 _SERIAL = itertools.count(1)
 
 # pkg/kubelet/eviction/helpers.go:
@@ -112,6 +111,12 @@ class MemoryCgroup:
                 return
             except OSError:
                 time.sleep(0.02)
+
+
+def fallback_data_limit(memory: int) -> int:
+    """RLIMIT_DATA where no cgroup can be had: four times the limit, and 512 MiB more at
+    least, so that the poller, not a failed allocation, ends a step past its limit."""
+    return max(4 * memory, memory + 512 * 2**20)
 
 
 def _bases() -> list[tuple[Path, bool]]:

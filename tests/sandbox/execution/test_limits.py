@@ -155,3 +155,32 @@ def test_a_write_past_the_bucket_quota_is_refused(tight: Member) -> None:
     bucket = tight.data_dir / "buckets" / "site-b-artifacts"
     held = sum(f.stat().st_size for f in bucket.rglob("*") if f.is_file())
     assert held <= 2**20
+
+
+def test_without_a_memory_cgroup_the_poller_oom_kills_the_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where cgroups cannot be written, the pod's resident memory is polled instead."""
+    import asyncio
+
+    from sandbox import executor, limits
+
+    monkeypatch.setattr(limits.MemoryCgroup, "create", classmethod(lambda cls, limit: None))
+    root = Path(tempfile.mkdtemp(prefix="sandbox-test-pod-"))
+    root.chmod(0o755)
+    try:
+        hog = "x = bytearray(200 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('held')"
+        spec = executor.PodSpec(
+            root=root / "pod",
+            argv=["python3", "-c", hog],
+            env={},
+            mounts=[],
+            workdir="/",
+            uid=299_999,
+            memory=64 * 2**20,
+        )
+        result = asyncio.run(executor.run_pod(spec))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert (result.killed, result.exit_code) == ("oom", 137)
+    assert b"held" not in result.stdout

@@ -162,7 +162,11 @@ def unit_detail(unit: UnitRun) -> dict[str, Any]:
         "decision": decision,
         "waiting_for": unit_waiting_for(unit, phases),
         "suspended": unit_suspended(unit),
-        "inputs": resolved_inputs(unit, spec.get("arguments") or {}),
+        # Inputs are upstream outputs filled in: as long, and cut the same way.
+        "inputs": preview(
+            resolved_inputs(unit, spec.get("arguments") or {}),
+            int(settings.PORTAL_OUTPUT_PREVIEW_CHARS),
+        ),
         "outputs": shown,
         "exit_code": outputs.get("exitCode"),
         "resources": spec.get("resources") or {},

@@ -10,7 +10,7 @@ import pytest
 from portal import execution
 from portal.choices import UnitPhase
 from portal.models import UnitRun
-from portal.outputs import bound_outputs
+from portal.outputs import bound_outputs, page, page_request, preview
 from tests.factories import UnitRunFactory
 
 
@@ -91,3 +91,40 @@ def test_a_member_reporting_parameters_within_the_bound_succeeds(settings: Any) 
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.SUCCEEDED and unit.message == ""
     assert unit.outputs["parameters"] == [{"name": "p", "value": "a" * 1000}]
+
+
+def test_a_preview_cuts_long_values_and_says_how_long_they_are() -> None:
+    shown = preview(
+        {
+            "parameters": [{"name": "a", "value": "x" * 10}, {"name": "b", "value": "y"}],
+            "result": "z" * 7,
+        },
+        4,
+    )
+    assert shown == {
+        "parameters": [
+            {"name": "a", "value": "xxxx", "truncated": True, "size": 10},
+            {"name": "b", "value": "y"},
+        ],
+        "result": "zzzz",
+        "resultTruncated": True,
+        "resultSize": 7,
+    }
+    assert preview(None, 4) == {}
+
+
+def test_pages_join_to_the_whole_value() -> None:
+    value = "0123456789"
+    first = page(value, 0, 4)
+    assert (first["value"], first["next_offset"], first["size"]) == ("0123", 4, 10)
+    last = page(value, 8, 4)
+    assert (last["value"], last["next_offset"]) == ("89", None)
+
+
+def test_a_page_request_names_each_bad_field() -> None:
+    _, errors = page_request({"limit": "0", "offset": "-1"}, 100)
+    assert {f for f, _m in errors} == {"parameter", "offset", "limit"}
+    wanted, errors = page_request({"result": "1", "limit": "50"}, 100)
+    assert errors == [] and (wanted.parameter, wanted.offset, wanted.limit) == (None, 0, 50)
+    _, errors = page_request({"parameter": "p", "result": "1"}, 100)
+    assert [f for f, _m in errors] == ["result"]

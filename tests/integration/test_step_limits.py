@@ -16,6 +16,7 @@ from rest_framework.authtoken.models import Token
 
 from portal.models import WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
+from tests.portal.test_browser import browser  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,7 +49,7 @@ def member(live_executing: Stack, live_server: Any) -> requests.Session:
 
 
 @pytest.fixture
-def browser(member: requests.Session) -> requests.Session:
+def web(member: requests.Session) -> requests.Session:
     """The same scientist logged in to the web pages."""
     base = member.base  # type: ignore[attr-defined]
     s = requests.Session()
@@ -117,7 +118,7 @@ def test_a_parameter_over_the_bound_fails_its_step_and_the_run_stays_small(
 
 
 def test_a_long_output_is_shown_in_part_and_paged(
-    member: requests.Session, browser: requests.Session
+    member: requests.Session, web: requests.Session
 ) -> None:
     run_id = submit(
         member,
@@ -162,9 +163,9 @@ def test_a_long_output_is_shown_in_part_and_paged(
     )
     assert missing.status_code == 404
     # The step panel shows the start and pages the rest on request.
-    panel = browser.get(f"{base}/runs/{run_id}/units/main/", timeout=30).text
+    panel = web.get(f"{base}/runs/{run_id}/units/main/", timeout=30).text
     assert "Show more" in panel and whole[4096:4200] not in panel
-    more = browser.get(
+    more = web.get(
         f"{base}/runs/{run_id}/units/main/outputs/",
         params={"parameter": "numbers", "offset": "4096"},
         timeout=30,
@@ -192,3 +193,32 @@ def test_a_step_past_its_memory_or_disk_limit_fails_as_the_kubelet_says(
         # The kubelet's format ends with a space, kept as the member reports it.
         "Pod ephemeral local storage usage exceeds the total limit of containers 1Mi. "
     )
+
+
+def test_the_step_panel_pages_a_long_output_in_the_browser(
+    browser: Any,  # noqa: F811 - the fixture
+    live_server: Any,
+    live_executing: Stack,
+) -> None:
+    from playwright.sync_api import expect
+
+    from portal import services
+    from tests.portal.test_browser import login
+
+    scientist = User.objects.get(username="scientist")
+    body = workflow(
+        "seq 1 30000 > /tmp/p",
+        outputs={"parameters": [{"name": "numbers", "valueFrom": {"path": "/tmp/p"}}]},
+    )
+    run = services.run_submit(user=scientist, body=body, project="eo-demo")
+    assert finished(run.pk).status == "Succeeded"
+    whole = "\n".join(str(i) for i in range(1, 30001))
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{run.pk}/units/main/")
+    panel = page.locator("#unit-panel")
+    expect(panel).to_contain_text(f"4096 of {len(whole)} characters shown", timeout=30_000)
+    assert whole[4096:4200] not in panel.inner_text()
+    panel.locator("button:has-text('Show more')").click()
+    expect(panel).to_contain_text(whole[4096:4200].split("\n")[1], timeout=30_000)
+    expect(panel).to_contain_text(f"{4096 + 16384} of {len(whole)} characters shown")
+    page.close()

@@ -1,11 +1,14 @@
-"""The limits a step meets, end to end as a project member over HTTP (a session against the
-live server; PostgreSQL, Redis, a Celery worker, the watcher and a sandbox that really runs
-the steps): a parameter over the bound fails its step with the bound named and the run stays
-small; a long output is shown in part and paged; a step past its memory limit is OOMKilled,
-one past its disk limit Evicted, one writing past its bucket's quota refused."""
+"""The limits a step meets, end to end as an ordinary project member over HTTP (an API token
+against the live server, a logged-in browser for the pages; PostgreSQL, Redis, a Celery
+worker, the watcher and a sandbox that really runs the steps): a parameter over the bound
+fails its step with the bound named and the run stays small; a long output is shown in part
+and paged; a step past its memory limit is OOMKilled, one past its disk limit Evicted, one
+writing past its bucket's quota refused."""
 
 from __future__ import annotations
 
+import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +18,8 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from portal.models import WorkflowRun
-from tests.fixtures_stack import Stack, wait_for
+from sandbox.fleet import DEMO_FLEET
+from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
 from tests.portal.test_browser import browser  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration]
@@ -222,3 +226,56 @@ def test_the_step_panel_pages_a_long_output_in_the_browser(
     expect(panel).to_contain_text(whole[4096:4200].split("\n")[1], timeout=30_000)
     expect(panel).to_contain_text(f"{4096 + 16384} of {len(whole)} characters shown")
     page.close()
+
+
+@pytest.fixture(scope="module")
+def quota_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    django_db_setup: Any,
+    django_db_blocker: Any,
+    live_server: Any,
+) -> Iterator[Stack]:
+    """An executing stack on the demo fleet with a 1 MiB quota on every site's bucket."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap (bwrap) is not installed")
+    fleet = yaml.safe_load(DEMO_FLEET.read_text())
+    for site in fleet["sites"]:
+        site["artifacts"]["quota"] = "1Mi"
+    path = tmp_path_factory.mktemp("quota") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    with running_stack(
+        tmp_path_factory, django_db_blocker, live_server, resync=True, execute=True, fleet=path
+    ) as s:
+        yield s
+
+
+@pytest.fixture
+def live_quota(quota_stack: Stack, transactional_db: Any, settings: Any) -> Iterator[Stack]:
+    with stack_for_test(quota_stack, settings) as s:
+        yield s
+
+
+def test_an_output_past_the_buckets_quota_is_refused_and_fails_the_step(
+    live_quota: Stack, live_server: Any
+) -> None:
+    user = User.objects.get(username="scientist")
+    token, _ = Token.objects.get_or_create(user=user)
+    api = requests.Session()
+    api.headers["Authorization"] = f"Token {token.key}"
+    api.base = live_server.url  # type: ignore[attr-defined]
+
+    def writer(size: int) -> str:
+        return workflow(
+            f"head -c {size} /dev/urandom > /tmp/out",
+            outputs={"artifacts": [{"name": "o", "path": "/tmp/out", "archive": {"none": {}}}]},
+        )
+
+    small = submit(api, writer(100_000))
+    assert finished(small).status == "Succeeded"
+    big = submit(api, writer(2_000_000))
+    assert finished(big).status != "Succeeded"
+    got = unit(api, big)
+    assert got["phase"] == "Error"
+    assert got["message"] == (
+        "failed to save outputs: /tmp/out: Bucket quota exceeded (XMinioAdminBucketQuotaExceeded)"
+    )

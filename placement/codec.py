@@ -81,6 +81,7 @@ def unit_to_dict(u: Unit) -> dict[str, Any]:
         "continue_on_failed": u.continue_on_failed,
         "output_bytes": u.output_bytes,
         "carries_exit": u.carries_exit,
+        "pods": u.pods,
     }
 
 
@@ -112,6 +113,7 @@ def unit_from_dict(d: dict[str, Any]) -> Unit:
         continue_on_failed=bool(d.get("continue_on_failed", False)),
         output_bytes=_bytes_or_none(d.get("output_bytes")),
         carries_exit=bool(d.get("carries_exit", False)),
+        pods=int(d.get("pods", 1)),
     )
 
 

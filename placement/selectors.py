@@ -93,8 +93,9 @@ def dataset_inputs() -> list[planner.DatasetInfo]:
             bytes=d.bytes,
             residency=frozenset(d.residency or []),
             replicas=tuple(replicas.get(d.pk, ())),
+            project=d.project.name if d.project else None,
         )
-        for d in Dataset.objects.all()
+        for d in Dataset.objects.select_related("project")
     ]
 
 

@@ -12,7 +12,15 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun, WorkflowTemplate
+from portal.models import (
+    ApiToken,
+    FleetLock,
+    PlacementDecision,
+    RunEvent,
+    UnitRun,
+    WorkflowRun,
+    WorkflowTemplate,
+)
 
 
 class ReadOnlyMixin:
@@ -84,3 +92,29 @@ class WorkflowTemplateAdmin(admin.ModelAdmin):
     list_display = ("name", "project", "created_at")
     list_filter = ("project",)
     search_fields = ("name",)
+
+
+@admin.register(FleetLock)
+class FleetLockAdmin(admin.ModelAdmin):
+    """Locks runs of every project share; any other lock is its project's own. Staff with the
+    model permissions declare them."""
+
+    list_display = ("name", "description", "created_at")
+    search_fields = ("name", "description")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are made with ``manage.py drf_create_token`` (the key is shown once, there); here
+    staff see whose they are and revoke them. The table holds digests, never keys."""
+
+    list_display = ("user", "prefix", "created")
+    search_fields = ("user__username", "prefix")
+    fields = ("user", "prefix", "created")
+    readonly_fields = ("user", "prefix", "created")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

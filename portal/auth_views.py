@@ -12,8 +12,9 @@ from portal import throttling
 
 
 class ThrottledLoginView(auth_views.LoginView):
-    """Django's LoginView; a username or address with too many recent failures gets the page
-    again with 429 and a ``Retry-After`` header, and its password is not even checked."""
+    """Django's LoginView; an address with too many recent failures, or a username with too
+    many from that address, gets the page again with 429 and a ``Retry-After`` header, and its
+    password is not even checked."""
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         username = str(request.POST.get("username", ""))[:150]
@@ -33,7 +34,9 @@ class ThrottledLoginView(auth_views.LoginView):
         return super().form_invalid(form)
 
     def form_valid(self, form: AuthenticationForm) -> HttpResponse:
-        throttling.reset_user(form.get_user().get_username())
+        throttling.reset_user(
+            throttling.client_address(self.request), form.get_user().get_username()
+        )
         return super().form_valid(form)
 
 
@@ -57,5 +60,5 @@ def throttled_admin_login(request: HttpRequest) -> HttpResponse:
         if response.status_code == 200:
             throttling.record_failure(address, username)
         elif response.status_code == 302 and username:
-            throttling.reset_user(username)
+            throttling.reset_user(address, username)
     return response

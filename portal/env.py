@@ -36,3 +36,19 @@ def envfloat(name: str, default: float) -> float:
 
 def envlist(name: str, default: str = "") -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only its owner can enter (created if missing, tightened if not)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """``path`` as a file only its owner can read or write (created empty if missing, tightened
+    if not). SQLite creates its journal and WAL files with the database file's mode."""
+    fd = os.open(path, os.O_CREAT | os.O_RDONLY, 0o600)
+    os.close(fd)
+    path.chmod(0o600)
+    return path

@@ -1,5 +1,5 @@
 """A step's logs: which pods an attempt's step workflow ran, and their log read through
-Karmada's cluster proxy, bounded in size and time so a reader never holds a web worker.
+Karmada's cluster proxy, bounded in size and time (who may follow one: portal/log_follows.py).
 
 Pod names follow Argo (``workflow/util/pod_name.go``, ``GeneratePodName``): with the default
 v2 names a pod is ``<workflow>-<template>-<fnv32a(node name)>`` (the workflow's own name for
@@ -166,7 +166,9 @@ def log_chunks(
             tail_lines=tail,
             follow=follow,
             limit_bytes=limit,
-            read_timeout=min(budget, 10.0) if follow else 10.0,
+            # A follow waits out a silent step for its whole budget; it holds a thread of its
+            # own (portal/log_follows.py), not a whole worker.
+            read_timeout=budget if follow else 10.0,
         )
     except gateway.LogsUnavailable as exc:
         raise LogsNotAvailable(

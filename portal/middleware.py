@@ -22,7 +22,9 @@ from typing import Any
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+
+from sites.nul import MESSAGE, NUL, shown
 
 # How much of a body past the limit is still read (and dropped) so the client gets the 413.
 DRAIN_FACTOR = 4
@@ -128,3 +130,35 @@ class ChunkedBodyMiddleware:
             request._stream = io.BytesIO(body)
             request._read_started = False  # type: ignore[attr-defined]
         return self.get_response(request)
+
+
+class NulByteMiddleware:
+    """A NUL character in the path is a 404 (no object has one in its name); in a query
+    parameter or a form field a 400 naming it (sites/nul.py). JSON bodies are checked by the
+    API's parser, workflow documents by the decoder."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if NUL in request.path:
+            detail = "Not found: the path holds a NUL character."
+            return JsonResponse({"detail": detail}, status=404)
+        field = _nul_field(request.GET)
+        if field is None and request.method == "POST" and _is_form(request):
+            field = _nul_field(request.POST)
+        if field is not None:
+            return JsonResponse({"errors": [{"path": field, "message": MESSAGE}]}, status=400)
+        return self.get_response(request)
+
+
+def _is_form(request: HttpRequest) -> bool:
+    content_type = request.META.get("CONTENT_TYPE", "")
+    return content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data"))
+
+
+def _nul_field(params: QueryDict) -> str | None:
+    for key, values in params.lists():
+        if NUL in key or any(NUL in value for value in values):
+            return shown(key)
+    return None

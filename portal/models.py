@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.db import models
 from django.utils import timezone
 
@@ -36,9 +37,16 @@ class InlineJSONField(models.JSONField):
 
 
 class WorkflowTemplate(models.Model):
-    """The catalogue: Argo WorkflowTemplates that submitted workflows may ``templateRef``."""
+    """The catalogue: Argo WorkflowTemplates that submitted workflows may ``templateRef``.
 
-    name = models.CharField(max_length=253, unique=True)
+    A template is a project's (its members write it, its runs resolve it) or fleet-wide
+    (``project`` empty: fleet staff write it, every run may resolve it). A name is unique
+    within its project and among the fleet-wide ones, as a WorkflowTemplate's name is within
+    its namespace in Argo: two projects may each have their own ``eo-tools``, and a run
+    resolves its project's before the fleet-wide one, never another project's
+    (``portal.catalogue``). A ClusterWorkflowTemplate is always fleet-wide."""
+
+    name = models.CharField(max_length=253)
     project = models.ForeignKey(
         Project, on_delete=models.CASCADE, null=True, blank=True, related_name="templates"
     )
@@ -46,10 +54,24 @@ class WorkflowTemplate(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["name"]
+        ordering = ["name", "project__name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "name"], name="portal_workflowtemplate_name_in_project"
+            ),
+            models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(project__isnull=True),
+                name="portal_workflowtemplate_name_fleet_wide",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def kind(self) -> str:
+        return str((self.manifest or {}).get("kind") or "WorkflowTemplate")
 
 
 class WorkflowRun(models.Model):
@@ -88,6 +110,12 @@ class WorkflowRun(models.Model):
     def suspended(self) -> bool:
         """Held by the workflow's ``spec.suspend`` until resumed (``argo resume`` clears it)."""
         return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
+
+    @property
+    def priority(self) -> int:
+        """``spec.priority`` as the run was compiled: within its project's range."""
+        value = ((self.compiled or {}).get("spec") or {}).get("priority")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
     @property
     def is_finished(self) -> bool:
@@ -315,10 +343,13 @@ class SyncHold(models.Model):
     """A run's (``scope`` "") or one of its units' (``scope``: the unit's name) place on an Argo
     lock, a mutex or a semaphore (``portal.execution.locks``): waiting, or holding it.
 
-    ``key`` is Argo's lock name (``<namespace>/Mutex/<name>``,
-    ``<namespace>/ConfigMap/<configmap>/<key>``), so runs of every project share a lock as
-    workflows of one namespace share it in Argo. Rows of ended runs and units are deleted when
-    the lock is next taken or released."""
+    ``key`` is Argo's lock name with the run's project in place of the namespace
+    (``<project>/Mutex/<name>``, ``<project>/ConfigMap/<configmap>/<key>``), or ``*/...`` for
+    a lock an operator declared fleet-wide (``FleetLock``): runs of one project share a lock as
+    workflows of one namespace share it in Argo. ``priority`` is the run's ``spec.priority``
+    within its project's range; ``expires_at`` the run's deadline (``activeDeadlineSeconds``),
+    past which the place is given up. Rows of ended runs and units, and expired ones, are
+    deleted when the lock is next taken or released, and by the resync."""
 
     key = models.CharField(max_length=512)
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="sync_holds")
@@ -326,6 +357,7 @@ class SyncHold(models.Model):
     held = models.BooleanField(default=False)
     priority = models.IntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -335,3 +367,48 @@ class SyncHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} {'held' if self.held else 'waiting'} by {self.run_id}/{self.scope}"
+
+
+class FleetLock(models.Model):
+    """A mutex or semaphore an operator declared fleet-wide: runs of every project that name it
+    share it (any other lock is its project's own, ``portal.execution.locks``). ``name`` is the
+    lock as a workflow's ``synchronization`` names it, without a namespace:
+    ``Mutex/<name>`` or ``ConfigMap/<configmap>/<key>`` (a semaphore, its limit in that
+    ConfigMap on karmada-apiserver)."""
+
+    name = models.CharField(
+        max_length=500,
+        unique=True,
+        validators=[
+            RegexValidator(
+                r"^(Mutex/[^/\s]+|ConfigMap/[^/\s]+/[^/\s]+)$",
+                "Mutex/<name> or ConfigMap/<configmap>/<key>",
+            )
+        ],
+        help_text="Mutex/<name> or ConfigMap/<configmap>/<key>, as synchronization names it",
+    )
+    description = models.TextField(blank=True, help_text="what it guards, who asked for it")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiToken(models.Model):
+    """A user's REST API token, stored as its SHA-256 digest only (as GitHub and
+    django-rest-knox keep theirs): the key itself is shown once, when it is made
+    (``portal.api_tokens``), and a copy of this table gives no usable key. ``prefix`` (the
+    key's first characters) tells tokens apart in the admin. One token per user, as DRF's."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_token"
+    )
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8)
+    created = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"

@@ -4,6 +4,7 @@ typed; views, serializers and tasks call these). Status and phase changes go thr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -16,9 +17,9 @@ from django.utils import timezone
 
 from placement import codec, manifests, parser, planner
 from placement.gcpause import gc_paused
-from placement.parser import FieldError, ParsedWorkflow, WorkflowInvalid
+from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
 from placement.selectors import planner_inputs
-from portal import bulk, state, stored_decisions
+from portal import bulk, catalogue, state, stored_decisions
 from portal.choices import RunStatus, UnitPhase, UnitTiming
 from portal.models import (
     BULK_ROWS,
@@ -28,8 +29,7 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.selectors import fleet_with_holds, projects_of
-from sites.models import Project
-from sites.permissions import can_write_project_data
+from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
 
 log = logging.getLogger(__name__)
 
@@ -45,64 +45,25 @@ def parser_limits() -> parser.Limits:
         max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
         max_units=settings.PORTAL_MAX_UNITS,
         max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
+        max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
+        unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
     )
 
 
-def _catalogue(kind: str = "WorkflowTemplate") -> dict[str, Any]:
-    rows = WorkflowTemplate.objects.values_list("name", "manifest")
-    return {n: m for n, m in rows if isinstance(m, dict) and m.get("kind", kind) == kind}
-
-
 # -- the WorkflowTemplate catalogue (GET|POST /api/v1/workflow-templates/ ...) -------------
+# Who writes what and what a run resolves: ``portal.catalogue``; these bind the parser's bounds.
 
-
-class CatalogueRefused(Exception):
-    """A catalogue write the user may not make (answered 403)."""
-
-
-def _check_catalogue_write(user: Any, project: Project | None) -> None:
-    if not can_write_project_data(user, project):
-        raise CatalogueRefused(
-            "Only fleet staff may write fleet-wide WorkflowTemplates."
-            if project is None
-            else f"You are not a member of project '{project.name}'."
-        )
-
-
-def _catalogue_project(user: Any, project: Project | str | None) -> Project | None:
-    if isinstance(project, Project):
-        return project
-    if not project:
-        return None
-    obj = Project.objects.filter(name=project).first()
-    if obj is None:
-        raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
-    return obj
+CatalogueRefused = catalogue.CatalogueRefused
 
 
 def workflow_template_create(
     *, user: Any, body: str | bytes | dict[str, Any], project: Project | str | None = None
 ) -> WorkflowTemplate:
-    """Add a WorkflowTemplate (or ClusterWorkflowTemplate) to the catalogue, validated as the
-    parser will read it when a workflow ``templateRef``s it."""
-    entry = parser.parse_workflow_template(body, parser_limits())
-    proj = _catalogue_project(user, project)
-    _check_catalogue_write(user, proj)
-    try:
-        with transaction.atomic():
-            return WorkflowTemplate.objects.create(
-                name=entry.name, project=proj, manifest=dict(entry.document)
-            )
-    except IntegrityError:
-        raise WorkflowInvalid(
-            [
-                FieldError(
-                    "metadata.name",
-                    f"a WorkflowTemplate named {entry.name!r} is in the catalogue already; "
-                    f"replace it with PUT /api/v1/workflow-templates/{entry.name}/",
-                )
-            ]
-        ) from None
+    """Add a WorkflowTemplate (or, for fleet staff, a ClusterWorkflowTemplate) to the
+    catalogue of ``project`` (None: fleet-wide)."""
+    return catalogue.workflow_template_create(
+        user=user, body=body, project=project, limits=parser_limits()
+    )
 
 
 def workflow_template_update(
@@ -112,25 +73,13 @@ def workflow_template_update(
     body: str | bytes | dict[str, Any],
     project: Project | str | None = None,
 ) -> WorkflowTemplate:
-    """Replace a catalogue entry's manifest (and, with ``project``, move it). Runs already
-    submitted keep the templates they were compiled with."""
-    entry = parser.parse_workflow_template(body, parser_limits())
-    if entry.name != template.name:
-        raise WorkflowInvalid(
-            [FieldError("metadata.name", f"must be {template.name!r}, the name in the URL")]
-        )
-    _check_catalogue_write(user, template.project)
-    if project is not None:
-        template.project = _catalogue_project(user, project)
-        _check_catalogue_write(user, template.project)
-    template.manifest = dict(entry.document)
-    template.save(update_fields=["manifest", "project"])
-    return template
+    return catalogue.workflow_template_update(
+        template=template, user=user, body=body, project=project, limits=parser_limits()
+    )
 
 
 def workflow_template_delete(*, template: WorkflowTemplate, user: Any) -> None:
-    _check_catalogue_write(user, template.project)
-    template.delete()
+    catalogue.workflow_template_delete(template=template, user=user)
 
 
 def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> dict[str, Any]:
@@ -189,19 +138,48 @@ def _check_enums(doc: dict[str, Any], arguments: dict[str, str] | None) -> None:
 
 
 def workflow_parse(
-    *, body: str | bytes | dict[str, Any], arguments: dict[str, str] | None = None
+    *,
+    body: str | bytes | dict[str, Any],
+    arguments: dict[str, str] | None = None,
+    project: Project | None = None,
 ) -> ParsedWorkflow:
-    """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid)."""
+    """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid).
+    ``templateRef``s resolve in ``project``'s catalogue, then the fleet-wide one."""
     doc = parser.decode_document(body, parser_limits())
     doc = _apply_arguments(doc, arguments)
     _check_enums(doc, arguments)
     uses = parser.uses_catalogue(doc)
-    return parser.parse_workflow(
+    parsed = parser.parse_workflow(
         doc,
-        _catalogue() if uses else {},
-        cluster_catalogue=_catalogue("ClusterWorkflowTemplate") if uses else {},
+        catalogue.catalogue_for(project) if uses else {},
+        cluster_catalogue=catalogue.catalogue_for(None, catalogue.CLUSTER_KIND) if uses else {},
         limits=parser_limits(),
         domain=settings.PORTAL_LABEL_DOMAIN,
+    )
+    return _priority_clamped(parsed, project)
+
+
+def _priority_clamped(parsed: ParsedWorkflow, project: Project | None) -> ParsedWorkflow:
+    """``spec.priority`` within the range the project allows: the run is compiled with the
+    clamped value (its place in a lock's queue, its step workflows' priority at their site),
+    and the preview and the run's history say so at ``spec.priority``."""
+    asked = parsed.spec.get("priority")
+    if isinstance(asked, bool) or not isinstance(asked, int):
+        return parsed  # Argo's schema types it; a string priority is refused there
+    allowed = priority_clamp(asked, project)
+    if allowed == asked:
+        return parsed
+    low, high = project.priority_range if project is not None else DEFAULT_PRIORITY_RANGE
+    whose = f"project {project.name!r}" if project is not None else "a run in no project"
+    warning = FieldWarning(
+        "spec.priority",
+        f"{asked} is outside the range {whose} allows ({low} to {high}): "
+        f"the run's priority is {allowed}",
+    )
+    return dataclasses.replace(
+        parsed,
+        spec={**parsed.spec, "priority": allowed},
+        warnings=(*parsed.warnings, warning),
     )
 
 
@@ -249,15 +227,18 @@ def workflow_preview(
     its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
     (``units`` is then empty when no unit has that name)."""
     proj = _project_for(user, project)
-    parsed = workflow_parse(body=body, arguments=arguments)
+    parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
+    pods = {u.name: u.pods for u in parsed.units}
     if unit is not None:
-        return {
-            "units": [d.as_dict() for d in plan.decisions if d.unit == unit],
-            "warnings": warnings,
-        }
-    return {**plan.as_dict(top), "warnings": warnings}
+        rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
+    else:
+        rows = plan.as_dict(top)["units"]
+    for row in rows:
+        # What the unit's step workflow can create at its site (its nested loops multiplied).
+        row["pods"] = pods.get(row["name"])
+    return {"units": rows, "warnings": warnings}
 
 
 NAME_ATTEMPTS = 8
@@ -331,7 +312,7 @@ def _submit(
     resubmitted_from: WorkflowRun | None,
 ) -> WorkflowRun:
     proj = _project_for(user, project)
-    parsed = workflow_parse(body=body, arguments=arguments)
+    parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     unplaceable = [d for d in plan.decisions if d.timing == "submit" and d.site is None]
     if unplaceable:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from portal.env import env, envbool, envfloat, envint, envlist
+from portal.env import env, envbool, envfloat, envint, envlist, private_dir, private_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env("PORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -51,6 +50,8 @@ MIDDLEWARE = [
     # First: a chunked request body (no Content-Length) is read, bounded, before anything
     # else looks at the body (portal/middleware.py).
     "portal.middleware.ChunkedBodyMiddleware",
+    # NUL characters in the path, query or a form: 404/400 before any query sees them.
+    "portal.middleware.NulByteMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -89,11 +90,14 @@ if DATABASE_URL:
         )
     }
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # The embedded demo's database holds password hashes and sessions: the folder and the file
+    # are the owner's alone (0700 and 0600), as are the broker's messages and the kubeconfig
+    # beside it.
+    private_dir(VAR_DIR)
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": str(VAR_DIR / "portal.sqlite3"),
+            "NAME": str(private_file(VAR_DIR / "portal.sqlite3")),
             # The demo runs web, worker, watcher and beat against one file: wait on locks
             # instead of failing with "database is locked".
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
@@ -208,7 +212,7 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "sites.api.parsers.StrictJSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
@@ -289,14 +293,28 @@ PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)
 # Unit-to-unit dependencies one workflow may have (after loops expand): what checking, planning
 # and drawing a run costs grows with them.
 PORTAL_MAX_DEPENDENCY_EDGES = envint("PORTAL_MAX_DEPENDENCY_EDGES", 20_000)
+# Pods one unit's step workflow may create (its nested loops multiplied; a loop whose size only
+# the run knows counts as PORTAL_UNKNOWN_LOOP_ITEMS items, recursion to Argo's 100 nested calls).
+PORTAL_MAX_PODS_PER_UNIT = envint("PORTAL_MAX_PODS_PER_UNIT", 5000)
+PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
-# log is cut after this long (the reader follows again), so a reader never holds a worker.
+# log is cut after this long (the reader follows again).
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 # The most one output parameter of a step may hold (and the last bytes of a result kept).
 PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
 # How much of each output value a run, a unit and the step panel show; the rest is paged.
 PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
+# A followed log holds one web thread while it streams (portal/log_follows.py): at most this
+# many at once per user (every process together) and per process (keep it below
+# GUNICORN_THREADS, so that probes and other requests always find a thread).
+PORTAL_LOG_FOLLOWS_PER_USER = envint("PORTAL_LOG_FOLLOWS_PER_USER", 3)
+PORTAL_LOG_FOLLOWS_PER_PROCESS = envint("PORTAL_LOG_FOLLOWS_PER_PROCESS", 4)
+
+# The Argo Server face's watch (``argo submit --watch``): each stream ends after this long (the
+# argo CLI watches again; under gunicorn's worker timeout), and looks for changes this often.
+PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
+PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver

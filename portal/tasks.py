@@ -16,6 +16,7 @@ from celery import shared_task
 
 from portal import execution, gateway
 from portal.admission import queue
+from portal.execution import locks
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ def resync() -> None:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
         advance_request(run_id)
+    # Locks whose holder ended, vanished or passed its deadline are given to their waiters.
+    for run_id in locks.sweep():
+        advance_request(run_id)
     # Runs waiting for their project's turn are moved by it, not by the resync; a project
     # whose turn was lost gets one again here.
     waiting = execution.fairness.waiting_runs()
@@ -141,3 +145,11 @@ def resync() -> None:
         if run_id not in waiting:
             advance_request(run_id)
     _turns_enqueue(execution.fairness.dispatch_all())
+
+
+@shared_task(**RETRY, priority=BULK)
+def step_workflows_delete(names: list[str]) -> None:
+    """The step workflows of a deleted run (``run_services.run_delete``); a 404 counts as
+    done, so a redelivered task is harmless."""
+    for name in names:
+        gateway.delete(gateway.WORKFLOW, name)

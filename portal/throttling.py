@@ -1,12 +1,17 @@
-"""Failed logins and API tokens, counted per username and per client address.
+"""Failed logins and API tokens, counted per client address and per username from that address.
 
 Each failure adds one to a counter in Django's cache (Redis when ``REDIS_URL`` is set, so every
 web process shares it; a process's memory in the embedded demo) that lives for
 ``PORTAL_AUTH_FAILURE_WINDOW_SECONDS`` from the first failure. Once a username has
-``PORTAL_AUTH_FAILURES_PER_USER`` failures, or an address ``PORTAL_AUTH_FAILURES_PER_ADDRESS``,
-further attempts are refused with 429 before any password is hashed or token looked up, until
-the window ends. A successful login does not reset the address's count (an attacker with one
-account would otherwise reset it at will); it resets the username's.
+``PORTAL_AUTH_FAILURES_PER_USER`` failures from one address, or an address
+``PORTAL_AUTH_FAILURES_PER_ADDRESS`` in all, further attempts from there are refused with 429
+before any password is hashed or token looked up, until the window ends. A successful login
+resets the username's count at that address, not the address's (an attacker with one account
+would otherwise reset it at will).
+
+A username is counted per address, not across addresses: failures a stranger makes elsewhere
+never lock the real user out of the login form (a per-username count did, for the whole
+window). Guessing one password from many addresses is bounded by each address's own count.
 
 The client address is ``REMOTE_ADDR``: behind a proxy, have the proxy (or gunicorn's
 ``--forwarded-allow-ips``) set it to the real client.
@@ -37,10 +42,12 @@ def client_address(request: HttpRequest) -> str:
 def _subjects(address: str, username: str | None) -> list[tuple[str, int]]:
     subjects = [(_key("addr", address), int(settings.PORTAL_AUTH_FAILURES_PER_ADDRESS))]
     if username:
-        subjects.append(
-            (_key("user", username.strip().lower()), int(settings.PORTAL_AUTH_FAILURES_PER_USER))
-        )
+        subjects.append((_user_key(address, username), int(settings.PORTAL_AUTH_FAILURES_PER_USER)))
     return subjects
+
+
+def _user_key(address: str, username: str) -> str:
+    return _key("user", f"{address}\n{username.strip().lower()}")
 
 
 def retry_after(address: str, username: str | None = None) -> int | None:
@@ -72,8 +79,9 @@ def record_failure(address: str, username: str | None = None) -> None:
             cache.set(f"{key}:ends", time.time() + window, timeout=window)
 
 
-def reset_user(username: str) -> None:
-    key = _key("user", username.strip().lower())
+def reset_user(address: str, username: str) -> None:
+    """A login succeeded: the username's failures from this address are forgotten."""
+    key = _user_key(address, username)
     cache.delete_many([key, f"{key}:ends"])
 
 

@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import health
+from portal.argoserver import urls as argo_urls
 from portal.auth_views import ThrottledLoginView, throttled_admin_login
 
 api_v1 = [
@@ -26,6 +27,14 @@ urlpatterns = [
     path("admin/login/", throttled_admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    path("ogcapi/", include("portal.ogcapi.urls")),
+    path("stac/", include("portal.stac.urls")),
+    # Argo Server's HTTP API (Hera, the argo CLI, the argo-workflows SDK). Its workflow paths
+    # also answer at the root, where nothing of the portal's collides with them: Hera joins
+    # its host and each path with urljoin, which drops a last segment without a slash, so a
+    # host of "<portal>/argo" reaches "/api/v1/workflows/...".
+    path("argo/", include(argo_urls)),
+    path("", include(argo_urls.workflows)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

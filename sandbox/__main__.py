@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import sys
 import urllib.error
@@ -40,7 +41,11 @@ def write_kubeconfig(path: Path, url: str) -> None:
         "preferences": {},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    # Its user's token is a credential: owner-only, as kubectl writes kubeconfigs.
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
 
 
 async def serve(

@@ -19,6 +19,9 @@ DEFAULT_LIMIT_RANGE: dict[str, dict[str, str]] = {
 }
 LIMIT_RANGE_RESOURCES = ("memory", "ephemeral-storage")
 DEFAULT_BUCKET_QUOTA = "10Gi"
+# The pods one Workflow may have at once at a member (a ResourceQuota on `pods`, as a member
+# would give each tenant); the fleet file's `podsPerWorkflow` sets it per site.
+DEFAULT_PODS_PER_WORKFLOW = 100
 REPORT_SECRETS_DEFAULT = ("KubeCredentials", "KubeImpersonator")
 
 
@@ -44,6 +47,7 @@ class Site:
     # The member's LimitRange for containers: {"default": {...}, "defaultRequest": {...}} in
     # bytes; None: the fleet's `execution.limitRange`, else DEFAULT_LIMIT_RANGE.
     limit_range: dict[str, dict[str, float]] | None = None
+    pods_per_workflow: int = DEFAULT_PODS_PER_WORKFLOW
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
@@ -67,6 +71,7 @@ class Site:
             artifacts=dict(d.get("artifacts") or {}),
             report_secrets=_report_secrets(d.get("reportSecrets"), name),
             limit_range=parse_limit_range(d.get("limitRange"), f"site {name}"),
+            pods_per_workflow=_positive(d.get("podsPerWorkflow"), DEFAULT_PODS_PER_WORKFLOW, name),
         )
         site.bucket_quota  # noqa: B018 - refused when the fleet file is read, not at a write
         return site
@@ -151,6 +156,12 @@ def parse_limit_range(value: Any, where: str) -> dict[str, dict[str, float]] | N
     for k, v in out["default"].items():
         out["defaultRequest"].setdefault(k, v)
     return out
+def _positive(value: Any, default: int, site: str) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"site {site}: podsPerWorkflow must be a whole number >= 1")
+    return int(value)
 
 
 def _report_secrets(value: Any, site: str) -> tuple[str, ...]:

@@ -19,8 +19,9 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
+from django.urls import path
 
-from sites import services
+from sites import admin_stac, services
 from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
 from sites.permissions import can_write_project_data, is_scoped_operator
 from sites.selectors import dataset_list_visible, projects_of, sites_operated_by
@@ -48,9 +49,10 @@ def _problems_error(problems: list[tuple[str, str]]) -> forms.ValidationError:
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("name", "member_count", "created_at")
+    list_display = ("name", "member_count", "priority_min", "priority_max", "created_at")
     search_fields = ("name", "description")
     filter_horizontal = ("members",)
+    fields = ("name", "description", "members", ("priority_min", "priority_max"))
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
         return super().get_queryset(request).annotate(member_total=Count("members"))
@@ -292,6 +294,13 @@ class DatasetAdmin(admin.ModelAdmin):
     list_filter = ("format", "project")
     search_fields = ("name", "uri_prefix")
     list_select_related = ("project",)
+
+    def get_urls(self) -> list[Any]:
+        view = self.admin_site.admin_view(lambda request: admin_stac.import_view(self, request))
+        return [
+            path("import-stac/", view, name="sites_dataset_import_stac"),
+            *super().get_urls(),
+        ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
         if is_scoped_operator(request.user):

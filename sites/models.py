@@ -18,19 +18,54 @@ dns_label = RegexValidator(
 )
 
 
+# The ``spec.priority`` range of a run in no project, and a project's by default: the value
+# Argo gives a workflow without one, so members order nothing over anyone until an operator
+# grants a project a range (as a Kubernetes namespace uses only the PriorityClasses its
+# ResourceQuota allows).
+DEFAULT_PRIORITY_RANGE = (0, 0)
+
+
+def priority_clamp(value: int, project: Project | None) -> int:
+    """``value`` within the range ``project`` allows (``DEFAULT_PRIORITY_RANGE`` for none)."""
+    low, high = project.priority_range if project is not None else DEFAULT_PRIORITY_RANGE
+    return min(max(value, low), high)
+
+
 class Project(models.Model):
-    """A group of scientists who share runs and datasets."""
+    """A group of scientists who share runs and datasets.
+
+    ``priority_min`` / ``priority_max``: the range its runs' ``spec.priority`` is clamped to
+    (what orders the waiters of a lock, ``portal.execution.locks``); set by operators."""
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
     description = models.TextField(blank=True)
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="projects", blank=True)
+    priority_min = models.IntegerField(
+        default=DEFAULT_PRIORITY_RANGE[0],
+        help_text="lowest spec.priority its runs may have; lower values count as this",
+    )
+    priority_max = models.IntegerField(
+        default=DEFAULT_PRIORITY_RANGE[1],
+        help_text="highest spec.priority its runs may have; higher values count as this",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(priority_min__lte=models.F("priority_max")),
+                name="sites_project_priority_range",
+                violation_error_message="priority_min must not be above priority_max",
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def priority_range(self) -> tuple[int, int]:
+        return self.priority_min, self.priority_max
 
 
 class Site(models.Model):

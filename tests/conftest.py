@@ -12,7 +12,8 @@
 #
 # ``other_site`` is a site none of them operates. ``client_for(user)`` gives a browser session
 # logged in as ``user``. ``api_client`` has no credentials;
-# ``api_client_for(user)`` gives a client authenticated with ``Authorization: Token ...``, and
+# ``api_client_for(user)`` gives a client authenticated with ``Authorization: Token ...``
+# (``api_key_for(user)`` the key itself), and
 # ``operator_api``, ``scientist_api``, ``outsider_api``, ``staff_api`` are ready-made ones.
 
 
@@ -23,9 +24,9 @@ from collections.abc import Callable, Iterator
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from portal.api_tokens import api_token_create
 from sites.models import Project, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import ProjectFactory, SiteFactory, UserFactory
@@ -146,11 +147,24 @@ def api_client() -> APIClient:
 
 
 @pytest.fixture
-def api_client_for(db) -> Callable[[User], APIClient]:
+def api_key_for(db) -> Callable[[User], str]:
+    """``api_key_for(user)``: the user's API key (made once per test; stored hashed, so the key
+    is known only here)."""
+    keys: dict[int, str] = {}
+
+    def key(user: User) -> str:
+        if user.pk not in keys:
+            keys[user.pk] = api_token_create(user=user, replace=True)
+        return keys[user.pk]
+
+    return key
+
+
+@pytest.fixture
+def api_client_for(api_key_for) -> Callable[[User], APIClient]:
     def make(user: User) -> APIClient:
-        token, _ = Token.objects.get_or_create(user=user)
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {api_key_for(user)}")
         return client
 
     return make

@@ -207,3 +207,21 @@ class PlacementDecisionFactory(DjangoModelFactory):
     site = factory.LazyAttribute(lambda d: d.unit.planned_site)
     reason = factory.LazyAttribute(lambda d: f"{d.unit.name}: best score at {d.site}")
     candidates = factory.LazyFunction(list)
+
+
+# Keys already made in this test session, by token row: a key is shown only once, so a test
+# that needs a user's key twice (two clients) gets the same one back instead of replacing it.
+_KEYS_BY_TOKEN: dict[int, str] = {}
+
+
+def api_key(user: User) -> str:
+    """``user``'s API key: the one made earlier for its current token, or a new one."""
+    from portal.api_tokens import api_token_create
+    from portal.models import ApiToken
+
+    token = ApiToken.objects.filter(user=user).first()
+    if token is not None and token.pk in _KEYS_BY_TOKEN:
+        return _KEYS_BY_TOKEN[token.pk]
+    key = api_token_create(user=user, replace=True)
+    _KEYS_BY_TOKEN[ApiToken.objects.get(user=user).pk] = key
+    return key

@@ -23,6 +23,7 @@ The modules, from the bottom up (each imports only those above it):
 * ``expansion``: ``withItems`` / ``withSequence`` / ``withParam`` items and ``{{item}}``.
 * ``catalogue``: the WorkflowTemplate catalogue references resolve against.
 * ``references``: semantic checks (references, DAG dependencies, cycles) and reachability.
+* ``pods``: how many pods one unit's step workflow can create (nested loops, recursion).
 * ``units``: placement units of the entrypoint.
 * ``together``: features that keep the entrypoint's units together, and preview warnings.
 * ``workflow``: ``parse_workflow`` and ``parse_workflow_template``.

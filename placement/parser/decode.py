@@ -109,6 +109,8 @@ def _check_expansion(root: Any, max_nodes: int, max_depth: int) -> None:
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
+NUL = "\x00"
+NO_NUL = "must not contain a NUL character (U+0000)"
 # What a plain scalar may resolve to without leaving the fast path (merge keys, ``=`` and
 # anything else go to the full loader).
 _PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "null", "bool", "int", "float"))
@@ -157,6 +159,8 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
             tag = event.tag
             if tag is None or tag == "!":
                 tag = resolve(yaml.ScalarNode, event.value, event.implicit)
+            if NUL in event.value:
+                raise _NeedsFullLoader  # the full path reports where (_to_json)
             if tag == _STR_TAG:
                 value: Any = event.value
             elif tag in _PLAIN_TAGS:
@@ -231,10 +235,17 @@ def _to_json(value: Any, path: str, errors: list[FieldError], depth: int, limits
         out: dict[str, Any] = {}
         for k, v in value.items():
             key = k if isinstance(k, str) else json.dumps(k) if isinstance(k, bool) else str(k)
+            if NUL in key:
+                errors.append(FieldError(_join(path, key.replace(NUL, "\\u0000")), NO_NUL))
+                continue
             out[key] = _to_json(v, _join(path, key), errors, depth + 1, limits)
         return out
     if isinstance(value, list):
         return [_to_json(v, f"{path}[{i}]", errors, depth + 1, limits) for i, v in enumerate(value)]
+    if isinstance(value, str) and NUL in value:
+        # PostgreSQL stores no NUL in text or jsonb, and no Kubernetes object holds one.
+        errors.append(FieldError(path, NO_NUL))
+        return None
     if value is None or isinstance(value, str | bool | int):
         return value
     if isinstance(value, float):

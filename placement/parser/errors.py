@@ -42,6 +42,12 @@ class Limits:
     # Unit-to-unit dependencies after expansion (and task-to-task ones in every DAG): what
     # checking, ordering, planning and drawing a run cost grows with them, not with the units.
     max_dependency_edges: int = 20_000
+    # Pods one unit's step workflow may create: its site's Argo expands whatever is nested in
+    # it (``pods``), so this is the portal's only bound on that work.
+    max_pods_per_unit: int = 5000
+    # A loop nested in a unit whose size only the run will tell counts as this many items: one
+    # such loop fits with room for the unit's other steps, a loop of such loops does not.
+    unknown_loop_items: int = 1000
     # Alias *uses* are cheap for PyYAML (it shares the node), but every consumer that walks the
     # result pays for the expansion: bound both the number of aliases and the expanded size.
     max_yaml_aliases: int = 1000

@@ -113,6 +113,9 @@ class Unit:
     # The units were kept together (``together``): this one's step workflow also carries the
     # workflow's onExit and hooks, which its site's Argo runs with the run's own status.
     carries_exit: bool = False
+    # Pods the unit's step workflow can create (``placement.parser.pods``): 1 for a leaf, the
+    # product of nested loop sizes (known or bounded) for a steps or DAG template.
+    pods: int = 1
 
     @property
     def runtime_expansion(self) -> bool:

@@ -36,6 +36,7 @@ from placement.parser.expansion import (
 )
 from placement.parser.names import item_label, slugify
 from placement.parser.output_sizes import declared_output_bytes
+from placement.parser.pods import PodCounter
 from placement.parser.references import _TemplateIndex
 from placement.parser.resources import _max, template_images, template_pod_resources
 from placement.parser.results import Arguments, Resources, Unit, UnitKind
@@ -56,6 +57,7 @@ class _CallFacts:
     when: str | None
     continue_on_failed: bool
     output_bytes: int | None
+    pods: int
 
 
 def _topological(units: Sequence[Unit]) -> list[Unit] | None:
@@ -140,6 +142,24 @@ class _UnitBuilder:
         self._facts_cache: dict[
             str, tuple[Resources, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
         ] = {}
+        limits = parser.limits
+        self.pod_counter = PodCounter(
+            parser, wf_params, limits.max_pods_per_unit, limits.unknown_loop_items
+        )
+
+    def pods_within_limit(self, key: str, path: str) -> bool:
+        """Whether the pods a unit running ``key`` can create stay within the limit; if not,
+        the refusal at ``path`` (the call, or the entrypoint) says how many and why."""
+        found = self.pod_counter.count(key)
+        limit = self.p.limits.max_pods_per_unit
+        if found.pods <= limit:
+            return True
+        self.p.err(
+            path,
+            f"runs at one site as one unit that can create {self.pod_counter.shown(found.pods)} "
+            f"pods{found.describe()}; the limit is {limit} pods per unit",
+        )
+        return False
 
     def set_entry(self, entry: Mapping[str, Any]) -> None:
         self.inputs = entry_inputs(entry, self.wf_params)
@@ -227,6 +247,7 @@ class _UnitBuilder:
             when=when if isinstance(when, str) and when.strip() else None,
             continue_on_failed=bool(isinstance(continue_on, Mapping) and continue_on.get("failed")),
             output_bytes=self.output_bytes(key),
+            pods=self.pod_counter.count(key).pods,
         )
 
     def make(
@@ -283,6 +304,7 @@ class _UnitBuilder:
             with_param=with_param,
             continue_on_failed=facts.continue_on_failed,
             output_bytes=facts.output_bytes,
+            pods=facts.pods,
         )
 
     def expand(
@@ -297,6 +319,8 @@ class _UnitBuilder:
         path: str,
     ) -> list[Unit]:
         task = str(call["name"])
+        if not self.pods_within_limit(key, path):
+            return []
         # The entrypoint's inputs are known now; the step workflow could not fill them.
         call = fill_call(call, self.inputs)
         for fld, why in expression_problems(call):

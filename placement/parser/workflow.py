@@ -320,6 +320,10 @@ class _Parser(_TemplateIndex):
                         whole(), carries_exit=True, templates=self._exit_reach(entrypoint, spec)
                     )
                 ]
+        if any(u.kind == "workflow" for u in units) and not builder.pods_within_limit(
+            entrypoint, path
+        ):
+            return (), together
         if len(units) > self.limits.max_units:
             self.err(
                 "spec",

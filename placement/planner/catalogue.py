@@ -15,6 +15,8 @@ class DataCatalogue:
 
     def __init__(self, datasets: Iterable[DatasetInfo]) -> None:
         self.datasets = tuple(sorted(datasets, key=lambda d: d.name))
+        self._projects = {d.project for d in self.datasets if d.project is not None}
+        self._scoped: dict[str | None, DataCatalogue] = {}
         self.by_name = {d.name: d for d in self.datasets}
         # Longest prefix first, so the most specific dataset wins a reference.
         self.prefixes = sorted(
@@ -22,6 +24,21 @@ class DataCatalogue:
             key=lambda p: (-len(p[0]), p[1].name),
         )
         self._cache: dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[DatasetInfo, ...]] = {}
+
+    def for_project(self, project: str | None) -> DataCatalogue:
+        """The datasets a plan of ``project`` knows of: the fleet-wide ones and the project's
+        own (a plan in no project: the fleet-wide ones). Another project's dataset is not
+        matched, so a plan says nothing of it (its name, size, replicas or residency), as the
+        datasets API shows it to nobody outside that project."""
+        if self._projects <= {project}:
+            return self
+        found = self._scoped.get(project)
+        if found is None:
+            if len(self._scoped) >= MATCH_CACHE_MAX:
+                self._scoped.clear()
+            found = DataCatalogue(d for d in self.datasets if d.project in (None, project))
+            self._scoped[project] = found
+        return found
 
     def read_by(self, unit: Unit) -> tuple[DatasetInfo, ...]:
         key = (unit.datasets, unit.data_refs)

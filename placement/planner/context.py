@@ -62,7 +62,7 @@ class _Context:
         self.rulebook = rules if isinstance(rules, RuleBook) else _compiled(rules, RuleBook)
         self.data = (
             datasets if isinstance(datasets, DataCatalogue) else _compiled(datasets, DataCatalogue)
-        )
+        ).for_project(project)
         self.project = project
         self.sites = fleet.ordered_sites
         self.bandwidth = fleet.bandwidth

@@ -97,13 +97,15 @@ class Replica:
 @dataclass(frozen=True)
 class DatasetInfo:
     """A registered dataset. ``residency``: regions it may be read in (empty: anywhere);
-    ``replicas``: where a ready copy is (bytes 0 → the dataset's ``bytes``)."""
+    ``replicas``: where a ready copy is (bytes 0 → the dataset's ``bytes``); ``project``:
+    the project it belongs to (None: fleet-wide), the only one whose plans know of it."""
 
     name: str
     uri_prefix: str = ""
     bytes: int = 0
     residency: frozenset[str] = frozenset()
     replicas: tuple[Replica, ...] = ()
+    project: str | None = None
 
 
 @dataclass(frozen=True)

@@ -403,7 +403,13 @@ def _admit_direct(
     if parser.uses_catalogue(obj.get("spec")):
         with transaction.atomic():
             statement_timeout(deadline)
-            catalogue = dict(WorkflowTemplate.objects.values_list("name", "manifest"))
+            # A Workflow created directly on karmada-apiserver is of no project: it resolves
+            # the fleet-wide catalogue only (``portal.catalogue``).
+            catalogue = dict(
+                WorkflowTemplate.objects.filter(project__isnull=True).values_list(
+                    "name", "manifest"
+                )
+            )
     try:
         parsed = parser.parse_workflow(
             obj,
@@ -414,6 +420,8 @@ def _admit_direct(
                 max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
                 max_units=settings.PORTAL_MAX_UNITS,
                 max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
+                max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
+                unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
             ),
             domain=settings.PORTAL_LABEL_DOMAIN,
         )

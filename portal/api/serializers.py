@@ -149,6 +149,10 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     suspended = serializers.BooleanField(
         read_only=True, help_text="Held by spec.suspend until resumed (POST .../resume/)"
     )
+    priority = serializers.IntegerField(
+        read_only=True,
+        help_text="spec.priority within the range the project allows (what orders lock waiters)",
+    )
 
     class Meta:
         model = WorkflowRun
@@ -157,6 +161,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             "name",
             "status",
             "suspended",
+            "priority",
             "project",
             "owner",
             "message",
@@ -242,6 +247,11 @@ class PreviewUnitSerializer(serializers.Serializer[dict[str, Any]]):
     site = serializers.CharField(allow_null=True)
     reason = serializers.CharField(allow_blank=True)
     candidates = CandidateSerializer(many=True)
+    pods = serializers.IntegerField(
+        allow_null=True,
+        help_text="Pods the unit's step workflow can create: its nested loops multiplied (a "
+        "loop known only at run time counted as PORTAL_UNKNOWN_LOOP_ITEMS items)",
+    )
     # Only when ``candidates`` is cut to the best rows: the size of the full table.
     candidates_total = serializers.IntegerField(required=False)
     candidates_eligible = serializers.IntegerField(required=False)

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import logs, outputs, services
+from portal import log_follows, logs, outputs, services
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
@@ -344,7 +344,12 @@ class WorkflowRunViewSet(
                 description="stream while the step runs (ends after PORTAL_LOG_FOLLOW_SECONDS)",
             ),
         ],
-        responses={(200, "text/plain"): OpenApiTypes.STR, 400: OpenApiTypes.OBJECT},
+        responses={
+            (200, "text/plain"): OpenApiTypes.STR,
+            400: OpenApiTypes.OBJECT,
+            429: OpenApiTypes.OBJECT,
+            503: OpenApiTypes.OBJECT,
+        },
     )
     @action(
         detail=True,
@@ -356,7 +361,9 @@ class WorkflowRunViewSet(
         """The step's log, read from its site through Karmada's cluster proxy (text), at most
         PORTAL_LOG_MAX_BYTES. A step with several pods gives each, headed by its name. When
         the log cannot be read (Karmada has no proxy path to the site, an attempt whose workflow
-        is gone) the answer is 404 with the reason and where to read it."""
+        is gone) the answer is 404 with the reason and where to read it. A user follows at most
+        PORTAL_LOG_FOLLOWS_PER_USER logs at once (429 past it) and a web process at most
+        PORTAL_LOG_FOLLOWS_PER_PROCESS (503), both with Retry-After."""
         u = self._unit(name)
         params = request.query_params
         errors = []
@@ -385,6 +392,18 @@ class WorkflowRunViewSet(
             and attempt.current
             and u.phase in (UnitPhase.PENDING, UnitPhase.RUNNING)
         )
+        release = log_follows.no_slot
+        if follow:
+            # A follow holds one of this process's threads: capped per user and per process
+            # before anything is read, so that probes and other requests keep theirs.
+            try:
+                release = log_follows.follow_acquire(user_id=request.user.pk)
+            except log_follows.FollowRefused as refused:
+                return Response(
+                    {"detail": refused.message},
+                    status=refused.status,
+                    headers={"Retry-After": str(refused.retry_after)},
+                )
         try:
             pods = logs.attempt_pods(u, attempt.number, attempt.site)
             wanted = params.get("pod")
@@ -400,9 +419,17 @@ class WorkflowRunViewSet(
                 attempt.site, shown[0].pod, container=container, tail=numbers["tail"], follow=follow
             )
         except logs.LogsNotAvailable as exc:
+            release()
             return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        except BaseException:
+            release()
+            raise
 
         def stream() -> Any:
+            if follow:
+                # Nothing yet, but the status line and headers go out now: a follower knows at
+                # once that it holds a slot, even while the step is silent.
+                yield b""
             # Several pods: each in turn, headed by its name; following reads the last one.
             for i, pod in enumerate(shown):
                 if len(shown) > 1:
@@ -423,4 +450,6 @@ class WorkflowRunViewSet(
                 except logs.LogsNotAvailable as exc:
                     yield f"[{exc}]\n".encode()
 
-        return StreamingHttpResponse(stream(), content_type="text/plain; charset=utf-8")
+        return StreamingHttpResponse(
+            log_follows.HeldStream(stream(), release), content_type="text/plain; charset=utf-8"
+        )

@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
+from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
 from rest_framework import serializers, status, viewsets
-from rest_framework.exceptions import PermissionDenied
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,14 +19,15 @@ from placement.parser import WorkflowInvalid
 from portal import services
 from portal.api.errors import errors_response
 from portal.api.views import WORKFLOW_BODY, BodyTooLarge, RawWorkflowParser, _read_body
+from portal.catalogue import template_pick, templates_visible_to
 from portal.models import WorkflowTemplate
-from sites.permissions import is_fleet_staff
 
 
 class WorkflowTemplateSerializer(serializers.ModelSerializer[WorkflowTemplate]):
-    """A catalogue entry: ``project`` is the project's name (null: fleet-wide), ``kind``
-    WorkflowTemplate or ClusterWorkflowTemplate, ``templates`` the names ``templateRef`` may
-    use, ``manifest`` the document as submitted."""
+    """A catalogue entry: ``project`` is the project's name (null: fleet-wide, written by fleet
+    staff only; a ClusterWorkflowTemplate is always fleet-wide), ``kind`` WorkflowTemplate or
+    ClusterWorkflowTemplate, ``templates`` the names ``templateRef`` may use, ``manifest`` the
+    document as submitted. A run resolves its project's entries, then the fleet-wide ones."""
 
     project = serializers.SerializerMethodField()
     kind = serializers.SerializerMethodField()
@@ -40,7 +42,7 @@ class WorkflowTemplateSerializer(serializers.ModelSerializer[WorkflowTemplate]):
         return obj.project.name if obj.project else None
 
     def get_kind(self, obj: WorkflowTemplate) -> str:
-        return str((obj.manifest or {}).get("kind") or "WorkflowTemplate")
+        return obj.kind
 
     def get_templates(self, obj: WorkflowTemplate) -> list[str]:
         spec = (obj.manifest or {}).get("spec") or {}
@@ -49,16 +51,6 @@ class WorkflowTemplateSerializer(serializers.ModelSerializer[WorkflowTemplate]):
             for t in spec.get("templates") or []
             if isinstance(t, dict) and t.get("name")
         ]
-
-
-def templates_visible_to(user: Any) -> QuerySet[WorkflowTemplate]:
-    """Fleet staff see every entry; others the fleet-wide ones and those of their projects."""
-    rows = WorkflowTemplate.objects.select_related("project")
-    if is_fleet_staff(user):
-        return rows
-    if not user.is_authenticated:
-        return rows.none()
-    return rows.filter(Q(project__isnull=True) | Q(project__members=user)).distinct()
 
 
 def _body(request: Request) -> tuple[Any, str | None]:
@@ -130,6 +122,17 @@ class WorkflowTemplateViewSet(viewsets.ModelViewSet[WorkflowTemplate]):
         if getattr(self, "swagger_fake_view", False):  # the schema is built without a user
             return WorkflowTemplate.objects.none()
         return templates_visible_to(self.request.user)
+
+    def get_object(self) -> WorkflowTemplate:
+        """By name among the entries the user sees; a name in the user's project and
+        fleet-wide means the project's (as a run resolves it), ``?project=`` says which."""
+        rows = self.get_queryset().filter(name=self.kwargs["name"])
+        try:
+            return template_pick(rows, self.request.query_params.get("project"))
+        except WorkflowTemplate.DoesNotExist:
+            raise Http404 from None
+        except WorkflowInvalid as exc:
+            raise ValidationError({e.path: e.message for e in exc.errors}) from None
 
     def get_parsers(self) -> list[Any]:
         # The workflow parser decodes the body itself (YAML or JSON, with its own limits).

@@ -330,6 +330,24 @@ class Leaves(Pods):
         self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
     ) -> None:
         await self.unsuspended.wait()
+        if "http" in tmpl or "plugin" in tmpl:
+            # Argo runs these in the workflow's one agent pod (workflow/controller/agent.go),
+            # not in a pod of their own: nothing to count against the quota.
+            await self._run_pod_leaf(body, tmpl, node, ctx)
+            return
+        await self.admit_pod(node)
+        daemon = False
+        try:
+            daemon = await self._run_pod_leaf(body, tmpl, node, ctx)
+        finally:
+            if not daemon:
+                self.pod_ended()
+
+    async def _run_pod_leaf(
+        self, body: dict[str, Any], tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx
+    ) -> bool:
+        """The leaf's pod, once created, to its end; True when it goes on as a daemon (its
+        quota and lease are freed when the daemon ends)."""
         req = template_requests(body)
 
         def waiting(msg: str) -> None:
@@ -352,9 +370,13 @@ class Leaves(Pods):
             self.touch()
             fault = self._fault(tmpl)
             if runner is not None and fault is None and tmpl.get("daemon"):
-                # The lease is the daemon's until its scope ends.
-                self.start_daemon(body, tmpl, node, runner, ctx, lambda: self.member.release(lease))
-                return
+                # The lease and the quota are the daemon's until its scope ends.
+                def release() -> None:
+                    self.member.release(lease)
+                    self.pod_ended()
+
+                self.start_daemon(body, tmpl, node, runner, ctx, release)
+                return True
             if runner is not None and fault is None:
                 real = await self._run_real(body, tmpl, node, runner, ctx.scope)
             else:
@@ -367,7 +389,7 @@ class Leaves(Pods):
         self.member.release(lease)
         if real is not None:
             self.finish(node, real[0], real[1])
-            return
+            return False
         failure = self._failure(tmpl, ctx)
         self._leaf_outputs(tmpl, node, ctx.scope, failed=failure is not None)
         self._simulated_log(node)
@@ -379,6 +401,7 @@ class Leaves(Pods):
             self.finish(node, "Succeeded", "simulated: image not executable here")
         else:
             self.finish(node, "Succeeded")
+        return False
 
     def _simulated_log(self, node: dict[str, Any]) -> None:
         """A simulated pod's log is what it is said to have printed: its ``result``, so the

@@ -227,5 +227,7 @@ class Member(SiteExecution):
             "capacity": quantity.fmt_map(self.capacity),
             "allocated": quantity.fmt_map(self.allocated),
             "waiting": len(self.waiters),
+            # Pods that exist (created and not ended), over every Workflow the member runs.
+            "pods": sum(r.pods_live for r in [*self.runs.values(), *self.direct.values()]),
             "workflows": {f"{k[0]}/{k[1]}": r.phase for k, r in self.runs.items()},
         }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import gzip
 import json
 import logging
@@ -21,6 +22,9 @@ log = logging.getLogger("sandbox.argo")
 
 
 Parent = str | list[str] | None
+
+# The name of the member's ResourceQuota on pods, as its refusals quote it.
+POD_QUOTA = "pods-per-workflow"
 
 
 class StepFailed(Exception):
@@ -61,6 +65,9 @@ class RunCore:
         self.shutdown: str | None = None
         self.deadline_exceeded = False
         self.resumes: dict[str, tuple[asyncio.Event, dict[str, Any]]] = {}
+        # Pods of this Workflow that exist (created, not yet ended), against the member's quota.
+        self.pods_live = 0
+        self._pod_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._change_waiters: set[asyncio.Future[None]] = set()
         self.unsuspended = asyncio.Event()
         spec = obj.get("spec") or {}
@@ -307,6 +314,50 @@ class RunCore:
             out[p["name"]] = value
             self.global_scope[f"workflow.parameters.{p['name']}"] = value
         return out
+
+    # -- pods against the member's quota ----------------------------------------------------
+    async def admit_pod(self, node: dict[str, Any]) -> None:
+        """Create the node's pod as kube-apiserver's ResourceQuota admission allows it
+        (staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go:
+        ``exceeded quota: %s, requested: %s, used: %s, limited: %s``, a 403 Forbidden). The
+        member's quota on `pods` is counted per Workflow (fleet file: `podsPerWorkflow`).
+
+        Argo takes the refusal as transient (``isExceededQuotaErr`` in util/errors/errors.go):
+        ``requeueIfTransientErr`` in workflow/controller/operator.go marks the node Pending with
+        the error as its message and tries again at its next reconcile, for as long as it takes.
+        The sandbox does the same, creating the pod as soon as one of the Workflow's pods ends
+        (oldest refusal first)."""
+        limit = self.member.site.pods_per_workflow
+        if self.pods_live < limit and not self._pod_waiters:
+            self.pods_live += 1
+            return
+        node["phase"] = "Pending"
+        node["message"] = (
+            f'pods "{node["id"]}" is forbidden: exceeded quota: {POD_QUOTA}, '
+            f"requested: pods=1, used: pods={self.pods_live}, limited: pods={limit}"
+        )
+        self.touch()
+        slot: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pod_waiters.append(slot)
+        try:
+            await slot
+        except asyncio.CancelledError:
+            # A cancelled slot stays in the queue (``pod_ended`` skips it): removing each one
+            # would cost a stop of thousands of refused pods their square.
+            if slot.done() and not slot.cancelled():
+                self.pod_ended()  # the slot was handed over: pass it on
+            raise
+        node.pop("message", None)
+        self.touch()
+
+    def pod_ended(self) -> None:
+        """The pod is gone (ended or killed): its place goes to the oldest refused pod."""
+        while self._pod_waiters:
+            slot = self._pod_waiters.popleft()
+            if not slot.done():
+                slot.set_result(None)
+                return
+        self.pods_live -= 1
 
     # -- status -------------------------------------------------------------------------------
     def render_status(self) -> Obj:

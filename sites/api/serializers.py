@@ -260,6 +260,11 @@ class DatasetSerializer(StrictFieldsMixin, serializers.ModelSerializer[Dataset])
             detail.update(problems_detail("residency", region_list_problems(attrs["residency"])))
         seen: set[int] = set()
         for index, replica in enumerate(attrs.get("replicas", [])):
+            # A PATCH is partial, and DRF skips the required fields of nested items then; but
+            # the list is written whole, so each replica needs its site (defaults: ReplicaInput).
+            if "site" not in replica:
+                detail[f"replicas[{index}].site"] = ["This field is required."]
+                continue
             if replica["site"].pk in seen:
                 detail[f"replicas[{index}].site"] = ["The dataset already has a replica here."]
             seen.add(replica["site"].pk)

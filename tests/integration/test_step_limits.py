@@ -15,8 +15,8 @@ import pytest
 import requests
 import yaml
 from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
+from portal.api_tokens import api_token_create
 from portal.models import WorkflowRun
 from sandbox.fleet import DEMO_FLEET
 from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
@@ -45,9 +45,8 @@ def workflow(script: str, **template: Any) -> str:
 def member(live_executing: Stack, live_server: Any) -> requests.Session:
     """load_demo's scientist, an ordinary member of eo-demo, with an API token."""
     user = User.objects.get(username="scientist")
-    token, _ = Token.objects.get_or_create(user=user)
     s = requests.Session()
-    s.headers["Authorization"] = f"Token {token.key}"
+    s.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
     s.base = live_server.url  # type: ignore[attr-defined]
     return s
 
@@ -259,9 +258,8 @@ def test_an_output_past_the_buckets_quota_is_refused_and_fails_the_step(
     live_quota: Stack, live_server: Any
 ) -> None:
     user = User.objects.get(username="scientist")
-    token, _ = Token.objects.get_or_create(user=user)
     api = requests.Session()
-    api.headers["Authorization"] = f"Token {token.key}"
+    api.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
     api.base = live_server.url  # type: ignore[attr-defined]
 
     def writer(size: int) -> str:

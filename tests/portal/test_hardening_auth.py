@@ -107,21 +107,37 @@ def login(client: Client, address: str, username: str, password: str) -> Any:
     return client.post("/login/", {"username": username, "password": password}, REMOTE_ADDR=address)
 
 
-def test_failed_logins_are_throttled_per_user(
+def test_failed_logins_are_throttled_per_user_and_address(
     client: Client, limits: str, django_user_model: Any
 ) -> None:
     name = f"victim-{uuid.uuid4().hex[:8]}"
     django_user_model.objects.create_user(name, password="right-password-123")
-    for i in range(3):  # from three addresses: the username's count
-        assert login(client, f"{limits}{i}", name, "wrong").status_code == 200
-    refused = login(client, limits + "9", name, "right-password-123")
-    assert refused.status_code == 429
+    for _ in range(3):  # one address guessing one user's password
+        assert login(client, limits, name, "wrong").status_code == 200
+    refused = login(client, limits, name, "right-password-123")
+    assert refused.status_code == 429  # brute force stops, even at the right password
     assert int(refused["Retry-After"]) > 0
     assert "Too many failed attempts" in refused.content.decode()
     other = f"bystander-{uuid.uuid4().hex[:8]}"
     django_user_model.objects.create_user(other, password="right-password-123")
-    assert login(client, limits + "8", other, "right-password-123").status_code == 302
-    throttling.reset_user(name)
+    assert login(client, limits, other, "right-password-123").status_code == 302
+    throttling.reset_user(limits, name)
+
+
+def test_a_strangers_failures_do_not_lock_the_real_user_out(
+    client: Client, limits: str, django_user_model: Any
+) -> None:
+    name = f"victim-{uuid.uuid4().hex[:8]}"
+    django_user_model.objects.create_user(name, password="right-password-123")
+    stranger, owner = limits, limits + "7"
+    for _ in range(4):  # past the limit, from the stranger's address
+        login(client, stranger, name, "guess")
+    assert login(client, stranger, name, "guess").status_code == 429
+    # The real user, from their own address, logs in with the right password.
+    assert login(client, owner, name, "right-password-123").status_code == 302
+    # ...and the stranger is still throttled.
+    assert login(client, stranger, name, "right-password-123").status_code == 429
+    throttling.reset_user(stranger, name)
 
 
 def test_failed_logins_are_throttled_per_address(

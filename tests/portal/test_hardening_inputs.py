@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.test import Client
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from portal.api_tokens import api_token_create
 from portal.middleware import DRAIN_FACTOR, BodyTooLarge, _read_chunks
 
 DEEP = 10_000
@@ -134,13 +134,13 @@ def test_a_chunked_workflow_is_previewed_by_djangos_server(
     live_server: Any, transactional_db: Any, django_user_model: Any
 ) -> None:
     call_command("load_demo", verbosity=0)
-    token, _ = Token.objects.get_or_create(user=django_user_model.objects.get(username="scientist"))
+    key = api_token_create(user=django_user_model.objects.get(username="scientist"), replace=True)
     status, data = chunked_post(
         live_server.url,
         "/api/v1/runs/preview/?project=eo-demo",
         DEMO.encode(),
         "application/yaml",
-        Authorization=f"Token {token.key}",
+        Authorization=f"Token {key}",
     )
     assert status == 200, data[:300]  # before: 400 empty document
     assert [u["name"] for u in json.loads(data)["units"]] == ["ingest", "preprocess", "inference"]
@@ -152,8 +152,7 @@ def test_a_chunked_body_keeps_the_size_limits(
     settings.PORTAL_MAX_CHUNKED_BODY_BYTES = 64 * 1024
     settings.PORTAL_MAX_BODY_BYTES = 16 * 1024
     user = django_user_model.objects.create_user("chunky", password="pw-chunky-123456")
-    token = Token.objects.create(user=user)
-    auth = {"Authorization": f"Token {token.key}"}
+    auth = {"Authorization": f"Token {api_token_create(user=user)}"}
     # Past the chunked bound: refused while reading, 413.
     status, _ = chunked_post(
         live_server.url, "/api/v1/runs/preview/", b"a: " + b"x" * 70_000, "application/yaml", **auth

@@ -230,7 +230,7 @@ def test_a_workflow_mutex_holds_across_runs(fleet: SandboxServer) -> None:
     execution.run_advance(second.pk)
     assert created(first) == {"a"} and created(second) == set()
     waiting = UnitRun.objects.get(run=second)
-    assert "portal/Mutex/test" in waiting.message
+    assert "eo-demo/Mutex/test" in waiting.message
     # The step workflow does not lock again at its site (nor need the lock's ConfigMap).
     a = UnitRun.objects.get(run=first)
     assert "synchronization" not in gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]

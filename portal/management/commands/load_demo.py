@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import yaml
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
+from placement import parser
 from placement.demo import ARTIFACT_STORES
 from placement.models import PlacementRule
-from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
+from portal import services
+from portal.api_tokens import api_token_create
+from portal.models import WorkflowTemplate
+from sites.models import Project, Site, SiteLink
+from sites.stac_import import catalogue_import
 
 GIB = 1024**3
+EXAMPLES = Path(settings.BASE_DIR) / "examples"
+# The demo pipeline in the catalogue: the one process of the demo's OGC API.
+DEMO_TEMPLATE = "eo-pipeline"
 DEMO_PASSWORD = "portal-demo"
 
 SITES: list[dict[str, Any]] = [
@@ -148,30 +158,32 @@ class Command(BaseCommand):
                 target=sites[target],
                 defaults={"bandwidth_mbps": mbps, "cost_per_gb": cost, "latency_ms": latency},
             )
-        dataset, _ = Dataset.objects.update_or_create(
-            name="sentinel2-l1c",
-            defaults={
-                "uri_prefix": "s3://eo-archive/sentinel2/l1c/",
-                "bytes": 120 * GIB,
-                "format": "SAFE",
-                "residency": ["eu-west", "eu-central"],
-                "project": project,
-            },
-        )
-        DatasetReplica.objects.update_or_create(
-            dataset=dataset,
-            site=sites["site-a"],
-            defaults={"uri": "s3://site-a-archive/sentinel2/l1c/", "bytes": 120 * GIB},
-        )
+        # The datasets from the demo's STAC catalogue, as an operator loads their own.
+        datasets = catalogue_import(source=str(EXAMPLES / "stac" / "catalog.json"))
+        template_register(EXAMPLES / "eo-pipeline.yaml", DEMO_TEMPLATE)
         for rule in RULES:
             PlacementRule.objects.update_or_create(
                 name=rule["name"], defaults={k: v for k, v in rule.items() if k != "name"}
             )
-        token, _ = Token.objects.get_or_create(user=scientist)
+        # Keys are stored hashed and shown once: each load gives the scientist a new one.
+        key = api_token_create(user=scientist, replace=True)
         self.stdout.write(
             self.style.SUCCESS(
-                f"Demo fleet loaded: {len(sites)} sites, {len(LINKS)} links, 1 dataset, "
+                f"Demo fleet loaded: {len(sites)} sites, {len(LINKS)} links, "
+                f"{len(datasets.changes)} datasets, the WorkflowTemplate {DEMO_TEMPLATE}, "
                 f"{len(RULES)} rules. Login: scientist / {DEMO_PASSWORD} (admin: admin / "
-                f"{DEMO_PASSWORD}). API token: {token.key}"
+                f"{DEMO_PASSWORD}). API token: {key}"
             )
         )
+
+
+def template_register(path: Path, name: str) -> None:
+    """The Workflow at ``path`` as the catalogue's WorkflowTemplate ``name`` (replaced each
+    time: the file is the truth), fleet-wide."""
+    doc = yaml.safe_load(path.read_text())
+    meta = {k: v for k, v in doc.get("metadata", {}).items() if k != "generateName"}
+    manifest = {**doc, "kind": "WorkflowTemplate", "metadata": {**meta, "name": name}}
+    entry = parser.parse_workflow_template(manifest, services.parser_limits())
+    WorkflowTemplate.objects.update_or_create(
+        name=name, project=None, defaults={"manifest": dict(entry.document)}
+    )

@@ -1,0 +1,1 @@
+"""OGC API - Processes over the portal's catalogue and runs."""

@@ -156,6 +156,8 @@ def parse_limit_range(value: Any, where: str) -> dict[str, dict[str, float]] | N
     for k, v in out["default"].items():
         out["defaultRequest"].setdefault(k, v)
     return out
+
+
 def _positive(value: Any, default: int, site: str) -> int:
     if value is None:
         return default

@@ -300,6 +300,10 @@ PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
 # log is cut after this long (the reader follows again).
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
+# The most one output parameter of a step may hold (and the last bytes of a result kept).
+PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
+# How much of each output value a run, a unit and the step panel show; the rest is paged.
+PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # A followed log holds one web thread while it streams (portal/log_follows.py): at most this
 # many at once per user (every process together) and per process (keep it below

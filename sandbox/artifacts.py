@@ -10,14 +10,17 @@ artifactRepositoryRef).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import posixpath
 import re
+import shutil
 import stat
 import subprocess
 import tarfile
 import tempfile
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,7 @@ class Repository:
     bucket: str
     endpoint: str
     root: Path  # <data dir>/buckets/<bucket>
+    quota: int | None = None  # bytes: the bucket's hard quota
 
     def __post_init__(self) -> None:
         if not BUCKET_NAME.match(self.bucket) or ".." in self.bucket:
@@ -69,7 +73,38 @@ class Repository:
     def save(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
         """Store the file or folder `src` (parent descriptor, name) at `key`: as a .tgz
         whose top entry is `arcname`, or with `archive: none` a file as it is and a folder as
-        keys under the prefix. Links that leave the artifact are left out."""
+        keys under the prefix. Links that leave the artifact are left out. A write that takes
+        the bucket past its quota stores nothing and fails, as MinIO refuses the PUT."""
+        if self.quota is None:
+            self._write(src, key, archive, arcname)
+            return
+        with _QUOTA_LOCK:
+            # An object's size is known once written (a tarball's, a folder's of keys): the
+            # write is taken back when it went past the quota.
+            self._write(src, key, archive, arcname)
+            if self.used() > self.quota:
+                self._remove(key)
+                raise ArtifactError(QUOTA_EXCEEDED)
+
+    def used(self) -> int:
+        """Bytes of the objects in the bucket (links counted as themselves, never followed)."""
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):  # os.walk follows no links
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+        return total
+
+    def _remove(self, key: str) -> None:
+        # The key's path was written without following a link, so it is inside the bucket;
+        # rmtree removes links themselves, never what they point at.
+        dest = self.root.joinpath(*self._parts(key))
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            dest.unlink(missing_ok=True)
+
+    def _write(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
         parts = self._parts(key)
         base = confined.open_base(self.root, create=True)
         try:
@@ -110,6 +145,16 @@ class Repository:
             unpack(confined.read_file(parent, parts[-1]), dest)
         finally:
             os.close(parent)
+
+
+# A write past a bucket's quota, as MinIO refuses it (cmd/api-errors.go):
+#   ErrAdminBucketQuotaExceeded: {
+#       Code:           "XMinioAdminBucketQuotaExceeded",
+#       Description:    "Bucket quota exceeded",
+#       HTTPStatusCode: http.StatusBadRequest,
+# and minio-go's error reads as its message; the code is kept beside it, as NoSuchKey is.
+QUOTA_EXCEEDED = "Bucket quota exceeded (XMinioAdminBucketQuotaExceeded)"
+_QUOTA_LOCK = threading.Lock()
 
 
 def unpack(data: bytes, dest: tuple[int, str]) -> None:

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import log_follows, logs, services
+from portal import log_follows, logs, outputs, services
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
@@ -305,6 +305,32 @@ class WorkflowRunViewSet(
         """One unit (by name, or by slug when the name holds a slash) with every attempt,
         inputs, outputs and the decision that placed it."""
         return Response(UnitDetailSerializer(unit_detail(self._unit(name))).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("parameter", str, description="an output parameter's name"),
+            OpenApiParameter("result", bool, description="the step's result instead"),
+            OpenApiParameter("offset", int, description="first character (default 0)"),
+            OpenApiParameter("limit", int, description="characters (default 65536)"),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], url_path=r"units/(?P<name>[^/]+)/outputs")
+    def unit_outputs(self, request: Request, pk: str | None = None, name: str = "") -> Response:
+        """One output value of the unit, a page at a time: the run and the unit show the
+        first PORTAL_OUTPUT_PREVIEW_CHARS characters of each (``truncated``, ``size``)."""
+        u = self._unit(name)
+        wanted, errors = outputs.page_request(
+            request.query_params, int(settings.PORTAL_MAX_PARAMETER_BYTES)
+        )
+        if errors:
+            return errors_response([{"path": f, "message": m} for f, m in errors])
+        try:
+            value = outputs.output_value(u.outputs, parameter=wanted.parameter)
+        except outputs.NoSuchOutput as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        answer = outputs.page(value, wanted.offset, wanted.limit)
+        return Response({"name": wanted.parameter or "result", **answer})
 
     @extend_schema(
         parameters=[

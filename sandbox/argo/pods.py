@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sandbox import confined, executor
+from sandbox import confined, executor, quantity
 from sandbox.argo import admission
 from sandbox.argo.expr import as_param, parse_duration, render
 from sandbox.argo.layout import PodLayout, container_path
@@ -28,6 +28,18 @@ from sandbox.artifacts import (
     is_archive_none,
 )
 from sandbox.store import clone
+
+
+class ParameterTooLarge(Exception):
+    """An output parameter's file holds more than a parameter may."""
+
+
+def parameter_too_large(size: int, limit: int) -> str:
+    return (
+        f"the value is {size} bytes, more than the {limit} bytes "
+        f"({quantity.fmt('memory', limit)}) an output parameter may hold; "
+        "pass large values as an output artifact"
+    )
 
 
 class NotRunnable(Exception):
@@ -361,6 +373,8 @@ class Pods(RunCore):
         # The log is served while the pod runs, and kept after.
         live = executor.Tail(executor.LOG_BYTES)
         self.member.keep_log(self.namespace, pod, live)
+        # The kubelet evicts a pod past the sum of its containers' limits.
+        storage = sum(int(self.limit_of(c, "ephemeral-storage")) for c in containers) or None
         # A containerSet's containers run one after the other, in the pod's folders.
         results: list[tuple[dict[str, Any], executor.PodResult]] = []
         for c, env in zip(containers, envs, strict=True):
@@ -373,6 +387,9 @@ class Pods(RunCore):
                 workdir=str(c.get("workingDir") or "/"),
                 uid=self.member.next_uid(),
                 memory=self._memory(c),
+                ephemeral_storage=storage,
+                ephemeral_storage_text=quantity.fmt("ephemeral-storage", storage or 0),
+                eviction_interval=self.member.execution.eviction_interval_seconds,
                 deadline=self._pod_deadline(body),
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
@@ -393,6 +410,17 @@ class Pods(RunCore):
         # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
         # all day).
         await asyncio.to_thread(shutil.rmtree, root, True)
+        if result.killed == "evicted":
+            # The pod's status message is the eviction manager's, and Argo shows a pod's
+            # message as the node's (inferFailedReason, workflow/controller/operator.go).
+            return "Failed", result.message
+        if result.killed == "oom":
+            # inferFailedReason (workflow/controller/operator.go) words a failed container
+            #   msg := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
+            #   msg = fmt.Sprintf("%s: %s", ctr.Name, msg)
+            # and the kubelet's reason for a container the kernel killed is OOMKilled.
+            name = next((c.get("name") for c, r in results if r is result), None) or "main"
+            return "Failed", f"{name}: OOMKilled (exit code {result.exit_code})"
         if result.killed == "deadline":
             # workflow/executor/executor.go
             return "Failed", "Step exceeded its deadline"
@@ -420,15 +448,25 @@ class Pods(RunCore):
         # scale would otherwise eat a short deadline before the step began.
         return min(limits) / self.sb.config.time_scale + 0.5 if limits else None
 
-    @staticmethod
-    def _memory(container: dict[str, Any]) -> int | None:
-        from sandbox import quantity
+    def limit_of(self, container: dict[str, Any], resource: str) -> float:
+        """The container's limit of `resource` in bytes, 0 for none: its own, else the
+        member's LimitRange default, as the LimitRanger admission plugin sets it
+        (mergeContainerResources, plugin/pkg/admission/limitranger/admission.go):
+            for k, v := range defaultRequirements.Limits {
+                _, found := container.Resources.Limits[k]
+                if !found {
+                    container.Resources.Limits[k] = *v.Copy()"""
+        own = ((container.get("resources") or {}).get("limits") or {}).get(resource)
+        if own not in (None, "") and "{{" not in str(own):
+            try:
+                return quantity.parse(str(own))
+            except ValueError:
+                pass
+        ranges = self.member.site.limit_range or self.member.execution.limit_range
+        return float((ranges.get("default") or {}).get(resource, 0))
 
-        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
-        if not limit:
-            return None
-        # The interpreter's own mappings need some room under RLIMIT_DATA.
-        return max(int(quantity.parse(str(limit))), 64 * 2**20)
+    def _memory(self, container: dict[str, Any]) -> int | None:
+        return int(self.limit_of(container, "memory")) or None
 
     # -- artifacts and outputs --------------------------------------------------------------
     def _artifact_secrets(self, node: dict[str, Any]) -> None:
@@ -504,7 +542,11 @@ class Pods(RunCore):
             if "value" in p:
                 value = as_param(p["value"])
             elif vf.get("path"):
-                value = self._read_param(layout, str(vf["path"]))
+                try:
+                    value = self._read_param(layout, str(vf["path"]))
+                except ParameterTooLarge as exc:
+                    problem = problem or f"failed to get output parameter {p.get('name')}: {exc}"
+                    continue
                 if value is None and "default" in vf:
                     value = as_param(vf["default"])
                 if value is None:
@@ -536,11 +578,23 @@ class Pods(RunCore):
         return problem
 
     def _read_param(self, layout: PodLayout, path: str) -> str | None:
+        """The file's text, refused past `execution.maxParameterBytes`: Argo's executor keeps
+        a step's outputs in a WorkflowTaskResult, which etcd refuses past its request limit
+        ("etcdserver: request is too large", util/kube/errors/errors.go), and keeps only the
+        last 256 kB of a `result` (workflow/executor/executor.go). A parameter cut short would
+        pass a wrong value on, so it fails the step instead, naming the limit. The file is
+        read without following a link out of the pod's folders."""
+        limit = self.member.execution.max_parameter_bytes
         try:
             with layout.at(path) as found:
-                return (
-                    None if found is None else confined.read_file(*found).decode(errors="replace")
-                )
+                if found is None:
+                    return None
+                data = confined.read_file(*found, limit=limit + 1)
+                if len(data) > limit:
+                    st = confined.lstat_at(*found)
+                    size = st.st_size if st is not None else len(data)
+                    raise ParameterTooLarge(parameter_too_large(size, limit))
+                return data.decode(errors="replace")
         except OSError:
             return None
 

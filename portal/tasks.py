@@ -40,9 +40,17 @@ BULK = 6
 
 def advance_request(run_id: int) -> None:
     """Ask for the run to be advanced: one task queued per run at most (a request while one
-    waits is folded into it; see ``portal.execution.claims``)."""
+    waits is folded into it; see ``portal.execution.claims``), through its project's prompt
+    lane (``portal.execution.fairness``): a project's many runs do not queue ahead of
+    another project's."""
     if execution.claims.should_enqueue(run_id):
-        run_advance.apply_async((run_id,), priority=PROMPT)
+        project = execution.fairness.project_of(run_id)
+        _prompt_enqueue(execution.fairness.prompt_request(project, run_id))
+
+
+def _prompt_enqueue(turns: list[tuple[int, int]]) -> None:
+    for project, run_id in turns:
+        run_advance.apply_async((run_id,), {"project": project, "prompt": True}, priority=PROMPT)
 
 
 def _turns_enqueue(turns: list[tuple[int, int]]) -> None:
@@ -51,14 +59,17 @@ def _turns_enqueue(turns: list[tuple[int, int]]) -> None:
 
 
 @shared_task(**RETRY)
-def run_advance(run_id: int, project: int | None = None) -> None:
-    """One turn of the run's advance. ``project`` is given for a continuation (a turn after a
-    cut one), which holds its project's turn until it ends (``execution.fairness``)."""
+def run_advance(run_id: int, project: int | None = None, prompt: bool = False) -> None:
+    """One turn of the run's advance. ``project`` is given for an advance that holds one of
+    its project's slots until it ends (``execution.fairness``): a prompt one (``prompt``: a
+    first advance, a unit ended) or a continuation (a turn after a cut one)."""
     again = None
     try:
         again = execution.run_advance_turn(run_id)
     finally:
-        if project is not None:
+        if project is not None and prompt:
+            _prompt_enqueue(execution.fairness.prompt_done(project, run_id))
+        elif project is not None:
             _turns_enqueue(execution.fairness.release(project, run_id))
     if again == execution.CUT:
         if project is None:
@@ -145,6 +156,7 @@ def resync() -> None:
         if run_id not in waiting:
             advance_request(run_id)
     _turns_enqueue(execution.fairness.dispatch_all())
+    _prompt_enqueue(execution.fairness.prompt_dispatch_all())
 
 
 @shared_task(**RETRY, priority=BULK)

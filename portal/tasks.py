@@ -13,6 +13,7 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from portal import execution, gateway
 from portal.admission import queue
@@ -115,10 +116,16 @@ def sites_sync() -> None:
 def bindings_resync() -> None:
     """One list of the step workflows' bindings catches anything a watch missed. Read and
     folded a chunk at a time: a fan-out's ten thousand bindings in one answer held a few
-    hundred MB in the worker, and more with every run."""
+    hundred MB in the worker, and more with every run. A unit in flight whose step workflow
+    has no binding in the list and is gone too is run again or ended
+    (``execution.vanished``)."""
     ended: set[int] = set()
+    seen: set[str] = set()
+    listed_at = timezone.now()
     for items, _ in gateway.list_chunks(gateway.RESOURCE_BINDING):
         ended |= execution.bindings_observe(items)
+        seen |= execution.vanished.bound_names(items)
+    ended |= set(execution.vanished.vanished_check(seen, listed_at))
     for run_id in sorted(ended):
         advance_request(run_id)
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -84,13 +85,16 @@ def retry_verdict(run: WorkflowRun, unit: UnitRun, vanished_before: int) -> str 
 
 
 def vanished_check(seen: set[str], listed_at: datetime) -> list[int]:
-    """Units in flight whose step workflow was submitted before the binding list started
+    """Units in flight whose step workflow was submitted well before the binding list started
     (``listed_at``) and has neither a binding in it (``seen``: the bound workflows' names) nor
     an object on karmada-apiserver. Returns the runs to advance."""
+    # A step workflow only just created may have no binding yet (Karmada's detector lags
+    # under a fan-out): looking each up would spend the resync's GETs on units that are fine.
+    grace = timedelta(seconds=settings.PORTAL_STALE_SECONDS)
     candidates = (
         UnitRun.objects.filter(
             phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING],
-            submitted_at__lt=listed_at,
+            submitted_at__lt=listed_at - grace,
             run__status__in=[*ACTIVE_RUN, RunStatus.STOPPED],
         )
         .exclude(workflow_name="")

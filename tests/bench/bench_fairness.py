@@ -218,8 +218,41 @@ def behind_small_runs(stack: BenchStack, runs: int, units: int) -> dict[str, Any
         return int(n)
 
     wait(lambda: ended_units() >= runs * units // 10, 3600, "a tenth of the small runs' units")
-    small = one_step(stack, "other")
-    return {"small": small, "submitted": submitted, "ended": ended_units(), "total": runs * units}
+    with QueueDepth() as depth:
+        small = one_step(stack, "other")
+    return {
+        "small": small,
+        "submitted": submitted,
+        "ended": ended_units(),
+        "total": runs * units,
+        "depth": depth.peak,
+    }
+
+
+class QueueDepth:
+    """The broker's queues (prompt: priority 0, bulk: 6) sampled while it is entered: the
+    most messages each held."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(REDIS)
+        self.peak = {"prompt": 0, "bulk": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            for name, key in (("prompt", "celery"), ("bulk", "celery\x06\x166")):
+                self.peak[name] = max(self.peak[name], int(self.client.llen(key)))
+
+    def __enter__(self) -> QueueDepth:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def projects_race(stack: BenchStack, runs: int, items: int) -> dict[str, float]:
@@ -285,6 +318,8 @@ def main() -> None:
     print(f"  to Succeeded                 : {small['total']:6.2f} s  {split(small)}")
     print(f"    floor: idle stack          : {floor['total']:6.2f} s  {split(floor)}")
     print(f"  eo-demo's units ended by then: {many['ended']} of {many['total']}")
+    depth = many["depth"]
+    print(f"  broker queues meanwhile (most): prompt {depth['prompt']}, bulk {depth['bulk']}")
     if args.only == "small":
         return
     small = big["small"]

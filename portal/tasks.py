@@ -9,9 +9,11 @@ again, which the services make harmless.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
+import redis
 from celery import shared_task
 from django.utils import timezone
 
@@ -97,9 +99,41 @@ def policies_sync() -> None:
     execution.policies_sync()
 
 
+# A housekeeping task queued and not started yet: beat's next resync does not queue another
+# (it would do the same work again). Under a flood of small runs the bulk queue held five
+# resyncs' worth of them, each listing every binding, and a worker process busy with one is
+# not free for what users wait on. The mark expires, so a lost message stops nothing for long.
+HOUSEKEEPING_QUEUED = "portal:housekeeping:queued:%s"
+_HOUSEKEEPING_MARK_S = 120
+
+
+def _housekeeping_enqueue(task: Any) -> None:
+    client = execution.claims.redis_client()
+    if client is not None:
+        key = HOUSEKEEPING_QUEUED % task.name
+        try:
+            if not client.set(key, "1", nx=True, ex=_HOUSEKEEPING_MARK_S):
+                return
+        except redis.RedisError:
+            pass  # a spare task is harmless
+    try:
+        task.delay()
+    except Exception:
+        _housekeeping_started(task.name)  # not queued after all: the next resync tries again
+        raise
+
+
+def _housekeeping_started(name: str) -> None:
+    client = execution.claims.redis_client()
+    if client is not None:
+        with contextlib.suppress(redis.RedisError):
+            client.delete(HOUSEKEEPING_QUEUED % name)
+
+
 @shared_task(**RETRY, priority=BULK)
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
+    _housekeeping_started(sites_sync.name)
     items, _ = gateway.list_objects(gateway.CLUSTER)
     seen = set()
     for cluster in items:
@@ -119,6 +153,7 @@ def bindings_resync() -> None:
     hundred MB in the worker, and more with every run. A unit in flight whose step workflow
     has no binding in the list and is gone too is run again or ended
     (``execution.vanished``)."""
+    _housekeeping_started(bindings_resync.name)
     ended: set[int] = set()
     seen: set[str] = set()
     listed_at = timezone.now()
@@ -133,6 +168,7 @@ def bindings_resync() -> None:
 @shared_task(**RETRY, priority=BULK)
 def step_workflows_cleanup() -> None:
     """Finished step workflows leave karmada-apiserver after ``PORTAL_KEEP_FINISHED_SECONDS``."""
+    _housekeeping_started(step_workflows_cleanup.name)
     execution.step_workflows_cleanup()
 
 
@@ -142,9 +178,8 @@ def resync() -> None:
     (in chunks of ``gateway.LIST_CHUNK`` items), whatever the number of runs; everything else
     is the database."""
     if gateway.configured():
-        sites_sync.delay()
-        bindings_resync.delay()
-        step_workflows_cleanup.delay()
+        for task in (sites_sync, bindings_resync, step_workflows_cleanup):
+            _housekeeping_enqueue(task)
     # The watcher writes the webhook's queued decisions every second; this is for when it
     # does not run.
     try:

@@ -83,13 +83,25 @@ def finished(run_id: int) -> WorkflowRun | None:
     return run if run.finished_at is not None else None
 
 
+def until_finished(stack: Stack, run_id: int) -> WorkflowRun:
+    try:
+        return wait_for(lambda: finished(run_id), 240, "the run to end")
+    except AssertionError:
+        units = list(UnitRun.objects.filter(run_id=run_id).values("name", "phase", "attempt"))
+        events = list(RunEvent.objects.filter(run_id=run_id).values_list("kind", "message"))
+        raise AssertionError(
+            f"run {run_id} did not end: units {units}, events {events}\n"
+            f"--- worker\n{stack.log('worker')}\n--- watcher\n{stack.log('watcher')}"
+        ) from None
+
+
 def test_with_a_retry_strategy_the_unit_runs_again_as_a_new_attempt(
     live_executing: Stack, api: APIClient
 ) -> None:
-    run_id = submit(api, body(retry={"limit": 1, "retryPolicy": "OnError"}))
+    run_id = submit(api, body(retry={"limit": 1, "retryPolicy": "OnError"}, seconds=10))
     unit = wait_for(lambda: running(run_id), 120, "the step to run")
     delete_on_karmada(live_executing, unit.workflow_name)
-    run = wait_for(lambda: finished(run_id), 180, "the run to end")
+    run = until_finished(live_executing, run_id)
     again = UnitRun.objects.get(pk=unit.pk)
     assert run.status == RunStatus.SUCCEEDED, (run.message, live_executing.log("worker"))
     assert again.phase == UnitPhase.SUCCEEDED and again.attempt == unit.attempt + 1
@@ -117,7 +129,7 @@ def test_without_one_the_unit_and_run_fail_with_why_and_its_mutex_is_released(
     )
     assert waiting.workflow_name == ""
     delete_on_karmada(live_executing, unit.workflow_name)
-    run = wait_for(lambda: finished(first), 120, "the first run to end")
+    run = until_finished(live_executing, first)
     ended = UnitRun.objects.get(pk=unit.pk)
     assert ended.phase == UnitPhase.ERROR and ended.attempt == unit.attempt
     assert "and its ResourceBinding are gone from karmada-apiserver" in ended.message
@@ -125,5 +137,5 @@ def test_without_one_the_unit_and_run_fail_with_why_and_its_mutex_is_released(
     assert run.status == RunStatus.ERROR and ended.message in run.message
     assert RunEvent.objects.filter(run_id=first, kind="unit-vanished").count() == 1
     # The mutex it held is free: the second run takes it and runs to the end.
-    other = wait_for(lambda: finished(second), 120, "the second run to end")
+    other = until_finished(live_executing, second)
     assert other.status == RunStatus.SUCCEEDED

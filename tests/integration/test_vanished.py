@@ -112,6 +112,13 @@ def test_with_a_retry_strategy_the_unit_runs_again_as_a_new_attempt(
     )
     assert f"attempt {unit.attempt + 1}" in vanished.message
     assert vanished.data["ended_attempt"]["workflow"] == unit.workflow_name
+    # The unit's attempts over the API: the vanished one, then the one that ran.
+    detail = api.get(f"/api/v1/runs/{run_id}/units/a/").json()
+    attempts = [(a["number"], a["ended"], a["workflow"]) for a in detail["attempts"]]
+    assert attempts == [
+        (unit.attempt, "vanished", unit.workflow_name),
+        (again.attempt, "", again.workflow_name),
+    ]
 
 
 def test_without_one_the_unit_and_run_fail_with_why_and_its_mutex_is_released(

@@ -12,7 +12,8 @@ node (``docs/tolerating-pod-deletion.md``: "To retry pods that were deleted, set
 ``spec.templateDefaults``', else ``spec.retryStrategy``) with ``retryPolicy`` ``Always``,
 ``OnError`` or ``OnTransientError`` and a ``limit`` not yet reached by earlier vanished
 attempts gives the unit a new attempt (a new step workflow name); otherwise the unit ends in
-Error with why, and its locks are released at once.
+Error with why. Either way the unit's locks are released at once (``locks.release_unit``):
+a new attempt asks for them again.
 """
 
 from __future__ import annotations
@@ -129,7 +130,6 @@ def unit_vanished(run: WorkflowRun, unit: UnitRun) -> bool:
     refused = retry_verdict(run, unit, before)
     ended = unit.attempt_record(ended="vanished", why=why)
     if refused is None:
-        now = timezone.now()
         with transaction.atomic():
             moved = state.units_move(
                 UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name=name),
@@ -143,26 +143,22 @@ def unit_vanished(run: WorkflowRun, unit: UnitRun) -> bool:
                 # The next attempt's binding is compared with nothing folded before: after
                 # Karmada lost its state, its resourceVersions may start lower again.
                 binding_version="",
-                updated_at=now,
+                updated_at=timezone.now(),
             )
+            said = f"{why}; retryStrategy: attempt {unit.attempt + 1}"
             if moved:
-                event(
-                    run.pk,
-                    EVENT,
-                    f"{unit.name}: {why}; retryStrategy: attempt {unit.attempt + 1}",
-                    unit,
-                    data={"ended_attempt": ended},
-                )
-        return bool(moved)
-    message = f"{why}; not run again: {refused}"
-    with transaction.atomic():
-        moved = state.unit_move(unit, UnitPhase.ERROR, message=message)
-        if moved:
-            event(run.pk, EVENT, f"{unit.name}: {message}", unit, data={"ended_attempt": ended})
+                event(run.pk, EVENT, f"{unit.name}: {said}", unit, data={"ended_attempt": ended})
+    else:
+        said = f"{why}; not run again: {refused}"
+        with transaction.atomic():
+            moved = state.unit_move(unit, UnitPhase.ERROR, message=said)
+            if moved:
+                event(run.pk, EVENT, f"{unit.name}: {said}", unit, data={"ended_attempt": ended})
     if moved:
-        # Its locks go now, not when the run's next advance comes round to it.
-        locks.release(run, [unit], run_ended=False)
-    return moved
+        # Its locks go now, not when the run's next advance comes round to it; a new attempt
+        # asks for them again.
+        locks.release_unit(run.pk, unit.name)
+    return bool(moved)
 
 
 def bound_names(bindings: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -8,7 +8,7 @@ from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -40,11 +40,6 @@ class RevisionsReadOrOperate(BasePermission):
         if not request.user or not request.user.is_authenticated:
             return False
         return request.method in SAFE_METHODS or can_write_revisions(request.user)
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
 
 
 class RuleRevisionSerializer(serializers.ModelSerializer[RuleRevision]):
@@ -101,11 +96,14 @@ class CommentInputSerializer(serializers.Serializer[Any]):
     comment = serializers.CharField(required=False, allow_blank=True, max_length=10000)
 
 
-def _raise(exc: Exception) -> None:
+def _raise(exc: Exception) -> Response:
+    """The error response of a service's refusal: a conflict names the newer revision (its
+    id as a number, which DRF's exception handler would turn into text)."""
     if isinstance(exc, services.RevisionConflict):
-        raise Conflict(
-            {"detail": str(exc), "newer": exc.newer.pk, "newer_state": exc.newer.state}  # type: ignore[dict-item]
-        ) from exc
+        return Response(
+            {"detail": str(exc), "newer": exc.newer.pk, "newer_state": exc.newer.state},
+            status=status.HTTP_409_CONFLICT,
+        )
     if isinstance(exc, services.RevisionForbidden):
         raise PermissionDenied(str(exc)) from exc
     if isinstance(exc, services.RevisionError):
@@ -144,7 +142,7 @@ class RuleRevisionViewSet(
                 comment=data.validated_data.get("comment", ""),
             )
         except (services.RevisionError, services.RevisionConflict) as exc:
-            _raise(exc)
+            return _raise(exc)
         return Response(RuleRevisionSerializer(revision).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(summary="Replay the revision over past decisions", request=ReplayInputSerializer)
@@ -184,7 +182,7 @@ class RuleRevisionViewSet(
                 revision=revision, user=request.user, replay_summary=summary
             )
         except (services.RevisionError, services.RevisionConflict) as exc:
-            _raise(exc)
+            return _raise(exc)
         return Response(RuleRevisionSerializer(revision).data)
 
     @extend_schema(
@@ -202,7 +200,7 @@ class RuleRevisionViewSet(
                 revision=revision, user=request.user, comment=data.validated_data.get("comment", "")
             )
         except (services.RevisionError, services.RevisionConflict) as exc:
-            _raise(exc)
+            return _raise(exc)
         return Response(RuleRevisionSerializer(draft).data, status=status.HTTP_201_CREATED)
 
     def _act(self, service: Any) -> Response:
@@ -214,5 +212,5 @@ class RuleRevisionViewSet(
             services.RevisionConflict,
             services.RevisionForbidden,
         ) as exc:
-            _raise(exc)
+            return _raise(exc)
         return Response(RuleRevisionSerializer(revision).data)

@@ -1,0 +1,254 @@
+"""Rule revisions over REST and the command line: drafts, the 409 of two edits from one
+parent, review, replay of the demo's past runs, apply, rollback, and the YAML file."""
+
+from __future__ import annotations
+
+import copy
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from placement.revisions.selectors import current_config
+from portal import services
+from tests.factories import UserFactory
+
+PIPELINE = (Path(settings.BASE_DIR) / "examples" / "eo-pipeline.yaml").read_text()
+URL = "/api/v1/rule-revisions/"
+
+
+@pytest.fixture
+def demo(db: Any) -> None:
+    """The demo fleet, with GPUs at site-b too (not listed as a capability, so the demo's GPU
+    rule keeps inference at site-c until a revision retargets it)."""
+    from sites.models import Site
+
+    call_command("load_demo", verbosity=0)
+    Site.objects.filter(name="site-b").update(gpu_allocatable=4)
+
+
+@pytest.fixture
+def reviewers(demo: None, api_client_for: Any) -> tuple[Any, Any]:
+    alice = UserFactory(username="alice", is_staff=True)
+    bob = UserFactory(username="bob", is_staff=True)
+    return api_client_for(alice), api_client_for(bob)
+
+
+def _scientist() -> Any:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.get(username="scientist")
+
+
+def _past_runs(n: int = 2) -> list[Any]:
+    return [services.run_submit(user=_scientist(), body=PIPELINE) for _ in range(n)]
+
+
+def _gpu_retargeted() -> dict[str, Any]:
+    config = copy.deepcopy(current_config())
+    for rule in config["rules"]:
+        if rule["name"] == "inference-on-gpu":
+            rule["effect"] = "pin"
+            rule["parameters"] = {"sites": ["site-b"]}
+    return config
+
+
+def _inference_site(run: Any) -> str:
+    return run.units.get(name="inference").site
+
+
+def test_a_draft_retargeting_the_gpu_rule_replays_the_inference_units_that_would_move(
+    reviewers: tuple[Any, Any],
+) -> None:
+    runs = _past_runs(2)
+    assert all(_inference_site(r) == "site-c" for r in runs)
+    alice, _ = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted(), "comment": "GPUs off"}, format="json")
+    assert draft.status_code == 201, draft.content
+    body = draft.json()
+    assert body["state"] == "draft" and body["author"] == "alice"
+    changed = body["diff"]["rules"]["changed"][0]
+    assert changed["name"] == "inference-on-gpu"
+    assert changed["fields"]["effect"] == {"from": "require_capabilities", "to": "pin"}
+
+    replay = alice.post(f"{URL}{body['id']}/replay/", {}, format="json")
+    assert replay.status_code == 200
+    moved = replay.json()["moved"]
+    assert sorted(m["run"] for m in moved) == sorted(r.pk for r in runs)
+    assert {(m["unit"], m["from"], m["to"]) for m in moved} == {("inference", "site-c", "site-b")}
+    assert all("inference-on-gpu" in m["why"] for m in moved)
+    summary = replay.json()["summary"]
+    assert summary["moved_by_pair"] == {"site-c->site-b": 2}
+    assert summary["residency_violations"] == []
+    # Replay is deterministic: asked again, the same answer.
+    assert alice.post(f"{URL}{body['id']}/replay/", {}, format="json").json() == replay.json()
+
+
+def test_applying_an_approved_draft_changes_the_next_runs_placement(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, bob = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    not_yet = alice.post(f"{URL}{draft['id']}/apply/")
+    assert not_yet.status_code == 400 and "approve" in str(not_yet.json())
+    assert bob.post(f"{URL}{draft['id']}/approve/").status_code == 200
+    applied = alice.post(f"{URL}{draft['id']}/apply/")
+    assert applied.status_code == 200, applied.content
+    assert applied.json()["state"] == "applied" and applied.json()["applied_by"] == "alice"
+    assert _inference_site(_past_runs(1)[0]) == "site-b"
+    listed = alice.get(URL).json()["results"]
+    assert [r["state"] for r in listed[:2]] == ["applied", "superseded"]
+
+
+def test_the_author_cannot_approve_their_own_draft(reviewers: tuple[Any, Any]) -> None:
+    alice, _ = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    response = alice.post(f"{URL}{draft['id']}/approve/")
+    assert response.status_code == 403
+    assert alice.get(f"{URL}{draft['id']}/").json()["state"] == "draft"
+
+
+def test_two_edits_from_the_same_parent_the_second_gets_409_naming_the_first(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, bob = reviewers
+    first = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    other = _gpu_retargeted()
+    other["sites"][0]["cordoned"] = True
+    second = bob.post(URL, {"config": other, "parent": first["parent"]}, format="json")
+    assert second.status_code == 409
+    assert second.json()["newer"] == first["id"]
+    assert f"revision {first['id']}" in second.json()["detail"]
+
+
+def test_a_bad_field_is_a_400_naming_its_path_and_stores_nothing(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, _ = reviewers
+    config = _gpu_retargeted()
+    config["rules"][1]["effect"] = "teleport"
+    response = alice.post(URL, {"config": config}, format="json")
+    assert response.status_code == 400
+    paths = [e["path"] for e in response.json()["errors"]]
+    assert paths == ["config.rules[1].effect"]
+    assert len(alice.get(URL).json()["results"]) == 1  # the baseline alone
+
+
+def test_a_scientist_reads_revisions_and_gets_403_on_every_write(
+    reviewers: tuple[Any, Any], api_client_for: Any
+) -> None:
+    alice, _ = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    scientist = api_client_for(_scientist())
+    assert scientist.get(URL).status_code == 200
+    assert scientist.get(f"{URL}{draft['id']}/").status_code == 200
+    assert scientist.post(URL, {"config": _gpu_retargeted()}, format="json").status_code == 403
+    for action in ("replay", "approve", "reject", "apply", "rollback"):
+        assert scientist.post(f"{URL}{draft['id']}/{action}/").status_code == 403, action
+
+
+def test_rollback_makes_a_new_revision_equal_to_the_earlier_one(
+    reviewers: tuple[Any, Any], settings: Any
+) -> None:
+    settings.PORTAL_RULES_REVIEW = False
+    alice, _ = reviewers
+    before = current_config()
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    assert alice.post(f"{URL}{draft['id']}/apply/").status_code == 200
+    assert current_config() != before
+    back = alice.post(f"{URL}{draft['parent']}/rollback/", {}, format="json")
+    assert back.status_code == 201
+    assert back.json()["restores"] == draft["parent"] and back.json()["parent"] == draft["id"]
+    assert alice.post(f"{URL}{back.json()['id']}/apply/").status_code == 200
+    assert current_config() == before
+
+
+def _rules(*args: str) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("rules", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def test_export_then_dry_run_of_the_unchanged_file_prints_no_change(
+    demo: None, tmp_path: Path
+) -> None:
+    _past_runs(1)
+    text, _ = _rules("export")
+    doc = yaml.safe_load(text)
+    assert doc["schema"] == 1 and [r["name"] for r in doc["rules"]][-1] == "inference-on-gpu"
+    assert _rules("export")[0] == text  # stable order
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    out, _ = _rules("apply", str(path), "--dry-run")
+    assert "no change" in out.splitlines()
+    assert "moved: 0 units" in out.splitlines()
+
+
+def test_dry_run_of_a_changed_file_prints_the_diff_and_what_moves(
+    demo: None, tmp_path: Path
+) -> None:
+    _past_runs(1)
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(_gpu_retargeted(), sort_keys=False))
+    out, _ = _rules("apply", str(path), "--dry-run")
+    assert "~ rules: inference-on-gpu.effect: 'require_capabilities' -> 'pin'" in out
+    assert "moved: 1 units" in out.splitlines()
+
+
+def test_a_file_with_a_bad_field_exits_non_zero_naming_its_path(demo: None, tmp_path: Path) -> None:
+    doc = _gpu_retargeted()
+    doc["rules"][0]["wieght"] = 3
+    doc["links"][0]["bandwidth_mbps"] = "fast"
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    err = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("rules", "apply", str(path), "--dry-run", stdout=io.StringIO(), stderr=err)
+    assert raised.value.returncode != 0
+    assert "rules[0].wieght: Unknown field" in err.getvalue()
+    assert "links[0].bandwidth_mbps: Must be a number." in err.getvalue()
+
+
+def test_a_file_loosening_residency_exits_non_zero(demo: None, tmp_path: Path) -> None:
+    from sites.models import Dataset
+
+    Dataset.objects.update(residency=["eu-central"])
+    _past_runs(1)
+    doc = current_config()
+    for d in doc["datasets"]:
+        d["residency"] = []
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(CommandError) as raised:
+        call_command(
+            "rules", "apply", str(path), "--dry-run", stdout=io.StringIO(), stderr=io.StringIO()
+        )
+    assert raised.value.returncode == 3
+
+
+def test_apply_without_dry_run_proposes_a_draft_or_applies_where_review_is_off(
+    demo: None, tmp_path: Path, settings: Any
+) -> None:
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(_gpu_retargeted()))
+    out, _ = _rules("apply", str(path))
+    assert out.splitlines()[-1].startswith("draft: revision ")
+    with pytest.raises(CommandError) as raised:
+        _rules("apply", str(path), "--approve")
+    assert "Review is on" in str(raised.value)
+
+
+def test_apply_approve_applies_at_once_where_review_is_off(
+    demo: None, tmp_path: Path, settings: Any
+) -> None:
+    settings.PORTAL_RULES_REVIEW = False
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(_gpu_retargeted()))
+    out, _ = _rules("apply", str(path), "--approve")
+    assert out.splitlines()[-1].startswith("applied: revision ")
+    assert current_config() == _gpu_retargeted()

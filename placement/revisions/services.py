@@ -239,3 +239,31 @@ def config_write(config: Mapping[str, Any]) -> None:
                 "artifacts_reachable": ln["artifacts_reachable"],
             },
         )
+
+
+def revision_record_direct(*, user: Any, source: str) -> RuleRevision | None:
+    """After a direct edit of the tables (the rule admin or the rules API), the change as an
+    applied revision from the active one, so the trail has it too (None: nothing changed)."""
+    baseline = revision_baseline()
+    with transaction.atomic():
+        active = active_revision(for_update=True) or baseline
+        config = current_config()
+        change = cfg.diff(active.config, config)
+        if not change:
+            return None
+        _move(active, RevisionState.SUPERSEDED)
+        now = timezone.now()
+        revision = RuleRevision.objects.create(
+            parent=active,
+            author=user if getattr(user, "is_authenticated", False) else None,
+            applied_by=user if getattr(user, "is_authenticated", False) else None,
+            state=RevisionState.APPLIED,
+            comment=f"Edited directly ({source}).",
+            source=source,
+            config=config,
+            diff=change,
+            approved_at=now,
+            applied_at=now,
+        )
+        transaction.on_commit(lambda: [cb(revision) for cb in _after_apply])
+    return revision

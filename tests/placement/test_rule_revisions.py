@@ -252,3 +252,17 @@ def test_apply_approve_applies_at_once_where_review_is_off(
     out, _ = _rules("apply", str(path), "--approve")
     assert out.splitlines()[-1].startswith("applied: revision ")
     assert current_config() == _gpu_retargeted()
+
+
+def test_a_direct_rule_edit_through_the_rules_api_is_recorded_as_a_revision(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, _ = reviewers
+    rule = alice.get("/api/v1/rules/").json()["results"][0]
+    assert (
+        alice.patch(f"/api/v1/rules/{rule['id']}/", {"weight": 3.0}, format="json").status_code
+        == 200
+    )
+    latest = alice.get(URL).json()["results"][0]
+    assert latest["state"] == "applied" and latest["source"] == "api"
+    assert latest["diff"]["rules"]["changed"][0]["fields"]["weight"]["to"] == 3.0

@@ -266,3 +266,32 @@ def test_a_direct_rule_edit_through_the_rules_api_is_recorded_as_a_revision(
     latest = alice.get(URL).json()["results"][0]
     assert latest["state"] == "applied" and latest["source"] == "api"
     assert latest["diff"]["rules"]["changed"][0]["fields"]["weight"]["to"] == 3.0
+
+
+def test_the_fleet_page_and_the_admin_show_the_revision_trail(
+    reviewers: tuple[Any, Any], client_for: Any
+) -> None:
+    alice_api, _ = reviewers
+    draft = alice_api.post(
+        URL, {"config": _gpu_retargeted(), "comment": "GPU retarget"}, format="json"
+    )
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    page = client_for(users.get(username="scientist")).get("/fleet/")
+    assert page.status_code == 200
+    assert b"GPU retarget" in page.content and b"alice" in page.content
+
+    bob = client_for(users.get(username="bob"))
+    listing = bob.get("/admin/placement/rulerevision/?state__exact=draft")
+    assert listing.status_code == 200 and b"GPU retarget" in listing.content
+    detail = bob.get(f"/admin/placement/rulerevision/{draft.json()['id']}/change/")
+    assert b"inference-on-gpu.effect" in detail.content
+    alice = client_for(users.get(username="alice"))
+    form = {"action": "approve", "_selected_action": [draft.json()["id"]]}
+    alice.post("/admin/placement/rulerevision/", form)
+    assert alice_api.get(f"{URL}{draft.json()['id']}/").json()["state"] == "draft"
+    bob.post("/admin/placement/rulerevision/", form)
+    assert alice_api.get(f"{URL}{draft.json()['id']}/").json()["state"] == "approved"
+    alice.post("/admin/placement/rulerevision/", {**form, "action": "apply"})
+    assert alice_api.get(f"{URL}{draft.json()['id']}/").json()["state"] == "applied"

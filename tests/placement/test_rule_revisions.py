@@ -295,3 +295,19 @@ def test_the_fleet_page_and_the_admin_show_the_revision_trail(
     assert alice_api.get(f"{URL}{draft.json()['id']}/").json()["state"] == "approved"
     alice.post("/admin/placement/rulerevision/", {**form, "action": "apply"})
     assert alice_api.get(f"{URL}{draft.json()['id']}/").json()["state"] == "applied"
+
+
+def test_a_cordon_through_the_sites_api_is_recorded_as_a_revision(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, _ = reviewers
+    assert (
+        alice.patch("/api/v1/sites/site-b/", {"cordoned": True}, format="json").status_code == 200
+    )
+    latest = alice.get(URL).json()["results"][0]
+    assert latest["state"] == "applied" and latest["source"] == "cordon"
+    change = latest["diff"]["sites"]["changed"][0]
+    assert change["name"] == "site-b" and change["fields"]["cordoned"] == {
+        "from": False,
+        "to": True,
+    }

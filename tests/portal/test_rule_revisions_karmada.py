@@ -72,3 +72,38 @@ def test_policies_carry_the_active_revision_and_a_rollback_restores_the_earlier_
     execution.policies_sync()  # one sync
     assert _revisions(demo_fleet) == {str(back.pk)}
     assert _objects() == earlier
+
+
+def test_an_applied_revision_places_the_next_run_and_runs_in_flight_keep_their_decisions(
+    demo_fleet: SandboxServer, settings: Any
+) -> None:
+    from django.conf import settings as django_settings
+
+    from sites.models import Site
+
+    settings.PORTAL_RULES_REVIEW = False
+    Site.objects.filter(name="site-b").update(gpu_allocatable=4)
+    pipeline = (django_settings.BASE_DIR / "examples" / "eo-pipeline.yaml").read_text()
+    scientist = UserFactory(username="scientist")
+    before = services_run_submit(scientist, pipeline)
+    assert before.units.get(name="inference").site == "site-c"
+
+    alice = UserFactory(username="alice", is_staff=True)
+    config = current_config()
+    for rule in config["rules"]:
+        if rule["name"] == "inference-on-gpu":
+            rule["effect"], rule["parameters"] = "pin", {"sites": ["site-b"]}
+    draft = services.revision_draft_create(user=alice, config=config)
+    services.revision_apply(revision=draft, user=alice)
+    execution.policies_sync()
+
+    after = services_run_submit(scientist, pipeline)
+    assert after.units.get(name="inference").site == "site-b"
+    assert before.units.get(name="inference").site == "site-c"  # decided before: kept
+    assert _revisions(demo_fleet) == {str(draft.pk)}
+
+
+def services_run_submit(user: Any, body: str) -> Any:
+    from portal import services as run_services
+
+    return run_services.run_submit(user=user, body=body)

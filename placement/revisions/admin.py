@@ -62,6 +62,21 @@ class RuleRevisionAdmin(admin.ModelAdmin):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_active and request.user.is_staff)
 
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: Any = None
+    ) -> Any:
+        """The revision with its diff, and the review buttons its state allows."""
+        revision = RuleRevision.objects.filter(pk=object_id).first()
+        buttons: list[tuple[str, str]] = []
+        if revision is not None and can_write_revisions(request.user):
+            by_state = {
+                "draft": [("approve", "Approve"), ("reject", "Reject"), ("apply", "Apply")],
+                "approved": [("apply", "Apply"), ("reject", "Reject")],
+            }
+            buttons = by_state.get(revision.state, [("rollback", "Roll back to this")])
+        context = {**(extra_context or {}), "review_actions": buttons}
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         return super().get_actions(request) if can_write_revisions(request.user) else {}
 

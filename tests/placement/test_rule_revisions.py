@@ -287,6 +287,7 @@ def test_the_fleet_page_and_the_admin_show_the_revision_trail(
     assert listing.status_code == 200 and b"GPU retarget" in listing.content
     detail = bob.get(f"/admin/placement/rulerevision/{draft.json()['id']}/change/")
     assert b"inference-on-gpu.effect" in detail.content
+    assert b'value="approve"' in detail.content and b'value="apply"' in detail.content
     alice = client_for(users.get(username="alice"))
     form = {"action": "approve", "_selected_action": [draft.json()["id"]]}
     alice.post("/admin/placement/rulerevision/", form)

@@ -3,19 +3,29 @@ the placement configuration as a YAML file kept in git, checked on each pull req
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.dateparse import parse_datetime
 
 from placement.revisions import config as cfg
 from placement.revisions import replay as replaying
 from placement.revisions import services
 from placement.revisions.models import RuleRevision
 from placement.revisions.selectors import active_revision, current_config
+
+
+def _when(text: str) -> datetime:
+    value = parse_datetime(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}")
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 class Command(BaseCommand):
@@ -35,6 +45,10 @@ class Command(BaseCommand):
         apply.add_argument("--author", default="", help="The username the draft is proposed as.")
         apply.add_argument(
             "--limit", type=int, default=replaying.DEFAULT_LIMIT, help="Decisions to replay."
+        )
+        apply.add_argument("--project", default="", help="Replay only this project's runs.")
+        apply.add_argument(
+            "--since", type=_when, help="Replay only runs submitted since (ISO 8601)."
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -74,7 +88,11 @@ class Command(BaseCommand):
         for line in lines:
             self.stdout.write(line)
         result = replaying.replay(
-            base=current_config(), draft=checked.config, limit=options["limit"]
+            base=current_config(),
+            draft=checked.config,
+            limit=options["limit"],
+            project=options["project"] or None,
+            since=options["since"],
         )
         for line in replaying.summary_lines(result):
             self.stdout.write(line)

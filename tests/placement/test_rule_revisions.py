@@ -312,3 +312,41 @@ def test_a_cordon_through_the_sites_api_is_recorded_as_a_revision(
         "from": False,
         "to": True,
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_drafts_racing_from_one_parent_one_wins_and_the_other_gets_the_conflict() -> None:
+    import threading
+
+    from django.db import connection
+
+    from placement.revisions import services as revision_services
+
+    call_command("load_demo", verbosity=0)
+    parent = revision_services.revision_baseline()
+    users = [UserFactory(username=n, is_staff=True) for n in ("carol", "dave")]
+    barrier = threading.Barrier(2)
+    outcomes: list[Any] = []
+
+    def draft(user: Any) -> None:
+        try:
+            barrier.wait()
+            outcomes.append(
+                revision_services.revision_draft_create(
+                    user=user, config=_gpu_retargeted(), parent_id=parent.pk
+                )
+            )
+        except revision_services.RevisionConflict as exc:
+            outcomes.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=draft, args=(u,)) for u in users]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    made = [o for o in outcomes if not isinstance(o, Exception)]
+    conflicts = [o for o in outcomes if isinstance(o, revision_services.RevisionConflict)]
+    assert len(made) == 1 and len(conflicts) == 1
+    assert conflicts[0].newer.pk == made[0].pk

@@ -87,6 +87,17 @@ def test_a_draft_retargeting_the_gpu_rule_replays_the_inference_units_that_would
     assert summary["residency_violations"] == []
     # Replay is deterministic: asked again, the same answer.
     assert alice.post(f"{URL}{body['id']}/replay/", {}, format="json").json() == replay.json()
+    # Filtered by project, by time and bounded by a number of decisions.
+    other = alice.post(f"{URL}{body['id']}/replay/", {"project": "elsewhere"}, format="json")
+    assert other.json()["summary"]["decisions"] == 0
+    later = alice.post(
+        f"{URL}{body['id']}/replay/", {"since": "2999-01-01T00:00:00Z"}, format="json"
+    )
+    assert later.json()["moved"] == []
+    one_run = alice.post(f"{URL}{body['id']}/replay/", {"limit": 3}, format="json").json()
+    assert one_run["summary"]["runs"] == 1 and one_run["moved"][0]["run"] == runs[-1].pk
+    bad = alice.post(f"{URL}{body['id']}/replay/", {"limit": 0}, format="json")
+    assert bad.status_code == 400 and bad.json()["errors"][0]["path"] == "limit"
 
 
 def test_applying_an_approved_draft_changes_the_next_runs_placement(

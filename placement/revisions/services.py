@@ -39,8 +39,10 @@ class RevisionError(Exception):
 class RevisionConflict(Exception):
     """An edit from a parent that is no longer the newest revision (409)."""
 
-    def __init__(self, newer: RuleRevision) -> None:
-        super().__init__(f"revision {newer.pk} was made from the same parent; start from it")
+    def __init__(self, newer: RuleRevision, message: str = "") -> None:
+        super().__init__(
+            message or f"revision {newer.pk} was made from the same parent; start from it"
+        )
         self.newer = newer
 
 
@@ -130,7 +132,9 @@ def revision_draft_create(
             else None
         )
         if newer is not None:
-            raise RevisionConflict(newer)
+            raise RevisionConflict(
+                newer, f"revision {newer.pk} replaced revision {parent.pk}; start from it"
+            )
         return RuleRevision.objects.create(
             parent=parent,
             restores=restores,
@@ -172,12 +176,18 @@ def revision_apply(
     """Write the revision's configuration into the tables and make it the active revision.
     A draft needs approval first when review is on; a revision whose parent is no longer the
     active one gets ``RevisionConflict`` naming the active revision."""
+    if revision.state not in (RevisionState.DRAFT, RevisionState.APPROVED):
+        raise RevisionError({"state": [f"A {revision.state} revision cannot be applied."]})
     if revision.state == RevisionState.DRAFT and review_required():
         raise RevisionError({"state": ["Review is required: approve the draft first."]})
     with transaction.atomic():
         active = active_revision(for_update=True)
         if active is not None and revision.parent_id != active.pk:
-            raise RevisionConflict(active)
+            raise RevisionConflict(
+                active,
+                f"revision {active.pk} is active now, not revision {revision.parent_id} this "
+                "one was made from; draft again from it",
+            )
         config_write(revision.config)
         now = timezone.now()
         if active is not None:
@@ -193,7 +203,10 @@ def revision_apply(
 
 def revision_rollback(*, revision: RuleRevision, user: Any, comment: str = "") -> RuleRevision:
     """A new draft from the active revision equal to ``revision``'s configuration; it is
-    reviewed and applied as any other (``revision_apply``)."""
+    reviewed and applied as any other (``revision_apply``). Only a revision that was applied
+    once can be rolled back to."""
+    if revision.state not in (RevisionState.APPLIED, RevisionState.SUPERSEDED):
+        raise RevisionError({"state": ["Only a revision that was applied can be rolled back to."]})
     active = revision_baseline()
     return revision_draft_create(
         user=user,

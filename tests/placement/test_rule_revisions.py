@@ -361,3 +361,30 @@ def test_two_drafts_racing_from_one_parent_one_wins_and_the_other_gets_the_confl
     conflicts = [o for o in outcomes if isinstance(o, revision_services.RevisionConflict)]
     assert len(made) == 1 and len(conflicts) == 1
     assert conflicts[0].newer.pk == made[0].pk
+
+
+def test_review_refuses_what_the_state_does_not_allow(reviewers: tuple[Any, Any]) -> None:
+    alice, bob = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    active = draft["parent"]
+    again = alice.post(f"{URL}{active}/apply/")
+    assert again.status_code == 400 and "applied revision cannot be applied" in str(again.json())
+    never = alice.post(f"{URL}{draft['id']}/rollback/", {}, format="json")
+    assert never.status_code == 400
+    assert bob.post(f"{URL}{draft['id']}/reject/").status_code == 200
+    assert bob.post(f"{URL}{draft['id']}/approve/").status_code == 400
+    # The rejected draft frees its parent for another.
+    assert alice.post(URL, {"config": _gpu_retargeted()}, format="json").status_code == 201
+
+
+def test_an_approved_draft_whose_parent_was_replaced_gets_409_on_apply(
+    reviewers: tuple[Any, Any],
+) -> None:
+    alice, bob = reviewers
+    draft = alice.post(URL, {"config": _gpu_retargeted()}, format="json").json()
+    assert bob.post(f"{URL}{draft['id']}/approve/").status_code == 200
+    # Meanwhile a direct cordon makes a newer active revision.
+    assert bob.patch("/api/v1/sites/site-a/", {"cordoned": True}, format="json").status_code == 200
+    newer = alice.get(URL).json()["results"][0]
+    response = alice.post(f"{URL}{draft['id']}/apply/")
+    assert response.status_code == 409 and response.json()["newer"] == newer["id"]

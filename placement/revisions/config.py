@@ -19,7 +19,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from placement.models import EFFECT_PARAMETERS, SELECTOR_KEYS, validate_rule_fields
+from placement.models import EFFECT_PARAMETERS, validate_rule_fields
 
 SCHEMA_VERSION = 1
 SECTIONS = ("rules", "sites", "datasets", "links")
@@ -273,7 +273,6 @@ def diff_lines(d: Mapping[str, Any]) -> list[str]:
 __all__ = [
     "SCHEMA_VERSION",
     "SECTIONS",
-    "SELECTOR_KEYS",
     "canonical",
     "diff",
     "diff_lines",

@@ -335,6 +335,8 @@ PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
 # The portal keeps its MutatingWebhookConfiguration on karmada-apiserver in step itself; turn
 # off when the platform team applies it from deploy/ (with its caBundle) instead.
 PORTAL_WEBHOOK_REGISTER = envbool("PORTAL_WEBHOOK_REGISTER", True)
+# A rule revision needs a second operator's approval before it is applied (off in the demo).
+PORTAL_RULES_REVIEW = envbool("PORTAL_RULES_REVIEW", True)
 PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
 PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
 # Where the webhook queues its decisions for the watcher to record (a Redis list), so the

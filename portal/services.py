@@ -29,6 +29,7 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.selectors import fleet_with_holds, projects_of
+from portal.submission_limits import submission_count
 from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
 
 log = logging.getLogger(__name__)
@@ -312,6 +313,7 @@ def _submit(
     resubmitted_from: WorkflowRun | None,
 ) -> WorkflowRun:
     proj = _project_for(user, project)
+    submission_count(user=user, project=proj)  # before any parsing: that is what it bounds
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     unplaceable = [d for d in plan.decisions if d.timing == "submit" and d.site is None]

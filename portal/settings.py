@@ -171,6 +171,10 @@ CACHES = {
 PORTAL_AUTH_FAILURES_PER_USER = envint("PORTAL_AUTH_FAILURES_PER_USER", 10)
 PORTAL_AUTH_FAILURES_PER_ADDRESS = envint("PORTAL_AUTH_FAILURES_PER_ADDRESS", 50)
 PORTAL_AUTH_FAILURE_WINDOW_SECONDS = envint("PORTAL_AUTH_FAILURE_WINDOW_SECONDS", 300)
+# Runs one project may submit per window (portal/submission_limits.py); past it 429 with
+# Retry-After until the window ends. 0: no limit.
+PORTAL_SUBMISSIONS_PER_PROJECT = envint("PORTAL_SUBMISSIONS_PER_PROJECT", 120)
+PORTAL_SUBMISSION_WINDOW_SECONDS = envint("PORTAL_SUBMISSION_WINDOW_SECONDS", 60)
 
 # --- Health endpoints (portal/health.py) ----------------------------------------------------
 PORTAL_READYZ_BUDGET_SECONDS = envfloat("PORTAL_READYZ_BUDGET_SECONDS", 2.0)
@@ -271,6 +275,9 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# Advances a user waits on (a run's first, one because a unit ended) of one project queued or
+# running at once; the project's further requests wait their turn (portal/execution/fairness.py).
+PORTAL_PROJECT_ADVANCES = envint("PORTAL_PROJECT_ADVANCES", 4)
 # Step workflows created at once by one advance (threads; each create is idempotent).
 PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)
 # Failed (or killed) advances of one run in a row before the run is marked Error.
@@ -300,6 +307,10 @@ PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
 # log is cut after this long (the reader follows again).
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
+# The most one output parameter of a step may hold (and the last bytes of a result kept).
+PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
+# How much of each output value a run, a unit and the step panel show; the rest is paged.
+PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # A followed log holds one web thread while it streams (portal/log_follows.py): at most this
 # many at once per user (every process together) and per process (keep it below

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import log_follows, logs, services
+from portal import log_follows, logs, outputs, services
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
@@ -35,6 +35,7 @@ from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
+from portal.submission_limits import SubmissionsThrottled
 
 
 class RawWorkflowParser(BaseParser):
@@ -106,15 +107,25 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
     return raw, project, None
 
 
+def _throttled(exc: SubmissionsThrottled) -> Response:
+    answer = errors_response(exc.as_dicts(), status.HTTP_429_TOO_MANY_REQUESTS)
+    answer["Retry-After"] = str(exc.retry_after)
+    return answer
+
+
 def _refused_submission(exc: BodyTooLarge | WorkflowInvalid) -> Response:
     if isinstance(exc, BodyTooLarge):
         return errors_response([{"path": "", "message": str(exc)}], 413)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
 def _refused_action(exc: services.ActionRefused | WorkflowInvalid) -> Response:
     if isinstance(exc, services.ActionRefused):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
@@ -305,6 +316,32 @@ class WorkflowRunViewSet(
         """One unit (by name, or by slug when the name holds a slash) with every attempt,
         inputs, outputs and the decision that placed it."""
         return Response(UnitDetailSerializer(unit_detail(self._unit(name))).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("parameter", str, description="an output parameter's name"),
+            OpenApiParameter("result", bool, description="the step's result instead"),
+            OpenApiParameter("offset", int, description="first character (default 0)"),
+            OpenApiParameter("limit", int, description="characters (default 65536)"),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], url_path=r"units/(?P<name>[^/]+)/outputs")
+    def unit_outputs(self, request: Request, pk: str | None = None, name: str = "") -> Response:
+        """One output value of the unit, a page at a time: the run and the unit show the
+        first PORTAL_OUTPUT_PREVIEW_CHARS characters of each (``truncated``, ``size``)."""
+        u = self._unit(name)
+        wanted, errors = outputs.page_request(
+            request.query_params, int(settings.PORTAL_MAX_PARAMETER_BYTES)
+        )
+        if errors:
+            return errors_response([{"path": f, "message": m} for f, m in errors])
+        try:
+            value = outputs.output_value(u.outputs, parameter=wanted.parameter)
+        except outputs.NoSuchOutput as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        answer = outputs.page(value, wanted.offset, wanted.limit)
+        return Response({"name": wanted.parameter or "result", **answer})
 
     @extend_schema(
         parameters=[

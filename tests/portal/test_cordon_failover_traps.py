@@ -59,13 +59,8 @@ def settle(sandbox: SandboxServer, run: WorkflowRun) -> WorkflowRun:
         execution.run_advance(run.pk)
         fresh = WorkflowRun.objects.get(pk=run.pk)
         unit = fresh.units.get()
-        return (
-            fresh
-            if unit.phase in FINAL_UNIT
-            and fresh.is_finished
-            or (fresh.status in (RunStatus.FAILED, RunStatus.ERROR))
-            else None
-        )
+        failed = fresh.status in (RunStatus.FAILED, RunStatus.ERROR)
+        return fresh if (unit.phase in FINAL_UNIT and fresh.is_finished) or failed else None
 
     done = sandbox.wait_for(ended, what="the run to end")
     assert done is not None

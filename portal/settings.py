@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Under DEBUG (the demo), the portal's 404 page instead of Django's technical one.
+    "portal.notfound.PlainNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
 from django.utils import timezone
 
@@ -43,11 +44,21 @@ def site_set_cordoned(*, site: Site, cordoned: bool, user: AnyUser | None) -> bo
     """Cordon (no new placements) or uncordon ``site``; returns whether anything changed.
 
     The conditional UPDATE makes a repeated or concurrent request a no-op, and only a real
-    change is logged with who made it.
+    change is logged with who made it, and kept in the site's admin history (``LogEntry``).
     """
     changed = Site.objects.filter(pk=site.pk).exclude(cordoned=cordoned).update(cordoned=cordoned)
     site.cordoned = cordoned
     if changed:
+        if user is not None and user.is_authenticated:
+            # The site's admin history shows who cordoned it and when, from whichever door
+            # (the admin, the fleet page, the API).
+            LogEntry.objects.log_actions(
+                user.pk,
+                [site],
+                CHANGE,
+                change_message="Cordoned: no new placements" if cordoned else "Uncordoned",
+                single_object=True,
+            )
         logger.info(
             "site %s %s by %s at %s",
             site.name,

@@ -36,6 +36,7 @@ from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
+from portal.submission_limits import SubmissionsThrottled
 
 
 class PlainTextRenderer(BaseRenderer):
@@ -84,15 +85,25 @@ def _json_object(request: Request) -> Any:
     return json.loads(raw) if raw.strip() else {}
 
 
+def _throttled(exc: SubmissionsThrottled) -> Response:
+    answer = errors_response(exc.as_dicts(), status.HTTP_429_TOO_MANY_REQUESTS)
+    answer["Retry-After"] = str(exc.retry_after)
+    return answer
+
+
 def _refused_submission(exc: BodyTooLarge | WorkflowInvalid) -> Response:
     if isinstance(exc, BodyTooLarge):
         return errors_response([{"path": "", "message": str(exc)}], 413)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
 def _refused_action(exc: services.ActionRefused | WorkflowInvalid) -> Response:
     if isinstance(exc, services.ActionRefused):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 

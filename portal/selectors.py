@@ -59,6 +59,34 @@ class Attempt:
         return not self.ended
 
 
+BLOCKED_SHOWN = 5
+
+
+def failovers_blocked(run: WorkflowRun) -> tuple[list[RunEvent], int]:
+    """The run's units that wait at a closed site (not ready or cordoned) because no other
+    site could take them, each with its latest "failover-blocked" event (the first
+    ``BLOCKED_SHOWN``), and how many there are. Empty once the site opens again or the unit
+    moves: a later "failover" event, or the unit's site usable, ends the block."""
+    closed = list(
+        Site.objects.filter(Q(ready=False) | Q(cordoned=True)).values_list("name", flat=True)
+    )
+    if not closed or run.status not in ACTIVE_RUN:
+        return [], 0
+    waiting = run.units.filter(
+        site__in=closed, phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]
+    ).values("pk")
+    latest = (
+        RunEvent.objects.filter(
+            run=run, unit__in=waiting, kind__in=["failover-blocked", "failover"]
+        )
+        .order_by("unit_id", "-created_at", "-id")
+        .distinct("unit_id")
+    )
+    blocked = [e for e in latest.select_related("unit") if e.kind == "failover-blocked"]
+    blocked.sort(key=lambda e: (e.unit.position if e.unit else 0, e.pk))
+    return blocked[:BLOCKED_SHOWN], len(blocked)
+
+
 def unit_by_key(run: WorkflowRun, key: str) -> UnitRun:
     """A unit of ``run`` by name, or by slug (names of loop items may hold a slash, which a
     URL path segment cannot). Raises ``UnitRun.DoesNotExist``."""

@@ -229,15 +229,18 @@ def workflow_preview(
     arguments: dict[str, str] | None = None,
     top: int | None = None,
     unit: str | None = None,
+    loops: bool = False,
 ) -> dict[str, Any]:
     """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``): each with
     its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
-    (``units`` is then empty when no unit has that name)."""
+    (``units`` is then empty when no unit has that name). ``loops`` adds each unit's ``task``
+    and ``item_index``, with which the submit page groups a fan-out as the run page does."""
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
     pods = {u.name: u.pods for u in parsed.units}
+    looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
     if unit is not None:
         rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
     else:
@@ -245,6 +248,8 @@ def workflow_preview(
     for row in rows:
         # What the unit's step workflow can create at its site (its nested loops multiplied).
         row["pods"] = pods.get(row["name"])
+        if loops:
+            row["task"], row["item_index"] = looped.get(row["name"], (row["name"], None))
     return {"units": rows, "warnings": warnings}
 
 

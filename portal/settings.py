@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Under DEBUG (the demo), the portal's 404 page instead of Django's technical one.
+    "portal.notfound.PlainNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -324,6 +326,9 @@ PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
 PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+# A site's artifact store holds the outputs of runs placed there: removing or moving it is
+# refused (without "force") while one of them is active or finished less than this long ago.
+PORTAL_RECENT_RUN_HOURS = envint("PORTAL_RECENT_RUN_HOURS", 24)
 # A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver
 # this long after it ended (at the next resync): a member that deletes its copy would otherwise
 # get it re-created from Karmada's Work and run the step again. Raise it to debug a step.

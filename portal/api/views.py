@@ -20,6 +20,7 @@ from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
 from portal import log_follows, logs, outputs, services
+from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
@@ -38,16 +39,6 @@ from portal.selectors import runs_visible_to, unit_by_key, unit_detail
 from portal.submission_limits import SubmissionsThrottled
 
 
-class RawWorkflowParser(BaseParser):
-    """Hands the body through untouched: the workflow parser decodes YAML and JSON itself,
-    with its own limits (alias expansion, depth, size)."""
-
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return stream.read() if stream is not None else b""
-
-
 class PlainTextRenderer(BaseRenderer):
     """Logs are text; a refusal (404, 400) on the logs endpoint is rendered as its text."""
 
@@ -63,30 +54,10 @@ class PlainTextRenderer(BaseRenderer):
         return str(data).encode() if not isinstance(data, bytes) else data
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
-def _read_body(request: Request) -> bytes:
-    limit = int(settings.PORTAL_MAX_BODY_BYTES)
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared = int(length)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        # Refuse before reading: a 10 MB body costs nothing but this header check.
-        raise BodyTooLarge(f"body of {declared} bytes exceeds the limit of {limit} bytes")
-    raw = request.stream.read(limit + 1) if request.stream is not None else b""
-    if len(raw) > limit:
-        raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
-    return bytes(raw)
-
-
 def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | None]:
     """The workflow, project and arguments from the body: a raw Workflow (YAML or JSON), or the
     JSON wrapper ``{"manifest": {...}, "project": ..., "arguments": {...}}``."""
-    raw = _read_body(request)
+    raw = read_body(request)
     project = request.query_params.get("project") or None
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type == "application/json" or raw.lstrip()[:1] == b"{":
@@ -105,6 +76,13 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
             arguments = data.get("arguments")
             return manifest, data.get("project") or project, arguments
     return raw, project, None
+
+
+def _json_object(request: Request) -> Any:
+    """An action's JSON body (``{}`` when empty). Every POST of this viewset is read raw
+    (``get_parsers`` chooses before DRF knows the action)."""
+    raw = read_body(request)
+    return json.loads(raw) if raw.strip() else {}
 
 
 def _throttled(exc: SubmissionsThrottled) -> Response:
@@ -226,10 +204,11 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        raw = request.data  # read raw, as every POST of this viewset (see ``resume``)
         try:
-            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
-        except (ValueError, UnicodeDecodeError):
+            data = _json_object(request)
+        except BodyTooLarge as exc:
+            return _refused_submission(exc)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return errors_response([{"path": "", "message": "the body must be JSON"}])
         if not isinstance(data, dict):
             return errors_response([{"path": "", "message": "the body must be a JSON object"}])
@@ -282,11 +261,11 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        # Every POST of this viewset is read raw (``get_parsers``, before DRF knows the action).
-        raw = request.data
         try:
-            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
-        except (ValueError, UnicodeDecodeError):
+            data = _json_object(request)
+        except BodyTooLarge as exc:
+            return _refused_submission(exc)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return errors_response([{"path": "", "message": "the body must be JSON"}])
         if not isinstance(data, dict):
             return errors_response([{"path": "", "message": "the body must be a JSON object"}])

@@ -25,6 +25,7 @@ from portal.execution.common import (
     SiteState,
     ancestors,
     event,
+    site_unusable_why,
     site_usable,
     sites_state,
     upstream_where,
@@ -291,7 +292,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if (
                 unit.timing == UnitTiming.SUBMIT
                 and not site_usable(unit.site, sites)
-                and failover_unit(run, unit, units, reason=f"site {unit.site} is not ready")
+                and failover_unit(run, unit, units, reason=site_unusable_why(unit.site, sites))
             ):
                 progressed = True
                 sites = None  # failover may have read newer state; read again when needed

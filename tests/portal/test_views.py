@@ -420,7 +420,7 @@ def test_the_fleet_page_says_which_capacity_number_is_used_and_which_is_total(
     sci: Client, demo_sites
 ) -> None:
     body = sci.get(reverse("ui-fleet")).content.decode()
-    assert "3.5 used / 4 cores" in body and "CPU <span class=\"muted small\">used / total" in body
+    assert "3.5 used / 4 cores" in body and 'CPU <span class="muted small">used / total' in body
     site = sci.get(reverse("ui-site-detail", args=["site-a"])).content.decode()
     assert "3.5 used / 4 cores" in site
 

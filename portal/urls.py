@@ -1,16 +1,18 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import health
+from portal.api.schema import api_not_found
 from portal.argoserver import urls as argo_urls
 from portal.auth_views import ThrottledLoginView, throttled_admin_login
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include("sites.api.urls")),
     path("", include("placement.api.urls")),
     path("", include("portal.api.urls")),
+    re_path(r"^(?P<path>.*)$", api_not_found),
 ]
 
 urlpatterns = [

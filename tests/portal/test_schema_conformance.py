@@ -73,7 +73,7 @@ def persona_headers(
             elif persona == "operator":
                 user.is_staff = True
                 user.save(update_fields=["is_staff"])
-                user.groups.add(Group.objects.get(name=OPERATORS_GROUP))
+                user.groups.add(Group.objects.get_or_create(name=OPERATORS_GROUP)[0])
                 Site.objects.get(name="site-a").operators.add(user)
             headers[persona] = {"Authorization": f"Token {api_key(user)}"}
     try:

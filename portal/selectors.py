@@ -106,7 +106,7 @@ def unit_attempts(unit: UnitRun, events: list[RunEvent] | None = None) -> list[A
     return out
 
 
-ENDED_ATTEMPT_KINDS = ("failover", "unit-retried")
+ENDED_ATTEMPT_KINDS = ("failover", "unit-retried", "unit-vanished")
 
 
 def ended_attempts_of_run(run: WorkflowRun) -> dict[str, list[Attempt]]:

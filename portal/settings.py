@@ -171,6 +171,10 @@ CACHES = {
 PORTAL_AUTH_FAILURES_PER_USER = envint("PORTAL_AUTH_FAILURES_PER_USER", 10)
 PORTAL_AUTH_FAILURES_PER_ADDRESS = envint("PORTAL_AUTH_FAILURES_PER_ADDRESS", 50)
 PORTAL_AUTH_FAILURE_WINDOW_SECONDS = envint("PORTAL_AUTH_FAILURE_WINDOW_SECONDS", 300)
+# Runs one project may submit per window (portal/submission_limits.py); past it 429 with
+# Retry-After until the window ends. 0: no limit.
+PORTAL_SUBMISSIONS_PER_PROJECT = envint("PORTAL_SUBMISSIONS_PER_PROJECT", 120)
+PORTAL_SUBMISSION_WINDOW_SECONDS = envint("PORTAL_SUBMISSION_WINDOW_SECONDS", 60)
 
 # --- Health endpoints (portal/health.py) ----------------------------------------------------
 PORTAL_READYZ_BUDGET_SECONDS = envfloat("PORTAL_READYZ_BUDGET_SECONDS", 2.0)
@@ -276,6 +280,9 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# Advances a user waits on (a run's first, one because a unit ended) of one project queued or
+# running at once; the project's further requests wait their turn (portal/execution/fairness.py).
+PORTAL_PROJECT_ADVANCES = envint("PORTAL_PROJECT_ADVANCES", 4)
 # Step workflows created at once by one advance (threads; each create is idempotent).
 PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)
 # Failed (or killed) advances of one run in a row before the run is marked Error.
@@ -333,6 +340,8 @@ PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
 # The portal keeps its MutatingWebhookConfiguration on karmada-apiserver in step itself; turn
 # off when the platform team applies it from deploy/ (with its caBundle) instead.
 PORTAL_WEBHOOK_REGISTER = envbool("PORTAL_WEBHOOK_REGISTER", True)
+# A rule revision needs a second operator's approval before it is applied (off in the demo).
+PORTAL_RULES_REVIEW = envbool("PORTAL_RULES_REVIEW", True)
 PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
 PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
 # Where the webhook queues its decisions for the watcher to record (a Redis list), so the

@@ -16,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -216,6 +217,24 @@ class SiteLinkAdmin(admin.ModelAdmin):
     list_filter = ("source", "target")
     list_select_related = ("source", "target")
     search_fields = ("source__name", "target__name")
+
+    def save_model(self, request: HttpRequest, obj: SiteLink, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().save_model(request, obj, form, change)
+            services.operator_change.changed(request.user, "admin")
+
+    def delete_model(self, request: HttpRequest, obj: SiteLink) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().delete_model(request, obj)
+            services.operator_change.changed(request.user, "admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[SiteLink]) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().delete_queryset(request, queryset)
+            services.operator_change.changed(request.user, "admin")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SiteLink]:
         links = super().get_queryset(request)

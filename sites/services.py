@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,33 @@ class ReplicaInput:
     state: str = ReplicaState.READY
 
 
+class _OperatorChangeHooks:
+    """Callbacks around a change of the fields the placement configuration holds (cordons,
+    labels, overrides, residency, links): ``before()`` and ``after(user, source)``. The
+    placement app registers its revision recording here (``sites`` does not import it)."""
+
+    def __init__(self) -> None:
+        self.before: list[Callable[[], object]] = []
+        self.after: list[Callable[[AnyUser | None, str], object]] = []
+
+    def register(
+        self, *, before: Callable[[], object], after: Callable[[AnyUser | None, str], object]
+    ) -> None:
+        self.before.append(before)
+        self.after.append(after)
+
+    def changing(self) -> None:
+        for callback in self.before:
+            callback()
+
+    def changed(self, user: AnyUser | None, source: str) -> None:
+        for callback in self.after:
+            callback(user, source)
+
+
+operator_change = _OperatorChangeHooks()
+
+
 def _who(user: AnyUser | None) -> str:
     if user is None or not user.is_authenticated:
         return "system"
@@ -41,7 +68,13 @@ def site_set_cordoned(*, site: Site, cordoned: bool, user: AnyUser | None) -> bo
     The conditional UPDATE makes a repeated or concurrent request a no-op, and only a real
     change is logged with who made it.
     """
-    changed = Site.objects.filter(pk=site.pk).exclude(cordoned=cordoned).update(cordoned=cordoned)
+    with transaction.atomic():
+        operator_change.changing()
+        changed = (
+            Site.objects.filter(pk=site.pk).exclude(cordoned=cordoned).update(cordoned=cordoned)
+        )
+        if changed:
+            operator_change.changed(user, "cordon")
     site.cordoned = cordoned
     if changed:
         logger.info(
@@ -74,7 +107,9 @@ def site_update(
             site.overrides = overrides
             fields.append("overrides")
         if fields:
+            operator_change.changing()
             site.save(update_fields=fields)
+            operator_change.changed(user, "site")
             logger.info("site %s: %s changed by %s", site.name, ", ".join(fields), _who(user))
     return site
 
@@ -141,12 +176,16 @@ def dataset_update(
         "residency": list(residency) if residency is not _UNSET else _UNSET,
     }
     fields = [field for field, value in changes.items() if value is not _UNSET]
+    if "residency" in fields:
+        operator_change.changing()
     for field in fields:
         setattr(dataset, field, changes[field])
     if fields:
         dataset.save(update_fields=fields)
     if replicas is not _UNSET:
         _replace_replicas(dataset, replicas)
+    if "residency" in fields:
+        operator_change.changed(user, "dataset")
     logger.info("dataset %s changed by %s", dataset.name, _who(user))
     return dataset
 

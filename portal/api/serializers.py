@@ -104,7 +104,9 @@ class AttemptSerializer(serializers.Serializer[Any]):
     phase = serializers.CharField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
-    ended = serializers.CharField(help_text='"" for the current attempt; "failed over", "retried"')
+    ended = serializers.CharField(
+        help_text='"" for the current attempt; "failed over", "retried", "vanished"'
+    )
     why = serializers.CharField()
 
 

@@ -35,6 +35,7 @@ from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
+from portal.submission_limits import SubmissionsThrottled
 
 
 class RawWorkflowParser(BaseParser):
@@ -106,15 +107,25 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
     return raw, project, None
 
 
+def _throttled(exc: SubmissionsThrottled) -> Response:
+    answer = errors_response(exc.as_dicts(), status.HTTP_429_TOO_MANY_REQUESTS)
+    answer["Retry-After"] = str(exc.retry_after)
+    return answer
+
+
 def _refused_submission(exc: BodyTooLarge | WorkflowInvalid) -> Response:
     if isinstance(exc, BodyTooLarge):
         return errors_response([{"path": "", "message": str(exc)}], 413)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
 def _refused_action(exc: services.ActionRefused | WorkflowInvalid) -> Response:
     if isinstance(exc, services.ActionRefused):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 

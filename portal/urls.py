@@ -1,9 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from portal import health, notfound
+from portal.api.schema import api_not_found
 from portal.argoserver import urls as argo_urls
 from portal.auth_views import ThrottledLoginView, throttled_admin_login
 
@@ -11,10 +12,11 @@ admin.site.site_header = "Multi-site workflow portal: administration"
 admin.site.site_title = "Multi-site workflow portal"
 admin.site.index_title = "Sites, datasets, rules and runs"
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include("sites.api.urls")),
     path("", include("placement.api.urls")),
     path("", include("portal.api.urls")),
+    re_path(r"^(?P<path>.*)$", api_not_found),
 ]
 
 urlpatterns = [
@@ -32,15 +34,17 @@ urlpatterns = [
     # The admin's login form, behind the same count of failures.
     path("admin/login/", throttled_admin_login, name="admin-login-throttled"),
     path("admin/", admin.site.urls),
+    # Argo Server's workflow paths at the root too (see below), before the portal's API, whose
+    # last pattern answers every other path under /api/v1/ with a JSON 404.
+    path("", include(argo_urls.workflows)),
     path("api/v1/", include(api_v1)),
     path("ogcapi/", include("portal.ogcapi.urls")),
     path("stac/", include("portal.stac.urls")),
     # Argo Server's HTTP API (Hera, the argo CLI, the argo-workflows SDK). Its workflow paths
-    # also answer at the root, where nothing of the portal's collides with them: Hera joins
+    # also answer at the root (above), where nothing of the portal's collides with them: Hera joins
     # its host and each path with urljoin, which drops a last segment without a slash, so a
     # host of "<portal>/argo" reaches "/api/v1/workflows/...".
     path("argo/", include(argo_urls)),
-    path("", include(argo_urls.workflows)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

@@ -4,6 +4,7 @@ import copy
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
@@ -141,8 +142,9 @@ class UnitDetailSerializer(serializers.Serializer[dict[str, Any]]):
 class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[WorkflowRun]):
     """A run with its units (DESIGN section 9)."""
 
+    # null: a run of no project (its owner belongs to none, or to several and named none).
     project: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="name", read_only=True
+        slug_field="name", read_only=True, allow_null=True
     )
     owner = serializers.CharField(source="owner.get_username", read_only=True)
     units = UnitRunSerializer(many=True, read_only=True)
@@ -196,6 +198,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
         return {"done": done, "total": len(units)}
 
 
+@extend_schema_serializer(component_name="WorkflowRunSummary")
 class WorkflowRunListSerializer(WorkflowRunSerializer):
     class Meta(WorkflowRunSerializer.Meta):
         fields = [f for f in WorkflowRunSerializer.Meta.fields if f not in ("units", "outputs")]

@@ -238,15 +238,16 @@ class WorkflowRunViewSet(
             return _refused_action(exc)
         return self._run_answer(run, status.HTTP_201_CREATED)
 
+    # A bare array, every decision of the run: no page.
     @extend_schema(responses={200: PlacementDecisionSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def decisions(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         rows = run.decisions.select_related("unit", "shared_table").order_by("created_at", "id")
         return Response(PlacementDecisionSerializer(rows, many=True).data)
 
     @extend_schema(responses={200: RunEventSerializer(many=True)})
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
         rows = run.events.select_related("unit").order_by("created_at", "id")

@@ -44,13 +44,13 @@ class RevisionsReadOrOperate(BasePermission):
 
 class RuleRevisionSerializer(serializers.ModelSerializer[RuleRevision]):
     author: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     approved_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
     applied_by: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
+        slug_field="username", read_only=True, allow_null=True
     )
 
     class Meta:
@@ -90,6 +90,27 @@ class ReplayInputSerializer(serializers.Serializer[Any]):
     project = serializers.CharField(required=False, allow_blank=True, max_length=150)
     since = serializers.DateTimeField(required=False)
     until = serializers.DateTimeField(required=False)
+
+
+class MovedUnitSerializer(serializers.Serializer[Any]):
+    run = serializers.IntegerField()
+    unit = serializers.CharField()
+    from_ = serializers.CharField(allow_null=True)
+    to = serializers.CharField(allow_null=True)
+    why = serializers.CharField()
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        # "from" is a Python keyword: the field is declared as from_ and answered as from.
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
+class ReplayAnswerSerializer(serializers.Serializer[Any]):
+    """What replay answers (documentation of the schema: the dict is answered as built)."""
+
+    moved = MovedUnitSerializer(many=True)
+    summary = serializers.DictField()
 
 
 class CommentInputSerializer(serializers.Serializer[Any]):
@@ -145,7 +166,11 @@ class RuleRevisionViewSet(
             return _raise(exc)
         return Response(RuleRevisionSerializer(revision).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(summary="Replay the revision over past decisions", request=ReplayInputSerializer)
+    @extend_schema(
+        summary="Replay the revision over past decisions",
+        request=ReplayInputSerializer,
+        responses={200: ReplayAnswerSerializer},
+    )
     @action(detail=True, methods=["post"])
     def replay(self, request: Request, pk: str | None = None) -> Response:
         revision = self.get_object()

@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('placement', '0002_rules_revisions'),
+        ("placement", "0002_rules_revisions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='planningrecord',
-            name='admission_uid',
+            model_name="planningrecord",
+            name="admission_uid",
             field=models.CharField(blank=True, max_length=256, null=True, unique=True),
         ),
         migrations.AddField(
-            model_name='planningrecord',
-            name='context',
+            model_name="planningrecord",
+            name="context",
             field=models.JSONField(blank=True, default=dict),
         ),
         migrations.AlterField(
-            model_name='planningrecord',
-            name='run_id',
+            model_name="planningrecord",
+            name="run_id",
             field=models.BigIntegerField(blank=True, db_index=True, null=True),
         ),
     ]

@@ -199,3 +199,41 @@ def test_a_webhook_decision_is_recorded_and_replayed_like_a_submission(
     # Decided as the webhook decided: with what its upstream read (residency binds it).
     assert "site-c is the only eligible site" in moved[0]["why"]
     assert "by sentinel2-l1c read upstream" in moved[0]["why"]
+
+
+def test_a_direct_workflows_decision_is_replayed_without_a_run(
+    client: Client, webhook: None
+) -> None:
+    services.revision_baseline()
+    obj = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "hello-x7k2p"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [
+                {
+                    "name": "main",
+                    "container": {
+                        "image": "busybox",
+                        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                    },
+                }
+            ],
+        },
+    }
+    decide.snapshot_clear()
+    ops = {op["path"]: op["value"] for op in _admit(client, obj, "direct-1")}
+    site = ops["/metadata/labels"][labels.key(labels.SITE)]
+    decision_queue.decisions_flush()
+    record = PlanningRecord.objects.get(admission_uid="direct-1")
+    assert record.run_id is None and record.units[0]["kind"] == "workflow"
+
+    active = current_config()
+    draft = current_config()
+    for s in draft["sites"]:
+        s["cordoned"] = s["name"] == site
+    moved = replay.replay(base=active, draft=draft)["moved"]
+    assert [(m["run"], m["unit"], m["from"], m["timing"]) for m in moved] == [
+        (None, "hello-x7k2p", site, "runtime")
+    ]

@@ -62,6 +62,7 @@ def test_step_workflows_on_karmada_carry_the_revision_that_placed_them(
 
     ingest = wait_for(lambda: workflow("ingest"), 60, "ingest's step workflow")
     preprocess = wait_for(lambda: workflow("preprocess"), 90, "preprocess's step workflow")
+    assert ingest is not None and preprocess is not None
 
     assert ingest["metadata"]["annotations"][key] == str(baseline.pk)
     # Placed by the webhook (site-a has no CPU free for it): the revision active then.
@@ -72,5 +73,5 @@ def test_step_workflows_on_karmada_carry_the_revision_that_placed_them(
         30,
         "the webhook's decision recorded for replay",
     )
-    assert record.revision_id == later.pk
+    assert record is not None and record.revision_id == later.pk
     assert record.units[0]["name"] == "preprocess"

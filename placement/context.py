@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, Protocol, cast
 
-from placement import planner
+from placement import codec, planner
 from placement.parser import Arguments, Resources, Unit, UnitKind
 
 
@@ -258,6 +258,25 @@ def _ancestors(value: Any) -> tuple[Unit, ...]:
     return tuple(out)
 
 
+def context_doc(ctx: Context) -> dict[str, Any]:
+    """``ctx`` as the annotation's document (``context_from_doc`` reads it back): what a
+    runtime decision was made from, recorded for replay."""
+    unit = codec.unit_to_dict(ctx.unit)
+    return {
+        "v": CONTEXT_VERSION,
+        "project": ctx.project,
+        "unit": {k: unit[k] for k in _CONTEXT_UNIT_KEYS if k in unit},
+        "upstream": {
+            name: [u.site, u.bytes, *(["declared"] if u.declared else [])]
+            for name, u in sorted(ctx.upstream.items())
+        },
+        "ancestors": [
+            {"name": a.name, "datasets": list(a.datasets), "data_refs": list(a.data_refs)}
+            for a in ctx.ancestors
+        ],
+    }
+
+
 def context_read(text: Any, slug: str) -> Context | None:
     """The unit, project, upstream and ancestors of a step workflow's placement context (the
     annotation's value); None when it is absent, not well-formed, of another version, or about
@@ -268,6 +287,15 @@ def context_read(text: Any, slug: str) -> Context | None:
         doc = json.loads(text)
     except (ValueError, RecursionError):
         return None
+    found = context_from_doc(doc)
+    if found is None or found.unit.slug != slug:
+        return None
+    return found
+
+
+def context_from_doc(doc: Any) -> Context | None:
+    """A context document (``context_doc``, or the annotation parsed); None when not
+    well-formed or of another version."""
     if not isinstance(doc, dict) or doc.get("v") != CONTEXT_VERSION:
         return None
     project = doc.get("project")
@@ -281,7 +309,5 @@ def context_read(text: Any, slug: str) -> Context | None:
         ancestors = _ancestors(doc.get("ancestors"))
         unit = _context_unit(doc.get("unit"))
     except _Malformed:
-        return None
-    if unit.slug != slug:
         return None
     return Context(unit, project, upstream, ancestors)

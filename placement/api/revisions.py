@@ -93,8 +93,9 @@ class ReplayInputSerializer(serializers.Serializer[Any]):
 
 
 class MovedUnitSerializer(serializers.Serializer[Any]):
-    run = serializers.IntegerField()
+    run = serializers.IntegerField(allow_null=True)  # none: a Workflow created on Karmada
     unit = serializers.CharField()
+    timing = serializers.ChoiceField(choices=["submit", "runtime"])
     from_ = serializers.CharField(allow_null=True)
     to = serializers.CharField(allow_null=True)
     why = serializers.CharField()

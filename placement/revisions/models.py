@@ -66,11 +66,14 @@ class PlanningSnapshot(models.Model):
 
 
 class PlanningRecord(models.Model):
-    """What a submission was planned from, so replay repeats the same plan exactly: the
-    units as parsed, the project, the snapshot, and the revision then active. ``run_id`` is
-    the portal's run (a plain id: ``placement`` does not depend on ``portal``)."""
+    """What a decision was made from, so replay repeats it exactly: the units as parsed, the
+    project, the snapshot, and the revision then active. A submission's record holds its
+    plan's units; a webhook decision's (``admission_uid`` set) holds its one unit and, in
+    ``context``, where its upstream units ran and what its ancestors read. ``run_id`` is the
+    portal's run (a plain id: ``placement`` does not depend on ``portal``; none for a Workflow
+    created directly on Karmada)."""
 
-    run_id = models.BigIntegerField(db_index=True)
+    run_id = models.BigIntegerField(db_index=True, null=True, blank=True)
     project = models.CharField(max_length=150, blank=True)
     revision = models.ForeignKey(
         RuleRevision, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -78,10 +81,14 @@ class PlanningRecord(models.Model):
     snapshot = models.ForeignKey(PlanningSnapshot, on_delete=models.PROTECT, related_name="+")
     units = models.JSONField(default=list)
     n_units = models.PositiveIntegerField(default=0)
+    # A webhook decision's AdmissionReview uid: a queue entry drained twice records once.
+    admission_uid = models.CharField(max_length=256, null=True, blank=True, unique=True)
+    context = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
-        return f"planning of run {self.run_id}"
+        what = "decision" if self.admission_uid else "planning"
+        return f"{what} of run {self.run_id}"

@@ -1,11 +1,13 @@
-"""Impact replay: the recorded planning inputs of past submissions planned again under two
+"""Impact replay: the recorded planning inputs of past decisions planned again under two
 configurations (the active one and a draft), and what would move.
 
 Each submission records the fleet as the planner saw it (capacity as held by other runs,
 links) and the datasets (``PlanningSnapshot``), its parsed units and its project
-(``PlanningRecord``). Replay lays each configuration's operator fields (cordons, labels,
-capabilities, links, residency) and rules over that snapshot and calls the same
-``planner.plan``: nothing read from the clock or the live tables, so the answer is the same
+(``PlanningRecord``); so does each webhook decision (its unit, with where its upstream units
+ran and what its ancestors read), written when the decision queue is drained. Replay lays
+each configuration's operator fields (cordons, labels, capabilities, links, residency) and
+rules over that snapshot and calls the same ``planner.plan`` (``planner.decide`` for a webhook
+decision): nothing read from the clock or the live tables, so the answer is the same
 each time it is asked.
 """
 
@@ -20,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from placement import codec, planner
+from placement.context import CONTEXT_VERSION, Context, context_from_doc
 from placement.parser import Unit
 from placement.revisions import config as cfg
 from placement.revisions.models import PlanningRecord, PlanningSnapshot
@@ -65,9 +68,9 @@ def planning_record(
 ) -> PlanningRecord:
     """Record what a submission was planned from (inside its transaction)."""
     body = snapshot_body(fleet, datasets)
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    snapshot, _ = PlanningSnapshot.objects.get_or_create(digest=digest, defaults={"body": body})
+    snapshot, _ = PlanningSnapshot.objects.get_or_create(
+        digest=snapshot_digest(body), defaults={"body": body}
+    )
     return PlanningRecord.objects.create(
         run_id=run_id,
         project=project or "",
@@ -76,6 +79,70 @@ def planning_record(
         units=[codec.unit_to_dict(u) for u in units],
         n_units=len(units),
     )
+
+
+def snapshot_digest(body: Mapping[str, Any]) -> str:
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeInput:
+    """What one webhook decision was made from: its AdmissionReview uid, the run (None for a
+    Workflow created directly), the placement context (``placement.context.context_doc``),
+    the revision then active and the snapshot's digest (its body when the caller has it)."""
+
+    uid: str
+    run_id: int | None
+    context: Mapping[str, Any]
+    revision_id: int | None
+    digest: str
+    body: Mapping[str, Any] | None
+    at: datetime
+
+
+def runtime_records(inputs: Sequence[RuntimeInput]) -> int:
+    """Record webhook decisions' planning inputs (the decision queue's drain, inside its
+    transaction): snapshots stored once per digest, one record per decision, a decision
+    recorded twice (a drain repeated) stored once. A decision whose snapshot body never
+    reached the database (its carrier entry was dropped) is left out. Returns how many."""
+    if not inputs:
+        return 0
+    bodies = {i.digest: i.body for i in inputs if i.body is not None}
+    known = dict(
+        PlanningSnapshot.objects.filter(digest__in={i.digest for i in inputs}).values_list(
+            "digest", "pk"
+        )
+    )
+    missing = [PlanningSnapshot(digest=d, body=b) for d, b in bodies.items() if d not in known]
+    if missing:
+        PlanningSnapshot.objects.bulk_create(missing, ignore_conflicts=True)
+        known.update(
+            PlanningSnapshot.objects.filter(digest__in=[m.digest for m in missing]).values_list(
+                "digest", "pk"
+            )
+        )
+    rows = []
+    for i in inputs:
+        snapshot_id = known.get(i.digest)
+        if snapshot_id is None:
+            continue
+        ctx = i.context
+        rows.append(
+            PlanningRecord(
+                run_id=i.run_id,
+                project=ctx.get("project") or "",
+                revision_id=i.revision_id,
+                snapshot_id=snapshot_id,
+                units=[ctx["unit"]],
+                n_units=1,
+                admission_uid=i.uid,
+                context={k: ctx[k] for k in ("upstream", "ancestors") if k in ctx},
+                created_at=i.at,
+            )
+        )
+    PlanningRecord.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
 
 
 # Inputs under a configuration ------------------------------------------------------------------
@@ -181,14 +248,33 @@ def replay(
 ) -> dict[str, Any]:
     records = records_select(limit=limit, project=project, since=since, until=until)
     return replay_records(
-        [(r.run_id, r.project or None, r.snapshot_id, r.snapshot.body, r.units) for r in records],
+        [
+            (
+                r.run_id,
+                r.project or None,
+                r.snapshot_id,
+                r.snapshot.body,
+                r.units,
+                r.context if r.admission_uid else None,
+            )
+            for r in records
+        ],
         base=base,
         draft=draft,
         limit=limit,
     )
 
 
-Recorded = tuple[int, str | None, int, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+# (run, project, snapshot id, snapshot body, units, context): context None for a submission's
+# plan, the upstream and ancestors of a webhook decision's one unit otherwise.
+Recorded = tuple[
+    int | None,
+    str | None,
+    int,
+    Mapping[str, Any],
+    Sequence[Mapping[str, Any]],
+    Mapping[str, Any] | None,
+]
 
 
 def replay_records(
@@ -209,24 +295,37 @@ def replay_records(
     bytes_before = bytes_after = 0
     cost_before = cost_after = 0.0
     decisions = runs = 0
-    for run_id, project, snap_id, body, unit_dicts in records:
+    for run_id, project, snap_id, body, unit_dicts, context in records:
         if decisions >= limit:
             break
         pair = inputs.get(snap_id)
         if pair is None:
             pair = inputs[snap_id] = (inputs_under(body, base), inputs_under(body, draft))
         (fleet_a, data_a), (fleet_b, data_b) = pair
-        units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
-        decisions += len(units)
-        runs += 1
-        plan_a = planner.plan(units, fleet_a, books[0], data_a, project=project)
-        plan_b = planner.plan(units, fleet_b, books[1], data_b, project=project)
+        if context is not None:
+            found = _runtime_context(project, unit_dicts, context)
+            if found is None:
+                continue
+            decisions += 1
+            runs += 1
+            decided = (
+                _decide_runtime(found, fleet_a, books[0], data_a),
+                _decide_runtime(found, fleet_b, books[1], data_b),
+            )
+        else:
+            units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
+            decisions += len(units)
+            runs += 1
+            decided = (
+                planner.plan(units, fleet_a, books[0], data_a, project=project).decisions,
+                planner.plan(units, fleet_b, books[1], data_b, project=project).decisions,
+            )
         index = {s.name: i for i, s in enumerate(fleet_a.ordered_sites)}
         inbound = _inbound_cost(draft["links"])
         inbound_a = _inbound_cost(base["links"])
         allowed = {d.name: d.residency for d in data_a.datasets if d.residency}
         region = {s.name: s.region for s in fleet_a.sites}
-        for a, b in zip(plan_a.decisions, plan_b.decisions, strict=True):
+        for a, b in zip(*decided, strict=True):
             was, now = a.site or a.runtime_hint, b.site or b.runtime_hint
             if was is not None:
                 nbytes = a.table.bytes_at(index[was])
@@ -253,6 +352,7 @@ def replay_records(
                     "unit": b.unit,
                     "from": was,
                     "to": now,
+                    "timing": a.timing,
                     "why": f"now: {b.reason} (rules: {', '.join(b.rules) or 'none'}); "
                     f"before: {a.reason} (rules: {', '.join(a.rules) or 'none'})",
                 }
@@ -276,6 +376,34 @@ def replay_records(
         },
     }
     return {"moved": moved, "summary": summary}
+
+
+def _runtime_context(
+    project: str | None, unit_dicts: Sequence[Mapping[str, Any]], context: Mapping[str, Any]
+) -> Context | None:
+    if len(unit_dicts) != 1:
+        return None
+    doc = {"v": CONTEXT_VERSION, "project": project, "unit": dict(unit_dicts[0]), **context}
+    return context_from_doc(doc)
+
+
+def _decide_runtime(
+    found: Context, fleet: planner.Fleet, rules: planner.RuleBook, data: planner.DataCatalogue
+) -> tuple[planner.Decision, ...]:
+    """The webhook's decision (``portal.admission.decide``) under one configuration."""
+    return (
+        planner.decide(
+            found.unit,
+            fleet,
+            rules,
+            data,
+            found.project,
+            found.upstream,
+            timing="runtime",
+            strict_capacity=True,
+            ancestors=found.ancestors,
+        ),
+    )
 
 
 def _inbound_cost(links: Iterable[Mapping[str, Any]]) -> dict[str, float]:

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from placement.choices import RevisionState
 from placement.models import PlacementRule
 from placement.revisions import config as cfg
-from placement.revisions.models import RuleRevision
+from placement.revisions.models import PlanningRecord, RuleRevision
 from sites.models import Dataset, Site, SiteLink
 
 
@@ -26,6 +26,16 @@ def active_revision_id() -> int | None:
         RuleRevision.objects.filter(state=RevisionState.APPLIED)
         .order_by("-applied_at", "-id")
         .values_list("pk", flat=True)
+        .first()
+    )
+
+
+def submission_revision_id(run_id: int) -> int | None:
+    """The revision active when run ``run_id`` was submitted (None: none then, or no record)."""
+    return (
+        PlanningRecord.objects.filter(run_id=run_id, admission_uid__isnull=True)
+        .order_by("created_at", "id")
+        .values_list("revision_id", flat=True)
         .first()
     )
 

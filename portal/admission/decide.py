@@ -26,9 +26,12 @@ timeout, the unit, its upstream units); with no queue configured (the embedded d
 unreachable, the decision is written at once (four more). A direct Workflow costs none, or one
 when it references the catalogue.
 
-The snapshot of sites, links, rules and datasets (5 queries) is rebuilt at most once per
-``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's Cluster sync, which is itself
-seconds old, so a second of staleness changes nothing a decision could see.
+The snapshot of sites, links, rules, datasets and the active rule revision (6 queries) is
+rebuilt at most once per ``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's
+Cluster sync, which is itself seconds old, so a second of staleness changes nothing a decision
+could see. Each queued decision carries what it was decided from (its placement context, the
+revision, the snapshot's digest, and the snapshot itself once per snapshot and process), which
+the drain records for replay: nothing more on the request path than a larger entry.
 """
 
 from __future__ import annotations
@@ -50,14 +53,17 @@ from placement.context import (
     Context,
     ancestor_names,
     ancestor_unit,
+    context_doc,
     context_read,
     upstream_location,
 )
 from placement.parser import Resources, Unit, WorkflowInvalid
+from placement.revisions.replay import snapshot_body, snapshot_digest
+from placement.revisions.selectors import active_revision_id
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
-from portal.admission.queue import decision_entry, decision_record
+from portal.admission.queue import decision_entry, decision_record, planning_entry
 from portal.models import UnitRun, WorkflowTemplate
 from portal.selectors import fleet_with_holds
 
@@ -86,6 +92,15 @@ class Snapshot:
     rules: planner.RuleBook
     datasets: planner.DataCatalogue
     taken_at: float
+    # The rule revision active when it was read, and the fleet and datasets as replay
+    # records them (``placement.revisions.replay``), with their digest.
+    revision: int | None = None
+    body: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    digest: str = ""
+    # Set once a decision queued with the body: later entries carry only the digest, and are
+    # queued after one carrying the body. Once per snapshot, not per digest, so a body the
+    # drain lost is sent again at the next refresh.
+    body_queued: threading.Event = dataclasses.field(default_factory=threading.Event)
 
 
 _snapshot: Snapshot | None = None
@@ -107,12 +122,18 @@ def snapshot_get() -> Snapshot:
         snap = _snapshot
         if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
             return snap
+        # What other runs placed and no member reports yet counts as taken.
+        fleet = fleet_with_holds(fleet_state())
+        datasets = planner.DataCatalogue(dataset_inputs())
+        body = snapshot_body(fleet, datasets)
         snap = Snapshot(
-            # What other runs placed and no member reports yet counts as taken.
-            fleet=fleet_with_holds(fleet_state()),
+            fleet=fleet,
             rules=planner.RuleBook(rule_inputs()),
-            datasets=planner.DataCatalogue(dataset_inputs()),
+            datasets=datasets,
             taken_at=time.monotonic(),
+            revision=active_revision_id(),
+            body=body,
+            digest=snapshot_digest(body),
         )
         _snapshot = snap
         return snap
@@ -166,19 +187,26 @@ def json_pointer(*parts: str) -> str:
     return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def placement_patch(obj: Mapping[str, Any], site: str, reason: str) -> list[dict[str, Any]]:
-    """Add ``<domain>/site`` and ``<domain>/reason`` and remove ``<domain>/fallback-site``,
+def placement_patch(
+    obj: Mapping[str, Any], site: str, reason: str, revision: int | None = None
+) -> list[dict[str, Any]]:
+    """Add ``<domain>/site``, ``<domain>/reason`` and (when there is one) the rule revision
+    that decided, ``<domain>/rules-revision``, and remove ``<domain>/fallback-site``,
     creating ``metadata.labels`` or ``metadata.annotations`` when absent (a JSONPatch ``add``
     into a missing map fails, and Kubernetes would then reject the whole patch)."""
     site_key, reason_key = labels.key(labels.SITE), labels.key(labels.REASON)
     reason = " ".join(reason.split())[:REASON_MAX_CHARS]
+    notes = {reason_key: reason}
+    if revision is not None:
+        # Replaces the worker's (the revision active when it created the Workflow).
+        notes[labels.key(labels.RULES_REVISION)] = str(revision)
     meta = obj.get("metadata")
     if not isinstance(meta, Mapping):
         return [
             {
                 "op": "add",
                 "path": "/metadata",
-                "value": {"labels": {site_key: site}, "annotations": {reason_key: reason}},
+                "value": {"labels": {site_key: site}, "annotations": notes},
             }
         ]
     ops: list[dict[str, Any]] = []
@@ -188,14 +216,15 @@ def placement_patch(obj: Mapping[str, Any], site: str, reason: str) -> list[dict
         # The decision replaces the worker's fallback: with both labels two site policies
         # would select the Workflow.
         ops.append({"op": "remove", "path": json_pointer("metadata", "labels", fallback_key)})
-    for field, key, value in (("labels", site_key, site), ("annotations", reason_key, reason)):
+    for field, values in (("labels", {site_key: site}), ("annotations", notes)):
         if isinstance(meta.get(field), Mapping):
-            ops.append({"op": "add", "path": json_pointer("metadata", field, key), "value": value})
+            for key, value in values.items():
+                ops.append(
+                    {"op": "add", "path": json_pointer("metadata", field, key), "value": value}
+                )
         else:
             # Absent or null: replace the whole map ("add" replaces an existing null member).
-            ops.append(
-                {"op": "add", "path": json_pointer("metadata", field), "value": {key: value}}
-            )
+            ops.append({"op": "add", "path": json_pointer("metadata", field), "value": values})
     return ops
 
 
@@ -306,12 +335,25 @@ def _admit_step(
     )
     deadline.check("deciding")
     if not dry_run:
-        decision_record(
-            decision_entry(uid, decision, name, run_id=run_id, unit=slug, attempt=attempt), deadline
-        )
+        entry = decision_entry(uid, decision, name, run_id=run_id, unit=slug, attempt=attempt)
+        _record(entry, snap, found, deadline)
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")
-    return placement_patch(obj, decision.site, decision.reason)
+    return placement_patch(obj, decision.site, decision.reason, snap.revision)
+
+
+def _record(entry: dict[str, Any], snap: Snapshot, found: Context, deadline: Deadline) -> None:
+    """Queue the decision with what it was decided from (``planning_entry``): the snapshot's
+    body travels with the first entry of each snapshot."""
+    with_body = not snap.body_queued.is_set()
+    entry.update(
+        planning_entry(
+            context_doc(found), snap.revision, snap.digest, snap.body if with_body else None
+        )
+    )
+    decision_record(entry, deadline)
+    if with_body:
+        snap.body_queued.set()
 
 
 def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadline) -> Context:
@@ -430,8 +472,9 @@ def _admit_direct(
         raise _Skip(f"workflow does not parse: {e.path or '<document>'}: {e.message}") from None
     snap = snapshot_get()
     deadline.check("reading")
+    unit = whole_unit(parsed)
     decision = planner.decide(
-        whole_unit(parsed),
+        unit,
         snap.fleet,
         snap.rules,
         snap.datasets,
@@ -441,7 +484,7 @@ def _admit_direct(
     )
     deadline.check("deciding")
     if not dry_run:
-        decision_record(decision_entry(uid, decision, name), deadline)
+        _record(decision_entry(uid, decision, name), snap, Context(unit, None, {}, ()), deadline)
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")
-    return placement_patch(obj, decision.site, decision.reason)
+    return placement_patch(obj, decision.site, decision.reason, snap.revision)

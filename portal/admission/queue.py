@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from placement import planner
+from placement.revisions import replay
 from portal import state
 from portal.admission.budget import Deadline, statement_timeout, synchronous_commit_off
 from portal.choices import DecisionSource, UnitTiming
@@ -102,6 +103,21 @@ def decision_entry(
         "candidates": [c.as_dict() for c in decision.candidates],
         "at": time.time(),
     }
+
+
+def planning_entry(
+    context: dict[str, Any],
+    revision: int | None,
+    digest: str,
+    body: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The queued decision's planning inputs, recorded for replay when it is drained: its
+    placement context (``placement.context.context_doc``), the rule revision and the fleet
+    snapshot's digest; ``body``, the snapshot itself, rides on the first entry naming it."""
+    out: dict[str, Any] = {"context": context, "revision": revision, "snapshot": digest}
+    if body is not None:
+        out["snapshot_body"] = body
+    return out
 
 
 class _Pushes:
@@ -281,6 +297,7 @@ def _store(entries: list[dict[str, Any]]) -> None:
         ):
             units[(run_id, slug)] = (pk, current)
     rows = []
+    planning: list[replay.RuntimeInput] = []
     placed: dict[int, tuple[int, str, str]] = {}  # unit → the last decision of its attempt
     for e in entries:
         found = None
@@ -293,6 +310,23 @@ def _store(entries: list[dict[str, Any]]) -> None:
         site = str(e.get("site") or "")
         reason = str(e.get("reason") or "")
         attempt = int(e.get("attempt") or 1)
+        created_at = (
+            datetime.fromtimestamp(at, tz=UTC) if isinstance(at, int | float) else timezone.now()
+        )
+        if isinstance(e.get("context"), dict) and isinstance(e.get("snapshot"), str):
+            body = e.get("snapshot_body")
+            revision = e.get("revision")
+            planning.append(
+                replay.RuntimeInput(
+                    uid=e["uid"],
+                    run_id=e["run"] if found else None,
+                    context=e["context"],
+                    revision_id=revision if type(revision) is int else None,
+                    digest=e["snapshot"],
+                    body=body if isinstance(body, dict) else None,
+                    at=created_at,
+                )
+            )
         rows.append(
             PlacementDecision(
                 run_id=e["run"] if found else None,
@@ -305,16 +339,13 @@ def _store(entries: list[dict[str, Any]]) -> None:
                 reason=reason,
                 candidates=e.get("candidates") or [],
                 admission_uid=e["uid"],
-                created_at=(
-                    datetime.fromtimestamp(at, tz=UTC)
-                    if isinstance(at, int | float)
-                    else timezone.now()
-                ),
+                created_at=created_at,
             )
         )
         if found and site and found[1] == attempt:
             placed[found[0]] = (attempt, site, reason)
     PlacementDecision.objects.bulk_create(rows, ignore_conflicts=True)
+    replay.runtime_records(planning)
     for pk, (attempt, site, reason) in placed.items():
         # Only the current attempt (a retry or failover that started meanwhile wins), and not
         # over another site (an entry drained again after Karmada's binding said otherwise).

@@ -17,9 +17,10 @@ from placement import codec, manifests, planner
 from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
+from placement.revisions.selectors import active_revision_id, submission_revision_id
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
-from portal.choices import UnitPhase
+from portal.choices import UnitPhase, UnitTiming
 from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
@@ -151,6 +152,34 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
     return decision.site
 
 
+class Revisions:
+    """The rule revision a step workflow came from (annotation ``<domain>/rules-revision``):
+    the submission's for a unit placed at submission and still at that site, the one active
+    now for the others (a runtime unit's fallback site is decided now, from the newest state;
+    the webhook's patch replaces it with the revision active when it decides; a failover's
+    site was decided from the active one). Each is read once, when first needed."""
+
+    def __init__(self, run: WorkflowRun) -> None:
+        self.run_id = run.pk
+        self.read: dict[str, int | None] = {}
+
+    def of(self, unit: UnitRun) -> int | None:
+        submitted = (
+            bool(unit.site) and unit.timing == UnitTiming.SUBMIT and unit.site == unit.planned_site
+        )
+        which = "submission" if submitted else "active"
+        if which not in self.read:
+            self.read[which] = (
+                submission_revision_id(self.run_id) if submitted else active_revision_id()
+            )
+        return self.read[which]
+
+    def annotate(self, body: dict[str, Any], unit: UnitRun) -> None:
+        revision = self.of(unit)
+        if revision is not None:
+            body["metadata"]["annotations"][labels.key(labels.RULES_REVISION)] = str(revision)
+
+
 def _is_ours(obj: Mapping[str, Any], run: WorkflowRun, unit: UnitRun) -> bool:
     have = (obj.get("metadata") or {}).get("labels") or {}
     return (
@@ -184,6 +213,7 @@ def submit_unit(
             _wait_for_a_site(run, unit, str(exc))
             return True
         body["metadata"]["labels"][labels.key(labels.FALLBACK_SITE)] = fallback
+    Revisions(run).annotate(body, unit)
     name = body["metadata"]["name"]
     try:
         gateway.create(gateway.WORKFLOW, body)
@@ -273,6 +303,7 @@ def submit_units(
     bodies: list[tuple[UnitRun, dict[str, Any]]] = []
     units = list(units)  # read for every unit below
     run_wide = run_wide_of(run, units)
+    revisions = Revisions(run)
     for unit in ready:
         try:
             body = step_workflow_for(run, unit, units, sites, outputs=outputs, run_wide=run_wide)
@@ -288,6 +319,7 @@ def submit_units(
                 _wait_for_a_site(run, unit, str(exc))
                 continue
             body["metadata"]["labels"][labels.key(labels.FALLBACK_SITE)] = fallback
+        revisions.annotate(body, unit)
         bodies.append((unit, body))
     if not bodies:
         return 0

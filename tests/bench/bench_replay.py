@@ -134,7 +134,8 @@ def main() -> None:
     snapshots = [make_snapshot(rng, config) for _ in range(SNAPSHOTS)]
     runs = DECISIONS // len(units) + 1
     records = [
-        (run, None, run % SNAPSHOTS, snapshots[run % SNAPSHOTS], unit_dicts) for run in range(runs)
+        (run, None, run % SNAPSHOTS, snapshots[run % SNAPSHOTS], unit_dicts, None)
+        for run in range(runs)
     ]
 
     # The floor: the same units planned once under one configuration, inputs built as replay
@@ -143,7 +144,7 @@ def main() -> None:
     book = rules_of(config)
     built: dict[int, Any] = {}
     done = 0
-    for _run, _project, snap, body, dicts in records:
+    for _run, _project, snap, body, dicts, _context in records:
         if done >= DECISIONS:
             break
         if snap not in built:

@@ -98,14 +98,14 @@ class Command(BaseCommand):
             self.stdout.write(line)
         for moved in result["moved"]:
             self.stdout.write(
-                f"  run {moved['run']} {moved['unit']}: {moved['from']} -> {moved['to']}"
+                f"  {_whose(moved)}: {moved['from']} -> {moved['to']}"
+                + (" (decided at run time)" if moved["timing"] == "runtime" else "")
             )
         violations = result["summary"]["residency_violations"]
         if violations:
             for v in violations:
                 self.stderr.write(
-                    f"residency violation: run {v['run']} {v['unit']} at {v['site']} "
-                    f"({', '.join(v['datasets'])})"
+                    f"residency violation: {_whose(v)} at {v['site']} ({', '.join(v['datasets'])})"
                 )
             raise CommandError("the change would break dataset residency", returncode=3)
         if options["dry_run"] or not lines:
@@ -135,3 +135,10 @@ class Command(BaseCommand):
         except services.RevisionError as exc:
             raise CommandError(str(exc.detail)) from exc
         self.stdout.write(f"draft: revision {draft.pk}")
+
+
+def _whose(entry: dict[str, Any]) -> str:
+    """``run N unit``, or ``workflow NAME`` for a Workflow created directly on Karmada."""
+    if entry["run"] is None:
+        return f"workflow {entry['unit']}"
+    return f"run {entry['run']} {entry['unit']}"

@@ -20,7 +20,8 @@ project, whatever they submit. A run already in the lane (waiting, or its advanc
 running) is not added twice: a request that comes while its advance runs waits until it ends.
 
 State lives in Redis next to the broker. A holder (or a prompt slot) that never reports back
-(its worker killed and the message lost) expires after ``HOLDER_TTL_S``; the resync dispatches
+(its worker killed and the message lost) expires after ``HOLDER_TTL_S`` (a prompt slot after
+``PROMPT_SLOT_TTL_S``); the resync dispatches
 projects left without one. With no Redis (the embedded demo) everything is enqueued at once.
 """
 
@@ -43,6 +44,10 @@ HOLDER = "portal:turns:holder:%d"  # the run whose continuation is queued or run
 PROJECTS = "portal:turns:projects"  # projects with runs waiting
 # Longer than a continuation waits in the queue behind other projects' turns and lasts.
 HOLDER_TTL_S = 600
+# A prompt advance is one turn (``PORTAL_ADVANCE_TURN_SECONDS``) behind at most each project's
+# ``PORTAL_PROJECT_ADVANCES``: a slot lost with a killed worker stalls its run no longer than
+# a lost queued mark does (``claims``); a slot that outlives it only lets one more through.
+PROMPT_SLOT_TTL_S = 120
 NO_PROJECT = 0
 
 # The next waiting run of a project becomes its holder, if it has none (atomic, so two
@@ -193,7 +198,7 @@ def _prompt_dispatch(client: redis.Redis, project: int) -> list[Turn]:
             len(keys),
             *keys,
             str(time.time()),
-            str(HOLDER_TTL_S),
+            str(PROMPT_SLOT_TTL_S),
             str(slots),
             str(project),
         ),

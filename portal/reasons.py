@@ -30,3 +30,32 @@ def reason_for(reason: str, user: Any) -> str:
     if not reason or "broken by name" not in reason or sees_tie_breaks(user):
         return reason
     return TIE_BREAK.sub(FOR_SCIENTISTS, reason)
+
+
+# Where an answer of the runs API holds placement reasons: a unit's or a decision's `reason`,
+# a candidate's `why`, under a run's `units`, a decision's `candidates`, a unit's `decision`.
+_REASONS = ("reason", "why")
+_HOLDERS = ("units", "candidates", "decision", "results")
+
+
+def answer_for(data: Any, user: Any) -> Any:
+    """An API answer with its tie-breaks as ``reason_for`` words them for ``user`` (changed in
+    place: the answer is the view's own). Operators and staff get it as it is."""
+    if sees_tie_breaks(user):
+        return data
+    _rewrite(data)
+    return data
+
+
+def _rewrite(obj: Any) -> None:
+    if isinstance(obj, list):
+        for item in obj:
+            _rewrite(item)
+    elif isinstance(obj, dict):
+        for key in _REASONS:
+            value = obj.get(key)
+            if isinstance(value, str) and "broken by name" in value:
+                obj[key] = TIE_BREAK.sub(FOR_SCIENTISTS, value)
+        for key in _HOLDERS:
+            if key in obj:
+                _rewrite(obj[key])

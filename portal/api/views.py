@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import log_follows, logs, outputs, services
+from portal import log_follows, logs, outputs, reasons, services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
 from portal.api.serializers import (
@@ -136,6 +136,14 @@ class WorkflowRunViewSet(
         ):
             return [RawWorkflowParser()]
         return super().get_parsers()
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        # How the planner broke a tie is for operators (``portal.reasons``), in every answer.
+        if isinstance(response, Response) and response.status_code < 300:
+            reasons.answer_for(response.data, request.user)
+        return super().finalize_response(request, response, *args, **kwargs)
 
     def _run_answer(self, run: WorkflowRun, code: int = status.HTTP_200_OK) -> Response:
         fresh = self.get_queryset().get(pk=run.pk)

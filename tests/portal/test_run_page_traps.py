@@ -88,3 +88,16 @@ def test_a_tie_break_is_shown_to_operators_not_to_scientists(
     assert "failover from site-b: other sites fit equally well" in seen
     for who in (staff, operator):
         assert "tie with site-c, broken by name" in decision_log(client_for(who), run)
+
+
+def test_a_tie_break_is_shown_to_operators_not_to_scientists_over_rest_too(
+    api_client_for: Any, scientist: User, project: Any, staff: User
+) -> None:
+    run = failed_over(scientist, project)
+    units = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/units/train/").json()
+    decisions = api_client_for(scientist).get(f"/api/v1/runs/{run.pk}/decisions/").json()
+    said = str(units) + str(decisions)
+    assert "broken by name" not in said
+    assert "failover from site-b: other sites fit equally well" in said
+    staff_said = str(api_client_for(staff).get(f"/api/v1/runs/{run.pk}/decisions/").json())
+    assert "tie with site-c, broken by name" in staff_said

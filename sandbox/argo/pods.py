@@ -213,7 +213,10 @@ class Pods(RunCore):
             script = container
             staging = layout.root / "staging"
             staging.mkdir(parents=True, exist_ok=True)
+            # workflow/executor/executor.go StageFiles: the source at
+            # common.ExecutorScriptSourcePath, mode 0755, so `command: [sh, -c]` can run it.
             (staging / "script").write_text(str(script.get("source", "")))
+            (staging / "script").chmod(0o755)
             layout.add(staging, "/argo/staging", readonly=True)
             command = [str(c) for c in script.get("command") or []] or ["sh"]
             return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
@@ -348,6 +351,7 @@ class Pods(RunCore):
                 uid=self.member.next_uid(),
                 memory=self._memory(c),
                 deadline=self._pod_deadline(body),
+                sim_deadline=self._sim_deadline(body),
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
                 netns=netns,
@@ -384,15 +388,21 @@ class Pods(RunCore):
         return await self.network.pid()
 
     def _pod_deadline(self, body: dict[str, Any]) -> float | None:
+        sim = self._sim_deadline(body)
+        # Plus half a real second for starting the sandbox's processes, which at a high time
+        # scale would otherwise eat a short deadline before the step began (the pod's sleeps
+        # count against the simulated deadline itself: executor.prepare_bin).
+        return sim / self.sb.config.time_scale + 0.5 if sim is not None else None
+
+    @staticmethod
+    def _sim_deadline(body: dict[str, Any]) -> float | None:
         limits = [
             parse_duration(body[k], 0.0)
             for k in ("activeDeadlineSeconds", "timeout")
             if body.get(k) not in (None, "") and "{{" not in str(body[k])
         ]
         limits = [x for x in limits if x > 0]
-        # Plus half a real second for starting the sandbox's processes, which at a high time
-        # scale would otherwise eat a short deadline before the step began.
-        return min(limits) / self.sb.config.time_scale + 0.5 if limits else None
+        return min(limits) if limits else None
 
     @staticmethod
     def _memory(container: dict[str, Any]) -> int | None:

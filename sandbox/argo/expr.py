@@ -106,8 +106,8 @@ def workflow_requests(wf: Obj) -> dict[str, float]:
 
 # -- a govaluate-ish expression evaluator for `when` and `depends` ---------------------------
 _TOKEN_RE = re.compile(
-    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|=~|!~|&&|\|\||[<>!()])"
-    r"|(?P<word>[^\s()=!<>&|]+))"
+    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|=~|!~|&&|\|\||[<>!(),])"
+    r"|(?P<word>[^\s()=!<>&|,]+))"
 )
 
 
@@ -160,6 +160,18 @@ def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
         if kind == "op" and val in ("==", "!=", "<", ">", "<=", ">=", "=~", "!~"):
             take()
             return compare(left, val, atom())
+        if (kind, val) == ("word", "in"):
+            # govaluate's IN: `x in (a, b)` is true when x equals one of the list's values
+            take()
+            if take() != ("op", "("):
+                raise ExprError("'in' needs a parenthesised list")
+            items = [atom()]
+            while peek() == ("op", ","):
+                take()
+                items.append(atom())
+            if take() != ("op", ")"):
+                raise ExprError("missing )")
+            return any(compare(left, "==", item) for item in items)
         return left
 
     def not_() -> Any:

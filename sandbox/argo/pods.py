@@ -51,7 +51,8 @@ class PodLayout:
     def host_for(self, path: str) -> Path | None:
         """The host path of a container path: under a volume mount, or in the pod's root file
         system; None for the read-only system folders."""
-        path = posixpath.normpath("/" + path)
+        # (normpath keeps a leading "//", which POSIX leaves to the implementation)
+        path = posixpath.normpath("/" + path.lstrip("/"))
         best: tuple[int, Path] | None = None
         for m in self.mounts:
             if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
@@ -88,6 +89,10 @@ class Pods(RunCore):
     repo_ref: dict[str, Any] | None = None
 
     def refusal(self) -> tuple[str, str] | None:
+        invalid = invalid_claim(self.obj)
+        if invalid:
+            # operator.go: createPVCs failing with a non-transient error is markWorkflowError.
+            return "Error", f"pvc create error: {invalid}"
         if not self.sb.config.execute:
             return None
         bad = unresolved(self.obj)
@@ -268,6 +273,25 @@ class Pods(RunCore):
                 return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
         return None
 
+    @staticmethod
+    def _hosts_file(root: Path, pod: str, layout: PodLayout) -> None:
+        """The kubelet mounts a hosts file of its own into every container
+        (`managedHostsFileContent`, pkg/kubelet/kubelet_pods.go), not the node's."""
+        root.mkdir(parents=True, exist_ok=True)
+        hosts = root / "hosts"
+        hosts.write_text(
+            "# Kubernetes-managed hosts file.\n"
+            "127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "fe00::0\tip6-localnet\n"
+            "fe00::0\tip6-mcastprefix\n"
+            "fe00::1\tip6-allnodes\n"
+            "fe00::2\tip6-allrouters\n"
+            f"127.0.0.1\t{pod}\n"
+        )
+        hosts.chmod(0o644)
+        layout.add(hosts, "/etc/hosts", readonly=True)
+
     def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
         spec = self.obj.get("spec") or {}
         declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
@@ -323,6 +347,7 @@ class Pods(RunCore):
         root = self.member.pod_dir(self.namespace, pod)
         layout = PodLayout(root)
         containers = containers_of(body)
+        self._hosts_file(root, pod, layout)
         for c in containers:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
@@ -595,6 +620,31 @@ def unresolved(wf: dict[str, Any]) -> str | None:
                 bad = parts[1] not in names and parts[1] != "name"
             if bad:
                 return f"templates.{tmpl.get('name')}: failed to resolve {{{{{tag}}}}}"
+    return None
+
+
+# pkg/apis/core/validation/validation.go ValidatePersistentVolumeClaimSpec
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+
+
+def invalid_claim(wf: dict[str, Any]) -> str | None:
+    """The API server's refusal of the first volumeClaimTemplate it would refuse for its access
+    modes (the claim is named `<workflow>-<claim>`, createPVCs in operator.go)."""
+    for c in (wf.get("spec") or {}).get("volumeClaimTemplates") or []:
+        name = f"{wf['metadata'].get('name', '')}-{(c.get('metadata') or {}).get('name', '')}"
+        modes = (c.get("spec") or {}).get("accessModes") or []
+        if not modes:
+            return (
+                f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes: Required value: '
+                "at least 1 access mode is required"
+            )
+        for mode in modes:
+            if mode not in ACCESS_MODES:
+                supported = ", ".join(f'"{m}"' for m in ACCESS_MODES)
+                return (
+                    f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes: Unsupported '
+                    f'value: "{mode}": supported values: {supported}'
+                )
     return None
 
 

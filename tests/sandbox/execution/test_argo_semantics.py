@@ -186,3 +186,66 @@ def test_simulated_outcome_follows_the_fleets_rules() -> None:
         "Succeeded",
         "simulated: image other:1 not executable here, assumed to succeed",
     )
+
+
+# pkg/kubelet/kubelet_pods.go managedHostsFileContent: every container has a hosts file of
+# the kubelet's (test/e2e/functional/dag-argument-passing.yaml reads it as an output); and an
+# output under a volume mounted inside another is read from the inner one
+# (test/e2e/functional/pns-output-params.yaml).
+@needs_bwrap
+def test_hosts_file_and_nested_mounts_as_outputs(site_b: Member) -> None:
+    t = sh("main", "echo -n B > /mnt/outer/inner/B && echo -n D > /mnt/outer/D")
+    t["container"]["volumeMounts"] = [
+        {"name": "outer", "mountPath": "/mnt/outer"},
+        {"name": "inner", "mountPath": "/mnt/outer/inner"},
+    ]
+    t["outputs"] = {
+        "parameters": [
+            {"name": p, "valueFrom": {"path": path}}
+            for p, path in (
+                ("hosts", "/etc/hosts"),
+                ("B", "/mnt/outer/inner/B"),
+                ("D", "/mnt/outer/D"),
+            )
+        ]
+    }
+    volumes = [{"name": "outer", "emptyDir": {}}, {"name": "inner", "emptyDir": {}}]
+    status = site_b.wait(site_b.create(wf(t, volumes=volumes)))
+    assert status["phase"] == "Succeeded", status.get("message")
+    (node,) = site_b.pods(status).values()
+    values = {p["name"]: p["value"] for p in node["outputs"]["parameters"]}
+    assert values["B"] == "B" and values["D"] == "D"
+    assert values["hosts"].startswith("# Kubernetes-managed hosts file.")
+
+
+# workflow/controller/operator.go: a claim the API server refuses is `pvc create error`
+# (markWorkflowError) - test/e2e/expectedfailures/volumes-pvc-fail-event.yaml.
+@needs_bwrap
+def test_an_invalid_claim_template_errors_the_workflow(site_b: Member) -> None:
+    claim = {"metadata": {"name": "work"}, "spec": {"accessModes": ["InvalidAccessMode"]}}
+    status = site_b.wait(site_b.create(wf(sh("main", "true"), volumeClaimTemplates=[claim])))
+    assert status["phase"] == "Error"
+    assert status["message"].startswith("pvc create error: PersistentVolumeClaim")
+    assert 'Unsupported value: "InvalidAccessMode"' in status["message"]
+
+
+# govaluate's IN over a parenthesised list, after the `{{= }}` tags are filled
+# (test/e2e/functional/steps-when-expr-filter.yaml, TestStepsWhenExprFilter).
+@needs_bwrap
+def test_when_in_a_list_after_substitution(site_b: Member) -> None:
+    outer = steps(
+        "outer",
+        [
+            {
+                "name": "fst",
+                "template": "run",
+                "when": "\"{{= get(item, 'type') ?? 'always' }}\" in "
+                "(\"{{= ['always', 'test'] | join('\",\"') }}\",\"\")",
+                "withParam": '[{"type": ""}, {"type": "test"}, {"type": "other"}, {}]',
+            }
+        ],
+    )
+    status = site_b.wait(site_b.create(wf(outer, sh("run", "true"))))
+    assert status["phase"] == "Succeeded", status.get("message")
+    phases = sorted(n["phase"] for n in status["nodes"].values() if n["type"] in ("Pod", "Skipped"))
+    assert phases == ["Skipped", "Succeeded", "Succeeded", "Succeeded"]

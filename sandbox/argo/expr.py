@@ -249,3 +249,39 @@ def literal_json(value: str) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+# The template-type fields of a Template (wfv1.TemplateType); a default of another type than
+# the template's is not applied.
+TEMPLATE_TYPES = (
+    "container",
+    "containerSet",
+    "script",
+    "resource",
+    "dag",
+    "suspend",
+    "data",
+    "http",
+    "plugin",
+)
+
+
+def with_defaults(tmpl: dict[str, Any], defaults: dict[str, Any] | None) -> dict[str, Any]:
+    """`spec.templateDefaults` merged under a template (`mergedTemplateDefaultsInto` in
+    workflow/controller/operator.go: defaults of another template type dropped, then the
+    template merged over them, maps key by key, the template's value winning)."""
+    if not isinstance(defaults, dict) or not defaults:
+        return tmpl
+    own = next((k for k in TEMPLATE_TYPES if k in tmpl), None)
+    applicable = {k: v for k, v in defaults.items() if k not in TEMPLATE_TYPES or k == own}
+    merged: dict[str, Any] = _merge(applicable, tmpl)
+    return merged
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    return over

@@ -68,11 +68,17 @@ def host_python() -> str:
     return shutil.which("python3") or sys.executable
 
 
-def runner_for(image: str, images: list[dict[str, str]] | None = None) -> str | None:
+def image_name(image: str) -> str:
+    """An image reference without Docker Hub's implicit registry prefixes."""
     name = image.strip()
     for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/"):
         if name.startswith(prefix):
-            name = name[len(prefix) :]
+            return name[len(prefix) :]
+    return name
+
+
+def runner_for(image: str, images: list[dict[str, str]] | None = None) -> str | None:
+    name = image_name(image)
     for rule in images if images is not None else DEFAULT_IMAGES:
         if fnmatch.fnmatchcase(name, rule["match"]):
             return rule["runner"]
@@ -126,6 +132,9 @@ class PodSpec:
     # simulated seconds (`activeDeadlineSeconds`, `timeout`): what the pod's scaled sleeps
     # may add up to before the step is held until `deadline` kills it
     sim_deadline: float | None = None
+    # an image whose `sh` is busybox's ash (alpine, busybox): bash in its POSIX mode stands in
+    # for it, which has ash's $RANDOM, `echo -n` and `[[` where the host's dash has not
+    ash: bool = False
     netns: int | None = None  # pid holding the network namespace the pod joins
     log: Tail | None = None  # where stdout and stderr go as they come (besides the result)
 
@@ -189,6 +198,10 @@ def prepare_bin(spec: PodSpec) -> Path:
     )
     for name in ("argosay", "cowsay", "sleep"):
         (bindir / name).chmod(0o755)
+    bash = shutil.which("bash")
+    if spec.ash and bash and not (bindir / "sh").exists():
+        # invoked as `sh`, bash starts in POSIX mode
+        (bindir / "sh").symlink_to(bash)
     # Python steps' time.sleep follows the time scale too (site-packages hook).
     (bindir / "sitecustomize.py").write_text(
         "import time as _t\n" + clock + "_sleep = _t.sleep\n"

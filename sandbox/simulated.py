@@ -13,17 +13,11 @@ import fnmatch
 import re
 from typing import Any
 
+from sandbox import executor
+
 OUTCOMES = ("succeed", "fail", "refuse")
 # A URL in the command, args or script source: the step fetches something from the network.
 URL = re.compile(r"\b(?:https?|ftp|git|s3|gs)://|\bgit@[\w.-]+:", re.IGNORECASE)
-
-
-def image_name(image: str) -> str:
-    name = image.strip()
-    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/"):
-        if name.startswith(prefix):
-            return name[len(prefix) :]
-    return name
 
 
 def fetches_url(container: dict[str, Any]) -> bool:
@@ -39,7 +33,7 @@ def outcome(
     executable here)."""
     for c in containers:
         image = str(c.get("image") or "")
-        name = image_name(image)
+        name = executor.image_name(image)
         for rule in rules or []:
             if fnmatch.fnmatchcase(name, rule["match"]) and rule["outcome"] in OUTCOMES:
                 return _phase(rule["outcome"], image, f"the fleet's rule {rule['match']!r}")

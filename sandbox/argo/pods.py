@@ -71,7 +71,9 @@ class PodLayout:
         folders (a step may leave a symlink to a host file where an output should be)."""
         host = self.host_for(path)
         if host is None:
-            return None
+            # A system folder reads as the pod's own layer there: its (empty) mount points,
+            # never the host's files.
+            host = self.root / "fs" / posixpath.normpath("/" + path.lstrip("/")).lstrip("/")
         for base in [self.root, *(m.host for m in self.mounts)]:
             if host.is_relative_to(base):
                 found = safe_inside(base, host)
@@ -377,6 +379,9 @@ class Pods(RunCore):
                 memory=self._memory(c),
                 deadline=self._pod_deadline(body),
                 sim_deadline=self._sim_deadline(body),
+                ash=executor.image_name(str(c.get("image") or "")).startswith(
+                    ("alpine", "busybox")
+                ),
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
                 netns=netns,

@@ -249,3 +249,16 @@ def test_when_in_a_list_after_substitution(site_b: Member) -> None:
     assert status["phase"] == "Succeeded", status.get("message")
     phases = sorted(n["phase"] for n in status["nodes"].values() if n["type"] in ("Pod", "Skipped"))
     assert phases == ["Skipped", "Succeeded", "Succeeded", "Succeeded"]
+
+
+# workflow/controller/operator.go mergedTemplateDefaultsInto
+# (test/e2e/functional/template-default-image.yaml); alpine's sh is busybox ash, with $RANDOM
+# (test/e2e/functional/dag-with-retries.yaml).
+@needs_bwrap
+def test_template_defaults_and_alpine_shell(site_b: Member) -> None:
+    t = {"name": "main", "container": {"args": ["echo ${RANDOM:+random} $0"]}}
+    defaults = {"container": {"image": "alpine:3.23", "command": ["sh", "-c"]}, "script": {}}
+    status = site_b.wait(site_b.create(wf(t, templateDefaults=defaults)))
+    assert status["phase"] == "Succeeded", status.get("message")
+    (node,) = site_b.pods(status).values()
+    assert node["outputs"]["result"] == "random sh"

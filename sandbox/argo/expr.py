@@ -17,7 +17,7 @@ LEAF_KINDS = ("container", "script", "resource", "containerSet", "data", "http",
 MAX_NODE_NAME = 2000
 DONE = ("Succeeded", "Failed", "Error", "Skipped", "Omitted")
 FAILED = ("Failed", "Error")
-_VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
+VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -69,7 +69,7 @@ def render(value: Any, scope: dict[str, Any]) -> Any:
                 return as_param(scope[key])
             return m.group(0)
 
-        return _VAR_RE.sub(sub, value)
+        return VAR_RE.sub(sub, value)
     if isinstance(value, dict):
         return {k: render(v, scope) for k, v in value.items()}
     if isinstance(value, list):

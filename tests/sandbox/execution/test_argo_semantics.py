@@ -262,3 +262,36 @@ def test_template_defaults_and_alpine_shell(site_b: Member) -> None:
     assert status["phase"] == "Succeeded", status.get("message")
     (node,) = site_b.pods(status).values()
     assert node["outputs"]["result"] == "random sh"
+
+
+# util/template/simple_template.go and workflow/common/util.go: a skipped node's output with no
+# default is an absent optional; an argument naming it takes the consumer's input default, or
+# errors, and an errored step group fails the steps template (steps.go)
+# (test/e2e/functional/steps-skipped-*.yaml, TestStepsSkipped*).
+@needs_bwrap
+def test_absent_optionals(site_b: Member) -> None:
+    producer = sh("produce", "echo v > /tmp/out")
+    producer["outputs"] = {"parameters": [{"name": "msg", "valueFrom": {"path": "/tmp/out"}}]}
+    consume = sh("consume", "echo {{inputs.parameters.in}}")
+    consume["inputs"] = {"parameters": [{"name": "in", "default": "fallback"}]}
+    strict = sh("strict", "echo {{inputs.parameters.in}}")
+    strict["inputs"] = {"parameters": [{"name": "in"}]}
+    ref = {"parameters": [{"name": "in", "value": "{{steps.p.outputs.parameters.msg}}"}]}
+
+    def run(consumer: str) -> dict[str, Any]:
+        main = steps(
+            "main",
+            [{"name": "p", "template": "produce", "when": "false"}],
+            [{"name": "c", "template": consumer, "arguments": ref}],
+        )
+        return site_b.wait(site_b.create(wf(main, producer, consume, strict)))
+
+    status = run("consume")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert site_b.pods(status)["c"]["outputs"]["result"] == "fallback"
+    status = run("strict")
+    assert status["phase"] == "Failed"
+    assert status["message"] == (
+        "inputs.parameters.in: argument references an absent optional "
+        "(skipped/omitted node output with no default)"
+    )

@@ -4,6 +4,7 @@ runs them (workflow/controller/hooks.go); exit hooks are run with the node (grap
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from typing import Any
 
 from sandbox.argo import expressions
@@ -49,7 +50,10 @@ class Hooks(RunCore):
             if ref:
                 found = scope.get(str(render(ref, scope)).strip("{} "))
                 if isinstance(found, dict):
-                    arts[a["name"]] = dict(clone(found), name=a["name"])
+                    arts[a["name"]] = with_sub_path(
+                        dict(clone(found), name=a["name"]),
+                        self._fill(render(str(a.get("subPath") or ""), scope), scope),
+                    )
                     continue
             arts[a["name"]] = render(clone(a), scope)
         return params, arts
@@ -197,3 +201,17 @@ class Hooks(RunCore):
             return expressions.evaluate_bool(expression, scope)
         except expressions.ExprError as exc:
             raise StepFailed(f"hook {where}: {exc}") from exc
+
+
+def with_sub_path(art: dict[str, Any], sub: str) -> dict[str, Any]:
+    """An artifact argument's `subPath` joined to the key of the artifact it names
+    (`resolveArtifact` in workflow/controller/scope.go, `ArtifactLocation.AppendToKey`): an
+    `archive: none` folder is read below it, a tarball's key with it does not exist."""
+    if not sub:
+        return art
+    for kind in ("s3", "gcs", "oss", "azure", "hdfs", "artifactory", "git", "http"):
+        loc = art.get(kind)
+        if isinstance(loc, dict) and "key" in loc:
+            loc["key"] = posixpath.join(str(loc["key"]), sub)
+            return art
+    return art

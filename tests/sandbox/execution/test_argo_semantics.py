@@ -295,3 +295,46 @@ def test_absent_optionals(site_b: Member) -> None:
         "inputs.parameters.in: argument references an absent optional "
         "(skipped/omitted node output with no default)"
     )
+
+
+# workflow/controller/scope.go resolveArtifact: an argument's subPath is appended to the key
+# of the artifact it names (ArtifactLocation.AppendToKey).
+@needs_bwrap
+def test_artifact_sub_path(site_b: Member) -> None:
+    def producer(name: str, archive: dict[str, Any] | None) -> dict[str, Any]:
+        t = sh(name, "mkdir -p /tmp/out/sub && echo inner > /tmp/out/sub/f.txt")
+        art: dict[str, Any] = {"name": "out", "path": "/tmp/out"}
+        if archive is not None:
+            art["archive"] = archive
+        t["outputs"] = {"artifacts": [art]}
+        return t
+
+    consume = sh("consume", "cat /tmp/in/f.txt")
+    consume["inputs"] = {"artifacts": [{"name": "data", "path": "/tmp/in"}]}
+
+    def run(producer_name: str) -> dict[str, Any]:
+        arg = {
+            "name": "data",
+            "from": "{{steps.p.outputs.artifacts.out}}",
+            "subPath": "{{workflow.parameters.dir}}",
+        }
+        main = steps(
+            "main",
+            [{"name": "p", "template": producer_name}],
+            [{"name": "c", "template": "consume", "arguments": {"artifacts": [arg]}}],
+        )
+        body = wf(
+            main,
+            producer("plain", {"none": {}}),
+            producer("tarball", None),
+            consume,
+            arguments={"parameters": [{"name": "dir", "value": "sub"}]},
+        )
+        return site_b.wait(site_b.create(body))
+
+    status = run("plain")
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert site_b.pods(status)["c"]["outputs"]["result"] == "inner"
+    status = run("tarball")
+    assert status["phase"] in ("Failed", "Error")
+    assert "NoSuchKey" in site_b.pods(status)["c"]["message"]

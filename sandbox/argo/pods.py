@@ -216,17 +216,19 @@ class Pods(RunCore):
     def _argv(
         self, body: dict[str, Any], container: dict[str, Any], runner: str, layout: PodLayout
     ) -> list[str]:
-        if container is body.get("script"):
+        if container is body.get("script") and container.get("source"):
             script = container
             staging = layout.root / "staging"
             staging.mkdir(parents=True, exist_ok=True)
             # workflow/executor/executor.go StageFiles: the source at
-            # common.ExecutorScriptSourcePath, mode 0755, so `command: [sh, -c]` can run it.
+            # common.ExecutorScriptSourcePath, mode 0755, so `command: [sh, -c]` can run it;
+            # operator.go appends that path to the container's args (a script without a source
+            # runs as a container).
             (staging / "script").write_text(str(script.get("source", "")))
             (staging / "script").chmod(0o755)
             layout.add(staging, "/argo/staging", readonly=True)
-            command = [str(c) for c in script.get("command") or []] or ["sh"]
-            return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
+            args = [*(script.get("args") or []), "/argo/staging/script"]
+            return executor.container_argv(runner, dict(script, args=args))
         return executor.container_argv(runner, container)
 
     def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
@@ -380,7 +382,7 @@ class Pods(RunCore):
                 deadline=self._pod_deadline(body),
                 sim_deadline=self._sim_deadline(body),
                 ash=executor.image_name(str(c.get("image") or "")).startswith(
-                    ("alpine", "busybox")
+                    ("alpine", "busybox", "argoproj/argosay")
                 ),
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
@@ -466,7 +468,9 @@ class Pods(RunCore):
                 continue
             dest = layout.host_for(str(path))
             if dest is None:
-                continue
+                # Under a read-only system folder of the host: loaded where the step cannot
+                # see it, but loaded, so a load that fails on Argo fails here too.
+                dest = layout.root / "shadowed" / str(path).lstrip("/")
             try:
                 self._load_one(art, dest)
             except ArtifactError:

@@ -338,3 +338,33 @@ def test_artifact_sub_path(site_b: Member) -> None:
     status = run("tarball")
     assert status["phase"] in ("Failed", "Error")
     assert "NoSuchKey" in site_b.pods(status)["c"]["message"]
+
+
+# workflow/controller/operator.go executeScript: the source's path is appended to the args; a
+# script without a source runs as a container (test/e2e/functional/loops-empty-param.yaml).
+@needs_bwrap
+def test_script_path_after_args_and_script_without_source(site_b: Member) -> None:
+    with_args = {
+        "name": "with-args",
+        "script": {"image": "alpine:3.23", "command": ["sh"], "args": ["-e"], "source": "echo $-"},
+    }
+    no_source = {"name": "no-source", "script": {"image": "alpine:3.23", "command": ["echo", "[]"]}}
+    outer = steps(
+        "outer", [{"name": "a", "template": "with-args"}, {"name": "b", "template": "no-source"}]
+    )
+    status = site_b.wait(site_b.create(wf(outer, with_args, no_source)))
+    assert status["phase"] == "Succeeded", status.get("message")
+    results = {k: v["outputs"]["result"] for k, v in site_b.pods(status).items()}
+    assert "e" in results["a"]
+    assert results["b"] == "[]"
+
+
+# An input artifact that cannot load fails the step even when its path is under a system
+# folder (test/e2e/expectedfailures/input-artifact-not-optional.yaml).
+@needs_bwrap
+def test_input_artifact_under_a_system_folder_still_loads(site_b: Member) -> None:
+    t = sh("main", "echo ran")
+    t["inputs"] = {"artifacts": [{"name": "k", "path": "/bin/kubectl", "http": {"url": ""}}]}
+    status = site_b.wait(site_b.create(wf(t)))
+    assert status["phase"] == "Error"
+    assert "Temporary failure in name resolution" in status["message"]

@@ -233,3 +233,24 @@ def test_argo_function_map_vectors(text: str, want: Any) -> None:
 )
 def test_govaluate_in(text: str, want: bool) -> None:
     assert evaluate_when(text) is want
+
+
+# workflow/common/util.go substituteParams: an input's `{{= }}` value is evaluated over the
+# inputs before it (test/e2e/functional/steps-when-expr-filter.yaml, TestStepsWhenExprFilter).
+def test_entry_inputs_evaluate_expressions_over_earlier_inputs() -> None:
+    from placement.parser.entry import entry_inputs
+
+    entry = {
+        "inputs": {
+            "parameters": [
+                {"name": "test", "value": "true"},
+                {
+                    "name": "list",
+                    "value": "{{= concat(['always'], inputs.parameters.test == 'true' ? "
+                    "['test'] : []) | toJSON() }}",
+                },
+            ]
+        }
+    }
+    got = entry_inputs(entry, {})
+    assert got["list"] == '[\n  "always",\n  "test"\n]'

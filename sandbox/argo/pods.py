@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import posixpath
 import re
@@ -352,7 +353,7 @@ class Pods(RunCore):
         layout = PodLayout(root)
         containers = containers_of(body)
         self._hosts_file(root, pod, layout)
-        for c in containers:
+        for c in [*containers, *(body.get("sidecars") or [])]:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
         self._artifact_secrets(node)
@@ -369,6 +370,8 @@ class Pods(RunCore):
         self.member.keep_log(self.namespace, pod, live)
         # A containerSet's containers run one after the other, in the pod's folders.
         results: list[tuple[dict[str, Any], executor.PodResult]] = []
+        uid = self.member.next_uid()
+        sidecars: list[asyncio.Task[executor.PodResult]] = []
         for c, env in zip(containers, envs, strict=True):
             image_runner = executor.runner_for(str(c.get("image")), self.member.execution.images)
             spec = executor.PodSpec(
@@ -377,7 +380,7 @@ class Pods(RunCore):
                 env=env,
                 mounts=layout.mounts,
                 workdir=str(c.get("workingDir") or "/"),
-                uid=self.member.next_uid(),
+                uid=uid,
                 memory=self._memory(c),
                 deadline=self._pod_deadline(body),
                 sim_deadline=self._sim_deadline(body),
@@ -389,9 +392,25 @@ class Pods(RunCore):
                 netns=netns,
                 log=live,
             )
-            results.append((c, await executor.run_pod(spec)))
+            running = asyncio.ensure_future(executor.run_pod(spec))
+            if not results:
+                # Sidecars run beside the main container, in its pod's folders and volumes,
+                # and are killed when it ends (workflow/executor: killSidecars).
+                sidecars = [
+                    asyncio.ensure_future(executor.run_pod(sc))
+                    for sc in self._sidecar_specs(body, spec, pod)
+                ]
+            try:
+                results.append((c, await running))
+            except asyncio.CancelledError:
+                for task in sidecars:
+                    task.cancel()
+                raise
             if results[-1][1].killed or results[-1][1].exit_code != 0:
                 break
+        for task in sidecars:
+            task.cancel()
+        await asyncio.gather(*sidecars, return_exceptions=True)
         last = results[-1][1]
         if last.killed is None and last.exit_code == 0:
             result = next((r for c, r in results if c.get("name") == "main"), last)
@@ -413,6 +432,27 @@ class Pods(RunCore):
         if message:
             return "Error", message
         return "Succeeded", ""
+
+    def _sidecar_specs(
+        self, body: dict[str, Any], main: executor.PodSpec, pod: str
+    ) -> list[executor.PodSpec]:
+        specs = []
+        for sc in body.get("sidecars") or []:
+            runner = executor.runner_for(str(sc.get("image")), self.member.execution.images)
+            if runner is None:
+                continue  # not executable here: simulated as absent
+            specs.append(
+                dataclasses.replace(
+                    main,
+                    argv=executor.container_argv(runner, sc),
+                    env=self._env(sc, pod),
+                    workdir=str(sc.get("workingDir") or "/"),
+                    memory=self._memory(sc),
+                    deadline=None,
+                    log=executor.Tail(executor.LOG_BYTES),
+                )
+            )
+        return specs
 
     async def _network(self) -> int:
         if self.network is None:

@@ -368,3 +368,25 @@ def test_input_artifact_under_a_system_folder_still_loads(site_b: Member) -> Non
     status = site_b.wait(site_b.create(wf(t)))
     assert status["phase"] == "Error"
     assert "Temporary failure in name resolution" in status["message"]
+
+
+# Sidecars run beside the main container and share its volumes; they are killed when it ends
+# (test/e2e/functional/sidecar-volumes.yaml).
+@needs_bwrap
+def test_sidecar_shares_volumes_and_is_stopped(site_b: Member) -> None:
+    t = sh(
+        "main", "for i in 1 2 3 4 5; do [ -f /mnt/vol/f ] && break; sleep 1; done; cat /mnt/vol/f"
+    )
+    t["container"]["volumeMounts"] = [{"name": "v", "mountPath": "/mnt/vol"}]
+    t["sidecars"] = [
+        {
+            "name": "side",
+            "image": "alpine:3.23",
+            "command": ["sh", "-c", "echo from-sidecar > /mnt/vol/f; sleep 3600"],
+            "volumeMounts": [{"name": "v", "mountPath": "/mnt/vol"}],
+        }
+    ]
+    status = site_b.wait(site_b.create(wf(t, volumes=[{"name": "v", "emptyDir": {}}])))
+    assert status["phase"] == "Succeeded", status.get("message")
+    (node,) = site_b.pods(status).values()
+    assert node["outputs"]["result"] == "from-sidecar"

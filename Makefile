@@ -18,7 +18,7 @@ install: $(STAMP)
 # The embedded demo: SQLite and a filesystem broker unless DATABASE_URL / CELERY_BROKER_URL say
 # otherwise. Everything it starts stops on Ctrl-C.
 demo: $(STAMP)
-	DEBUG=$${DEBUG:-1} $(PY) manage.py run_demo
+	DEBUG=$${DEBUG:-1} PORTAL_RULES_REVIEW=$${PORTAL_RULES_REVIEW:-0} $(PY) manage.py run_demo
 
 # The whole suite against PostgreSQL and Redis (DATABASE_URL, REDIS_URL; defaults: the local
 # servers on their standard ports).

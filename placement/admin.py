@@ -14,6 +14,7 @@ from django.contrib import admin
 from django.forms import ModelForm
 
 from placement.models import PlacementRule
+from placement.revisions.services import revision_baseline, revision_record_direct
 from sites.models import Site
 from sites.validators import json_problems
 
@@ -54,8 +55,26 @@ class PlacementRuleAdmin(admin.ModelAdmin):
         ("History", {"fields": ("created_at", "updated_at")}),
     )
 
+    def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
+        revision_baseline()  # the configuration before the edit, if none is kept yet
+        super().save_model(request, obj, form, change)
+        revision_record_direct(user=request.user, source="admin")
+
+    def delete_model(self, request: Any, obj: Any) -> None:
+        revision_baseline()  # the configuration before the edit, if none is kept yet
+        super().delete_model(request, obj)
+        revision_record_direct(user=request.user, source="admin")
+
+    def delete_queryset(self, request: Any, queryset: Any) -> None:
+        revision_baseline()  # the configuration before the edit, if none is kept yet
+        super().delete_queryset(request, queryset)
+        revision_record_direct(user=request.user, source="admin")
+
     def formfield_for_dbfield(self, db_field: Any, request: Any, **kwargs: Any) -> Any:
         field = super().formfield_for_dbfield(db_field, request, **kwargs)
         if db_field.name in ("selector", "parameters") and field is not None:
             field.widget = forms.Textarea(attrs={"rows": 4, "cols": 60})
         return field
+
+
+from placement.revisions import admin as revisions_admin  # noqa: E402,F401 - registers it

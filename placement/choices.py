@@ -15,3 +15,26 @@ class Effect(models.TextChoices):
     EXCLUDE = "exclude", "Exclude sites"
     PREFER_DATA_LOCALITY = "prefer_data_locality", "Prefer data locality"
     PREFER_FREE_CAPACITY = "prefer_free_capacity", "Prefer free capacity"
+
+
+class RevisionState(models.TextChoices):
+    """A rule revision's state. Transitions (``REVISION_TRANSITIONS``, read only by
+    ``placement.revisions.services``): draft → approved | rejected | applied (review off);
+    approved → applied | rejected; applied → superseded (a later revision applied)."""
+
+    DRAFT = "draft", "Draft"
+    APPROVED = "approved", "Approved"
+    APPLIED = "applied", "Applied"
+    REJECTED = "rejected", "Rejected"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+REVISION_TRANSITIONS: dict[str, frozenset[str]] = {
+    RevisionState.DRAFT: frozenset(
+        {RevisionState.APPROVED, RevisionState.REJECTED, RevisionState.APPLIED}
+    ),
+    RevisionState.APPROVED: frozenset({RevisionState.APPLIED, RevisionState.REJECTED}),
+    RevisionState.APPLIED: frozenset({RevisionState.SUPERSEDED}),
+    RevisionState.REJECTED: frozenset(),
+    RevisionState.SUPERSEDED: frozenset(),
+}

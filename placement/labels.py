@@ -38,6 +38,8 @@ OUTPUT_SIZES = "output-sizes"
 # On runtime step workflows: what the webhook decides from (the unit's needs, where its
 # upstream units ran and what they produced), so the admission reads no database.
 PLACEMENT_CONTEXT = "placement-context"
+# On every policy the portal writes: the rule revision (its id) whose configuration it came from.
+RULES_REVISION = "rules-revision"
 
 
 def key(domain: str, name: str) -> str:

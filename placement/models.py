@@ -92,3 +92,21 @@ class PlacementRule(models.Model):
         errors = validate_rule_fields(self.selector, self.effect, self.parameters)
         if errors:
             raise ValidationError(errors)
+
+
+# Revisions live in their own module; Django finds models through the app's models module.
+from placement.revisions.models import (  # noqa: E402
+    PlanningRecord,
+    PlanningSnapshot,
+    RuleRevision,
+)
+
+__all__ = [
+    "EFFECT_PARAMETERS",
+    "SELECTOR_KEYS",
+    "PlacementRule",
+    "PlanningRecord",
+    "PlanningSnapshot",
+    "RuleRevision",
+    "validate_rule_fields",
+]

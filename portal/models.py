@@ -299,6 +299,21 @@ class PlacementDecision(models.Model):
         return f"{self.workflow_name or self.unit} → {self.site or '(none)'}"
 
     @property
+    def when_why(self) -> str:
+        """When the decision was taken and what took it, as the decision log says it. A
+        failover decides at runtime whatever timing the planner was asked for (it places the
+        unit "as at submission", for a step that starts now)."""
+        if self.source == DecisionSource.FAILOVER:
+            return "at runtime, failover: its site was lost or closed"
+        if self.source == DecisionSource.WEBHOOK:
+            return "at runtime, by the admission webhook"
+        if self.source == DecisionSource.FALLBACK:
+            return "at runtime, by the fallback policy (the webhook did not answer)"
+        if self.timing == UnitTiming.RUNTIME:
+            return "at submission: left to runtime, when its inputs are known"
+        return "at submission, by the placement rules"
+
+    @property
     def candidate_rows(self) -> list[dict[str, Any]]:
         """The full candidate table, its own or the one it shares (select_related
         ``shared_table`` when reading many)."""

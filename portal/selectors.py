@@ -20,6 +20,7 @@ from placement.manifests import GlobalOutputs
 from placement.parser import Resources, parse_arguments
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
+from portal.outputs import preview
 from sites.models import Project, Site
 
 
@@ -56,6 +57,34 @@ class Attempt:
     @property
     def current(self) -> bool:
         return not self.ended
+
+
+BLOCKED_SHOWN = 5
+
+
+def failovers_blocked(run: WorkflowRun) -> tuple[list[RunEvent], int]:
+    """The run's units that wait at a closed site (not ready or cordoned) because no other
+    site could take them, each with its latest "failover-blocked" event (the first
+    ``BLOCKED_SHOWN``), and how many there are. Empty once the site opens again or the unit
+    moves: a later "failover" event, or the unit's site usable, ends the block."""
+    closed = list(
+        Site.objects.filter(Q(ready=False) | Q(cordoned=True)).values_list("name", flat=True)
+    )
+    if not closed or run.status not in ACTIVE_RUN:
+        return [], 0
+    waiting = run.units.filter(
+        site__in=closed, phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]
+    ).values("pk")
+    latest = (
+        RunEvent.objects.filter(
+            run=run, unit__in=waiting, kind__in=["failover-blocked", "failover"]
+        )
+        .order_by("unit_id", "-created_at", "-id")
+        .distinct("unit_id")
+    )
+    blocked = [e for e in latest.select_related("unit") if e.kind == "failover-blocked"]
+    blocked.sort(key=lambda e: (e.unit.position if e.unit else 0, e.pk))
+    return blocked[:BLOCKED_SHOWN], len(blocked)
 
 
 def unit_by_key(run: WorkflowRun, key: str) -> UnitRun:
@@ -105,7 +134,7 @@ def unit_attempts(unit: UnitRun, events: list[RunEvent] | None = None) -> list[A
     return out
 
 
-ENDED_ATTEMPT_KINDS = ("failover", "unit-retried")
+ENDED_ATTEMPT_KINDS = ("failover", "unit-retried", "unit-vanished")
 
 
 def ended_attempts_of_run(run: WorkflowRun) -> dict[str, list[Attempt]]:
@@ -153,6 +182,7 @@ def unit_detail(unit: UnitRun) -> dict[str, Any]:
     )
     spec = unit.spec or {}
     outputs = unit.outputs or {}
+    shown = preview(outputs, int(settings.PORTAL_OUTPUT_PREVIEW_CHARS))
     return {
         "unit": unit,
         "attempts": attempts,
@@ -160,8 +190,12 @@ def unit_detail(unit: UnitRun) -> dict[str, Any]:
         "decision": decision,
         "waiting_for": unit_waiting_for(unit, phases),
         "suspended": unit_suspended(unit),
-        "inputs": resolved_inputs(unit, spec.get("arguments") or {}),
-        "outputs": outputs,
+        # Inputs are upstream outputs filled in: as long, and cut the same way.
+        "inputs": preview(
+            resolved_inputs(unit, spec.get("arguments") or {}),
+            int(settings.PORTAL_OUTPUT_PREVIEW_CHARS),
+        ),
+        "outputs": shown,
         "exit_code": outputs.get("exitCode"),
         "resources": spec.get("resources") or {},
         "namespace": str(settings.KARMADA_NAMESPACE),
@@ -197,6 +231,7 @@ def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dic
         for p in out.get("parameters") or []:
             if isinstance(p, dict) and p.get("globalName"):
                 params[p["globalName"]] = {"name": p["globalName"], "value": p.get("value")}
+        out = preview(out, int(settings.PORTAL_OUTPUT_PREVIEW_CHARS))
         for a in out.get("artifacts") or []:
             if isinstance(a, dict) and a.get("globalName"):
                 artifacts[a["globalName"]] = {**a, "name": a["globalName"]}
@@ -204,8 +239,11 @@ def outputs_summary(rows: list[dict[str, Any]], limit: int | None = None) -> dic
             out.get("parameters") or out.get("artifacts") or out.get("result")
         ):
             final.append({"unit": r["name"], "phase": r["phase"], "outputs": out})
+    shown = preview(
+        {"parameters": list(params.values())}, int(settings.PORTAL_OUTPUT_PREVIEW_CHARS)
+    )
     return {
-        "global": {"parameters": list(params.values()), "artifacts": list(artifacts.values())},
+        "global": {"parameters": shown["parameters"], "artifacts": list(artifacts.values())},
         "final": final[:limit] if limit is not None else final,
         "final_total": len(final),
     }

@@ -18,6 +18,7 @@ from django.utils import timezone
 from placement import codec, manifests, parser, planner
 from placement.gcpause import gc_paused
 from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
+from placement.revisions.replay import planning_record
 from placement.selectors import planner_inputs
 from portal import bulk, catalogue, state, stored_decisions
 from portal.choices import RunStatus, UnitPhase, UnitTiming
@@ -29,6 +30,7 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.selectors import fleet_with_holds, projects_of
+from portal.submission_limits import submission_count
 from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
 
 log = logging.getLogger(__name__)
@@ -204,14 +206,19 @@ def default_project(user: Any) -> Project | None:
 
 
 def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
+    return _plan_from(parsed, project)[0]
+
+
+def _plan_from(
+    parsed: ParsedWorkflow, project: Project | None
+) -> tuple[planner.Plan, planner.Fleet, planner.DataCatalogue]:
+    """The plan, with the fleet and datasets it was made from (recorded for replay)."""
     inputs = planner_inputs()
-    return planner.plan(
-        parsed,
-        fleet_with_holds(inputs.fleet),
-        inputs.rules,
-        inputs.datasets,
-        project=project.name if project else None,
+    fleet = fleet_with_holds(inputs.fleet)
+    plan = planner.plan(
+        parsed, fleet, inputs.rules, inputs.datasets, project=project.name if project else None
     )
+    return plan, fleet, inputs.datasets
 
 
 def workflow_preview(
@@ -222,15 +229,18 @@ def workflow_preview(
     arguments: dict[str, str] | None = None,
     top: int | None = None,
     unit: str | None = None,
+    loops: bool = False,
 ) -> dict[str, Any]:
     """The plan for every unit, stores nothing (``POST /api/v1/runs/preview/``): each with
     its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
-    (``units`` is then empty when no unit has that name)."""
+    (``units`` is then empty when no unit has that name). ``loops`` adds each unit's ``task``
+    and ``item_index``, with which the submit page groups a fan-out as the run page does."""
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan = _plan(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
     pods = {u.name: u.pods for u in parsed.units}
+    looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
     if unit is not None:
         rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
     else:
@@ -238,6 +248,8 @@ def workflow_preview(
     for row in rows:
         # What the unit's step workflow can create at its site (its nested loops multiplied).
         row["pods"] = pods.get(row["name"])
+        if loops:
+            row["task"], row["item_index"] = looped.get(row["name"], (row["name"], None))
     return {"units": rows, "warnings": warnings}
 
 
@@ -312,8 +324,9 @@ def _submit(
     resubmitted_from: WorkflowRun | None,
 ) -> WorkflowRun:
     proj = _project_for(user, project)
+    submission_count(user=user, project=proj)  # before any parsing: that is what it bounds
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
-    plan = _plan(parsed, proj)
+    plan, fleet, datasets = _plan_from(parsed, proj)
     unplaceable = [d for d in plan.decisions if d.timing == "submit" and d.site is None]
     if unplaceable:
         raise WorkflowInvalid(
@@ -333,6 +346,7 @@ def _submit(
                 arguments=arguments or {},
                 parsed=parsed,
                 plan=plan,
+                planned_from=(fleet, datasets),
                 resubmitted_from=resubmitted_from,
             )
         except IntegrityError as exc:
@@ -360,6 +374,7 @@ def _store_run(
     arguments: dict[str, str],
     parsed: ParsedWorkflow,
     plan: planner.Plan,
+    planned_from: tuple[planner.Fleet, planner.DataCatalogue],
     resubmitted_from: WorkflowRun | None,
 ) -> WorkflowRun:
     """One transaction: the run, its units, its submission decisions and the first event; the
@@ -384,6 +399,13 @@ def _store_run(
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}
         stored_decisions.store_submitted(run, by_name, plan)
+        planning_record(
+            run_id=run.pk,
+            project=project.name if project else None,
+            units=parsed.units,
+            fleet=planned_from[0],
+            datasets=planned_from[1],
+        )
         RunEvent.objects.create(
             run=run,
             kind="submitted",

@@ -61,6 +61,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Under DEBUG (the demo), the portal's 404 page instead of Django's technical one.
+    "portal.notfound.PlainNotFoundMiddleware",
 ]
 
 ROOT_URLCONF = "portal.urls"
@@ -171,6 +173,10 @@ CACHES = {
 PORTAL_AUTH_FAILURES_PER_USER = envint("PORTAL_AUTH_FAILURES_PER_USER", 10)
 PORTAL_AUTH_FAILURES_PER_ADDRESS = envint("PORTAL_AUTH_FAILURES_PER_ADDRESS", 50)
 PORTAL_AUTH_FAILURE_WINDOW_SECONDS = envint("PORTAL_AUTH_FAILURE_WINDOW_SECONDS", 300)
+# Runs one project may submit per window (portal/submission_limits.py); past it 429 with
+# Retry-After until the window ends. 0: no limit.
+PORTAL_SUBMISSIONS_PER_PROJECT = envint("PORTAL_SUBMISSIONS_PER_PROJECT", 120)
+PORTAL_SUBMISSION_WINDOW_SECONDS = envint("PORTAL_SUBMISSION_WINDOW_SECONDS", 60)
 
 # --- Health endpoints (portal/health.py) ----------------------------------------------------
 PORTAL_READYZ_BUDGET_SECONDS = envfloat("PORTAL_READYZ_BUDGET_SECONDS", 2.0)
@@ -271,6 +277,9 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# Advances a user waits on (a run's first, one because a unit ended) of one project queued or
+# running at once; the project's further requests wait their turn (portal/execution/fairness.py).
+PORTAL_PROJECT_ADVANCES = envint("PORTAL_PROJECT_ADVANCES", 4)
 # Step workflows created at once by one advance (threads; each create is idempotent).
 PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)
 # Failed (or killed) advances of one run in a row before the run is marked Error.
@@ -300,6 +309,10 @@ PORTAL_UNKNOWN_LOOP_ITEMS = envint("PORTAL_UNKNOWN_LOOP_ITEMS", 1000)
 # Step logs read through Karmada's cluster proxy: at most this much per read, and a followed
 # log is cut after this long (the reader follows again).
 PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
+# The most one output parameter of a step may hold (and the last bytes of a result kept).
+PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
+# How much of each output value a run, a unit and the step panel show; the rest is paged.
+PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # A followed log holds one web thread while it streams (portal/log_follows.py): at most this
 # many at once per user (every process together) and per process (keep it below
@@ -313,6 +326,9 @@ PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
 PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+# A site's artifact store holds the outputs of runs placed there: removing or moving it is
+# refused (without "force") while one of them is active or finished less than this long ago.
+PORTAL_RECENT_RUN_HOURS = envint("PORTAL_RECENT_RUN_HOURS", 24)
 # A finished step workflow (its outcome and outputs recorded) is deleted on karmada-apiserver
 # this long after it ended (at the next resync): a member that deletes its copy would otherwise
 # get it re-created from Karmada's Work and run the step again. Raise it to debug a step.
@@ -324,6 +340,8 @@ PORTAL_WEBHOOK_TOKEN = env("PORTAL_WEBHOOK_TOKEN", "")
 # The portal keeps its MutatingWebhookConfiguration on karmada-apiserver in step itself; turn
 # off when the platform team applies it from deploy/ (with its caBundle) instead.
 PORTAL_WEBHOOK_REGISTER = envbool("PORTAL_WEBHOOK_REGISTER", True)
+# A rule revision needs a second operator's approval before it is applied (off in the demo).
+PORTAL_RULES_REVIEW = envbool("PORTAL_RULES_REVIEW", True)
 PORTAL_WEBHOOK_BUDGET_MS = envint("PORTAL_WEBHOOK_BUDGET_MS", 500)
 PORTAL_WEBHOOK_CA_BUNDLE = env("PORTAL_WEBHOOK_CA_BUNDLE", "")
 # Where the webhook queues its decisions for the watcher to record (a Redis list), so the

@@ -9,10 +9,13 @@ again, which the services make harmless.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
+import redis
 from celery import shared_task
+from django.utils import timezone
 
 from portal import execution, gateway
 from portal.admission import queue
@@ -40,9 +43,17 @@ BULK = 6
 
 def advance_request(run_id: int) -> None:
     """Ask for the run to be advanced: one task queued per run at most (a request while one
-    waits is folded into it; see ``portal.execution.claims``)."""
+    waits is folded into it; see ``portal.execution.claims``), through its project's prompt
+    lane (``portal.execution.fairness``): a project's many runs do not queue ahead of
+    another project's."""
     if execution.claims.should_enqueue(run_id):
-        run_advance.apply_async((run_id,), priority=PROMPT)
+        project = execution.fairness.project_of(run_id)
+        _prompt_enqueue(execution.fairness.prompt_request(project, run_id))
+
+
+def _prompt_enqueue(turns: list[tuple[int, int]]) -> None:
+    for project, run_id in turns:
+        run_advance.apply_async((run_id,), {"project": project, "prompt": True}, priority=PROMPT)
 
 
 def _turns_enqueue(turns: list[tuple[int, int]]) -> None:
@@ -51,14 +62,17 @@ def _turns_enqueue(turns: list[tuple[int, int]]) -> None:
 
 
 @shared_task(**RETRY)
-def run_advance(run_id: int, project: int | None = None) -> None:
-    """One turn of the run's advance. ``project`` is given for a continuation (a turn after a
-    cut one), which holds its project's turn until it ends (``execution.fairness``)."""
+def run_advance(run_id: int, project: int | None = None, prompt: bool = False) -> None:
+    """One turn of the run's advance. ``project`` is given for an advance that holds one of
+    its project's slots until it ends (``execution.fairness``): a prompt one (``prompt``: a
+    first advance, a unit ended) or a continuation (a turn after a cut one)."""
     again = None
     try:
         again = execution.run_advance_turn(run_id)
     finally:
-        if project is not None:
+        if project is not None and prompt:
+            _prompt_enqueue(execution.fairness.prompt_done(project, run_id))
+        elif project is not None:
             _turns_enqueue(execution.fairness.release(project, run_id))
     if again == execution.CUT:
         if project is None:
@@ -85,9 +99,41 @@ def policies_sync() -> None:
     execution.policies_sync()
 
 
+# A housekeeping task queued and not started yet: beat's next resync does not queue another
+# (it would do the same work again). Under a flood of small runs the bulk queue held five
+# resyncs' worth of them, each listing every binding, and a worker process busy with one is
+# not free for what users wait on. The mark expires, so a lost message stops nothing for long.
+HOUSEKEEPING_QUEUED = "portal:housekeeping:queued:%s"
+_HOUSEKEEPING_MARK_S = 120
+
+
+def _housekeeping_enqueue(task: Any) -> None:
+    client = execution.claims.redis_client()
+    if client is not None:
+        key = HOUSEKEEPING_QUEUED % task.name
+        try:
+            if not client.set(key, "1", nx=True, ex=_HOUSEKEEPING_MARK_S):
+                return
+        except redis.RedisError:
+            pass  # a spare task is harmless
+    try:
+        task.delay()
+    except Exception:
+        _housekeeping_started(task.name)  # not queued after all: the next resync tries again
+        raise
+
+
+def _housekeeping_started(name: str) -> None:
+    client = execution.claims.redis_client()
+    if client is not None:
+        with contextlib.suppress(redis.RedisError):
+            client.delete(HOUSEKEEPING_QUEUED % name)
+
+
 @shared_task(**RETRY, priority=BULK)
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
+    _housekeeping_started(sites_sync.name)
     items, _ = gateway.list_objects(gateway.CLUSTER)
     seen = set()
     for cluster in items:
@@ -104,10 +150,17 @@ def sites_sync() -> None:
 def bindings_resync() -> None:
     """One list of the step workflows' bindings catches anything a watch missed. Read and
     folded a chunk at a time: a fan-out's ten thousand bindings in one answer held a few
-    hundred MB in the worker, and more with every run."""
+    hundred MB in the worker, and more with every run. A unit in flight whose step workflow
+    has no binding in the list and is gone too is run again or ended
+    (``execution.vanished``)."""
+    _housekeeping_started(bindings_resync.name)
     ended: set[int] = set()
+    seen: set[str] = set()
+    listed_at = timezone.now()
     for items, _ in gateway.list_chunks(gateway.RESOURCE_BINDING):
         ended |= execution.bindings_observe(items)
+        seen |= execution.vanished.bound_names(items)
+    ended |= set(execution.vanished.vanished_check(seen, listed_at))
     for run_id in sorted(ended):
         advance_request(run_id)
 
@@ -115,6 +168,7 @@ def bindings_resync() -> None:
 @shared_task(**RETRY, priority=BULK)
 def step_workflows_cleanup() -> None:
     """Finished step workflows leave karmada-apiserver after ``PORTAL_KEEP_FINISHED_SECONDS``."""
+    _housekeeping_started(step_workflows_cleanup.name)
     execution.step_workflows_cleanup()
 
 
@@ -124,9 +178,8 @@ def resync() -> None:
     (in chunks of ``gateway.LIST_CHUNK`` items), whatever the number of runs; everything else
     is the database."""
     if gateway.configured():
-        sites_sync.delay()
-        bindings_resync.delay()
-        step_workflows_cleanup.delay()
+        for task in (sites_sync, bindings_resync, step_workflows_cleanup):
+            _housekeeping_enqueue(task)
     # The watcher writes the webhook's queued decisions every second; this is for when it
     # does not run.
     try:
@@ -145,6 +198,7 @@ def resync() -> None:
         if run_id not in waiting:
             advance_request(run_id)
     _turns_enqueue(execution.fairness.dispatch_all())
+    _prompt_enqueue(execution.fairness.prompt_dispatch_all())
 
 
 @shared_task(**RETRY, priority=BULK)

@@ -16,6 +16,7 @@ urlpatterns = [
     path("runs/<int:pk>/resume/", views.run_resume, name="ui-run-resume"),
     path("runs/<int:pk>/units/<str:key>/", views.unit_panel, name="ui-unit-detail"),
     path("runs/<int:pk>/units/<str:key>/logs/", views.unit_logs, name="ui-unit-logs"),
+    path("runs/<int:pk>/units/<str:key>/outputs/", views.unit_output, name="ui-unit-output"),
     path("submit/", views.submit, name="ui-submit"),
     path("submit/preview/", views.submit_preview, name="ui-submit-preview"),
     path("submit/parameters/", views.submit_parameters, name="ui-submit-parameters"),

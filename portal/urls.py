@@ -3,9 +3,13 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from portal import health
+from portal import health, notfound
 from portal.argoserver import urls as argo_urls
 from portal.auth_views import ThrottledLoginView, throttled_admin_login
+
+admin.site.site_header = "Multi-site workflow portal: administration"
+admin.site.site_title = "Multi-site workflow portal"
+admin.site.index_title = "Sites, datasets, rules and runs"
 
 api_v1 = [
     path("", include("sites.api.urls")),
@@ -21,6 +25,8 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
     path("", include("portal.ui_urls")),
+    # Browsers ask for /favicon.ico whatever the page says (JSON answers, the API docs).
+    path("favicon.ico", notfound.favicon, name="favicon"),
     path("login/", ThrottledLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     # The admin's login form, behind the same count of failures.

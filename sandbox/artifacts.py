@@ -1,5 +1,6 @@
 """Per-site artifact repositories (a folder per bucket) and the artifact drivers a step can
-use with no internet: s3 (these buckets), raw, http (loopback only) and git (fails).
+use with no internet: s3 (these buckets), raw, http (from the Workflow's own network
+namespace) and git (fails).
 
 Keys are Argo's default key format `{{workflow.name}}/{{pod.name}}/<artifact>.tgz`; outputs
 are tarred and gzipped unless `archive: none` (workflow/executor/executor.go), and the node's
@@ -12,16 +13,26 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import posixpath
+import re
 import shutil
+import stat
+import subprocess
 import tarfile
 import tempfile
+import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from sandbox import confined
+from sandbox.executor import host_python
+
+# S3's bucket naming rules (3 to 63 characters: lower-case letters, digits, '.' and '-').
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+FETCH_TIMEOUT = 30.0  # seconds without a byte before an http input fails
+FETCH_WALLCLOCK = 600.0  # seconds for a whole http input, however slowly it comes
 
 
 class ArtifactError(Exception):
@@ -30,84 +41,213 @@ class ArtifactError(Exception):
 
 @dataclass
 class Repository:
+    """A bucket: a folder whose files are keys. Every read and write resolves inside it,
+    never through a symbolic link (a bucket keeps only links that stay inside an artifact,
+    and a key is never resolved through one), or fails."""
+
     bucket: str
     endpoint: str
     root: Path  # <data dir>/buckets/<bucket>
+    quota: int | None = None  # bytes: the bucket's hard quota
 
-    def path(self, key: str) -> Path:
-        clean = os.path.normpath("/" + key).lstrip("/")
-        return self.root / clean
-
-    def save(self, src: Path, key: str, archive: bool) -> None:
-        dest = self.path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if not archive:
-            # `archive: none`: a file as it is, a folder as keys under the prefix.
-            if src.is_dir():
-                shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-            else:
-                shutil.copyfile(src, dest)
-            return
-        with tarfile.open(dest, "w:gz") as tar:
-            tar.add(src, arcname=src.name)
-
-    def load(self, key: str, dest: Path) -> None:
-        src = self.path(key)
-        if src.is_dir():
-            shutil.copytree(src, dest, symlinks=True, dirs_exist_ok=True)
-            return
-        if not src.is_file():
-            # The message an S3 GetObject of a missing key gives (workflow/artifacts/s3/s3.go).
+    def __post_init__(self) -> None:
+        if not BUCKET_NAME.match(self.bucket) or ".." in self.bucket:
+            # What S3 answers (and where a bucket is a folder, what keeps it one).
             raise ArtifactError(
-                f"failed to load artifact: s3://{self.bucket}/{key}: "
-                "The specified key does not exist. (NoSuchKey)"
+                f"bucket {self.bucket!r}: InvalidBucketName: The specified bucket is not valid."
             )
-        unpack(src.read_bytes(), dest)
+
+    def _parts(self, key: str) -> list[str]:
+        parts = [p for p in posixpath.normpath("/" + key).split("/") if p]
+        if not parts:
+            raise self._missing(key)
+        return parts
+
+    def _missing(self, key: str) -> ArtifactError:
+        # The message an S3 GetObject of a missing key gives (workflow/artifacts/s3/s3.go).
+        return ArtifactError(
+            f"failed to load artifact: s3://{self.bucket}/{key}: "
+            "The specified key does not exist. (NoSuchKey)"
+        )
+
+    def save(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
+        """Store the file or folder `src` (parent descriptor, name) at `key`: as a .tgz
+        whose top entry is `arcname`, or with `archive: none` a file as it is and a folder as
+        keys under the prefix. Links that leave the artifact are left out. A write that takes
+        the bucket past its quota stores nothing and fails, as MinIO refuses the PUT."""
+        if self.quota is None:
+            self._write(src, key, archive, arcname)
+            return
+        with _QUOTA_LOCK:
+            # An object's size is known once written (a tarball's, a folder's of keys): the
+            # write is taken back when it went past the quota.
+            self._write(src, key, archive, arcname)
+            if self.used() > self.quota:
+                self._remove(key)
+                raise ArtifactError(QUOTA_EXCEEDED)
+
+    def used(self) -> int:
+        """Bytes of the objects in the bucket (links counted as themselves, never followed)."""
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):  # os.walk follows no links
+            for name in files:
+                with contextlib.suppress(OSError):
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+        return total
+
+    def _remove(self, key: str) -> None:
+        # The key's path was written without following a link, so it is inside the bucket;
+        # rmtree removes links themselves, never what they point at.
+        dest = self.root.joinpath(*self._parts(key))
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest, ignore_errors=True)
+        else:
+            dest.unlink(missing_ok=True)
+
+    def _write(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
+        parts = self._parts(key)
+        base = confined.open_base(self.root, create=True)
+        try:
+            parent = confined.open_dir(base, parts[:-1], create=True, follow=False)
+        finally:
+            os.close(base)
+        try:
+            if not archive:
+                confined.copy(src[0], src[1], parent, parts[-1])
+                return
+            fd = confined.create_file(parent, parts[-1])
+            with os.fdopen(fd, "wb") as out:
+                confined.tar_gz(src[0], src[1], arcname, out)
+        finally:
+            os.close(parent)
+
+    def load(self, key: str, dest: tuple[int, str]) -> None:
+        """Put the object (or the folder of keys) at `key` at `dest` (parent descriptor,
+        name), unpacking a .tgz as Argo does."""
+        parts = self._parts(key)
+        try:
+            base = confined.open_base(self.root)
+        except OSError:
+            raise self._missing(key) from None
+        try:
+            parent = confined.open_dir(base, parts[:-1], follow=False)
+        except OSError:
+            raise self._missing(key) from None
+        finally:
+            os.close(base)
+        try:
+            st = confined.lstat_at(parent, parts[-1])
+            if st is None or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                raise self._missing(key)
+            if stat.S_ISDIR(st.st_mode):
+                confined.copy(parent, parts[-1], dest[0], dest[1])
+                return
+            unpack(confined.read_file(parent, parts[-1]), dest)
+        finally:
+            os.close(parent)
 
 
-def unpack(data: bytes, dest: Path) -> None:
+# A write past a bucket's quota, as MinIO refuses it (cmd/api-errors.go):
+#   ErrAdminBucketQuotaExceeded: {
+#       Code:           "XMinioAdminBucketQuotaExceeded",
+#       Description:    "Bucket quota exceeded",
+#       HTTPStatusCode: http.StatusBadRequest,
+# and minio-go's error reads as its message; the code is kept beside it, as NoSuchKey is.
+QUOTA_EXCEEDED = "Bucket quota exceeded (XMinioAdminBucketQuotaExceeded)"
+_QUOTA_LOCK = threading.Lock()
+
+
+def unpack(data: bytes, dest: tuple[int, str]) -> None:
     """A .tgz with one entry becomes `dest` (file or folder), as Argo's untar does; anything
-    that is not a tarball is copied as it is."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    that is not a tarball is copied as it is. It is unpacked in a private folder first, with
+    tarfile's "data" filter (no absolute links, nothing outside), then copied over."""
     try:
         tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 - closed below
     except tarfile.TarError:
-        dest.write_bytes(data)
+        confined.write_file(dest[0], dest[1], data)
         return
-    with tar, tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tar.extractall(tmp, filter="data")
-        entries = os.listdir(tmp)
-        if len(entries) == 1:
-            shutil.move(os.path.join(tmp, entries[0]), dest)
-        else:
-            shutil.move(tmp, dest)
-            Path(tmp).mkdir()
+    with tar, tempfile.TemporaryDirectory(prefix="sandbox-untar-") as tmp:
+        try:
+            tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError) as exc:
+            raise ArtifactError(f"failed to load artifact: untar: {exc}") from exc
+        fd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            entries = os.listdir(fd)
+            if len(entries) == 1:
+                confined.copy(fd, entries[0], dest[0], dest[1])
+            else:
+                confined.copy(fd, "", dest[0], dest[1])
+        finally:
+            os.close(fd)
 
 
-def fetch_http(url: str, dest: Path) -> None:
-    host = urllib.parse.urlparse(url).hostname or ""
-    if host not in LOOPBACK:
-        # The pod has no network: what a failed DNS lookup reads like.
-        raise ArtifactError(
-            f'Get "{url}": dial tcp: lookup {host}: Temporary failure in name resolution'
-        )
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            data = resp.read()
-    except OSError as exc:
-        raise ArtifactError(f'Get "{url}": {exc}') from exc
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_bytes(data)
+# Run as the pod's user, inside the Workflow's network namespace: urllib with the http(s)
+# handlers only (no file:, ftp:, data: or proxies from the environment), redirects followed as
+# Go's client does, which can only lead to what that namespace reaches.
+_FETCH = """
+import socket, sys, urllib.error, urllib.parse, urllib.request
+url = sys.argv[1]
+u = urllib.parse.urlsplit(url)
+class Redirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        global u
+        u = urllib.parse.urlsplit(newurl)
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+opener = urllib.request.OpenerDirector()
+for h in (urllib.request.HTTPHandler(), urllib.request.HTTPSHandler(), Redirect(),
+          urllib.request.HTTPDefaultErrorHandler(), urllib.request.HTTPErrorProcessor()):
+    opener.add_handler(h)
+try:
+    with opener.open(url, timeout=float(sys.argv[2])) as r:
+        while chunk := r.read(1 << 20):
+            sys.stdout.buffer.write(chunk)
+except urllib.error.HTTPError as e:
+    sys.exit(f"{e.code} {e.reason}")
+except (urllib.error.URLError, OSError) as e:
+    r = getattr(e, "reason", e)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    if isinstance(r, ConnectionRefusedError):
+        sys.exit(f"dial tcp {u.hostname}:{port}: connect: connection refused")
+    if isinstance(r, socket.gaierror):
+        sys.exit(f"dial tcp: lookup {u.hostname}: {r.strerror}")
+    if isinstance(r, OSError) and r.strerror:
+        sys.exit(f"dial tcp {u.hostname}:{port}: connect: {r.strerror.lower()}")
+    sys.exit(str(r))
+"""
 
 
-def safe_inside(root: Path, path: Path) -> Path | None:
-    """`path` with its symlinks resolved, if that stays inside `root` (a step may leave a
-    symlink to a host file where its output should be)."""
-    with contextlib.suppress(OSError):
-        real = path.resolve()
-        if real.is_relative_to(root.resolve()) and (real.exists() or real.is_symlink()):
-            return real
-    return None
+def fetch_http(url: str, dest: tuple[int, str], netns: int, uid: int) -> None:
+    """An `http` input artifact fetched as the pod would fetch it: from the Workflow's own
+    network namespace (its loopback and nothing else), as the pod's user, never from the
+    sandbox's host namespace."""
+    scheme = urllib.parse.urlsplit(url).scheme
+    if scheme not in ("http", "https"):
+        # Go's net/http (workflow/artifacts/http/http.go uses its client).
+        raise ArtifactError(f'Get "{url}": unsupported protocol scheme "{scheme}"')
+    argv = ["nsenter", f"--net=/proc/{netns}/ns/net", "--", "setpriv", f"--reuid={uid}"]
+    argv += [f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
+    argv += [host_python(), "-I", "-S", "-c", _FETCH, url, str(FETCH_TIMEOUT)]
+    fd = confined.create_file(dest[0], dest[1])
+    with os.fdopen(fd, "wb") as out:
+        try:
+            proc = subprocess.run(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                check=False,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the sandbox's own
+                timeout=FETCH_WALLCLOCK,
+            )
+        except subprocess.TimeoutExpired:
+            raise ArtifactError(
+                f'Get "{url}": context deadline exceeded (Client.Timeout or context '
+                "cancellation while reading body)"
+            ) from None
+    if proc.returncode != 0:
+        reason = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["failed"]
+        raise ArtifactError(f'Get "{url}": {reason[0]}')
 
 
 def is_archive_none(art: dict[str, Any]) -> bool:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandbox import confined, limits
+
 BWRAP = "/usr/bin/bwrap"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 # Argo keeps the last 256 kB of stdout as `result` (workflow/executor/executor.go).
@@ -115,6 +117,9 @@ class Mount:
     host: Path
     dest: str
     readonly: bool = False
+    # An open descriptor of the folder (a volume, resolved beneath it): bound by descriptor,
+    # so a link a step swaps in afterwards (a claim is shared) changes nothing.
+    fd: int | None = None
 
 
 @dataclass
@@ -125,7 +130,11 @@ class PodSpec:
     mounts: list[Mount]
     workdir: str
     uid: int
-    memory: int | None = None
+    memory: int | None = None  # bytes: the container's memory limit
+    # bytes: the pod's ephemeral storage limit, and how the kubelet would write it ("2Gi")
+    ephemeral_storage: int | None = None
+    ephemeral_storage_text: str = ""
+    eviction_interval: float = 1.0
     deadline: float | None = None  # real seconds; killing counts as exceeding the deadline
     wallclock: float = 600.0  # real seconds; the sandbox's own limit
     time_scale: float = 1.0
@@ -144,7 +153,8 @@ class PodResult:
     exit_code: int
     stdout: bytes
     log: bytes
-    killed: str | None = None  # "deadline" | "wallclock"
+    killed: str | None = None  # "deadline" | "wallclock" | "oom" | "evicted"
+    message: str = ""  # the kubelet's, for "evicted"
 
 
 def prepare_bin(spec: PodSpec) -> Path:
@@ -210,8 +220,10 @@ def prepare_bin(spec: PodSpec) -> Path:
     return bindir
 
 
-def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
-    argv = ["nsenter", f"--net=/proc/{spec.netns}/ns/net", "--"] if spec.netns else []
+def bwrap_argv(spec: PodSpec, bindir: Path, cgroup: limits.MemoryCgroup | None = None) -> list[str]:
+    # Into the pod's memory cgroup before anything of the step runs (what it forks inherits it).
+    argv = cgroup.enter_argv() if cgroup is not None else []
+    argv += ["nsenter", f"--net=/proc/{spec.netns}/ns/net", "--"] if spec.netns else []
     argv += [
         "setpriv",
         f"--reuid={spec.uid}",
@@ -222,8 +234,11 @@ def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
         f"--nproc={PIDS}",
         "--core=0",
     ]
-    if spec.memory:
-        argv.append(f"--data={spec.memory}")
+    if spec.memory and cgroup is None:
+        # No memory cgroup to be had: the poller in limits.py stands in for the OOM killer,
+        # and RLIMIT_DATA well above the limit bounds what a step can take between two polls
+        # (close to it, allocations would fail before the poller saw them).
+        argv.append(f"--data={limits.fallback_data_limit(spec.memory)}")
     argv += [
         "--",
         BWRAP,
@@ -241,18 +256,36 @@ def bwrap_argv(spec: PodSpec, bindir: Path) -> list[str]:
     argv += ["--ro-bind", str(bindir), "/.sandbox/bin"]
     argv += ["--ro-bind", str(bindir / "argosay"), "/argosay"]
     for m in sorted(spec.mounts, key=lambda m: m.dest.count("/")):
-        argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
+        if m.fd is not None:
+            argv += ["--ro-bind-fd" if m.readonly else "--bind-fd", str(m.fd), m.dest]
+        else:
+            argv += ["--ro-bind" if m.readonly else "--bind", str(m.host), m.dest]
     argv += ["--chdir", spec.workdir or "/", "--clearenv"]
     for k, v in spec.env.items():
         argv += ["--setenv", k, v]
     return [*argv, "--", *spec.argv]
 
 
-def chown_tree(path: Path, uid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(path):
-        os.lchown(dirpath, uid, uid)
-        for n in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, n), uid, uid)
+def chown_tree(path: Path | int, uid: int) -> None:
+    """Give a folder (a path the sandbox made, or an open descriptor) and all in it to `uid`,
+    never through a link: a step may have left links to host files in its folders."""
+    fd = confined.open_base(path) if isinstance(path, Path) else os.dup(path)
+    try:
+        confined.chown_tree(fd, "", uid)
+    finally:
+        os.close(fd)
+
+
+def make_dirs(root: Path, paths: list[str]) -> None:
+    """Folders of the pod's root file system, made beneath it (never through a link that
+    leads out: a containerSet's earlier container may have left one)."""
+    fd = confined.open_base(root, create=True)
+    try:
+        for p in paths:
+            with contextlib.suppress(OSError):
+                os.close(confined.open_dir(fd, p, create=True))
+    finally:
+        os.close(fd)
 
 
 async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
@@ -265,51 +298,92 @@ async def _pump(stream: asyncio.StreamReader | None, *sinks: Tail) -> None:
 
 async def run_pod(spec: PodSpec) -> PodResult:
     """Run the pod's main container to its end (or its deadline) and collect its output."""
-    for d in IMAGE_DIRS:
-        (spec.root / "fs" / d).mkdir(parents=True, exist_ok=True)
-    if spec.workdir:
-        (spec.root / "fs" / spec.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    make_dirs(spec.root / "fs", [*IMAGE_DIRS, *([spec.workdir] if spec.workdir else [])])
     bindir = prepare_bin(spec)
     for m in spec.mounts:
-        if not m.host.exists():
+        if m.fd is None and not m.host.exists():
             m.host.mkdir(parents=True, exist_ok=True)
-    chown_tree(spec.root, spec.uid)
+    # A tree a step made too deep to walk stays as it is: the step then meets what it made.
+    with contextlib.suppress(OSError):
+        chown_tree(spec.root, spec.uid)
     spec.root.chmod(0o700)  # other pods (other user ids) cannot look in
     for m in spec.mounts:
-        if not m.host.is_relative_to(spec.root):
-            chown_tree(m.host, spec.uid)
+        with contextlib.suppress(OSError):
+            if m.fd is not None:
+                chown_tree(m.fd, spec.uid)
+            elif not m.host.is_relative_to(spec.root):
+                chown_tree(m.host, spec.uid)
     env = {"PATH": PATH, "HOME": "/root", "HOSTNAME": "pod", **spec.env}
     if spec.time_scale != 1.0:
         env.setdefault("PYTHONPATH", "/.sandbox/bin")
     spec.env = env
     stdout, log = Tail(RESULT_BYTES), spec.log if spec.log is not None else Tail(LOG_BYTES)
+    cgroup = limits.MemoryCgroup.create(spec.memory) if spec.memory else None
+    try:
+        return await _run(spec, bindir, cgroup, stdout, log)
+    finally:
+        if cgroup is not None:
+            await asyncio.to_thread(cgroup.remove)
+
+
+async def _run(
+    spec: PodSpec, bindir: Path, cgroup: limits.MemoryCgroup | None, stdout: Tail, log: Tail
+) -> PodResult:
     proc = await asyncio.create_subprocess_exec(
-        *bwrap_argv(spec, bindir),
+        *bwrap_argv(spec, bindir, cgroup),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         start_new_session=True,
+        pass_fds=[m.fd for m in spec.mounts if m.fd is not None],
     )
     pumps = asyncio.gather(_pump(proc.stdout, stdout, log), _pump(proc.stderr, log))
     limit = spec.wallclock if spec.deadline is None else min(spec.deadline, spec.wallclock)
     killed: str | None = None
+    watch = asyncio.get_running_loop().create_task(limits.watch(spec, cgroup is None))
     try:
-        await asyncio.wait_for(proc.wait(), limit)
-    except TimeoutError:
-        killed = "deadline" if spec.deadline is not None and limit == spec.deadline else "wallclock"
-        _kill(proc)
+        ended = asyncio.ensure_future(proc.wait())
+        done, _ = await asyncio.wait(
+            {watch, ended}, timeout=limit, return_when=asyncio.FIRST_COMPLETED
+        )
+        if watch in done:
+            killed = watch.result()
+            _kill(proc)
+        elif not done:
+            killed = (
+                "deadline" if spec.deadline is not None and limit == spec.deadline else "wallclock"
+            )
+            _kill(proc)
     except asyncio.CancelledError:
         _kill(proc)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(proc.wait(), 5)
         pumps.cancel()
         raise
+    finally:
+        watch.cancel()
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(pumps, 5)
     code = await proc.wait()
     # A signal death shows as 128+N, as a container runtime reports it.
     code = 128 - code if code < 0 else code
-    return PodResult(exit_code=code, stdout=bytes(stdout.data), log=bytes(log.data), killed=killed)
+    if killed is None and cgroup is not None and await asyncio.to_thread(cgroup.oom_killed):
+        killed = "oom"
+    if killed is None and spec.ephemeral_storage is not None:
+        # The eviction manager may not have looked while it ran: it sees what is left now.
+        killed = await asyncio.to_thread(limits.over_storage, spec)
+    message = ""
+    if killed == "evicted":
+        message = limits.eviction_message(spec.ephemeral_storage_text)
+    if killed == "oom":
+        code = 137  # killed by SIGKILL, as the runtime reports an OOM kill
+    return PodResult(
+        exit_code=code,
+        stdout=bytes(stdout.data),
+        log=bytes(log.data),
+        killed=killed,
+        message=message,
+    )
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:

@@ -12,6 +12,13 @@ from sandbox import quantity
 
 DEMO_FLEET = Path(__file__).parent / "fleets" / "demo.yaml"
 DEFAULT_CAPACITY = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+# What a member's LimitRange gives a container that sets no limit of its own (`default`) and
+# no request (`defaultRequest`); a site's `limitRange` replaces it, resource by resource.
+DEFAULT_LIMIT_RANGE: dict[str, dict[str, str]] = {
+    "default": {"memory": "1Gi", "ephemeral-storage": "2Gi"},
+}
+LIMIT_RANGE_RESOURCES = ("memory", "ephemeral-storage")
+DEFAULT_BUCKET_QUOTA = "10Gi"
 # The pods one Workflow may have at once at a member (a ResourceQuota on `pods`, as a member
 # would give each tenant); the fleet file's `podsPerWorkflow` sets it per site.
 DEFAULT_PODS_PER_WORKFLOW = 100
@@ -37,6 +44,9 @@ class Site:
     artifacts: dict[str, Any] = field(default_factory=dict)
     # karmada-agent's `--report-secrets` (pull mode only); its default reports both.
     report_secrets: tuple[str, ...] = REPORT_SECRETS_DEFAULT
+    # The member's LimitRange for containers: {"default": {...}, "defaultRequest": {...}} in
+    # bytes; None: the fleet's `execution.limitRange`, else DEFAULT_LIMIT_RANGE.
+    limit_range: dict[str, dict[str, float]] | None = None
     pods_per_workflow: int = DEFAULT_PODS_PER_WORKFLOW
 
     @classmethod
@@ -45,7 +55,7 @@ class Site:
         if d.get("reportSecrets") is not None and d.get("syncMode", "Push") != "Pull":
             # A flag of karmada-agent: a push-mode site has no agent to pass it to.
             raise ValueError(f"site {name}: reportSecrets applies to syncMode Pull only")
-        return cls(
+        site = cls(
             name=name,
             region=str(d.get("region", "")),
             zone=str(d.get("zone", "")),
@@ -60,8 +70,11 @@ class Site:
             kubernetes_version=str(d.get("kubernetesVersion", "v1.31.2")),
             artifacts=dict(d.get("artifacts") or {}),
             report_secrets=_report_secrets(d.get("reportSecrets"), name),
+            limit_range=parse_limit_range(d.get("limitRange"), f"site {name}"),
             pods_per_workflow=_positive(d.get("podsPerWorkflow"), DEFAULT_PODS_PER_WORKFLOW, name),
         )
+        site.bucket_quota  # noqa: B018 - refused when the fleet file is read, not at a write
+        return site
 
     # -- execution (issue 16) ---------------------------------------------------------------
     @property
@@ -71,6 +84,18 @@ class Site:
     @property
     def artifact_secret(self) -> str:
         return str(self.artifacts.get("credentialsSecret") or f"{self.name}-artifacts-credentials")
+
+    @property
+    def bucket_quota(self) -> int:
+        """The bucket's hard quota in bytes (`artifacts.quota`, as `mc quota set --size`)."""
+        raw = self.artifacts.get("quota", DEFAULT_BUCKET_QUOTA)
+        try:
+            value = int(quantity.parse(raw))
+        except ValueError:
+            raise ValueError(f"site {self.name}: artifacts.quota {raw!r} is not a size") from None
+        if value <= 0:
+            raise ValueError(f"site {self.name}: artifacts.quota must be more than 0")
+        return value
 
     def artifacts_readable_from(self, site: str) -> bool:
         return site == self.name or site in (self.artifacts.get("readableFrom") or [])
@@ -109,6 +134,28 @@ class Site:
             "metadata": {"name": self.name, "labels": labels},
             "spec": spec,
         }
+
+
+def parse_limit_range(value: Any, where: str) -> dict[str, dict[str, float]] | None:
+    """A LimitRange's container `default` and `defaultRequest` (memory, ephemeral-storage).
+    As the API server defaults a LimitRange, a `default` without its `defaultRequest` is the
+    request too (SetDefaults_LimitRange, pkg/apis/core/v1/defaults.go)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) - {"default", "defaultRequest"}:
+        raise ValueError(f"{where}: limitRange takes default and defaultRequest only")
+    out: dict[str, dict[str, float]] = {}
+    for key in ("default", "defaultRequest"):
+        block = value.get(key) or {}
+        if not isinstance(block, dict) or set(block) - set(LIMIT_RANGE_RESOURCES):
+            raise ValueError(f"{where}: limitRange.{key} takes memory and ephemeral-storage")
+        try:
+            out[key] = {str(k): quantity.parse(v) for k, v in block.items()}
+        except ValueError:
+            raise ValueError(f"{where}: limitRange.{key} holds a value that is no size") from None
+    for k, v in out["default"].items():
+        out["defaultRequest"].setdefault(k, v)
+    return out
 
 
 def _positive(value: Any, default: int, site: str) -> int:
@@ -163,6 +210,15 @@ class Execution:
     simulated: list[dict[str, str]] | None = None
     max_node_status_bytes: int = 1024 * 1024
     step_wallclock_seconds: float = 600.0
+    # The most one output parameter may hold (see pods.py); 256 KiB, the bound Argo's
+    # executor puts on a step's `result`.
+    max_parameter_bytes: int = 256 * 1024
+    limit_range: dict[str, dict[str, float]] = field(
+        default_factory=lambda: parse_limit_range(DEFAULT_LIMIT_RANGE, "default") or {}
+    )
+    # How often the kubelet's eviction manager measures a pod's ephemeral storage (real
+    # seconds; the kubelet's housekeeping period is 10 s).
+    eviction_interval_seconds: float = 1.0
 
 
 def load_execution(path: Path | None = None) -> Execution:
@@ -179,4 +235,8 @@ def load_execution(path: Path | None = None) -> Execution:
         ],
         max_node_status_bytes=int(block.get("maxNodeStatusBytes", 1024 * 1024)),
         step_wallclock_seconds=float(block.get("stepWallclockSeconds", 600)),
+        max_parameter_bytes=int(block.get("maxParameterBytes", 256 * 1024)),
+        limit_range=parse_limit_range(block.get("limitRange", DEFAULT_LIMIT_RANGE), "execution")
+        or {},
+        eviction_interval_seconds=float(block.get("evictionIntervalSeconds", 1.0)),
     )

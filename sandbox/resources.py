@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from sandbox.printer import AGE, Column
+
 
 @dataclass(frozen=True)
 class ResourceType:
@@ -16,7 +18,10 @@ class ResourceType:
     singular: str
     short_names: tuple[str, ...] = ()
     categories: tuple[str, ...] = ()
-    printer_columns: tuple[tuple[str, str, str], ...] = field(default=())
+    # What ``kubectl get`` shows after the name (sandbox/printer.py): a CRD's
+    # additionalPrinterColumns as its CRD declares them (none: an Age column), a built-in
+    # kind's the columns of kube-apiserver's printer for it.
+    printer_columns: tuple[Column, ...] = field(default=())
     # Whether `{plural}/status` is served. CRDs that declare `subresources: {}` (Argo's
     # Workflow, Karmada's policies) have none: their main endpoint stores `status` as sent.
     status_subresource: bool = True
@@ -32,7 +37,15 @@ class ResourceType:
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
-# Printer columns are (header, jsonPath, type) as the upstream CRDs / aggregated apiserver define.
+# Printer columns are (name, jsonPath, type), copied from the additionalPrinterColumns of the
+# upstream CRDs (Karmada's policy.karmada.io_propagationpolicies.yaml and the others, Argo's
+# full argoproj.io_workflows.yaml) or, for the built-in kinds and Karmada's aggregated
+# Cluster, from their servers' printers.
+PROPAGATION_COLUMNS: tuple[Column, ...] = (
+    ("CONFLICT-RESOLUTION", ".spec.conflictResolution", "string"),
+    ("PRIORITY", ".spec.priority", "string"),
+    ("AGE", ".metadata.creationTimestamp", "date"),
+)
 RESOURCE_TYPES: tuple[ResourceType, ...] = (
     ResourceType(
         "",
@@ -42,7 +55,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "namespace",
         ("ns",),
-        printer_columns=(("Status", ".status.phase", "string"),),
+        printer_columns=(("Status", ".status.phase", "string"), AGE),
     ),
     ResourceType(
         "cluster.karmada.io",
@@ -56,6 +69,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
             ("Version", ".status.kubernetesVersion", "string"),
             ("Mode", ".spec.syncMode", "string"),
             ("Ready", '.status.conditions[?(@.type=="Ready")].status', "string"),
+            AGE,
         ),
     ),
     ResourceType(
@@ -66,6 +80,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         True,
         "propagationpolicy",
         ("pp",),
+        printer_columns=PROPAGATION_COLUMNS,
         status_subresource=False,
     ),
     ResourceType(
@@ -76,6 +91,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "clusterpropagationpolicy",
         ("cpp",),
+        printer_columns=PROPAGATION_COLUMNS,
         status_subresource=False,
     ),
     ResourceType(
@@ -107,8 +123,9 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "resourcebinding",
         ("rb",),
         printer_columns=(
-            ("Scheduled", '.status.conditions[?(@.type=="Scheduled")].status', "string"),
-            ("FullyApplied", '.status.conditions[?(@.type=="FullyApplied")].status', "string"),
+            ("SCHEDULED", '.status.conditions[?(@.type=="Scheduled")].status', "string"),
+            ("FULLYAPPLIED", '.status.conditions[?(@.type=="FullyApplied")].status', "string"),
+            ("AGE", ".metadata.creationTimestamp", "date"),
         ),
     ),
     ResourceType(
@@ -121,6 +138,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ("wf",),
         printer_columns=(
             ("Status", ".status.phase", "string"),
+            ("Age", ".status.startedAt", "date"),
             ("Message", ".status.message", "string"),
         ),
         status_subresource=False,
@@ -144,8 +162,9 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         "work",
         (),
         printer_columns=(
-            ("Workload-Kind", ".spec.workload.manifests[0].kind", "string"),
-            ("Applied", '.status.conditions[?(@.type=="Applied")].status', "string"),
+            ("WORKLOAD-KIND", ".spec.workload.manifests[*].kind", "string"),
+            ("APPLIED", '.status.conditions[?(@.type=="Applied")].status', "string"),
+            ("AGE", ".metadata.creationTimestamp", "date"),
         ),
     ),
     ResourceType(
@@ -160,6 +179,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
             ("Type", ".type", "string"),
             ("Reason", ".reason", "string"),
             ("Message", ".message", "string"),
+            AGE,
         ),
         status_subresource=False,
     ),
@@ -171,6 +191,11 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         False,
         "resourceinterpretercustomization",
         ("ric",),
+        printer_columns=(
+            ("TARGET-API-VERSION", ".spec.target.apiVersion", "string"),
+            ("TARGET-KIND", ".spec.target.kind", "string"),
+            ("AGE", ".metadata.creationTimestamp", "date"),
+        ),
         status_subresource=False,
     ),
     # Core kinds a PropagationPolicy may select besides Workflows (karmada-apiserver serves
@@ -185,7 +210,7 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         True,
         "secret",
         (),
-        printer_columns=(("Type", ".type", "string"),),
+        printer_columns=(("Type", ".type", "string"), AGE),
         status_subresource=False,
     ),
     ResourceType(

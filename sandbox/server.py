@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -16,7 +14,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from sandbox import chunks
+from sandbox import chunks, printer
 from sandbox import patch as patchlib
 from sandbox.errors import ApiError
 from sandbox.karmada import proxy
@@ -390,31 +388,12 @@ class Api:
         return "as=Table" in request.headers.get("Accept", "")
 
     def _table(self, rtype: ResourceType, items: list[Obj], with_columns: bool = True) -> Obj:
-        cols = [
-            {"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}
-        ]
-        for header, _path, typ in rtype.printer_columns:
-            cols.append(
-                {"name": header, "type": typ, "format": "", "description": "", "priority": 0}
-            )
-        cols.append(
-            {"name": "Age", "type": "string", "format": "", "description": "", "priority": 0}
-        )
-        rows = []
-        for obj in items:
-            cells: list[Any] = [obj["metadata"]["name"]]
-            for _h, path, _t in rtype.printer_columns:
-                cells.append(_jsonpath(obj, path))
-            cells.append(_age(obj["metadata"].get("creationTimestamp")))
-            rows.append({"cells": cells, "object": obj})
-        table: Obj = {
-            "kind": "Table",
-            "apiVersion": "meta.k8s.io/v1",
-            "metadata": {"resourceVersion": str(self.store.rv)},
-            "rows": rows,
-        }
-        if with_columns:
-            table["columnDefinitions"] = cols
+        columns = printer.columns_of(rtype.printer_columns)
+        table: Obj = printer.table(columns, items, str(self.store.rv))
+        if not with_columns:
+            # A watch sends the column definitions with its first event only (later rows
+            # are printed under the same header).
+            table.pop("columnDefinitions")
         return table
 
     # -- watch ---------------------------------------------------------------------------
@@ -582,32 +561,6 @@ class Api:
 def _truthy(value: str | None) -> bool:
     # Go's strconv.ParseBool, which the apiserver uses: the Python client sends "True".
     return value in ("1", "t", "T", "true", "TRUE", "True")
-
-
-def _jsonpath(obj: Obj, path: str) -> Any:
-    node: Any = obj
-    for part in re.findall(r'\.([A-Za-z0-9_]+)(\[\?\(@\.(\w+)=="([^"]*)"\)\])?', path):
-        key, _filter, fkey, fval = part
-        node = node.get(key) if isinstance(node, dict) else None
-        if _filter and isinstance(node, list):
-            node = next((x for x in node if isinstance(x, dict) and x.get(fkey) == fval), None)
-        if node is None:
-            return ""
-    return node if not isinstance(node, dict | list) else dumps(node)
-
-
-def _age(ts: str | None) -> str:
-    if not ts:
-        return "<unknown>"
-    then = dt.datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-    secs = int((dt.datetime.now(dt.UTC) - then).total_seconds())
-    if secs < 120:
-        return f"{max(secs, 0)}s"
-    if secs < 7200:
-        return f"{secs // 60}m"
-    if secs < 172800:
-        return f"{secs // 3600}h"
-    return f"{secs // 86400}d"
 
 
 __all__ = ["Api", "clone"]

@@ -249,6 +249,10 @@ class Store:
             raise ApiError.already_exists(rtype.group, rtype.plural, meta["name"])
         for drop in ("resourceVersion", "deletionTimestamp", "managedFields"):
             meta.pop(drop, None)
+        if rtype.kind == "Namespace":
+            # pkg/registry/core/namespace/strategy.go, PrepareForCreate: "on create, status
+            # is active".
+            obj["status"] = {"phase": "Active"}
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_iso()
         meta["generation"] = 1

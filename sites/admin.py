@@ -16,6 +16,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count, Q, QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -40,6 +41,16 @@ KARMADA_FIELDS = (
     "pods_allocatable",
     "pods_allocated",
     "last_sync",
+)
+
+
+# What the Cluster object says (its name, ``spec.region``, ``spec.zone``, ``spec.provider``):
+# the sync writes it again from Karmada, so an edit here would be silently reverted.
+CLUSTER_FIELDS = ("name", "region", "zone", "provider")
+CLUSTER_FIELDS_WHY = (
+    "Name, region, zone and provider are the Karmada Cluster's (spec.region, spec.zone, "
+    "spec.provider): the next sync writes them again from Karmada, so they are read-only here. "
+    "Change them on Karmada (kubectl edit cluster <name> against karmada-apiserver)."
 )
 
 
@@ -104,9 +115,21 @@ class SiteAdmin(admin.ModelAdmin):
     filter_horizontal = ("operators",)
     actions = ("cordon", "uncordon")
     fieldsets = (
-        (None, {"fields": ("name", "region", "zone", "provider", "capabilities")}),
+        (
+            "Karmada Cluster",
+            {
+                "fields": (*CLUSTER_FIELDS, "capabilities"),
+                "description": CLUSTER_FIELDS_WHY,
+            },
+        ),
         ("Operation", {"fields": ("cordoned", "labels", "overrides", "operators")}),
-        ("Reported by Karmada", {"fields": KARMADA_FIELDS}),
+        (
+            "Reported by Karmada",
+            {
+                "fields": KARMADA_FIELDS,
+                "description": "Read from the Cluster's status at each sync.",
+            },
+        ),
     )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -130,16 +153,25 @@ class SiteAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Site | None = None) -> Any:
         if is_scoped_operator(request.user):
-            return (
-                "name",
-                "region",
-                "zone",
-                "provider",
-                "capabilities",
-                "operators",
-                *KARMADA_FIELDS,
-            )
-        return KARMADA_FIELDS
+            return (*CLUSTER_FIELDS, "capabilities", "operators", *KARMADA_FIELDS)
+        return (*CLUSTER_FIELDS, *KARMADA_FIELDS)
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        # ``cordoned`` is recorded by the service that flips it (``save_model``), with the
+        # same words whichever door it came through; the form's entry names the rest.
+        message = super().construct_change_message(request, form, formsets, add)
+        for part in message:
+            changed = part.get("changed")
+            if changed and "fields" in changed:
+                changed["fields"] = [f for f in changed["fields"] if f != "Cordoned"]
+        return [p for p in message if p.get("changed", {}).get("fields", True)]
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if not message:
+            return None  # only the cordon changed: its entry is already written
+        return super().log_change(request, obj, message)
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         cordoned = obj.cordoned
@@ -216,6 +248,24 @@ class SiteLinkAdmin(admin.ModelAdmin):
     list_filter = ("source", "target")
     list_select_related = ("source", "target")
     search_fields = ("source__name", "target__name")
+
+    def save_model(self, request: HttpRequest, obj: SiteLink, form: Any, change: bool) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().save_model(request, obj, form, change)
+            services.operator_change.changed(request.user, "admin")
+
+    def delete_model(self, request: HttpRequest, obj: SiteLink) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().delete_model(request, obj)
+            services.operator_change.changed(request.user, "admin")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[SiteLink]) -> None:
+        with transaction.atomic():
+            services.operator_change.changing()
+            super().delete_queryset(request, queryset)
+            services.operator_change.changed(request.user, "admin")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SiteLink]:
         links = super().get_queryset(request)

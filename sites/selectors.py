@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.apps import apps
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
 
 from sites.models import Dataset, DatasetReplica, Project, Site
 from sites.permissions import AnyUser, is_fleet_staff
@@ -10,6 +14,18 @@ from sites.permissions import AnyUser, is_fleet_staff
 
 def site_list() -> QuerySet[Site]:
     return Site.objects.all()
+
+
+def site_recent_runs(site: Site, *, hours: float) -> int:
+    """How many runs have a unit placed (or planned) at ``site`` and are active or finished
+    less than ``hours`` ago: the runs whose outputs the site's artifact store holds. The runs
+    are the portal app's, looked up by name: the inventory does not import the portal."""
+    unit_run = apps.get_model("portal", "UnitRun")
+    since = timezone.now() - timedelta(hours=hours)
+    units = unit_run.objects.filter(Q(site=site.name) | Q(planned_site=site.name)).filter(
+        Q(run__finished_at__isnull=True) | Q(run__finished_at__gte=since)
+    )
+    return int(units.values("run_id").distinct().count())
 
 
 def sites_operated_by(user: AnyUser) -> QuerySet[Site]:

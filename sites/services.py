@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.db import transaction
 from django.utils import timezone
 
 from sites.choices import ReplicaState
+from sites.merge_patch import Change, changes, merge_patch
 from sites.models import Dataset, DatasetReplica, Project, Site
 from sites.permissions import AnyUser
+from sites.selectors import site_recent_runs
+from sites.validators import overrides_problems
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +34,33 @@ class ReplicaInput:
     state: str = ReplicaState.READY
 
 
+class _OperatorChangeHooks:
+    """Callbacks around a change of the fields the placement configuration holds (cordons,
+    labels, overrides, residency, links): ``before()`` and ``after(user, source)``. The
+    placement app registers its revision recording here (``sites`` does not import it)."""
+
+    def __init__(self) -> None:
+        self.before: list[Callable[[], object]] = []
+        self.after: list[Callable[[AnyUser | None, str], object]] = []
+
+    def register(
+        self, *, before: Callable[[], object], after: Callable[[AnyUser | None, str], object]
+    ) -> None:
+        self.before.append(before)
+        self.after.append(after)
+
+    def changing(self) -> None:
+        for callback in self.before:
+            callback()
+
+    def changed(self, user: AnyUser | None, source: str) -> None:
+        for callback in self.after:
+            callback(user, source)
+
+
+operator_change = _OperatorChangeHooks()
+
+
 def _who(user: AnyUser | None) -> str:
     if user is None or not user.is_authenticated:
         return "system"
@@ -39,11 +71,27 @@ def site_set_cordoned(*, site: Site, cordoned: bool, user: AnyUser | None) -> bo
     """Cordon (no new placements) or uncordon ``site``; returns whether anything changed.
 
     The conditional UPDATE makes a repeated or concurrent request a no-op, and only a real
-    change is logged with who made it.
+    change is logged with who made it, and kept in the site's admin history (``LogEntry``).
     """
-    changed = Site.objects.filter(pk=site.pk).exclude(cordoned=cordoned).update(cordoned=cordoned)
+    with transaction.atomic():
+        operator_change.changing()
+        changed = (
+            Site.objects.filter(pk=site.pk).exclude(cordoned=cordoned).update(cordoned=cordoned)
+        )
+        if changed:
+            operator_change.changed(user, "cordon")
     site.cordoned = cordoned
     if changed:
+        if user is not None and user.is_authenticated:
+            # The site's admin history shows who cordoned it and when, from whichever door
+            # (the admin, the fleet page, the API).
+            LogEntry.objects.log_actions(
+                user.pk,
+                [site],
+                CHANGE,
+                change_message="Cordoned: no new placements" if cordoned else "Uncordoned",
+                single_object=True,
+            )
         logger.info(
             "site %s %s by %s at %s",
             site.name,
@@ -54,29 +102,90 @@ def site_set_cordoned(*, site: Site, cordoned: bool, user: AnyUser | None) -> bo
     return bool(changed)
 
 
+class SiteUpdateRefused(Exception):
+    """The change was not made: ``problems`` are ``(path, message)`` with paths inside the
+    site's ``field`` (``artifact_store`` in ``overrides``)."""
+
+    def __init__(self, field: str, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}.{p}: {m}" for p, m in problems))
+        self.field = field
+        self.problems = problems
+
+
+def _store_moved(before: dict[str, Any], after: dict[str, Any]) -> str | None:
+    """How the site's artifact store stops being where its outputs are, if it does."""
+    old, new = before.get("artifact_store"), after.get("artifact_store")
+    if not isinstance(old, dict):
+        return None
+    if not isinstance(new, dict):
+        return "removing"
+    where = ("endpoint", "bucket")
+    if any(old.get(key) != new.get(key) for key in where):
+        return "moving"
+    return None
+
+
+def _operator_fields(site: Site) -> dict[str, Any]:
+    return {"cordoned": site.cordoned, "labels": site.labels, "overrides": site.overrides}
+
+
 def site_update(
     *,
     site: Site,
     user: AnyUser | None,
     cordoned: bool | None = None,
     labels: dict[str, str] | None = None,
-    overrides: dict[str, Any] | None = None,
-) -> Site:
-    """Change the operator fields of a site; ``labels`` and ``overrides`` replace the old ones."""
+    overrides: dict[str, Any] | None = _UNSET,
+    force: bool = False,
+) -> list[Change]:
+    """Change the operator fields of a site and answer what changed, leaf by leaf.
+
+    ``labels`` replaces the old ones; ``overrides`` is a JSON merge patch (RFC 7386) of the
+    stored ones (``null`` deletes a key; ``None`` for the whole patch deletes them all).
+    Removing or moving the artifact store of a site that holds the outputs of an active or
+    recent run (``PORTAL_RECENT_RUN_HOURS``) is refused unless ``force``: the steps that read
+    those outputs elsewhere would fail to resolve the repository."""
     with transaction.atomic():
-        if cordoned is not None:
-            site_set_cordoned(site=site, cordoned=cordoned, user=user)
+        locked = Site.objects.select_for_update().get(pk=site.pk)
+        before = _operator_fields(locked)
         fields: list[str] = []
         if labels is not None:
-            site.labels = labels
+            locked.labels = labels
             fields.append("labels")
-        if overrides is not None:
-            site.overrides = overrides
+        if overrides is not _UNSET:
+            merged = {} if overrides is None else merge_patch(locked.overrides or {}, overrides)
+            problems = overrides_problems(merged)
+            if problems:
+                raise SiteUpdateRefused("overrides", problems)
+            how = _store_moved(locked.overrides or {}, merged)
+            if how and not force:
+                runs = site_recent_runs(locked, hours=settings.PORTAL_RECENT_RUN_HOURS)
+                if runs:
+                    raise SiteUpdateRefused(
+                        "overrides",
+                        [
+                            (
+                                "artifact_store",
+                                f"{how.capitalize()} the artifact store of {locked.name} would "
+                                f"lose the outputs of {runs} active or recent run(s) (finished "
+                                f"within {settings.PORTAL_RECENT_RUN_HOURS} h): the steps that "
+                                "read them would fail to resolve the artifact repository. Send "
+                                '"force": true to do it anyway.',
+                            )
+                        ],
+                    )
+            locked.overrides = merged
             fields.append("overrides")
+        if cordoned is not None:
+            site_set_cordoned(site=locked, cordoned=cordoned, user=user)
         if fields:
-            site.save(update_fields=fields)
-            logger.info("site %s: %s changed by %s", site.name, ", ".join(fields), _who(user))
-    return site
+            operator_change.changing()
+            locked.save(update_fields=fields)
+            operator_change.changed(user, "site")
+            logger.info("site %s: %s changed by %s", locked.name, ", ".join(fields), _who(user))
+        after = _operator_fields(locked)
+    site.cordoned, site.labels, site.overrides = locked.cordoned, locked.labels, locked.overrides
+    return changes(before, after, "")
 
 
 def _replace_replicas(dataset: Dataset, replicas: Sequence[ReplicaInput]) -> None:
@@ -141,12 +250,16 @@ def dataset_update(
         "residency": list(residency) if residency is not _UNSET else _UNSET,
     }
     fields = [field for field, value in changes.items() if value is not _UNSET]
+    if "residency" in fields:
+        operator_change.changing()
     for field in fields:
         setattr(dataset, field, changes[field])
     if fields:
         dataset.save(update_fields=fields)
     if replicas is not _UNSET:
         _replace_replicas(dataset, replicas)
+    if "residency" in fields:
+        operator_change.changed(user, "dataset")
     logger.info("dataset %s changed by %s", dataset.name, _who(user))
     return dataset
 

@@ -18,10 +18,12 @@
 
 
 import contextlib
+import os
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 from django.contrib.auth.models import Group, User
 from django.test import Client
 from rest_framework.test import APIClient
@@ -46,6 +48,16 @@ def django_db_setup(django_db_setup, django_db_blocker) -> Iterator[None]:
 
     with django_db_blocker.unblock():
         end_other_sessions()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_redis() -> None:
+    """The test Redis database as new at the start of a session: the test database's ids start
+    again at 1 each session, so what an earlier session left keyed by them (a project's advance
+    slots, a run's claims) would otherwise be taken for this session's."""
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
+    with contextlib.suppress(redis.RedisError):
+        redis.Redis.from_url(url).flushdb()
 
 
 @pytest.fixture(autouse=True)

@@ -116,6 +116,8 @@ class Stack:
             "PORTAL_VAR_DIR": str(workdir / "var"),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
+            # What is measured is the control plane, not the submission limit.
+            "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
             "SECRET_KEY": os.environ.get("SECRET_KEY", "examples-only-not-a-secret"),
             "DEBUG": os.environ.get("DEBUG", "1"),
         }

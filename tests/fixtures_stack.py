@@ -163,15 +163,19 @@ def running_stack(
     *,
     resync: bool,
     execute: bool = False,
+    fleet: Path | None = None,
 ) -> Iterator[Stack]:
     workdir = tmp_path_factory.mktemp("stack")
     extra: list[str] = []
+    data: Path | None = None
     if execute:
         # Steps run under their own user ids: their folders must be reachable by others, which
         # pytest's temp folders (0700) are not.
         data = Path(tempfile.mkdtemp(prefix="sandbox-stack-data-"))
         data.chmod(0o755)
         extra = ["--execute", "--data-dir", str(data)]
+    if fleet is not None:
+        extra += ["--fleet", str(fleet)]
     sandbox = start_sandbox(workdir, time_scale=TIME_SCALE, extra_args=extra)
     with django_db_blocker.unblock():
         db = connection.settings_dict
@@ -208,8 +212,8 @@ def running_stack(
             s.processes.stop_all()
         finally:
             sandbox.stop()
-            if execute:
-                shutil.rmtree(extra[-1], ignore_errors=True)
+            if data is not None:
+                shutil.rmtree(data, ignore_errors=True)
             # Anything of theirs still connected would keep the test database from being
             # dropped.
             with django_db_blocker.unblock():

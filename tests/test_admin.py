@@ -487,3 +487,51 @@ def test_runs_cannot_be_changed_or_deleted_from_the_admin(superuser_admin: Clien
 
 def test_an_operator_views_runs(operator_admin: Client, run):
     assert changelist_names(operator_admin.get("/admin/portal/workflowrun/")) == ["eo-run-1"]
+
+
+# --- what Karmada owns, and the history of cordons ---------------------------------------------
+
+
+def test_fields_owned_by_karmada_are_read_only_with_the_reason_shown(
+    superuser_admin: Client, other_site: Site
+):
+    url = f"{SITES}{other_site.pk}/change/"
+    page = superuser_admin.get(url).content.decode()
+    for field in ("name", "region", "zone", "provider"):
+        assert f'name="{field}"' not in page, f"{field} is editable"
+    assert "the next sync writes them again from Karmada, so they are read-only here" in page
+    response = superuser_admin.post(url, {**site_form(other_site), "region": "mars"})
+    assert response.status_code == 302
+    other_site.refresh_from_db()
+    assert other_site.region == "us-east"
+
+
+def test_cordons_and_uncordons_appear_in_the_admin_history_with_who_and_when(
+    superuser_admin: Client, operator_admin: Client, operator_api, operated_site: Site
+):
+    from django.contrib.admin.models import LogEntry
+
+    run_action(superuser_admin, SITES, "cordon", operated_site)
+    assert (
+        operator_api.patch(
+            f"/api/v1/sites/{operated_site.name}/", {"cordoned": False}, format="json"
+        ).status_code
+        == 200
+    )
+    operator_admin.post(
+        f"{SITES}{operated_site.pk}/change/", site_form(operated_site, cordoned="on")
+    )
+    entries = LogEntry.objects.filter(object_id=str(operated_site.pk)).order_by("action_time", "id")
+    cordons = [
+        (e.user.username, e.get_change_message())
+        for e in entries
+        if "ordoned" in e.get_change_message()
+    ]
+    assert cordons == [
+        ("root", "Cordoned: no new placements"),
+        ("operator", "Uncordoned"),
+        ("operator", "Cordoned: no new placements"),
+    ]
+    history = superuser_admin.get(f"{SITES}{operated_site.pk}/history/").content.decode()
+    assert history.count("Cordoned: no new placements") == 2 and "Uncordoned" in history
+    assert "Changed Cordoned" not in history  # the form's own entry does not repeat it

@@ -1,7 +1,8 @@
 from rest_framework.routers import SimpleRouter
 
-from placement.api import views
+from placement.api import revisions, views
 
 router = SimpleRouter()
 router.register("rules", views.PlacementRuleViewSet, basename="rule")
+router.register("rule-revisions", revisions.RuleRevisionViewSet, basename="rule-revision")
 urlpatterns = router.urls

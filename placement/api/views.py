@@ -13,6 +13,7 @@ from placement.api.permissions import RulesReadOrEdit
 from placement.api.serializers import PlacementRuleSerializer
 from placement.filtersets import PlacementRuleFilterSet
 from placement.models import PlacementRule
+from placement.revisions.services import revision_baseline, revision_record_direct
 from sites.api.pagination import BoundedLimitOffsetPagination
 from sites.api.parsers import StrictJSONParser
 
@@ -41,10 +42,18 @@ class PlacementRuleViewSet(viewsets.ModelViewSet[PlacementRule]):
     def perform_update(self, serializer: BaseSerializer[PlacementRule]) -> None:
         self._save(serializer)
 
+    def perform_destroy(self, instance: PlacementRule) -> None:
+        with transaction.atomic():
+            revision_baseline()
+            instance.delete()
+            revision_record_direct(user=self.request.user, source="api")
+
     def _save(self, serializer: BaseSerializer[PlacementRule]) -> None:
         try:
             with transaction.atomic():
+                revision_baseline()  # the configuration before the edit, if none is kept yet
                 serializer.save()
+                revision_record_direct(user=self.request.user, source="api")
         except IntegrityError as exc:
             # Only a concurrent write of the same name passes the serializer's unique check.
             raise ValidationError(

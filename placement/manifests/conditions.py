@@ -31,11 +31,17 @@ def _group(phases: str | Sequence[str] | None) -> list[str] | None:
     return group
 
 
-def evaluate_depends(expr: str, phases: Mapping[str, str | Sequence[str] | None]) -> bool | None:
+def evaluate_depends(
+    expr: str,
+    phases: Mapping[str, str | Sequence[str] | None],
+    continues: Mapping[str, frozenset[str]] | None = None,
+) -> bool | None:
     """Argo's ``depends`` over finished upstream tasks: True (run), False (omit), or None (an
     upstream task is not finished yet). ``phases`` maps task names to a phase, or to the list
     of phases of an expanded task. A bare ``A`` means ``A.Succeeded || A.Skipped || A.Daemoned``;
-    an empty expression is True. Raises ``DependsError`` (an ``ExpressionError``) when the
+    an empty expression is True. ``continues`` maps a task to the phases its ``continueOn``
+    allows (``Failed``, ``Error``), which a bare name accepts too (``expandDependency``,
+    ``workflow/common/ancestry.go``). Raises ``DependsError`` (an ``ExpressionError``) when the
     expression cannot be read."""
     if not expr.strip():
         return True
@@ -49,19 +55,24 @@ def evaluate_depends(expr: str, phases: Mapping[str, str | Sequence[str] | None]
         if g is None:
             return None
         groups[task] = g
-    return _eval_depends(tree, groups)
+    return _eval_depends(tree, groups, continues or {})
 
 
-def _eval_depends(node: DependsExpr, groups: Mapping[str, list[str]]) -> bool:
+def _eval_depends(
+    node: DependsExpr, groups: Mapping[str, list[str]], continues: Mapping[str, frozenset[str]]
+) -> bool:
     if node.op == "and":
-        return all(_eval_depends(a, groups) for a in node.args)
+        return all(_eval_depends(a, groups, continues) for a in node.args)
     if node.op == "or":
-        return any(_eval_depends(a, groups) for a in node.args)
+        return any(_eval_depends(a, groups, continues) for a in node.args)
     if node.op == "not":
-        return not _eval_depends(node.args[0], groups)
+        return not _eval_depends(node.args[0], groups, continues)
     g = groups[node.task]
     result = node.result
     if result is None:
+        allowed = continues.get(node.task)
+        if allowed and _group_phase(g) in allowed:
+            return True
         return all(p in ("Succeeded", "Skipped") for p in g)
     if result == "AnySucceeded":
         return any(p == "Succeeded" for p in g)

@@ -26,6 +26,7 @@ The modules, from the bottom up (each imports only those above it):
 * ``pods``: how many pods one unit's step workflow can create (nested loops, recursion).
 * ``units``: placement units of the entrypoint.
 * ``together``: features that keep the entrypoint's units together, and preview warnings.
+* ``volumes``: volumes, claims and mounts as kube-apiserver admits them.
 * ``workflow``: ``parse_workflow`` and ``parse_workflow_template``.
 
 Callers import from ``placement.parser`` itself; the names below are its interface.

@@ -21,6 +21,7 @@ from placement.parser.results import CatalogueEntry, FieldWarning, ParsedWorkflo
 from placement.parser.schema import schema_errors
 from placement.parser.together import keep_together, site_bound_warnings
 from placement.parser.units import RUNTIME_LOOP, _topological, _UnitBuilder
+from placement.parser.volumes import volume_errors
 
 # The label domain of DESIGN section 3 when the settings name none.
 DEFAULT_DOMAIN = labels.DEFAULT_DOMAIN
@@ -56,6 +57,7 @@ def parse_workflow_template(
         seen: set[str] = set()
         for i, t in enumerate(spec.get("templates") or []):
             errors += _check_template(t, f"spec.templates[{i}]", seen)
+        errors += volume_errors(spec)
     if errors:
         raise WorkflowInvalid(errors[: limits.max_errors])
     assert isinstance(name, str)
@@ -98,6 +100,7 @@ class _Parser(_TemplateIndex):
         self._check_kind(doc.get("kind"))
         self.errors += schema_errors(doc, "Workflow", self.limits.max_errors)
         self.fail_if_errors()
+        self.errors += volume_errors(doc["spec"])
 
         meta: Mapping[str, Any] = doc["metadata"]
         name, generate_name, namespace = self._check_names(meta)

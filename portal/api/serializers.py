@@ -3,10 +3,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from django.conf import settings
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
+from portal.outputs import preview
 from portal.selectors import outputs_summary, run_global_outputs
 
 
@@ -61,12 +63,15 @@ class UnitRunListSerializer(serializers.ListSerializer[UnitRun]):
     def to_representation(self, data: Any) -> list[dict[str, Any]]:
         units = data.all() if hasattr(data, "all") else data
         when = serializers.DateTimeField().to_representation
+        preview_chars = int(settings.PORTAL_OUTPUT_PREVIEW_CHARS)
         out = []
         for u in units:
             row: dict[str, Any] = {}
             for name in UNIT_FIELDS:
                 value = getattr(u, name)
-                if value is None or name in _AS_IS:
+                if name == "outputs":
+                    row[name] = preview(value, preview_chars)
+                elif value is None or name in _AS_IS:
                     row[name] = value
                 elif name in _TIMES:
                     row[name] = when(value)
@@ -85,6 +90,11 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
         fields = UNIT_FIELDS
         read_only_fields = fields
 
+    def to_representation(self, instance: UnitRun) -> dict[str, Any]:
+        row = super().to_representation(instance)
+        row["outputs"] = preview(row.get("outputs"), int(settings.PORTAL_OUTPUT_PREVIEW_CHARS))
+        return dict(row)
+
 
 class AttemptSerializer(serializers.Serializer[Any]):
     number = serializers.IntegerField()
@@ -93,7 +103,9 @@ class AttemptSerializer(serializers.Serializer[Any]):
     phase = serializers.CharField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
-    ended = serializers.CharField(help_text='"" for the current attempt; "failed over", "retried"')
+    ended = serializers.CharField(
+        help_text='"" for the current attempt; "failed over", "retried", "vanished"'
+    )
     why = serializers.CharField()
 
 
@@ -173,7 +185,10 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
             {"name": u.name, "upstream": u.upstream, "phase": u.phase, "outputs": u.outputs}
             for u in run.units.all()
         ]
-        return {**run_global_outputs(run).as_argo(), "final": outputs_summary(rows)["final"]}
+        shown = preview(
+            run_global_outputs(run).as_argo(), int(settings.PORTAL_OUTPUT_PREVIEW_CHARS)
+        )
+        return {**shown, "final": outputs_summary(rows)["final"]}
 
     def get_progress(self, run: WorkflowRun) -> dict[str, int]:
         units = list(run.units.all())

@@ -19,7 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import log_follows, logs, services
+from portal import log_follows, logs, outputs, services
+from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
 from portal.api.serializers import (
     PlacementDecisionSerializer,
@@ -35,16 +36,7 @@ from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
-
-
-class RawWorkflowParser(BaseParser):
-    """Hands the body through untouched: the workflow parser decodes YAML and JSON itself,
-    with its own limits (alias expansion, depth, size)."""
-
-    media_type = "*/*"
-
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return stream.read() if stream is not None else b""
+from portal.submission_limits import SubmissionsThrottled
 
 
 class PlainTextRenderer(BaseRenderer):
@@ -62,30 +54,10 @@ class PlainTextRenderer(BaseRenderer):
         return str(data).encode() if not isinstance(data, bytes) else data
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
-def _read_body(request: Request) -> bytes:
-    limit = int(settings.PORTAL_MAX_BODY_BYTES)
-    length = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared = int(length)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        # Refuse before reading: a 10 MB body costs nothing but this header check.
-        raise BodyTooLarge(f"body of {declared} bytes exceeds the limit of {limit} bytes")
-    raw = request.stream.read(limit + 1) if request.stream is not None else b""
-    if len(raw) > limit:
-        raise BodyTooLarge(f"body exceeds the limit of {limit} bytes")
-    return bytes(raw)
-
-
 def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | None]:
     """The workflow, project and arguments from the body: a raw Workflow (YAML or JSON), or the
     JSON wrapper ``{"manifest": {...}, "project": ..., "arguments": {...}}``."""
-    raw = _read_body(request)
+    raw = read_body(request)
     project = request.query_params.get("project") or None
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type == "application/json" or raw.lstrip()[:1] == b"{":
@@ -106,15 +78,32 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
     return raw, project, None
 
 
+def _json_object(request: Request) -> Any:
+    """An action's JSON body (``{}`` when empty). Every POST of this viewset is read raw
+    (``get_parsers`` chooses before DRF knows the action)."""
+    raw = read_body(request)
+    return json.loads(raw) if raw.strip() else {}
+
+
+def _throttled(exc: SubmissionsThrottled) -> Response:
+    answer = errors_response(exc.as_dicts(), status.HTTP_429_TOO_MANY_REQUESTS)
+    answer["Retry-After"] = str(exc.retry_after)
+    return answer
+
+
 def _refused_submission(exc: BodyTooLarge | WorkflowInvalid) -> Response:
     if isinstance(exc, BodyTooLarge):
         return errors_response([{"path": "", "message": str(exc)}], 413)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
 def _refused_action(exc: services.ActionRefused | WorkflowInvalid) -> Response:
     if isinstance(exc, services.ActionRefused):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, SubmissionsThrottled):
+        return _throttled(exc)
     return errors_response(exc.as_dicts())
 
 
@@ -215,10 +204,11 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        raw = request.data  # read raw, as every POST of this viewset (see ``resume``)
         try:
-            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
-        except (ValueError, UnicodeDecodeError):
+            data = _json_object(request)
+        except BodyTooLarge as exc:
+            return _refused_submission(exc)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return errors_response([{"path": "", "message": "the body must be JSON"}])
         if not isinstance(data, dict):
             return errors_response([{"path": "", "message": "the body must be a JSON object"}])
@@ -271,11 +261,11 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        # Every POST of this viewset is read raw (``get_parsers``, before DRF knows the action).
-        raw = request.data
         try:
-            data = json.loads(raw) if isinstance(raw, bytes) and raw.strip() else raw or {}
-        except (ValueError, UnicodeDecodeError):
+            data = _json_object(request)
+        except BodyTooLarge as exc:
+            return _refused_submission(exc)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return errors_response([{"path": "", "message": "the body must be JSON"}])
         if not isinstance(data, dict):
             return errors_response([{"path": "", "message": "the body must be a JSON object"}])
@@ -305,6 +295,32 @@ class WorkflowRunViewSet(
         """One unit (by name, or by slug when the name holds a slash) with every attempt,
         inputs, outputs and the decision that placed it."""
         return Response(UnitDetailSerializer(unit_detail(self._unit(name))).data)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("parameter", str, description="an output parameter's name"),
+            OpenApiParameter("result", bool, description="the step's result instead"),
+            OpenApiParameter("offset", int, description="first character (default 0)"),
+            OpenApiParameter("limit", int, description="characters (default 65536)"),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT, 404: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["get"], url_path=r"units/(?P<name>[^/]+)/outputs")
+    def unit_outputs(self, request: Request, pk: str | None = None, name: str = "") -> Response:
+        """One output value of the unit, a page at a time: the run and the unit show the
+        first PORTAL_OUTPUT_PREVIEW_CHARS characters of each (``truncated``, ``size``)."""
+        u = self._unit(name)
+        wanted, errors = outputs.page_request(
+            request.query_params, int(settings.PORTAL_MAX_PARAMETER_BYTES)
+        )
+        if errors:
+            return errors_response([{"path": f, "message": m} for f, m in errors])
+        try:
+            value = outputs.output_value(u.outputs, parameter=wanted.parameter)
+        except outputs.NoSuchOutput as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
+        answer = outputs.page(value, wanted.offset, wanted.limit)
+        return Response({"name": wanted.parameter or "result", **answer})
 
     @extend_schema(
         parameters=[

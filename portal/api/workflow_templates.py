@@ -17,8 +17,9 @@ from rest_framework.response import Response
 
 from placement.parser import WorkflowInvalid
 from portal import services
+from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
-from portal.api.views import WORKFLOW_BODY, BodyTooLarge, RawWorkflowParser, _read_body
+from portal.api.views import WORKFLOW_BODY
 from portal.catalogue import template_pick, templates_visible_to
 from portal.models import WorkflowTemplate
 
@@ -55,7 +56,7 @@ class WorkflowTemplateSerializer(serializers.ModelSerializer[WorkflowTemplate]):
 
 def _body(request: Request) -> tuple[Any, str | None]:
     """The WorkflowTemplate (YAML or JSON), or the wrapper ``{"manifest", "project"}``."""
-    raw = _read_body(request)
+    raw = read_body(request)
     project = request.query_params.get("project") or None
     if raw.lstrip()[:1] == b"{":
         try:

@@ -7,7 +7,9 @@
 * ``failover``: units at lost sites placed again, runs nothing would move on;
 * ``lifecycle``: finished and superseded step workflows deleted on karmada-apiserver.
 * ``claims`` and ``turns``: one advance per run at a time, coalesced requests, turns;
-* ``fairness``: a big run's further turns in its project's order.
+* ``fairness``: advances in their project's order (a project's prompt slots, a big run's
+  further turns);
+* ``vanished``: units whose step workflow disappeared from Karmada, run again or ended.
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -19,7 +21,7 @@ Every function here is safe to call twice and from several workers at once:
   rows as they were and the next delivery (acks_late) or the periodic resync finishes the job.
 """
 
-from portal.execution import claims, fairness
+from portal.execution import claims, fairness, vanished
 from portal.execution.advance import run_advance, run_refresh_status
 from portal.execution.bindings import Folded, binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
@@ -63,6 +65,7 @@ __all__ = [
     "step_workflows_cleanup",
     "submit_unit",
     "upstream_outputs",
+    "vanished",
     "webhook_configuration",
     "webhook_register",
     "webhook_url",

@@ -20,11 +20,12 @@ from placement.parser import Unit
 from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution import gates
+from portal.execution import gates, outcome
 from portal.execution.common import (
     SiteState,
     ancestors,
     event,
+    site_unusable_why,
     site_usable,
     sites_state,
     upstream_where,
@@ -268,6 +269,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
     and the exit handler, and a pass sees what it added), or the turn is spent."""
     sites: dict[str, SiteState] | None = None
     blocked: frozenset[tuple[str, str]] | None = None
+    allowed = outcome.continues(run)
     progressed = True
     while progressed and not turn.cut:
         progressed = False
@@ -280,7 +282,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
         for unit in units:
             if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
                 continue
-            held = _held_back(run, unit, phases, outputs)
+            held = _held_back(run, unit, phases, outputs, allowed)
             if held is not None:
                 progressed |= held
                 continue
@@ -293,7 +295,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if (
                 unit.timing == UnitTiming.SUBMIT
                 and not site_usable(unit.site, sites)
-                and failover_unit(run, unit, units, reason=f"site {unit.site} is not ready")
+                and failover_unit(run, unit, units, reason=site_unusable_why(unit.site, sites))
             ):
                 progressed = True
                 sites = None  # failover may have read newer state; read again when needed
@@ -362,11 +364,13 @@ def _held_back(
     unit: UnitRun,
     phases: Mapping[str, str | list[str] | None],
     outputs: Mapping[str, manifests.TaskOutputs],
+    allowed: Mapping[str, frozenset[str]],
 ) -> bool | None:
     """None when ``depends`` and ``when`` let a pending unit start; otherwise whether holding
-    it back moved it (omitted, skipped, errored; False while its dependencies run)."""
+    it back moved it (omitted, skipped, errored; False while its dependencies run).
+    ``allowed``: the phases each task's ``continueOn`` lets its dependents go on after."""
     try:
-        verdict = manifests.evaluate_depends(unit.depends or "", phases)
+        verdict = manifests.evaluate_depends(unit.depends or "", phases, allowed)
     except SoftTimeLimitExceeded:
         raise
     except Exception as exc:  # noqa: BLE001 - any evaluator failure ends the unit, with why
@@ -424,20 +428,6 @@ def _exit_pending(run: WorkflowRun, units: list[UnitRun]) -> bool:
     )
 
 
-def _main_status(units: list[UnitRun]) -> tuple[str, list[UnitRun]]:
-    bad = [
-        u
-        for u in units
-        if u.phase in (UnitPhase.FAILED, UnitPhase.ERROR)
-        and not u.spec.get("continue_on_failed")
-        and not u.spec.get("expanded")
-        and u.spec.get("kind") != "exit"
-    ]
-    if any(u.phase == UnitPhase.ERROR for u in bad):
-        return RunStatus.ERROR, bad
-    return (RunStatus.FAILED if bad else RunStatus.SUCCEEDED), bad
-
-
 def _exit_arguments(spec: Mapping[str, Any]) -> parser.Arguments:
     """A workflow-level exit hook's own arguments (``LifecycleHook.WithArgs`` in Argo's
     `pkg/apis/workflow/v1alpha1/workflow_types.go`: the hook's, else the workflow's, which
@@ -453,7 +443,7 @@ def _create_exit_unit(
     """Argo's ``onExit``: once every unit has ended, one more step workflow runs the exit
     template with ``{{workflow.status}}`` set to how the run went (``status`` if given)."""
     key = str(run.compiled["on_exit"])
-    status = status or _main_status(units)[0]
+    status = status or outcome.decide(run, units).status
     unit = Unit(
         name=EXIT_UNIT,
         slug="onexit",
@@ -516,8 +506,9 @@ def _mark_running(run_id: int) -> bool:
 def run_refresh_status(run_id: int) -> str:
     """Derive the run's status from its units (conditional: never leaves Stopped).
 
-    All units ended: Failed when a unit Failed (Error when one errored) and it was not allowed
-    to (``continueOn.failed``), else Succeeded. Otherwise Running once a unit was submitted.
+    All units ended: the entrypoint's DAG or steps template as Argo assesses it
+    (``outcome.decide``), Failed if the exit handler failed. Otherwise Running once a unit
+    was submitted.
     """
     run = WorkflowRun.objects.get(pk=run_id)
     if run.status not in ACTIVE_RUN:
@@ -525,12 +516,13 @@ def run_refresh_status(run_id: int) -> str:
     units = list(run.units.all())
     now = timezone.now()
     if units and all(u.phase in FINAL_UNIT for u in units) and not _exit_pending(run, units):
-        new, bad = _main_status(units)
+        decided = outcome.decide(run, units)
+        new, extra = decided.status, []
         exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
         if exit_unit is not None and exit_unit.phase in (UnitPhase.FAILED, UnitPhase.ERROR):
             new = RunStatus.FAILED if new == RunStatus.SUCCEEDED else new
-            bad.append(exit_unit)
-        message = "; ".join(f"{u.name}: {u.message or u.phase}" for u in bad)[:2000]
+            extra.append(exit_unit)
+        message = outcome.message(decided, extra)
         changed = state.run_move(
             run.pk, new, from_=[run.status], finished_at=now, updated_at=now, message=message
         )

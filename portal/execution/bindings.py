@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -20,6 +21,7 @@ from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, Uni
 from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.outputs import bound_outputs
 
 log = logging.getLogger(__name__)
 
@@ -295,7 +297,16 @@ def _fold(
     if phase in FINAL_UNIT:
         fields["finished_at"] = finished or timezone.now()
         try:
-            fields["outputs"] = _outputs_of(name, member)
+            outputs, too_large = bound_outputs(
+                _outputs_of(name, member), int(settings.PORTAL_MAX_PARAMETER_BYTES)
+            )
+            fields["outputs"] = outputs
+            if too_large and phase == UnitPhase.SUCCEEDED:
+                # A member may report anything: a value the portal does not keep cannot be
+                # passed on, so the step cannot count as done.
+                phase, message = UnitPhase.FAILED, too_large
+            elif too_large:
+                message = f"{message}; {too_large}" if message else too_large
         except NodeStatusUnreadable as exc:
             # Its outputs are lost to the portal: a success it cannot read is no success.
             site_name = site or unit.site or "its site"

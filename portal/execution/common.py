@@ -28,13 +28,14 @@ def event(
 class SiteState:
     usable: bool  # ready and not cordoned
     overrides: Mapping[str, Any]
+    cordoned: bool = False
 
 
 def sites_state() -> dict[str, SiteState]:
     """Every site's usability and overrides in one query (a fleet has few sites; one read per
     advance instead of two per unit submitted)."""
     return {
-        name: SiteState(ready and not cordoned, overrides or {})
+        name: SiteState(ready and not cordoned, overrides or {}, cordoned)
         for name, ready, cordoned, overrides in Site.objects.order_by().values_list(
             "name", "ready", "cordoned", "overrides"
         )
@@ -44,6 +45,17 @@ def sites_state() -> dict[str, SiteState]:
 def site_usable(site: str, sites: Mapping[str, SiteState] | None = None) -> bool:
     state = (sites if sites is not None else sites_state()).get(site)
     return bool(state and state.usable)
+
+
+def site_unusable_why(site: str, sites: Mapping[str, SiteState]) -> str:
+    """Why no new step goes to ``site``, as an operator would say it: a cordoned site is
+    healthy, only closed to new work, and is not called "not ready"."""
+    state = sites.get(site)
+    if state is None:
+        return f"site {site} is not in the fleet"
+    if state.cordoned:
+        return f"site {site} is cordoned"
+    return f"site {site} is not ready"
 
 
 def ancestors(unit: UnitRun, units: Iterable[UnitRun]) -> list[Unit]:

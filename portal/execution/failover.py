@@ -18,7 +18,7 @@ from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.common import ancestors, event, upstream_where
 from portal.execution.lifecycle import superseded_remember
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.selectors import fleet_with_holds
 from sites.models import Site
 
@@ -43,22 +43,28 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         ancestors=ancestors(unit, units),
     )
     if decision.site is None:
-        event(
-            run.pk,
-            "failover-blocked",
-            f"{unit.name}: {reason}; no other site: {decision.reason}",
-            unit,
-        )
+        message = f"{unit.name}: {reason}; no other site: {decision.reason}"
+        # Tried again at every advance and resync while the site stays closed: one event
+        # says so until something changes (the run page shows a banner meanwhile).
+        last = RunEvent.objects.filter(run_id=run.pk, unit=unit).order_by("-created_at", "-id")
+        previous = last.values_list("kind", "message").first()
+        if previous != ("failover-blocked", message):
+            event(run.pk, "failover-blocked", message, unit)
         return False
     old_name = unit.workflow_name
-    ended = unit.attempt_record(ended="failed over", why=reason)
+    # A unit with no step workflow yet (a retried unit whose site was closed meanwhile) has
+    # not run this attempt anywhere: it is placed again within the same attempt, so attempts
+    # count by one, and nothing ended to record.
+    started = bool(old_name) or unit.phase != UnitPhase.PENDING
+    attempt = unit.attempt + 1 if started else unit.attempt
+    ended = unit.attempt_record(ended="failed over", why=reason) if started else None
     now = timezone.now()
     with transaction.atomic():
         changed = state.units_move(
-            UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
+            UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name=old_name),
             UnitPhase.PENDING,
             from_=[UnitPhase.PENDING, UnitPhase.RUNNING],
-            attempt=unit.attempt + 1,
+            attempt=attempt,
             site=decision.site,
             timing=UnitTiming.SUBMIT,
             workflow_name="",
@@ -69,7 +75,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         )
         if not changed:
             return False
-        unit.attempt += 1
+        unit.attempt = attempt
         unit.site = decision.site
         unit.phase = UnitPhase.PENDING
         unit.workflow_name = ""
@@ -86,9 +92,11 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         event(
             run.pk,
             "failover",
-            f"{unit.name}: {reason}; attempt {unit.attempt} at {decision.site}",
+            f"{unit.name}: {reason}; attempt {unit.attempt} at {decision.site}"
+            if started
+            else f"{unit.name}: {reason}; attempt {unit.attempt} placed at {decision.site} instead",
             unit,
-            data={"ended_attempt": ended},
+            data={"ended_attempt": ended} if ended else {},
         )
     if old_name:
         try:

@@ -8,13 +8,20 @@ the queue's order, so a project with ten big runs holds one worker at a time, as
 with one big run does; before, every run had a turn of its own and a project with many big
 runs had as many turns.
 
-What a user waits on (a submission's first advance, an advance because a unit ended) does not
-go through here: it is enqueued at once, ahead of continuations and the periodic housekeeping
-(the broker's priorities, ``portal.tasks``).
+What a user waits on (a submission's first advance, an advance because a unit ended) goes
+ahead of continuations and the periodic housekeeping (the broker's priorities,
+``portal.tasks``), and through a *prompt lane* per project: a project has at most
+``PORTAL_PROJECT_ADVANCES`` such advances queued or running at a time, and its further requests
+wait in the project's own set, oldest first, until one of them ends. Before, every request went
+straight to the broker: a project whose thousand small runs each ended a unit every second
+queued thousands of advances, and another project's one-step run waited behind all of them
+(minutes). Now it waits behind at most ``PORTAL_PROJECT_ADVANCES`` advances of each other
+project, whatever they submit. A run already in the lane (waiting, or its advance queued or
+running) is not added twice: a request that comes while its advance runs waits until it ends.
 
-State lives in Redis next to the broker. A holder that never reports back (its worker killed
-and the message lost) expires after ``HOLDER_TTL_S``; the resync dispatches projects left
-without a holder. With no Redis (the embedded demo) a continuation is enqueued at once.
+State lives in Redis next to the broker. A holder (or a prompt slot) that never reports back
+(its worker killed and the message lost) expires after ``HOLDER_TTL_S``; the resync dispatches
+projects left without one. With no Redis (the embedded demo) everything is enqueued at once.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from typing import cast
 
 import redis
+from django.conf import settings
 
 from portal.execution.claims import redis_client as _redis
 from portal.models import WorkflowRun
@@ -136,3 +144,100 @@ def waiting_runs() -> set[int]:
         return runs | {int(h) for h in holders if h}
     except redis.RedisError:
         return set()
+
+
+# -- the prompt lane: first advances and advances because a unit ended ----------------------
+PROMPT_WAITING = "portal:prompt:waiting:%d"  # sorted set: run ids, by when they asked
+PROMPT_SLOTS = "portal:prompt:slots:%d"  # sorted set: run ids in flight, by when they expire
+PROMPT_PROJECTS = "portal:prompt:projects"  # projects with runs waiting or in flight
+
+# Expired slots go; then the oldest waiting runs not in flight already take the free slots.
+# A run whose advance runs keeps its place in the waiting set until that advance ends (its
+# request came after the advance read the units, so it needs one more).
+_PROMPT_DISPATCH = """
+redis.call('zremrangebyscore', KEYS[1], '-inf', ARGV[1])
+local free = tonumber(ARGV[3]) - redis.call('zcard', KEYS[1])
+local out = {}
+if free > 0 then
+  local candidates = redis.call('zrange', KEYS[2], 0, free + redis.call('zcard', KEYS[1]))
+  for _, run in ipairs(candidates) do
+    if free <= 0 then break end
+    if not redis.call('zscore', KEYS[1], run) then
+      redis.call('zrem', KEYS[2], run)
+      redis.call('zadd', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), run)
+      table.insert(out, run)
+      free = free - 1
+    end
+  end
+end
+if redis.call('zcard', KEYS[1]) == 0 and redis.call('zcard', KEYS[2]) == 0 then
+  redis.call('srem', KEYS[3], ARGV[4])
+else
+  redis.call('sadd', KEYS[3], ARGV[4])
+end
+return out
+"""
+
+
+def _prompt_keys(project: int) -> list[str]:
+    return [PROMPT_SLOTS % project, PROMPT_WAITING % project, PROMPT_PROJECTS]
+
+
+def _prompt_dispatch(client: redis.Redis, project: int) -> list[Turn]:
+    keys = _prompt_keys(project)
+    slots = max(1, int(settings.PORTAL_PROJECT_ADVANCES))
+    runs = cast(
+        list[bytes],
+        client.eval(
+            _PROMPT_DISPATCH,
+            len(keys),
+            *keys,
+            str(time.time()),
+            str(HOLDER_TTL_S),
+            str(slots),
+            str(project),
+        ),
+    )
+    return [(project, int(run)) for run in runs or []]
+
+
+def prompt_request(project: int, run_id: int) -> list[Turn]:
+    """A user waits on the run's advance (its first, or a unit ended): it joins its
+    project's prompt lane. Returns the advances to enqueue now (at most the project's free
+    slots; none while the project has ``PORTAL_PROJECT_ADVANCES`` in flight)."""
+    client = _redis()
+    if client is None:
+        return [(project, run_id)]
+    try:
+        client.zadd(PROMPT_WAITING % project, {str(run_id): time.time()}, nx=True)
+        return _prompt_dispatch(client, project)
+    except redis.RedisError as exc:
+        log.warning("run %s: advance not ordered by project: %s", run_id, exc)
+        return [(project, run_id)]
+
+
+def prompt_done(project: int, run_id: int) -> list[Turn]:
+    """The run's prompt advance has ended: its slot goes to the project's next waiting run."""
+    client = _redis()
+    if client is None:
+        return []
+    try:
+        client.zrem(PROMPT_SLOTS % project, str(run_id))
+        return _prompt_dispatch(client, project)
+    except redis.RedisError as exc:
+        log.warning("project %s: slot of run %s not released: %s", project, run_id, exc)
+        return []
+
+
+def prompt_dispatch_all() -> list[Turn]:
+    """For the resync: the waiting runs of projects whose slots expired or were never
+    handed on (Redis briefly away when an advance ended)."""
+    client = _redis()
+    if client is None:
+        return []
+    try:
+        projects = sorted(int(p) for p in cast(set[bytes], client.smembers(PROMPT_PROJECTS)))
+        return [turn for project in projects for turn in _prompt_dispatch(client, project)]
+    except redis.RedisError as exc:
+        log.warning("prompt advances not dispatched: %s", exc)
+        return []

@@ -10,10 +10,11 @@ at several sites. Each advance asks ``gate`` once per pass before it starts unit
 * ``failFast`` on the entrypoint template (default false, ``Template.IsFailFast``): once a
   child failed, ``checkParallelism`` refuses every new child ("template has failed or errored
   children and failFast enabled"). Units that will never start are omitted with why; the run
-  then fails as Argo's template does. ``dag.failFast`` (default true) is not a scheduling gate
-  in the controller: ``executeDAG`` (``workflow/controller/dag.go``) schedules every task whose
-  dependencies allow before ``assessDAGPhase`` reads it, and only the DAG's verdict depends on
-  it; the portal, which settles a run once every unit has ended, starts those tasks too.
+  then fails with Argo's message (``outcome``). ``dag.failFast`` (default true) is not a
+  scheduling gate in the controller: ``executeDAG`` (``workflow/controller/dag.go``) creates
+  every task whose dependencies allow before ``assessDAGPhase`` reads it, and the walk stays
+  Running while any node it reaches runs, so the flag only decides the DAG's verdict
+  (``placement.phase``); the portal starts those tasks too.
 * ``spec.suspend``: nothing starts until the run is resumed (``argo resume`` clears it).
 * ``spec.activeDeadlineSeconds`` is the run's deadline: past it no unit starts (those left
   fail, as Argo fails the nodes it did not finish), and each step workflow gets only the time
@@ -29,6 +30,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from placement import phase
 from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.execution import locks
@@ -124,7 +126,10 @@ def gate(run: WorkflowRun, units: Sequence[UnitRun]) -> Gate:
         if failed:
             return Gate(
                 room=0,
-                end=(UnitPhase.OMITTED, f"failFast: not started after {failed[0].name} failed"),
+                end=(
+                    UnitPhase.OMITTED,
+                    f"{phase.FAIL_FAST_MESSAGE} (not started after {failed[0].name} failed)",
+                ),
             )
     limit = parallelism_limit(spec, entry)
     if limit is None:

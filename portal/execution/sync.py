@@ -13,6 +13,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from placement import manifests, parser
+from placement.revisions.selectors import active_revision_id
 from portal import gateway, labels
 from sites.choices import SyncMode
 from sites.models import Site
@@ -141,6 +142,16 @@ def policies_sync() -> dict[str, int]:
     wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
     creds = manifests.artifact_credentials_policy(namespace=ns, domain=domain)
     wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
+    revision = active_revision_id()
+    if revision is not None:
+        # Which configuration each object came from: a rollback rewrites them, and an operator
+        # reading one on karmada-apiserver can find the revision that wrote it.
+        for body in wanted.values():
+            meta = body["metadata"]
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                labels.key(labels.RULES_REVISION): str(revision),
+            }
     counts = {"applied": 0, "deleted": 0}
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()

@@ -18,7 +18,7 @@ from portal.views.runs import (
     run_stop,
 )
 from portal.views.submit import submit, submit_parameters, submit_preview
-from portal.views.units import unit_logs, unit_panel
+from portal.views.units import unit_logs, unit_output, unit_panel
 
 # Kept for the URL name "home" that the foundation uses.
 home = run_list
@@ -40,5 +40,6 @@ __all__ = [
     "submit_parameters",
     "submit_preview",
     "unit_logs",
+    "unit_output",
     "unit_panel",
 ]

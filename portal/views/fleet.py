@@ -14,6 +14,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from placement.revisions.selectors import revisions_list
 from portal.choices import UnitPhase
 from portal.models import UnitRun
 from portal.selectors import runs_visible_to
@@ -108,6 +109,8 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "sites": sites,
         "colours": fleet_colours(),
         "replicas": replicas,
+        # The audit trail of the placement configuration: the newest revisions.
+        "revisions": list(revisions_list()[:10]),
     }
     return render(request, "portal/fleet.html", context)
 

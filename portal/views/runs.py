@@ -27,6 +27,7 @@ from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import (
     ended_attempts_of_run,
+    failovers_blocked,
     run_outputs,
     runs_visible_to,
     unit_suspended,
@@ -166,6 +167,7 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         group_link += f"{expand_query.urlencode()}&"
     group_link += "expand="
     events = list(run.events.select_related("unit").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    blocked, blocked_total = failovers_blocked(run)
     suspended = []
     if counts[UnitPhase.RUNNING]:
         for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
@@ -204,7 +206,10 @@ def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
         "event_count": run.events.count(),
         "outputs": run_outputs(run, limit=FINAL_OUTPUTS_SHOWN),
         "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),
-        "can_retry": failed > 0 or run.status in (RunStatus.FAILED, RunStatus.ERROR),
+        # Retry restarts the failed units of a failed run only; a stopped run is resubmitted.
+        "can_retry": run.status in (RunStatus.FAILED, RunStatus.ERROR),
+        "blocked_failovers": blocked,
+        "blocked_failovers_total": blocked_total,
         "now": now,
     }
 

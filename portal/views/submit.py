@@ -125,6 +125,7 @@ def _preview(request: HttpRequest) -> dict[str, Any]:
             body=text,
             project=form.cleaned_data.get("project"),
             arguments=params_form.arguments() or None,
+            loops=True,
         )
     except WorkflowInvalid as exc:
         context["errors"] = shown_errors(text, _workflow_errors(exc))
@@ -148,6 +149,9 @@ def _preview(request: HttpRequest) -> dict[str, Any]:
                     "phase": "",
                     "depends": r.unit.get("depends") or "",
                     "timing": r.unit.get("timing", ""),
+                    # A fan-out's items are drawn as one node, as on the run page.
+                    "task": r.unit.get("task") or r.unit.get("name", ""),
+                    "item_index": r.unit.get("item_index"),
                 }
                 for r in rows
             ],

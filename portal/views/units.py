@@ -4,6 +4,7 @@ logs, read from the site through Karmada's cluster proxy."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -12,7 +13,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from portal import logs
+from portal import logs, outputs
 from portal.choices import UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import unit_by_key, unit_detail
@@ -49,6 +50,7 @@ def panel_context(request: HttpRequest, run: WorkflowRun, unit: UnitRun) -> dict
         "logs_url": reverse("ui-unit-logs", args=[run.pk, unit.slug]) + f"?attempt={attempt}",
         "panel_url": reverse("ui-unit-detail", args=[run.pk, unit.slug]),
         "api_logs_url": reverse("run-unit-logs", args=[run.pk, unit.slug]),
+        "output_url": reverse("ui-unit-output", args=[run.pk, unit.slug]),
     }
 
 
@@ -112,3 +114,37 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     response = render(request, "portal/htmx/unit_logs.html", context)
     response["Cache-Control"] = "no-store"  # a log is read fresh from the site every time
     return response
+
+
+# Characters of an output value one "Show more" adds to the step panel.
+PANEL_OUTPUT_PAGE = 16384
+
+
+@login_required
+@require_GET
+def unit_output(request: HttpRequest, pk: int, key: str) -> HttpResponse:
+    """The next page of a long output value in the step panel (``parameter`` or ``result``,
+    from ``offset``), with its own "Show more"."""
+    run = _get_run(request, pk)
+    unit = _unit(run, key)
+    wanted, errors = outputs.page_request(request.GET, PANEL_OUTPUT_PAGE)
+    if errors:
+        return HttpResponse("; ".join(f"{f}: {m}" for f, m in errors), status=400)
+    try:
+        value = outputs.output_value(unit.outputs, parameter=wanted.parameter)
+    except outputs.NoSuchOutput as exc:
+        raise Http404(str(exc)) from None
+    page = outputs.page(value, wanted.offset, PANEL_OUTPUT_PAGE)
+    more = f"parameter={quote(wanted.parameter)}" if wanted.parameter else "result=1"
+    return render(
+        request,
+        "portal/htmx/unit_output_page.html",
+        {
+            "page": page,
+            "next_offset": page["next_offset"],
+            "shown": page["next_offset"] or page["size"],
+            "size": page["size"],
+            "more_query": more,
+            "output_url": reverse("ui-unit-output", args=[run.pk, unit.slug]),
+        },
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from sandbox.argo import admission
 from sandbox.errors import ApiError
 from sandbox.store import now_iso
 
@@ -37,6 +38,7 @@ def member_endpoint(
             raise ApiError.bad_request("a Workflow with metadata.name")
         meta = body.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
+        _check_names(meta)
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", now_iso())
         body.setdefault("apiVersion", "argoproj.io/v1alpha1")
@@ -48,6 +50,7 @@ def member_endpoint(
     if rest == ["objects"] and method == "POST":
         if not isinstance(body, dict) or body.get("kind") not in MEMBER_OBJECTS:
             raise ApiError.bad_request("a Secret, a ConfigMap or a PersistentVolumeClaim")
+        _check_names(body.get("metadata") or {})
         member.put_object(body)
         return 201, body
     if rest == ["objects"] and method == "GET":
@@ -59,3 +62,14 @@ def member_endpoint(
             raise ApiError(404, "NotFound", f'pods "{rest[2]}" not found')
         return 200, text
     raise ApiError(404, "NotFound", f"no member endpoint {method} {'/'.join(parts)}")
+
+
+def _check_names(meta: dict[str, Any]) -> None:
+    """The names a member's kube-apiserver admits (a namespace is a DNS-1123 label, an
+    object's name a subdomain): the executor makes folders of them."""
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
+    errors = admission.subdomain_errors("metadata.name", name)
+    if not admission.DNS1123_LABEL.match(namespace):
+        errors.append(admission.invalid("metadata.namespace", namespace, admission.LABEL_MESSAGE))
+    if errors:
+        raise ApiError.bad_request("; ".join(errors))

@@ -88,6 +88,10 @@ class Member(SiteExecution):
     def fits(self, req: dict[str, float]) -> bool:
         alloc = self.allocated
         for k, v in req.items():
+            if k == "ephemeral-storage" and k not in self.capacity:
+                # Every kubelet reports its node's disk as allocatable; a fleet file that
+                # gives a site no figure for it means room enough, not none.
+                continue
             if v > self.capacity.get(k, 0.0) - alloc.get(k, 0.0) + 1e-9:
                 return False
         return True

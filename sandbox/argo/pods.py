@@ -8,6 +8,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import os
 import posixpath
 import re
 import shutil
@@ -16,71 +17,38 @@ from typing import Any
 
 import yaml
 
-from sandbox import executor
+from sandbox import confined, executor, quantity
+from sandbox.argo import admission
 from sandbox.argo.expr import as_param, parse_duration, render
+from sandbox.argo.layout import PodLayout, container_path
 from sandbox.argo.run import RunCore
 from sandbox.artifacts import (
     ArtifactError,
     Repository,
     fetch_http,
     is_archive_none,
-    safe_inside,
 )
 from sandbox.store import clone
 
-# Not writable by a step even when an output path points there.
-_SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/dev")
+
+class ParameterTooLarge(Exception):
+    """An output parameter's file holds more than a parameter may."""
+
+
+def parameter_too_large(size: int, limit: int) -> str:
+    return (
+        f"the value is {size} bytes, more than the {limit} bytes "
+        f"({quantity.fmt('memory', limit)}) an output parameter may hold; "
+        "pass large values as an output artifact"
+    )
 
 
 class NotRunnable(Exception):
     """The pod cannot start; it stays Pending with this message (as the kubelet reports)."""
 
 
-class PodLayout:
-    """Where each container path of one pod lives on the host."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.mounts: list[executor.Mount] = []
-
-    def add(self, host: Path, dest: str, readonly: bool = False) -> None:
-        dest = posixpath.normpath(dest)
-        if any(m.dest == dest for m in self.mounts):
-            return
-        self.mounts.append(executor.Mount(host, dest, readonly))
-
-    def host_for(self, path: str) -> Path | None:
-        """The host path of a container path: under a volume mount, or in the pod's root file
-        system; None for the read-only system folders."""
-        # (normpath keeps a leading "//", which POSIX leaves to the implementation)
-        path = posixpath.normpath("/" + path.lstrip("/"))
-        best: tuple[int, Path] | None = None
-        for m in self.mounts:
-            if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
-                rel = posixpath.relpath(path, m.dest)
-                host = m.host if rel == "." else m.host / rel
-                if best is None or len(m.dest) > best[0]:
-                    best = (len(m.dest), host)
-        if best is not None:
-            return best[1]
-        if any(path == s or path.startswith(s + "/") for s in _SYSTEM):
-            return None
-        return self.root / "fs" / path.lstrip("/")
-
-    def real(self, path: str) -> Path | None:
-        """The host file behind a container path, only if it does not lead out of the pod's
-        folders (a step may leave a symlink to a host file where an output should be)."""
-        host = self.host_for(path)
-        if host is None:
-            # A system folder reads as the pod's own layer there: its (empty) mount points,
-            # never the host's files.
-            host = self.root / "fs" / posixpath.normpath("/" + path.lstrip("/")).lstrip("/")
-        for base in [self.root, *(m.host for m in self.mounts)]:
-            if host.is_relative_to(base):
-                found = safe_inside(base, host)
-                if found is not None:
-                    return found
-        return None
+# A Secret's or ConfigMap's key, as kube-apiserver admits it (IsConfigMapKey): a file name.
+_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 class Pods(RunCore):
@@ -92,6 +60,10 @@ class Pods(RunCore):
     repo_ref: dict[str, Any] | None = None
 
     def refusal(self) -> tuple[str, str] | None:
+        spec = self.obj.get("spec") or {}
+        claims = admission.claim_template_refusal(self.name, spec.get("volumeClaimTemplates") or [])
+        if claims:
+            return "Error", claims
         invalid = invalid_claim(self.obj)
         if invalid:
             # operator.go: createPVCs failing with a non-transient error is markWorkflowError.
@@ -136,6 +108,16 @@ class Pods(RunCore):
                         f"bucket {s3['bucket']}: dial tcp: lookup {owner.artifact_endpoint}: "
                         "no such host"
                     )
+                # Another site's bucket takes its keys, as reading it does (repository_for).
+                secret = (s3.get("accessKeySecret") or {}).get("name") or (
+                    owner.artifact_secret if owner is not None else None
+                )
+                if (
+                    owner is not None
+                    and owner.name != self.member.name
+                    and not self.member.has_object("Secret", self.namespace, secret)
+                ):
+                    raise ArtifactError(f'secrets "{secret}" not found in this cluster')
                 self.repo = self.member.repo_named(str(s3["bucket"]), s3.get("endpoint"))
                 self.repo_ref = {
                     "configMap": name,
@@ -274,7 +256,12 @@ class Pods(RunCore):
         declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
         for vol in declared:
             claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim and not self.member.has_object("PersistentVolumeClaim", self.namespace, claim):
+            # A name kube-apiserver would refuse for a claim (ValidatePersistentVolumeName)
+            # names no claim: it is never looked up, let alone joined to a folder.
+            bad = bool(claim) and bool(admission.subdomain_errors("claimName", str(claim)))
+            if claim and (
+                bad or not self.member.has_object("PersistentVolumeClaim", self.namespace, claim)
+            ):
                 return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
         return None
 
@@ -296,6 +283,17 @@ class Pods(RunCore):
         )
         hosts.chmod(0o644)
         layout.add(hosts, "/etc/hosts", readonly=True)
+        # The same in the pod's own layer, where the sandbox reads a step's outputs.
+        (root / "fs" / "etc").mkdir(parents=True, exist_ok=True)
+        (root / "fs" / "etc" / "hosts").write_bytes(hosts.read_bytes())
+
+    def declared_volumes(self, body: dict[str, Any]) -> set[str]:
+        spec = self.obj.get("spec") or {}
+        names = {
+            str(v.get("name")) for v in [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
+        }
+        templates = spec.get("volumeClaimTemplates") or []
+        return names | {str((c.get("metadata") or {}).get("name")) for c in templates}
 
     def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
         spec = self.obj.get("spec") or {}
@@ -303,6 +301,8 @@ class Pods(RunCore):
         volumes = {v.get("name"): v for v in declared}
         templates = spec.get("volumeClaimTemplates") or []
         claims = {(c.get("metadata") or {}).get("name") for c in templates}
+        # Names here passed admission.pod_refusal (DNS-1123 labels; claim names subdomains
+        # by missing_claims): each is one folder name.
         for vm in container.get("volumeMounts") or []:
             vname = vm.get("name")
             vol = volumes.get(vname) or {}
@@ -318,10 +318,24 @@ class Pods(RunCore):
             else:
                 host = layout.root / "volumes" / str(vname)
                 self._fill_volume(vol, host)
-            if vm.get("subPath"):
-                host = host / str(vm["subPath"])
-            host.mkdir(parents=True, exist_ok=True)
-            layout.add(host, str(vm["mountPath"]), readonly=bool(vm.get("readOnly")))
+            sub = str(vm.get("subPath") or "")
+            base = confined.open_base(host, create=True)
+            try:
+                # The kubelet resolves a sub-path beneath its volume, following a link only
+                # while it stays inside (a step may have left one), and mounts what it opened
+                # (pkg/volume/util/subpath/subpath_linux.go, doBindSubPath); failing that, the
+                # container is not created (pkg/kubelet/kubelet_pods.go, makeMounts).
+                fd = confined.open_dir(base, sub, create=True)
+            except OSError:
+                # Argo names a template's container `main`; a containerSet's keep theirs.
+                cname = container.get("name") if "containerSet" in body else None
+                raise NotRunnable(
+                    "CreateContainerConfigError: failed to prepare subPath for volumeMount "
+                    f'"{vname}" of container "{cname or "main"}"'
+                ) from None
+            finally:
+                os.close(base)
+            layout.add(host / sub, str(vm["mountPath"]), bool(vm.get("readOnly")), fd)
 
     def _fill_volume(self, vol: dict[str, Any], host: Path) -> None:
         host.mkdir(parents=True, exist_ok=True)
@@ -335,8 +349,13 @@ class Pods(RunCore):
                 if src.get("optional"):
                     return
                 raise NotRunnable(f'MountVolume.SetUp failed: {key.lower()} "{name}" not found')
-            for k, v in self.member.object_data(obj).items():
-                (host / k).write_text(v)
+            fd = confined.open_base(host)
+            try:
+                for k, v in self.member.object_data(obj).items():
+                    if _KEY.match(k) and k not in (".", ".."):
+                        confined.write_file(fd, k, v.encode())
+            finally:
+                os.close(fd)
 
     # -- running it -------------------------------------------------------------------------
     async def run_pod(
@@ -349,8 +368,26 @@ class Pods(RunCore):
     ) -> tuple[str, str]:
         """Run the pod; returns the node's (phase, message) and fills node outputs."""
         pod = node["id"]
-        root = self.member.pod_dir(self.namespace, pod)
-        layout = PodLayout(root)
+        refused = admission.pod_refusal(pod, self.declared_volumes(body), containers_of(body))
+        if refused:
+            # Argo's controller marks the node Error with the API server's answer.
+            return "Error", refused
+        layout = PodLayout(self.member.pod_dir(self.namespace, pod))
+        try:
+            return await self._run_pod(body, tmpl, node, runner, scope, layout)
+        finally:
+            layout.close()
+
+    async def _run_pod(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        runner: str,
+        scope: dict[str, Any],
+        layout: PodLayout,
+    ) -> tuple[str, str]:
+        pod, root = node["id"], layout.root
         containers = containers_of(body)
         self._hosts_file(root, pod, layout)
         for c in [*containers, *(body.get("sidecars") or [])]:
@@ -358,16 +395,19 @@ class Pods(RunCore):
         envs = [self._env(c, pod) for c in containers]
         self._artifact_secrets(node)
         try:
-            await asyncio.to_thread(self._load_inputs, node, layout)
-        except ArtifactError as exc:
-            return "Error", str(exc)
-        try:
+            # Before the inputs: an http input is fetched from the pod's network namespace.
             netns = await self._network()
         except RuntimeError as exc:
             return "Error", f"failed to create pod sandbox: {exc}"
+        try:
+            await asyncio.to_thread(self._load_inputs, node, layout, netns)
+        except ArtifactError as exc:
+            return "Error", str(exc)
         # The log is served while the pod runs, and kept after.
         live = executor.Tail(executor.LOG_BYTES)
         self.member.keep_log(self.namespace, pod, live)
+        # The kubelet evicts a pod past the sum of its containers' limits.
+        storage = sum(int(self.limit_of(c, "ephemeral-storage")) for c in containers) or None
         # A containerSet's containers run one after the other, in the pod's folders.
         results: list[tuple[dict[str, Any], executor.PodResult]] = []
         uid = self.member.next_uid()
@@ -382,6 +422,9 @@ class Pods(RunCore):
                 workdir=str(c.get("workingDir") or "/"),
                 uid=uid,
                 memory=self._memory(c),
+                ephemeral_storage=storage,
+                ephemeral_storage_text=quantity.fmt("ephemeral-storage", storage or 0),
+                eviction_interval=self.member.execution.eviction_interval_seconds,
                 deadline=self._pod_deadline(body),
                 sim_deadline=self._sim_deadline(body),
                 ash=executor.image_name(str(c.get("image") or "")).startswith(
@@ -422,6 +465,17 @@ class Pods(RunCore):
         # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
         # all day).
         await asyncio.to_thread(shutil.rmtree, root, True)
+        if result.killed == "evicted":
+            # The pod's status message is the eviction manager's, and Argo shows a pod's
+            # message as the node's (inferFailedReason, workflow/controller/operator.go).
+            return "Failed", result.message
+        if result.killed == "oom":
+            # inferFailedReason (workflow/controller/operator.go) words a failed container
+            #   msg := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
+            #   msg = fmt.Sprintf("%s: %s", ctr.Name, msg)
+            # and the kubelet's reason for a container the kernel killed is OOMKilled.
+            name = next((c.get("name") for c, r in results if r is result), None) or "main"
+            return "Failed", f"{name}: OOMKilled (exit code {result.exit_code})"
         if result.killed == "deadline":
             # workflow/executor/executor.go
             return "Failed", "Step exceeded its deadline"
@@ -476,15 +530,25 @@ class Pods(RunCore):
         limits = [x for x in limits if x > 0]
         return min(limits) if limits else None
 
-    @staticmethod
-    def _memory(container: dict[str, Any]) -> int | None:
-        from sandbox import quantity
+    def limit_of(self, container: dict[str, Any], resource: str) -> float:
+        """The container's limit of `resource` in bytes, 0 for none: its own, else the
+        member's LimitRange default, as the LimitRanger admission plugin sets it
+        (mergeContainerResources, plugin/pkg/admission/limitranger/admission.go):
+            for k, v := range defaultRequirements.Limits {
+                _, found := container.Resources.Limits[k]
+                if !found {
+                    container.Resources.Limits[k] = *v.Copy()"""
+        own = ((container.get("resources") or {}).get("limits") or {}).get(resource)
+        if own not in (None, "") and "{{" not in str(own):
+            try:
+                return quantity.parse(str(own))
+            except ValueError:
+                pass
+        ranges = self.member.site.limit_range or self.member.execution.limit_range
+        return float((ranges.get("default") or {}).get(resource, 0))
 
-        limit = ((container.get("resources") or {}).get("limits") or {}).get("memory")
-        if not limit:
-            return None
-        # The interpreter's own mappings need some room under RLIMIT_DATA.
-        return max(int(quantity.parse(str(limit))), 64 * 2**20)
+    def _memory(self, container: dict[str, Any]) -> int | None:
+        return int(self.limit_of(container, "memory")) or None
 
     # -- artifacts and outputs --------------------------------------------------------------
     def _artifact_secrets(self, node: dict[str, Any]) -> None:
@@ -501,30 +565,33 @@ class Pods(RunCore):
                         f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
                     )
 
-    def _load_inputs(self, node: dict[str, Any], layout: PodLayout) -> None:
+    def _load_inputs(self, node: dict[str, Any], layout: PodLayout, netns: int) -> None:
         for art in (node.get("inputs") or {}).get("artifacts") or []:
             path = art.get("path")
             if not path:
                 continue
-            dest = layout.host_for(str(path))
-            if dest is None:
-                # Under a read-only system folder of the host: loaded where the step cannot
-                # see it, but loaded, so a load that fails on Argo fails here too.
-                dest = layout.root / "shadowed" / str(path).lstrip("/")
             try:
-                self._load_one(art, dest)
+                with layout.at(str(path), create=True) as dest:
+                    self._load_one(art, dest, netns)
+            except OSError as exc:
+                # A link the step left leads out of its folder, or the path is unusable.
+                if not art.get("optional"):
+                    raise ArtifactError(
+                        f"failed to load artifact {art.get('name')}: open {path}: "
+                        f"{exc.strerror or exc}"
+                    ) from exc
             except ArtifactError:
                 if art.get("optional"):
                     continue
                 raise
 
-    def _load_one(self, art: dict[str, Any], dest: Path) -> None:
+    def _load_one(self, art: dict[str, Any], dest: tuple[int, str], netns: int) -> None:
         name = art.get("name")
         if "raw" in art:
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_text(str((art.get("raw") or {}).get("data", "")))
+            confined.write_file(*dest, str((art.get("raw") or {}).get("data", "")).encode())
         elif "http" in art:
-            fetch_http(str((art.get("http") or {}).get("url", "")), dest)
+            url = str((art.get("http") or {}).get("url", ""))
+            fetch_http(url, dest, netns, self.member.next_uid())
         elif "git" in art:
             repo = (art.get("git") or {}).get("repo", "")
             raise ArtifactError(
@@ -557,7 +624,11 @@ class Pods(RunCore):
             if "value" in p:
                 value = as_param(p["value"])
             elif vf.get("path"):
-                value = self._read_param(layout, str(vf["path"]))
+                try:
+                    value = self._read_param(layout, str(vf["path"]))
+                except ParameterTooLarge as exc:
+                    problem = problem or f"failed to get output parameter {p.get('name')}: {exc}"
+                    continue
                 if value is None and "default" in vf:
                     value = as_param(vf["default"])
                 if value is None:
@@ -589,10 +660,25 @@ class Pods(RunCore):
         return problem
 
     def _read_param(self, layout: PodLayout, path: str) -> str | None:
-        real = layout.real(path)
-        if real is None or not real.is_file():
+        """The file's text, refused past `execution.maxParameterBytes`: Argo's executor keeps
+        a step's outputs in a WorkflowTaskResult, which etcd refuses past its request limit
+        ("etcdserver: request is too large", util/kube/errors/errors.go), and keeps only the
+        last 256 kB of a `result` (workflow/executor/executor.go). A parameter cut short would
+        pass a wrong value on, so it fails the step instead, naming the limit. The file is
+        read without following a link out of the pod's folders."""
+        limit = self.member.execution.max_parameter_bytes
+        try:
+            with layout.at(path) as found:
+                if found is None:
+                    return None
+                data = confined.read_file(*found, limit=limit + 1)
+                if len(data) > limit:
+                    st = confined.lstat_at(*found)
+                    size = st.st_size if st is not None else len(data)
+                    raise ParameterTooLarge(parameter_too_large(size, limit))
+                return data.decode(errors="replace")
+        except OSError:
             return None
-        return real.read_text(errors="replace")
 
     def _save_outputs(
         self, outs: dict[str, Any], node: dict[str, Any], layout: PodLayout, failed: bool
@@ -602,19 +688,28 @@ class Pods(RunCore):
         for a in outs.get("artifacts") or []:
             if a.get("from") or not a.get("path"):
                 continue
-            real = layout.real(str(a["path"]))
-            if real is None:
+            none = is_archive_none(a)
+            key = (a.get("s3") or {}).get("key") or (
+                f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
+            )
+            path = container_path(str(a["path"]))
+            try:
+                with layout.at(path) as found:
+                    if confined.lstat_at(*found) is None:
+                        raise FileNotFoundError
+                    repo = self.repo or self.member.repository
+                    try:
+                        repo.save(found, str(key), not none, posixpath.basename(path) or "artifact")
+                    except OSError as exc:
+                        # The bucket's side: a key that would lead out of it.
+                        raise ArtifactError(exc.strerror or str(exc)) from exc
+            except (FileNotFoundError, confined.Escape):
+                # Missing, or a link the step left there leads out of its folder.
                 if not a.get("optional") and not failed:
                     problem = problem or (
                         f"failed to save outputs: open {a['path']}: no such file or directory"
                     )
                 continue
-            none = is_archive_none(a)
-            key = (a.get("s3") or {}).get("key") or (
-                f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
-            )
-            try:
-                (self.repo or self.member.repository).save(real, str(key), archive=not none)
             except (ArtifactError, OSError) as exc:
                 reason = exc.strerror if isinstance(exc, OSError) else str(exc)
                 problem = problem or f"failed to save outputs: {a['path']}: {reason}"

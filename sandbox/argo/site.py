@@ -101,13 +101,16 @@ class SiteExecution:
             bucket=site.bucket,
             endpoint=site.artifact_endpoint,
             root=self.data_dir / "buckets" / site.bucket,
+            quota=site.bucket_quota,
         )
 
     def repo_named(self, bucket: str, endpoint: Any) -> Repository:
+        owner = next((s for s in self.sb.sites.values() if s.bucket == bucket), None)
         return Repository(
             bucket=bucket,
             endpoint=str(endpoint or self.site.artifact_endpoint),
             root=self.data_dir / "buckets" / bucket,
+            quota=(owner or self.site).bucket_quota,
         )
 
     @property

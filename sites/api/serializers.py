@@ -12,7 +12,6 @@ from sites.models import Dataset, DatasetReplica, Project, Site
 from sites.services import ReplicaInput
 from sites.validators import (
     label_map_problems,
-    overrides_problems,
     printable_key,
     problems_detail,
     region_list_problems,
@@ -120,24 +119,32 @@ class OverridesField(serializers.JSONField):
 class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
     """A site (Karmada member cluster).
 
-    Only the operator fields are writable (PATCH by fleet staff or the site's operators); each
-    one replaces the stored value whole:
+    Only the operator fields are writable (PATCH by fleet staff or the site's operators):
 
     * ``cordoned``: bool; a cordoned site gets no new placements.
     * ``labels``: ``{key: value}`` with Kubernetes label syntax (key ``[prefix/]name``, prefix a
       DNS subdomain, name and value at most 63 characters of ``[A-Za-z0-9-_.]`` starting and
-      ending alphanumeric; the value may be empty).
-    * ``overrides``: ``{"artifact_repository": {...any object...}, "artifact_store":
-      {"endpoint", "bucket", "credentials_secret"}, "gpu_node_selector": {label: value},
-      "image_registry_mirror": "registry.example.org"}``, every key optional, no other keys.
+      ending alphanumeric; the value may be empty); replaces the stored labels whole.
+    * ``overrides``: a JSON merge patch (RFC 7386) of the stored ``{"artifact_repository":
+      {...any object...}, "artifact_store": {"endpoint", "bucket", "credentials_secret"},
+      "gpu_node_selector": {label: value}, "image_registry_mirror": "registry.example.org"}``:
+      the keys sent are merged in, ``null`` deletes a key, the keys not sent are kept.
       ``artifact_store`` is where the site keeps step outputs, written in full into the step
-      workflows that read them elsewhere.
+      workflows that read them elsewhere; removing or moving it while a run placed at the site
+      is active or recent is refused unless ``force`` is true.
 
     Everything else (capacity, readiness, region...) comes from Karmada and is read-only.
     """
 
     labels = LabelMapField(required=False)
-    overrides = OverridesField(required=False)
+    overrides = OverridesField(required=False, allow_null=True)
+    force = serializers.BooleanField(
+        write_only=True,
+        required=False,
+        default=False,
+        help_text="Remove or move the artifact store even while runs placed at the site are "
+        "active or recent.",
+    )
     capabilities = serializers.ListField(child=serializers.CharField(), read_only=True)
     schedulable = serializers.BooleanField(read_only=True)
     capacity = serializers.SerializerMethodField()
@@ -157,6 +164,7 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
             "cordoned",
             "schedulable",
             "overrides",
+            "force",
             "capacity",
             "last_sync",
         ]
@@ -184,11 +192,31 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
         detail: dict[str, list[str]] = {}
         if "labels" in attrs:
             detail.update(problems_detail("labels", label_map_problems(attrs["labels"])))
-        if "overrides" in attrs:
-            detail.update(problems_detail("overrides", overrides_problems(attrs["overrides"])))
+        # ``overrides`` is a patch: the merged result is checked where it is merged, under the
+        # site's lock (``sites.services.site_update``).
+        if attrs.get("overrides") is not None and not isinstance(attrs["overrides"], dict):
+            detail["overrides"] = ["Must be an object: a JSON merge patch of the overrides."]
         if detail:
             raise serializers.ValidationError(detail)
         return attrs
+
+
+class SiteChangeSerializer(serializers.Serializer[dict[str, Any]]):
+    """One changed leaf of a site: ``op`` add (no ``old``), remove (no ``new``) or replace."""
+
+    path = serializers.CharField(help_text="Dotted: overrides.artifact_store.bucket")
+    op = serializers.ChoiceField(choices=["add", "remove", "replace"])
+    old = serializers.JSONField(required=False)
+    new = serializers.JSONField(required=False)
+
+
+class SitePatchAnswerSerializer(SiteSerializer):
+    """The site after a PATCH, with what the PATCH changed (empty: nothing)."""
+
+    changes = SiteChangeSerializer(many=True, read_only=True)
+
+    class Meta(SiteSerializer.Meta):
+        fields = [*SiteSerializer.Meta.fields, "changes"]
 
 
 # --- Datasets -------------------------------------------------------------------------------

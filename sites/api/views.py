@@ -10,6 +10,8 @@ from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from sites import selectors, services
@@ -17,10 +19,11 @@ from sites.api.negotiation import FormatIsAFilterNegotiation
 from sites.api.pagination import BoundedLimitOffsetPagination
 from sites.api.parsers import StrictJSONParser
 from sites.api.permissions import CanOperateSite, CanWriteDataset
-from sites.api.serializers import DatasetSerializer, SiteSerializer
+from sites.api.serializers import DatasetSerializer, SitePatchAnswerSerializer, SiteSerializer
 from sites.filtersets import DatasetFilterSet, SiteFilterSet
 from sites.models import Dataset, Project, Site
 from sites.permissions import can_write_project_data
+from sites.validators import problems_detail
 
 
 def _conflict() -> ValidationError:
@@ -32,7 +35,10 @@ def _conflict() -> ValidationError:
 @extend_schema_view(
     list=extend_schema(summary="List the sites of the fleet"),
     retrieve=extend_schema(summary="One site, by name"),
-    partial_update=extend_schema(summary="Cordon a site or change its labels and overrides"),
+    partial_update=extend_schema(
+        summary="Cordon a site, replace its labels, merge a patch into its overrides",
+        responses={200: SitePatchAnswerSerializer},
+    ),
 )
 class SiteViewSet(
     mixins.ListModelMixin,
@@ -52,10 +58,16 @@ class SiteViewSet(
     def get_queryset(self) -> QuerySet[Site]:
         return selectors.site_list()
 
-    def perform_update(self, serializer: BaseSerializer[Site]) -> None:
-        assert serializer.instance is not None
+    def update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        site = self.get_object()
+        serializer = self.get_serializer(site, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
         data: dict[str, Any] = serializer.validated_data
-        services.site_update(site=serializer.instance, user=self.request.user, **data)
+        try:
+            changed = services.site_update(site=site, user=request.user, **data)
+        except services.SiteUpdateRefused as exc:
+            raise ValidationError(problems_detail(exc.field, exc.problems)) from None
+        return Response({**SiteSerializer(site).data, "changes": changed})
 
 
 @extend_schema_view(

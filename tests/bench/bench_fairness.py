@@ -11,9 +11,15 @@ Prints, with every real part (sandbox, worker with two processes, watcher, gunic
 * ``--runs`` (3) fan-outs of ``--items`` (300) tiles in project ``eo-demo`` and one of
   ``other`` submitted after them: when each project's tiles all exist, beside one such fan-out
   alone on the same stack (the floor). Fair between projects, ``other`` finishes long before
-  ``eo-demo``; fair between runs only, it finishes last.
+  ``eo-demo``; fair between runs only, it finishes last;
+* ``--small-runs`` (200) runs of ``--small-units`` (20) short steps in project ``eo-demo``, all
+  submitted at once, then a one-step run of ``other`` once they run: its time to Succeeded
+  beside the floor. Every unit that ends asks for its run's advance; those advances go through
+  their project's prompt lane, so ``other``'s waits behind a few of ``eo-demo``'s, not
+  thousands.
 
-Run: ``.venv/bin/python tests/bench/bench_fairness.py [--big N] [--items N] [--runs N]``. It
+Run: ``.venv/bin/python tests/bench/bench_fairness.py [--big N] [--items N] [--runs N]
+[--small-runs N] [--small-units N] [--only small]``. It
 creates and drops its own database (``BENCH_DB``, default ``portal_bench_fairness``) and
 flushes its Redis database (``BENCH_REDIS``, default ``redis://127.0.0.1:6379/13``).
 """
@@ -163,6 +169,92 @@ def behind_big_run(stack: BenchStack, big: int) -> dict[str, Any]:
     }
 
 
+def small_runs_body(units: int) -> bytes:
+    """``units`` independent steps of a second each: every one that ends brings an advance."""
+    import yaml
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "small-"},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [
+                    {
+                        "name": "main",
+                        "dag": {
+                            "tasks": [{"name": f"s{i}", "template": "work"} for i in range(units)]
+                        },
+                    },
+                    {
+                        "name": "work",
+                        "metadata": {"annotations": {f"{DOMAIN}/sandbox-duration": "1s"}},
+                        "container": {"image": "alpine:3.19", "command": ["true"]},
+                    },
+                ],
+            },
+        }
+    ).encode()
+
+
+def behind_small_runs(stack: BenchStack, runs: int, units: int) -> dict[str, Any]:
+    """``runs`` small runs of ``eo-demo`` submitted at once (four clients), then, once a
+    tenth of their units ended, a one-step run of ``other``."""
+    import concurrent.futures
+
+    body = small_runs_body(units)
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        ids = list(pool.map(lambda _: stack.submit(body), range(runs)))
+    submitted = time.perf_counter() - t0
+
+    def ended_units() -> int:
+        ((n,),) = stack.sql(
+            "SELECT count(*) FROM portal_unitrun"
+            " WHERE run_id = ANY(%s) AND finished_at IS NOT NULL",
+            ids,
+        )
+        return int(n)
+
+    wait(lambda: ended_units() >= runs * units // 10, 3600, "a tenth of the small runs' units")
+    with QueueDepth() as depth:
+        small = one_step(stack, "other")
+    return {
+        "small": small,
+        "submitted": submitted,
+        "ended": ended_units(),
+        "total": runs * units,
+        "depth": depth.peak,
+    }
+
+
+class QueueDepth:
+    """The broker's queues (prompt: priority 0, bulk: 6) sampled while it is entered: the
+    most messages each held."""
+
+    def __init__(self) -> None:
+        import redis
+
+        self.client = redis.Redis.from_url(REDIS)
+        self.peak = {"prompt": 0, "bulk": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.2):
+            for name, key in (("prompt", "celery"), ("bulk", "celery\x06\x166")):
+                self.peak[name] = max(self.peak[name], int(self.client.llen(key)))
+
+    def __enter__(self) -> QueueDepth:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def projects_race(stack: BenchStack, runs: int, items: int) -> dict[str, float]:
     """``runs`` fan-outs of ``eo-demo`` then one of ``other``: when each project's are done."""
     body = fan_out(items)
@@ -185,6 +277,9 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=300)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sites", type=int, default=10)
+    ap.add_argument("--small-runs", type=int, default=200)
+    ap.add_argument("--small-units", type=int, default=20)
+    ap.add_argument("--only", choices=["small"], help="only the many-small-runs figure")
     args = ap.parse_args()
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
@@ -204,15 +299,29 @@ def main() -> None:
             stack.manage("shell", "-c", OTHER_PROJECT)
             one_step(stack, "other")  # warm-up: imports, connections, planner inputs
             floor = one_step(stack, "other")
-            t0 = time.perf_counter()
-            alone_id = stack.submit(fan_out(args.items), project="other")
-            alone = all_created(stack, [alone_id], args.items, t0)
-            big = behind_big_run(stack, args.big)
-            race = projects_race(stack, args.runs, args.items)
+            if args.only != "small":
+                t0 = time.perf_counter()
+                alone_id = stack.submit(fan_out(args.items), project="other")
+                alone = all_created(stack, [alone_id], args.items, t0)
+                big = behind_big_run(stack, args.big)
+                race = projects_race(stack, args.runs, args.items)
+            many = behind_small_runs(stack, args.small_runs, args.small_units)
         finally:
             stack.stop()
     load = os.getloadavg()
     print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load[0]:.2f}")
+    small = many["small"]
+    print(
+        f"one-step run (project other) behind {args.small_runs} runs of {args.small_units} units"
+        f" (project eo-demo, submitted in {many['submitted']:.1f} s)"
+    )
+    print(f"  to Succeeded                 : {small['total']:6.2f} s  {split(small)}")
+    print(f"    floor: idle stack          : {floor['total']:6.2f} s  {split(floor)}")
+    print(f"  eo-demo's units ended by then: {many['ended']} of {many['total']}")
+    depth = many["depth"]
+    print(f"  broker queues meanwhile (most): prompt {depth['prompt']}, bulk {depth['bulk']}")
+    if args.only == "small":
+        return
     small = big["small"]
     print(f"one-step run (project other) behind a {args.big}-unit run (project eo-demo)")
     print(f"  to Succeeded                 : {small['total']:6.2f} s  {split(small)}")

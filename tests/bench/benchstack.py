@@ -93,6 +93,8 @@ class BenchStack:
             "PORTAL_VAR_DIR": str(workdir / "var"),
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "LOG_LEVEL": "WARNING",
+            # What is measured is the control plane, not the submission limit.
+            "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
             **(env or {}),
         }
         self.processes = Processes(workdir, self.env)

@@ -16,6 +16,7 @@ PURE = [
     "placement.labels",
     "placement.units",
     "placement.expression",
+    "placement.phase",
 ]
 
 

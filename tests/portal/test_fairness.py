@@ -1,9 +1,12 @@
-"""Fairness between projects (issue 21, item 4): a big run's further turns go through its
-project's order, one project's continuation at a time, and they go to the broker behind what a
-user waits on. Redis (``REDIS_URL``) and PostgreSQL, no worker."""
+"""Fairness between projects: a big run's further turns go through its project's order, one
+project's continuation at a time, and they go to the broker behind what a user waits on; what a
+user waits on (a run's first advance, an advance because a unit ended) goes through its
+project's prompt lane, a few at a time per project. Redis (``REDIS_URL``) and PostgreSQL, no
+worker."""
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 
 from portal import tasks
 from portal.execution import claims, fairness
+from portal.execution.fairness import Turn
 
 A, B = 990001, 990002  # project ids of this test's own (the keys are per project)
 R1, R2, R3, R4 = 880001, 880002, 880003, 880004  # run ids no other test uses
@@ -67,9 +71,130 @@ def test_continuations_and_housekeeping_queue_behind_what_users_wait_on(
         sep = conn.default_channel.sep
     prompt, bulk = "celery", f"celery{sep}{tasks.BULK}"
     before = client.llen(prompt), client.llen(bulk)
+    # Run A is in no project (no such run): its lane is project 0's, left as it was found.
+    lane = [k % fairness.NO_PROJECT for k in (fairness.PROMPT_WAITING, fairness.PROMPT_SLOTS)]
+    for key in lane:
+        client.zrem(key, A)
     claims.started(A)
     tasks.advance_request(A)
     tasks._turns_enqueue([(B, B)])
     tasks.resync.apply_async()
     assert (client.llen(prompt), client.llen(bulk)) == (before[0] + 1, before[1] + 2)
     claims.started(A)
+    for key in lane:
+        client.zrem(key, A)
+
+
+# -- the prompt lane: a run's first advance and its unit-end advances, per project -------------
+R_MANY = range(870001, 870051)  # fifty small runs of project A
+R_B = 860001  # project B's one-step run
+
+
+@pytest.fixture
+def lanes(settings: Any) -> Iterator[Any]:
+    settings.PORTAL_PROJECT_ADVANCES = 2
+    c = claims.redis_client()
+    assert c is not None, "these tests need REDIS_URL"
+    keys = [k % p for k in (fairness.PROMPT_WAITING, fairness.PROMPT_SLOTS) for p in (A, B)]
+    c.delete(*keys)
+    c.srem(fairness.PROMPT_PROJECTS, A, B)
+    yield c
+    c.delete(*keys)
+    c.srem(fairness.PROMPT_PROJECTS, A, B)
+
+
+def test_a_project_holds_at_most_its_slots_of_prompt_advances(lanes: Any) -> None:
+    dispatched = [t for r in R_MANY for t in fairness.prompt_request(A, r)]
+    assert dispatched == [(A, R_MANY[0]), (A, R_MANY[1])]  # the rest wait in A's own set
+    assert fairness.prompt_request(B, R_B) == [(B, R_B)]  # B is not behind A's fifty
+    # An advance of A's ends: its slot goes to A's oldest waiting run, not to a newer one.
+    assert fairness.prompt_done(A, R_MANY[0]) == [(A, R_MANY[2])]
+    assert fairness.prompt_done(A, R_MANY[1]) == [(A, R_MANY[3])]
+    assert fairness.prompt_done(A, 999) == []  # not in flight: nothing is handed out twice
+
+
+def test_a_run_asked_for_while_its_advance_runs_goes_again_after_it(lanes: Any) -> None:
+    assert fairness.prompt_request(A, R1) == [(A, R1)]
+    # A unit of the run ends while its advance runs: one more advance, but not beside it.
+    assert fairness.prompt_request(A, R1) == []
+    assert fairness.prompt_request(A, R1) == []  # and not queued twice
+    assert fairness.prompt_request(A, R2) == [(A, R2)]  # the second slot is free for others
+    assert fairness.prompt_done(A, R1) == [(A, R1)]
+    assert fairness.prompt_done(A, R1) == []
+    assert fairness.prompt_done(A, R2) == []
+    assert A not in {int(p) for p in lanes.smembers(fairness.PROMPT_PROJECTS)}
+
+
+def test_a_slot_whose_advance_was_lost_expires_and_the_resync_hands_it_on(lanes: Any) -> None:
+    assert fairness.prompt_request(A, R1) == [(A, R1)]
+    assert fairness.prompt_request(A, R2) == [(A, R2)]
+    assert fairness.prompt_request(A, R3) == []
+    assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == []
+    lanes.zadd(fairness.PROMPT_SLOTS % A, {str(R1): 1.0})  # its message lost: long expired
+    assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == [(A, R3)]
+
+
+def test_many_small_runs_of_one_project_do_not_delay_another_projects_run(lanes: Any) -> None:
+    """The broker's prompt queue as the worker takes it (first in, first out), driven by the
+    lane as ``portal.tasks`` drives it: fifty runs of project A, each ending a unit on every
+    advance for twenty advances, and project B's one-step run submitted once A's flood is
+    queued. B's first advance, and the one after its unit ends, each wait behind at most
+    ``PORTAL_PROJECT_ADVANCES`` advances of A, not behind A's thousand."""
+    slots = 2
+    broker: deque[Turn] = deque()
+    left = {r: 20 for r in R_MANY}  # unit-end advances each of A's runs still brings
+    for r in R_MANY:  # A's fifty submissions: their first advances
+        broker.extend(fairness.prompt_request(A, r))
+    broker.extend(fairness.prompt_request(B, R_B))  # B submits its one-step run
+    ahead: list[int] = []  # advances of A the worker ran before each of B's
+    count = 0
+    b_advances = 0
+    while broker:
+        project, run = broker.popleft()
+        if project == B:
+            ahead.append(count)
+            count = 0
+            b_advances += 1
+            broker.extend(fairness.prompt_done(B, run))
+            if b_advances == 1:  # its one step ends: the unit-end advance
+                broker.extend(fairness.prompt_request(B, R_B))
+            continue
+        count += 1
+        broker.extend(fairness.prompt_done(A, run))
+        if left[run]:
+            left[run] -= 1  # a unit of this run ended meanwhile: it asks again
+            broker.extend(fairness.prompt_request(A, run))
+    assert b_advances == 2
+    assert all(n <= slots for n in ahead), ahead
+    assert sum(left.values()) == 0  # A's runs all went on too
+
+
+def test_advance_requests_reach_the_broker_through_their_projects_lane(
+    settings: Any, db: Any
+) -> None:
+    """What the watcher, the resync and a submission call: ten runs of one project put two
+    advances in the broker's prompt queue, and another project's run one more at once."""
+    from tests.factories import ProjectFactory, WorkflowRunFactory
+
+    settings.PORTAL_PROJECT_ADVANCES = 2
+    client = claims.redis_client()
+    assert client is not None
+    flood, other = ProjectFactory(), ProjectFactory()
+    many = [WorkflowRunFactory(project=flood).pk for _ in range(10)]
+    one = WorkflowRunFactory(project=other).pk
+    lanes = [
+        k % p.pk for k in (fairness.PROMPT_WAITING, fairness.PROMPT_SLOTS) for p in (flood, other)
+    ]
+    before = client.llen("celery")
+    try:
+        for run in many:
+            tasks.advance_request(run)
+        assert client.llen("celery") == before + 2
+        tasks.advance_request(one)
+        assert client.llen("celery") == before + 3
+        assert client.zcard(fairness.PROMPT_WAITING % flood.pk) == 8
+    finally:
+        client.delete(*lanes)
+        client.srem(fairness.PROMPT_PROJECTS, flood.pk, other.pk)
+        for run in [*many, one]:
+            claims.started(run)

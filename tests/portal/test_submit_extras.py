@@ -148,6 +148,32 @@ def test_run_demo_stops_what_it_started_when_start_up_fails(
     assert started and started[0].poll() is not None  # the child is gone, not adopted by init
 
 
+def test_run_demo_prints_the_log_paths_under_portal_var_dir(
+    tmp_path: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+    import sys
+
+    from portal.management.commands import run_demo
+
+    settings.VAR_DIR = tmp_path / "elsewhere"
+    out = io.StringIO()
+
+    def start_one(self: Any, children: Any, *args: Any) -> None:
+        children.start("worker", [sys.executable, "-c", "print('worker up')"]).wait()
+        raise SystemExit("stop here")
+
+    monkeypatch.setattr(run_demo.Command, "_start", start_one)
+    monkeypatch.setattr(run_demo.signal, "signal", lambda *a: None)
+    command = run_demo.Command(stdout=out, stderr=io.StringIO())
+    with pytest.raises(SystemExit):
+        command.handle(port=run_demo.SANDBOX_PORT + 201, time_scale=1.0)
+    log = tmp_path / "elsewhere" / "logs" / "worker.log"
+    assert f"log {log})" in out.getvalue()
+    assert "log var/logs/" not in out.getvalue()
+    assert log.read_text().strip() == "worker up"  # the path printed is the one written
+
+
 def test_pod_names_follow_argo_v2_and_v1() -> None:
     # Argo's GeneratePodName: fnv32a of the node name, after "<workflow>-<template>".
     assert logs.fnv32a("") == 0x811C9DC5

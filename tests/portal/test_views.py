@@ -411,9 +411,18 @@ def test_the_fleet_shows_sites_capacity_running_units_and_replicas(
     for name in demo_sites:
         assert reverse("ui-site-detail", args=[name]) in body
     assert 'aria-valuenow="88"' in body  # site-a: 3.5 of 4 cores allocated
-    assert "2 / 8 GPUs" in body
+    assert "2 used / 8 GPUs" in body
     assert f"{run.name}/preprocess" in body  # running at site-b
     assert "sentinel2-l1c" in body and "● Ready" in body
+
+
+def test_the_fleet_page_says_which_capacity_number_is_used_and_which_is_total(
+    sci: Client, demo_sites
+) -> None:
+    body = sci.get(reverse("ui-fleet")).content.decode()
+    assert "3.5 used / 4 cores" in body and 'CPU <span class="muted small">used / total' in body
+    site = sci.get(reverse("ui-site-detail", args=["site-a"])).content.decode()
+    assert "3.5 used / 4 cores" in site
 
 
 def test_the_fleet_partial_is_the_sites_table(sci: Client, demo_sites) -> None:

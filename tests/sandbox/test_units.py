@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from sandbox import quantity
 from sandbox.argo import evaluate
 from sandbox.errors import ApiError
+from sandbox.fleet import Site, parse_limit_range
 from sandbox.karmada import choose_policy, override_image
 from sandbox.patch import json_patch, merge_patch
 from sandbox.resources import NAMESPACE, Registry
@@ -258,3 +261,41 @@ def test_clone_copies_deeply_and_falls_back_for_what_json_cannot_hold() -> None:
     copied_odd = clone(odd)
     assert copied_odd == odd
     assert copied_odd["k"] is not odd["k"] and copied_odd[1] is not odd[1]
+
+
+def test_a_fleet_file_gives_limit_range_defaults_and_bucket_quotas() -> None:
+    site = Site.from_dict(
+        {
+            "name": "s",
+            "limitRange": {"default": {"memory": "512Mi"}, "defaultRequest": {"memory": "1Mi"}},
+            "artifacts": {"quota": "5Gi"},
+        }
+    )
+    assert site.limit_range == {
+        "default": {"memory": 512 * 2**20},
+        "defaultRequest": {"memory": 2**20},
+    }
+    assert site.bucket_quota == 5 * 2**30
+    # As the API server defaults a LimitRange: the default limit is the request too.
+    assert parse_limit_range({"default": {"ephemeral-storage": "2Gi"}}, "x") == {
+        "default": {"ephemeral-storage": 2 * 2**30},
+        "defaultRequest": {"ephemeral-storage": 2 * 2**30},
+    }
+    assert Site.from_dict({"name": "t"}).bucket_quota == 10 * 2**30
+
+
+@pytest.mark.parametrize(
+    ("site", "message"),
+    [
+        ({"limitRange": {"max": {}}}, "site s: limitRange takes default and defaultRequest only"),
+        ({"limitRange": {"default": {"cpu": "1"}}}, "takes memory and ephemeral-storage"),
+        ({"limitRange": {"default": {"memory": "lots"}}}, "holds a value that is no size"),
+        ({"artifacts": {"quota": "big"}}, "site s: artifacts.quota 'big' is not a size"),
+        ({"artifacts": {"quota": "0"}}, "site s: artifacts.quota must be more than 0"),
+    ],
+)
+def test_a_fleet_file_with_bad_limits_is_refused_naming_the_site(
+    site: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Site.from_dict({"name": "s", **site})

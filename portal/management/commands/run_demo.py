@@ -29,7 +29,8 @@ SANDBOX_PORT = 18443
 
 
 class _Children:
-    """The demo's processes: each logs to ``var/logs/<name>.log``; they stop together."""
+    """The demo's processes: each logs to ``<PORTAL_VAR_DIR>/logs/<name>.log``; they stop
+    together."""
 
     def __init__(self, command: BaseCommand, env: dict[str, str], var: Path) -> None:
         self.command = command
@@ -37,13 +38,17 @@ class _Children:
         self.var = var
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
+    def log_path(self, name: str) -> Path:
+        """Where ``name`` logs, as a path the reader can open from where they are."""
+        return (self.var / "logs" / f"{name}.log").resolve()
+
     def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.var / "logs" / f"{name}.log", "ab")  # noqa: SIM115 - lives with the child
+        log = open(self.log_path(name), "ab")  # noqa: SIM115 - lives with the child
         proc = subprocess.Popen(
             argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.procs.append((name, proc))
-        self.command.stdout.write(f"  started {name} (pid {proc.pid}, log var/logs/{name}.log)")
+        self.command.stdout.write(f"  started {name} (pid {proc.pid}, log {self.log_path(name)})")
         return proc
 
     def stop_all(self, *_: Any) -> None:
@@ -72,7 +77,7 @@ class _Children:
             for name, proc in self.procs:
                 if proc.poll() is not None:
                     self.command.stderr.write(
-                        f"{name} exited with {proc.returncode}; see var/logs/{name}.log"
+                        f"{name} exited with {proc.returncode}; see {self.log_path(name)}"
                     )
                     self.stop_all()
             time.sleep(1)

@@ -201,12 +201,14 @@ def test_daemon_is_reachable_at_its_ip_and_stopped_with_its_scope(site_b: Member
         "script": {
             "image": "python:3",
             "command": ["python"],
-            "source": "import time, urllib.request\n"
+            # select() waits real time: time.sleep follows the sandbox's time scale, and the
+            # server's interpreter takes real time to start.
+            "source": "import select, urllib.request\n"
             "for _ in range(200):\n"
             "    try:\n"
             "        print(urllib.request.urlopen('http://{{inputs.parameters.ip}}:8080').read()"
             ".decode()); break\n"
-            "    except OSError: time.sleep(0.05)\n",
+            "    except OSError: select.select([], [], [], 0.05)\n",
         },
     }
     main = steps(
@@ -375,21 +377,6 @@ def test_retry_expression_stops_retries(site_b: Member) -> None:
     status = site_b.wait(site_b.create(wf(t)))
     assert status["phase"] == "Failed"
     assert len(site_b.pods(status)) == 1
-
-
-def test_http_artifacts_only_from_loopback(site_b: Member, executing: SandboxServer) -> None:
-    def reader(url: str) -> dict[str, Any]:
-        t = sh("main", "cat /in/v")
-        t["inputs"] = {"artifacts": [{"name": "v", "path": "/in/v", "http": {"url": url}}]}
-        return wf(t)
-
-    status = site_b.wait(site_b.create(reader(f"{executing.url}/version")))
-    assert status["phase"] == "Succeeded", status.get("message")
-    (node,) = site_b.pods(status).values()
-    assert "gitVersion" in node["outputs"]["result"]
-    status = site_b.wait(site_b.create(reader("https://example.com/data.csv")))
-    assert status["phase"] == "Error"
-    assert "example.com" in status["message"]
 
 
 def test_workflow_deadline_stops_running_steps(site_b: Member) -> None:

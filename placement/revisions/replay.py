@@ -1,0 +1,301 @@
+"""Impact replay: the recorded planning inputs of past submissions planned again under two
+configurations (the active one and a draft), and what would move.
+
+Each submission records the fleet as the planner saw it (capacity as held by other runs,
+links) and the datasets (``PlanningSnapshot``), its parsed units and its project
+(``PlanningRecord``). Replay lays each configuration's operator fields (cordons, labels,
+capabilities, links, residency) and rules over that snapshot and calls the same
+``planner.plan``: nothing read from the clock or the live tables, so the answer is the same
+each time it is asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from placement import codec, planner
+from placement.parser import Unit
+from placement.revisions import config as cfg
+from placement.revisions.models import PlanningRecord, PlanningSnapshot
+from placement.revisions.selectors import active_revision_id
+
+DEFAULT_LIMIT = 1000
+GB = 10**9
+
+
+# Recording -----------------------------------------------------------------------------------
+
+
+def snapshot_body(fleet: planner.Fleet, datasets: planner.DataCatalogue) -> dict[str, Any]:
+    sites = []
+    for s in fleet.ordered_sites:
+        row = dataclasses.asdict(s)
+        row["labels"] = dict(s.labels)
+        row["capabilities"] = sorted(s.capabilities)
+        sites.append(row)
+    links = [dataclasses.asdict(ln) for ln in fleet.links]
+    data = []
+    for d in datasets.datasets:
+        data.append(
+            {
+                "name": d.name,
+                "uri_prefix": d.uri_prefix,
+                "bytes": d.bytes,
+                "residency": sorted(d.residency),
+                "replicas": [dataclasses.asdict(r) for r in d.replicas],
+                "project": d.project,
+            }
+        )
+    return {"sites": sites, "links": links, "datasets": data}
+
+
+def planning_record(
+    *,
+    run_id: int,
+    project: str | None,
+    units: Sequence[Unit],
+    fleet: planner.Fleet,
+    datasets: planner.DataCatalogue,
+) -> PlanningRecord:
+    """Record what a submission was planned from (inside its transaction)."""
+    body = snapshot_body(fleet, datasets)
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    snapshot, _ = PlanningSnapshot.objects.get_or_create(digest=digest, defaults={"body": body})
+    return PlanningRecord.objects.create(
+        run_id=run_id,
+        project=project or "",
+        revision_id=active_revision_id(),
+        snapshot=snapshot,
+        units=[codec.unit_to_dict(u) for u in units],
+        n_units=len(units),
+    )
+
+
+# Inputs under a configuration ------------------------------------------------------------------
+
+
+def rules_of(config: Mapping[str, Any]) -> planner.RuleBook:
+    return planner.RuleBook(
+        planner.Rule(
+            id=r["name"],
+            name=r["name"],
+            effect=r["effect"],
+            selector=planner.Selector.from_dict(r["selector"] or {}),
+            timing=r["timing"],
+            params=r["parameters"] or {},
+            weight=float(r["weight"]),
+            order=int(r["order"]),
+            enabled=bool(r["enabled"]),
+        )
+        for r in config["rules"]
+    )
+
+
+def inputs_under(
+    body: Mapping[str, Any], config: Mapping[str, Any]
+) -> tuple[planner.Fleet, planner.DataCatalogue]:
+    """The recorded fleet and datasets with ``config``'s operator fields laid over them."""
+    sites_cfg = {s["name"]: s for s in config["sites"]}
+    sites = []
+    for row in body["sites"]:
+        over = sites_cfg.get(row["name"], {})
+        sites.append(
+            planner.SiteState(
+                **{
+                    **row,
+                    "labels": dict(over.get("labels", row["labels"])),
+                    "capabilities": frozenset(over.get("capabilities", row["capabilities"])),
+                    "cordoned": bool(over.get("cordoned", row["cordoned"])),
+                }
+            )
+        )
+    links = tuple(
+        planner.Link(
+            source=ln["source"],
+            target=ln["target"],
+            bandwidth_mbps=float(ln["bandwidth_mbps"]),
+            cost_per_gb=float(ln["cost_per_gb"]),
+            latency_ms=float(ln["latency_ms"]),
+            artifacts_reachable=bool(ln["artifacts_reachable"]),
+        )
+        for ln in config["links"]
+    )
+    residency = {d["name"]: d["residency"] for d in config["datasets"]}
+    datasets = [
+        planner.DatasetInfo(
+            name=d["name"],
+            uri_prefix=d["uri_prefix"],
+            bytes=d["bytes"],
+            residency=frozenset(residency.get(d["name"], d["residency"])),
+            replicas=tuple(planner.Replica(**r) for r in d["replicas"]),
+            project=d["project"],
+        )
+        for d in body["datasets"]
+    ]
+    return planner.Fleet(sites=tuple(sites), links=links), planner.DataCatalogue(datasets)
+
+
+# Replay ------------------------------------------------------------------------------------------
+
+
+def records_select(
+    *,
+    limit: int = DEFAULT_LIMIT,
+    project: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[PlanningRecord]:
+    """The newest records holding the last ``limit`` decisions (whole submissions)."""
+    qs = PlanningRecord.objects.select_related("snapshot").order_by("-created_at", "-id")
+    if project:
+        qs = qs.filter(project=project)
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    if until is not None:
+        qs = qs.filter(created_at__lt=until)
+    out: list[PlanningRecord] = []
+    total = 0
+    for record in qs.iterator(chunk_size=200):
+        if total >= limit:
+            break
+        out.append(record)
+        total += record.n_units
+    return out
+
+
+def replay(
+    *,
+    base: Mapping[str, Any],
+    draft: Mapping[str, Any],
+    limit: int = DEFAULT_LIMIT,
+    project: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> dict[str, Any]:
+    records = records_select(limit=limit, project=project, since=since, until=until)
+    return replay_records(
+        [(r.run_id, r.project or None, r.snapshot_id, r.snapshot.body, r.units) for r in records],
+        base=base,
+        draft=draft,
+        limit=limit,
+    )
+
+
+Recorded = tuple[int, str | None, int, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+
+
+def replay_records(
+    records: Iterable[Recorded],
+    *,
+    base: Mapping[str, Any],
+    draft: Mapping[str, Any],
+    limit: int = DEFAULT_LIMIT,
+) -> dict[str, Any]:
+    """Plan each record's units under ``base`` and ``draft``; report what moves. Pure."""
+    base, draft = cfg.canonical(base), cfg.canonical(draft)
+    books = (rules_of(base), rules_of(draft))
+    inputs: dict[int, tuple[tuple[Any, Any], tuple[Any, Any]]] = {}
+    moved: list[dict[str, Any]] = []
+    pairs: Counter[str] = Counter()
+    unplaceable: list[dict[str, Any]] = []
+    violations: list[dict[str, Any]] = []
+    bytes_before = bytes_after = 0
+    cost_before = cost_after = 0.0
+    decisions = runs = 0
+    for run_id, project, snap_id, body, unit_dicts in records:
+        if decisions >= limit:
+            break
+        pair = inputs.get(snap_id)
+        if pair is None:
+            pair = inputs[snap_id] = (inputs_under(body, base), inputs_under(body, draft))
+        (fleet_a, data_a), (fleet_b, data_b) = pair
+        units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
+        decisions += len(units)
+        runs += 1
+        plan_a = planner.plan(units, fleet_a, books[0], data_a, project=project)
+        plan_b = planner.plan(units, fleet_b, books[1], data_b, project=project)
+        index = {s.name: i for i, s in enumerate(fleet_a.ordered_sites)}
+        inbound = _inbound_cost(draft["links"])
+        inbound_a = _inbound_cost(base["links"])
+        allowed = {d.name: d.residency for d in data_a.datasets if d.residency}
+        region = {s.name: s.region for s in fleet_a.sites}
+        for a, b in zip(plan_a.decisions, plan_b.decisions, strict=True):
+            was, now = a.site or a.runtime_hint, b.site or b.runtime_hint
+            if was is not None:
+                nbytes = a.table.bytes_at(index[was])
+                bytes_before += nbytes
+                cost_before += nbytes / GB * inbound_a.get(was, 0.0)
+            if now is not None:
+                nbytes = b.table.bytes_at(index[now])
+                bytes_after += nbytes
+                cost_after += nbytes / GB * inbound.get(now, 0.0)
+                bound = [n for n in b.datasets if n in allowed]
+                outside = [n for n in bound if region.get(now) not in allowed[n]]
+                if outside:
+                    violations.append(
+                        {"run": run_id, "unit": b.unit, "site": now, "datasets": outside}
+                    )
+            if was == now:
+                continue
+            if now is None and was is not None:
+                unplaceable.append({"run": run_id, "unit": b.unit, "why": b.reason})
+            pairs[f"{was or 'unplaceable'}->{now or 'unplaceable'}"] += 1
+            moved.append(
+                {
+                    "run": run_id,
+                    "unit": b.unit,
+                    "from": was,
+                    "to": now,
+                    "why": f"now: {b.reason} (rules: {', '.join(b.rules) or 'none'}); "
+                    f"before: {a.reason} (rules: {', '.join(a.rules) or 'none'})",
+                }
+            )
+    summary = {
+        "decisions": decisions,
+        "runs": runs,
+        "moved": len(moved),
+        "moved_by_pair": dict(sorted(pairs.items())),
+        "newly_unplaceable": unplaceable,
+        "residency_violations": violations,
+        "transfer_bytes": {
+            "before": bytes_before,
+            "after": bytes_after,
+            "change": bytes_after - bytes_before,
+        },
+        "transfer_cost": {
+            "before": round(cost_before, 4),
+            "after": round(cost_after, 4),
+            "change": round(cost_after - cost_before, 4),
+        },
+    }
+    return {"moved": moved, "summary": summary}
+
+
+def _inbound_cost(links: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Per target site, the dearest cost per GB of its inbound links: the cost estimate counts
+    every byte a unit pulls at that price (an upper bound; a unit's sources are not split)."""
+    out: dict[str, float] = {}
+    for ln in links:
+        out[ln["target"]] = max(out.get(ln["target"], 0.0), float(ln["cost_per_gb"]))
+    return out
+
+
+def summary_lines(result: Mapping[str, Any]) -> list[str]:
+    s = result["summary"]
+    lines = [
+        f"replayed: {s['decisions']} decisions of {s['runs']} runs",
+        f"moved: {s['moved']} units",
+    ]
+    lines += [f"  {pair}: {n}" for pair, n in s["moved_by_pair"].items()]
+    lines.append(f"newly unplaceable: {len(s['newly_unplaceable'])} units")
+    lines.append(f"residency violations: {len(s['residency_violations'])}")
+    lines.append(f"transfer bytes change: {s['transfer_bytes']['change']}")
+    lines.append(f"transfer cost change: {s['transfer_cost']['change']}")
+    return lines

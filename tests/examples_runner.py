@@ -10,6 +10,10 @@ with this fleet's means (the member-level data of the sandbox work); ``portal`` 
 portal's outcome legitimately differs (refused at preview with a field path, say), with ``why``.
 Examples marked ``run: false`` are listed, not run.
 
+A second table covers Argo's own end-to-end workflows (``e2e/functional``,
+``e2e/expectedfailures``) with the outcome Argo's Go e2e tests assert, from
+``tests/argo_e2e.yaml``; ``--set examples|e2e|all`` picks the sets (default: both).
+
 Run: ``.venv/bin/python tests/examples_runner.py [--only NAME ...] [--timeout S]``
 (PostgreSQL on its standard port or ``EXAMPLES_PG``; its own ``redis-server`` unless
 ``EXAMPLES_REDIS`` names one).

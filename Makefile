@@ -42,8 +42,10 @@ format: $(STAMP)
 bench: $(STAMP)
 	@set -e; for b in tests/bench/bench_*.py; do echo "== $$b"; SECRET_KEY=$${SECRET_KEY:-bench-only-not-a-secret} $(PY) $$b; done
 
-# Every Workflow in ../shared/reference/argo/examples through the portal end to end (REST
-# submit, the sandbox executing steps), with a table of expected and actual outcomes.
+# Every Workflow in ../shared/reference/argo/examples, then Argo's e2e workflows
+# (../shared/reference/argo/e2e/functional, expectedfailures), through the portal end to end
+# (REST submit, the sandbox executing steps), with a table of expected and actual outcomes for
+# each set. A subset: EXAMPLES_ARGS="--set e2e", "--only NAME ...", "--time-scale 10".
 examples: $(STAMP)
 	$(PY) tests/examples_runner.py $(EXAMPLES_ARGS)
 

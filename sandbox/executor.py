@@ -70,11 +70,17 @@ def host_python() -> str:
     return shutil.which("python3") or sys.executable
 
 
-def runner_for(image: str, images: list[dict[str, str]] | None = None) -> str | None:
+def image_name(image: str) -> str:
+    """An image reference without Docker Hub's implicit registry prefixes."""
     name = image.strip()
     for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/"):
         if name.startswith(prefix):
-            name = name[len(prefix) :]
+            return name[len(prefix) :]
+    return name
+
+
+def runner_for(image: str, images: list[dict[str, str]] | None = None) -> str | None:
+    name = image_name(image)
     for rule in images if images is not None else DEFAULT_IMAGES:
         if fnmatch.fnmatchcase(name, rule["match"]):
             return rule["runner"]
@@ -132,6 +138,12 @@ class PodSpec:
     deadline: float | None = None  # real seconds; killing counts as exceeding the deadline
     wallclock: float = 600.0  # real seconds; the sandbox's own limit
     time_scale: float = 1.0
+    # simulated seconds (`activeDeadlineSeconds`, `timeout`): what the pod's scaled sleeps
+    # may add up to before the step is held until `deadline` kills it
+    sim_deadline: float | None = None
+    # an image whose `sh` is busybox's ash (alpine, busybox): bash in its POSIX mode stands in
+    # for it, which has ash's $RANDOM, `echo -n` and `[[` where the host's dash has not
+    ash: bool = False
     netns: int | None = None  # pid holding the network namespace the pod joins
     log: Tail | None = None  # where stdout and stderr go as they come (besides the result)
 
@@ -157,11 +169,32 @@ def prepare_bin(spec: PodSpec) -> Path:
             link.symlink_to(py)
     (bindir / "argosay").write_bytes((HERE / "bin" / "argosay").read_bytes())
     (bindir / "cowsay").write_text(f"#!{py}\n" + (HERE / "whalesay.py").read_text())
+    # A step's sleeps run on the simulated clock, and so does its deadline: whatever the scale
+    # (and however long the real start of the pod took), sleeps adding up to more than the
+    # deadline hold the step until it is killed, as on a cluster.
+    clock = (
+        f"_DEADLINE = {spec.sim_deadline!r}\n"
+        "def _take(total):\n"
+        "    if _DEADLINE is None:\n"
+        "        return total\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock') as f:\n"
+        "            before = float(f.read() or 0)\n"
+        "    except (OSError, ValueError):\n"
+        "        before = 0.0\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock', 'w') as f:\n"
+        "            f.write(repr(before + total))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    return float('inf') if before + total > _DEADLINE else total\n"
+    )
     (bindir / "sleep").write_text(
         # -S: without site, so the sitecustomize below does not scale it a second time.
         f"#!{py} -S\n"
         "import re, sys, time\n"
-        "units = {'': 1, 's': 1, 'm': 60, 'h': 3600, 'd': 86400}\n"
+        + clock
+        + "units = {'': 1, 's': 1, 'm': 60, 'h': 3600, 'd': 86400}\n"
         "total = 0.0\n"
         "for arg in sys.argv[1:]:\n"
         "    m = re.fullmatch(r'(\\d+(?:\\.\\d*)?|\\.\\d+)([smhd]?)', arg)\n"
@@ -171,15 +204,18 @@ def prepare_bin(spec: PodSpec) -> Path:
         "        sys.exit(f'sleep: invalid time interval {arg!r}')\n"
         "    else:\n"
         "        total += float(m.group(1)) * units[m.group(2)]\n"
-        f"time.sleep(min(total / {spec.time_scale!r}, 1e6))\n"
+        f"time.sleep(min(_take(total) / {spec.time_scale!r}, 1e6))\n"
     )
     for name in ("argosay", "cowsay", "sleep"):
         (bindir / name).chmod(0o755)
+    bash = shutil.which("bash")
+    if spec.ash and bash and not (bindir / "sh").exists():
+        # invoked as `sh`, bash starts in POSIX mode
+        (bindir / "sh").symlink_to(bash)
     # Python steps' time.sleep follows the time scale too (site-packages hook).
     (bindir / "sitecustomize.py").write_text(
-        "import time as _t\n"
-        "_sleep = _t.sleep\n"
-        f"_t.sleep = lambda s: _sleep(max(float(s), 0.0) / {spec.time_scale!r})\n"
+        "import time as _t\n" + clock + "_sleep = _t.sleep\n"
+        f"_t.sleep = lambda s: _sleep(min(_take(max(float(s), 0.0)) / {spec.time_scale!r}, 1e6))\n"
     )
     return bindir
 

@@ -204,6 +204,10 @@ class Execution:
     workflow/packer/packer.go)."""
 
     images: list[dict[str, str]] | None = None
+    # `simulated:` what a step whose image is not executable here ends as, by image pattern
+    # (`succeed`, `fail` or `refuse`); unlisted images: `refuse` when the step fetches a URL,
+    # else `succeed` (sandbox/simulated.py)
+    simulated: list[dict[str, str]] | None = None
     max_node_status_bytes: int = 1024 * 1024
     step_wallclock_seconds: float = 600.0
     # The most one output parameter may hold (see pods.py); 256 KiB, the bound Argo's
@@ -225,6 +229,10 @@ def load_execution(path: Path | None = None) -> Execution:
         images=[{"match": str(i["match"]), "runner": str(i["runner"])} for i in images]
         if images is not None
         else None,
+        simulated=[
+            {"match": str(i["match"]), "outcome": str(i["outcome"])}
+            for i in block.get("simulated") or []
+        ],
         max_node_status_bytes=int(block.get("maxNodeStatusBytes", 1024 * 1024)),
         step_wallclock_seconds=float(block.get("stepWallclockSeconds", 600)),
         max_parameter_bytes=int(block.get("maxParameterBytes", 256 * 1024)),

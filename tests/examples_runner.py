@@ -10,6 +10,10 @@ with this fleet's means (the member-level data of the sandbox work); ``portal`` 
 portal's outcome legitimately differs (refused at preview with a field path, say), with ``why``.
 Examples marked ``run: false`` are listed, not run.
 
+A second table covers Argo's own end-to-end workflows (``e2e/functional``,
+``e2e/expectedfailures``) with the outcome Argo's Go e2e tests assert, from
+``tests/argo_e2e.yaml``; ``--set examples|e2e|all`` picks the sets (default: both).
+
 Run: ``.venv/bin/python tests/examples_runner.py [--only NAME ...] [--timeout S]``
 (PostgreSQL on its standard port or ``EXAMPLES_PG``; its own ``redis-server`` unless
 ``EXAMPLES_REDIS`` names one).
@@ -55,6 +59,10 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
 
 EXAMPLES = REFERENCE / "argo" / "examples"
 EXPECTATIONS = ROOT / "tests" / "argo_examples.yaml"
+# Argo's end-to-end workflows, and the outcome its Go e2e tests assert for each.
+E2E = REFERENCE / "argo" / "e2e"
+E2E_FOLDERS = ("functional", "expectedfailures")
+E2E_EXPECTATIONS = ROOT / "tests" / "argo_e2e.yaml"
 PG = os.environ.get("EXAMPLES_PG", "postgres://postgres@127.0.0.1:5432")
 # A Redis of its own by default: a Redis database shared with other stacks shares Celery's
 # queue too, and their workers would take this stack's tasks.
@@ -70,6 +78,7 @@ class Row:
     units: str = ""
     why: str = ""
     random: bool = False
+    any_failure: bool = False  # only "it fails" is asserted (Failed or Error agree)
 
     @property
     def agree(self) -> str:
@@ -77,6 +86,8 @@ class Row:
             return "-"
         if self.random and self.outcome in ("Succeeded", "Failed"):
             return "yes"  # it may fail on real Argo too (every attempt of a random exit failed)
+        if self.any_failure and self.outcome in ("Failed", "Error"):
+            return "yes"
         return "yes" if self.outcome == self.expected else "NO"
 
 
@@ -200,6 +211,29 @@ def expectations() -> dict[str, dict[str, Any]]:
     return dict(data.get("examples") or {})
 
 
+def e2e_cases() -> list[tuple[str, Path, dict[str, Any] | None]]:
+    """Argo's e2e workflows: (name, file, expectation). A file that is a link into Argo's
+    examples (stored as the link's text) is that example, with its expectation."""
+    data = yaml.safe_load(E2E_EXPECTATIONS.read_text()) or {}
+    expect = dict(data.get("e2e") or {})
+    examples = expectations()
+    cases: list[tuple[str, Path, dict[str, Any] | None]] = []
+    for folder in E2E_FOLDERS:
+        for path in sorted((E2E / folder).glob("*.yaml")):
+            name = f"{folder}/{path.name}"
+            text = path.read_text().strip()
+            entry = expect.get(name)
+            if text.startswith("../") and "\n" not in text:
+                path = EXAMPLES / Path(text).name
+                entry = examples.get(path.name)
+                if not path.exists():
+                    entry = {"run": False, "why": f"a link to {text}, not in the reference set"}
+            elif entry is not None and entry.get("source") == "folder" and folder != "functional":
+                entry = dict(entry, any_failure=True)
+            cases.append((name, path, entry))
+    return cases
+
+
 def expected_of(entry: dict[str, Any] | None) -> str:
     if entry is None:
         return "Succeeded"
@@ -208,14 +242,17 @@ def expected_of(entry: dict[str, Any] | None) -> str:
     return str(entry.get("portal") or entry.get("sandbox") or entry.get("expect") or "Succeeded")
 
 
-def run_one(stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: float) -> Row:
+def run_one(
+    stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: float, name: str = ""
+) -> Row:
     expected = expected_of(entry)
     row = Row(
-        path.name,
+        name or path.name,
         expected,
         "not run",
         why=str((entry or {}).get("why") or ""),
         random=bool((entry or {}).get("random")),
+        any_failure=bool((entry or {}).get("any_failure")),
     )
     if expected == "not run":
         return row
@@ -271,7 +308,7 @@ def resume_waiting(stack: Stack, run_id: int, body: dict[str, Any], resumed: set
             stack.api("POST", f"/api/v1/runs/{run_id}/resume/", json.dumps({"node": name}).encode())
 
 
-def table(rows: list[Row]) -> str:
+def table(rows: list[Row], what: str = "examples") -> str:
     head = ("example", "expected", "portal", "agree", "units@sites", "why")
     lines = [head] + [(r.example, r.expected, r.outcome, r.agree, r.units, r.why) for r in rows]
     widths = [min(max(len(str(x[i])) for x in lines), 48) for i in range(4)]
@@ -282,7 +319,7 @@ def table(rows: list[Row]) -> str:
     ran = [r for r in rows if r.agree != "-"]
     agree = sum(1 for r in ran if r.agree == "yes")
     pct = 100.0 * agree / len(ran) if ran else 100.0
-    out.append(f"\n{agree}/{len(ran)} examples that ran reach Argo's outcome ({pct:.0f} %)")
+    out.append(f"\n{agree}/{len(ran)} {what} that ran reach Argo's outcome ({pct:.1f} %)")
     return "\n".join(out)
 
 
@@ -292,23 +329,40 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per example")
     p.add_argument("--time-scale", type=float, default=1.0)
     p.add_argument("--strict", action="store_true", help="exit 1 on any disagreement")
+    p.add_argument(
+        "--set",
+        choices=("all", "examples", "e2e"),
+        default="all",
+        help="the reference examples, the e2e workflows (functional/, expectedfailures/) or both",
+    )
     args = p.parse_args(argv)
     expect = expectations()
-    paths = sorted(EXAMPLES.glob("*.yaml"))
+    sets: dict[str, list[tuple[str, Path, dict[str, Any] | None]]] = {}
+    if args.set in ("all", "examples"):
+        sets["examples"] = [
+            (x.name, x, expect.get(x.name)) for x in sorted(EXAMPLES.glob("*.yaml"))
+        ]
+    if args.set in ("all", "e2e"):
+        sets["e2e workflows"] = e2e_cases()
     if args.only:
-        paths = [x for x in paths if x.name in set(args.only)]
-    rows: list[Row] = []
+        only = set(args.only)
+        sets = {k: [c for c in v if c[0] in only or c[1].name in only] for k, v in sets.items()}
+    tables: dict[str, list[Row]] = {k: [] for k in sets}
     with tempfile.TemporaryDirectory(prefix="portal-examples-") as tmp:
         stack = Stack(Path(tmp), args.time_scale)
         try:
-            for path in paths:
-                row = run_one(stack, path, expect.get(path.name), args.timeout)
-                rows.append(row)
-                print(f"{row.example}: {row.outcome} (expected {row.expected})", flush=True)
+            for what, cases in sets.items():
+                for name, path, entry in cases:
+                    row = run_one(stack, path, entry, args.timeout, name)
+                    tables[what].append(row)
+                    print(f"{row.example}: {row.outcome} (expected {row.expected})", flush=True)
         finally:
             stack.stop()
-    print(table(rows))
-    return 1 if args.strict and any(r.agree == "NO" for r in rows) else 0
+    for what, rows in tables.items():
+        print(f"\n## {what}\n")
+        print(table(rows, what))
+    everything = [r for rows in tables.values() for r in rows]
+    return 1 if args.strict and any(r.agree == "NO" for r in everything) else 0
 
 
 if __name__ == "__main__":

@@ -184,12 +184,89 @@ def _minmax(pick: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
+def _numbers(a: Any) -> list[Any]:
+    if not isinstance(a, list) or not all(is_number(v) for v in a):
+        raise ExprError("needs an array of numbers")
+    return a
+
+
+def _median(a: Any) -> float:
+    xs = sorted(_numbers(a))
+    if not xs:
+        return 0.0
+    mid = len(xs) // 2
+    return float(xs[mid]) if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _flatten(a: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in a:
+        out.extend(_flatten(v) if isinstance(v, list) else [v])
+    return out
+
+
+def _uniq(a: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in a:
+        if not any(equal(v, w) for w in out):
+            out.append(v)
+    return out
+
+
+def _get(v: Any, key: Any) -> Any:
+    if isinstance(v, dict):
+        return v.get(key)
+    if isinstance(v, list) and isinstance(key, int):
+        return v[key] if -len(v) <= key < len(v) else None
+    return None
+
+
+def _go_round(x: float) -> float:
+    # Go's math.Round: half away from zero
+    return float(math.copysign(math.floor(abs(x) + 0.5), x))
+
+
+def _split_after(s: str, sep: str) -> list[str]:
+    parts = s.split(sep)
+    return [p + sep for p in parts[:-1]] + parts[-1:]
+
+
+# expr-lang/expr builtin/builtin.go (the builtins of expr's default environment).
+MORE_BUILTINS: dict[str, Callable[..., Any]] = {
+    "lastIndexOf": lambda s, sub: s.rfind(sub),
+    "splitAfter": _split_after,
+    "ceil": lambda x: float(math.ceil(x)),
+    "floor": lambda x: float(math.floor(x)),
+    "round": _go_round,
+    "sum": lambda a: sum(_numbers(a)),
+    "mean": lambda a: float(sum(_numbers(a))) / len(a) if a else 0.0,
+    "median": _median,
+    "toBase64": lambda s: base64.b64encode(str(s).encode()).decode(),
+    "fromBase64": lambda s: base64.b64decode(str(s)).decode(),
+    "get": _get,
+    "take": lambda a, n: list(a[: max(int(n), 0)]),
+    "uniq": _uniq,
+    "concat": lambda *arrays: [v for a in arrays for v in a],
+    "flatten": _flatten,
+    "sort": lambda a, order="asc": sorted(a, reverse=order == "desc"),
+    "bitand": lambda a, b: int(a) & int(b),
+    "bitor": lambda a, b: int(a) | int(b),
+    "bitxor": lambda a, b: int(a) ^ int(b),
+    "bitnand": lambda a, b: int(a) & ~int(b),
+    "bitshl": lambda a, b: int(a) << int(b),
+    "bitshr": lambda a, b: int(a) >> int(b),
+    "bitnot": lambda a: ~int(a),
+}
+
+
 BUILTINS: dict[str, Callable[..., Any]] = {
+    **MORE_BUILTINS,
     "len": _len,
     "int": to_int,
     "float": to_float,
     "string": go_string,
-    "toJSON": lambda v: bounded(json.dumps(v, indent=2, ensure_ascii=False)),
+    # Go's json.MarshalIndent: map keys sorted
+    "toJSON": lambda v: bounded(json.dumps(v, indent=2, ensure_ascii=False, sort_keys=True)),
     "fromJSON": _from_json,
     "upper": lambda s: str(s).upper(),
     "lower": lambda s: str(s).lower(),

@@ -36,7 +36,8 @@ class Node:
 
 _TOKEN = re.compile(
     r"\s*(?:"
-    r"(?P<num>0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)"
+    r"(?P<comment>/\*.*?\*/|//[^\n]*)"
+    r"|(?P<num>0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)"
     r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`)"
     r"|(?P<name>[A-Za-z_$][\w$]*)"
     r"|(?P<op>\?\?|\?\.|\.\.|==|!=|<=|>=|&&|\|\||\*\*|[-+*/%^<>!?:.,()\[\]{}#|])"
@@ -74,6 +75,8 @@ _BINARY = {
     "^": (100, True),
     "??": (500, False),
 }
+# `a not matches b` is `not (a matches b)`, likewise for the other word operators.
+_NEGATED = frozenset({"matches", "contains", "startsWith", "endsWith"})
 _ALIASES = {"and": "&&", "or": "||", "^": "**"}
 _UNARY_PRECEDENCE = {"not": 50, "!": 50, "-": 90, "+": 90}
 # Builtins whose second argument is a predicate (``#`` is the element).
@@ -109,6 +112,8 @@ def tokens(text: str) -> list[tuple[str, Any]]:
         pos = m.end()
         kind = m.lastgroup or ""
         raw = m.group(kind)
+        if kind == "comment":
+            continue
         if kind == "num":
             out.append(("lit", _number(raw)))
         elif kind == "str":
@@ -163,6 +168,13 @@ class _Reader:
         self.enter()
         try:
             cond = self.binary(0)
+            # expr's pipe (parser.go parsePipe): `x | f(a)` is `f(x, a)`
+            while self.peek() == ("op", "|"):
+                self.take()
+                kind, name = self.take()
+                if kind != "name":
+                    raise ExprError(f"a function expected after '|', found {_show((kind, name))}")
+                cond = self.call(Node("id", name), name, first=cond)
             if self.peek() == ("op", "?"):
                 self.take()
                 yes = self.expression()
@@ -179,6 +191,8 @@ class _Reader:
             return None
         if val == "not" and self.peek(1) == ("op", "in"):
             return "not in"
+        if val == "not" and self.peek(1)[0] == "op" and self.peek(1)[1] in _NEGATED:
+            return f"not {self.peek(1)[1]}"
         return val if val in _BINARY else None
 
     def binary(self, min_prec: int) -> Node:
@@ -187,16 +201,20 @@ class _Reader:
             op = self._binary_op()
             if op is None:
                 return left
-            prec, right_assoc = _BINARY[op]
+            negated = op.startswith("not ") and op != "not in"
+            prec, right_assoc = _BINARY[op[4:] if negated else op]
             if prec < min_prec:
                 return left
             self.take()
-            if op == "not in":
+            if op.startswith("not "):
                 self.take()
             self.enter()
             right = self.binary(prec if right_assoc else prec + 1)
             self.depth -= 1
-            left = Node("bin", _ALIASES.get(op, op), (left, right))
+            if negated:
+                left = Node("un", "!", (Node("bin", op[4:], (left, right)),))
+            else:
+                left = Node("bin", _ALIASES.get(op, op), (left, right))
 
     def unary(self) -> Node:
         kind, val = self.peek()
@@ -252,9 +270,9 @@ class _Reader:
         self.expect("}")
         return Node("map", args=tuple(pairs))
 
-    def call(self, callee: Node, name: str | None) -> Node:
+    def call(self, callee: Node, name: str | None, first: Node | None = None) -> Node:
         self.expect("(")
-        args: list[Node] = []
+        args: list[Node] = [] if first is None else [first]
         while self.peek() != ("op", ")"):
             if name in PREDICATE_BUILTINS and len(args) == 1:
                 args.append(self.predicate())

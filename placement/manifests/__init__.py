@@ -71,6 +71,7 @@ from placement.manifests.substitution import (
     resolve_arguments,
     run_variables,
     substitute,
+    with_skipped_defaults,
 )
 from placement.manifests.workflows import (
     emitted_template_names,
@@ -120,4 +121,5 @@ __all__ = [
     "step_workflow_name",
     "substitute",
     "webhook_configuration",
+    "with_skipped_defaults",
 ]

@@ -160,6 +160,9 @@ def _eval_when(node: WhenExpr) -> Any:
         return all(_truthy(_eval_when(a)) for a in node.args)
     if node.op == "or":
         return any(_truthy(_eval_when(a)) for a in node.args)
+    if node.op == "in":
+        first = _eval_when(node.args[0])
+        return any(_compare("==", first, _eval_when(a)) for a in node.args[1:])
     left, right = (_eval_when(a) for a in node.args)
     return _compare(node.op, left, right)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -408,6 +409,26 @@ def _resolve_artifact(
                 for k, v in value.items()
                 if k not in ("name", "path", "mode", "from")
             }
+            sub = raw.pop("subPath", None)
+            if sub:
+                # Argo's resolveArtifact (workflow/controller/scope.go): the argument's subPath,
+                # substituted, is appended to the artifact's key; an absent optional in it
+                # cannot be substituted.
+                absent = _absent_reference(str(sub), workflow_parameters, outputs, item, has_item)
+                if absent is not None:
+                    missing.append(absent)
+                sub = substitute(
+                    str(sub),
+                    workflow_parameters,
+                    outputs,
+                    item=item,
+                    has_item=has_item,
+                    missing=missing,
+                    expressions=False,
+                )
+                for kind in ("s3", "gcs", "oss"):
+                    if isinstance(loc.get(kind), dict) and "key" in loc[kind]:
+                        loc[kind]["key"] = posixpath.join(str(loc[kind]["key"]), str(sub))
             return {**raw, **loc, "name": a.name}
         if m and m.group(1).startswith(("tasks.", "steps.")):
             missing.append(m.group(1))

@@ -35,9 +35,21 @@ def entry_inputs(entry: Mapping[str, Any], wf_params: Mapping[str, str]) -> dict
         for fld in ("value", "default"):
             v = _scalar_str(p.get(fld))
             if v is not None:
-                out[name] = _substitute_wf_params(v, wf_params)
+                out[name] = _evaluated(fill_inputs(_substitute_wf_params(v, wf_params), out), out)
                 break
     return out
+
+
+def _evaluated(value: str, known: Mapping[str, str]) -> str:
+    """An input's ``{{= }}`` tags evaluated over the inputs before it, as Argo's
+    ``substituteParams`` (workflow/common/util.go) gives them; one it cannot evaluate stays."""
+    if "{{=" not in value:
+        return value
+    scope = {f"inputs.parameters.{k}": v for k, v in known.items()}
+    try:
+        return expression.fill_expressions(value, scope)
+    except expression.ExprError:
+        return value
 
 
 def fill_inputs(text: str, inputs: Mapping[str, str]) -> str:

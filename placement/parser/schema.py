@@ -6,6 +6,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
@@ -143,4 +144,21 @@ def schema_errors(
                 break
     except RecursionError:
         out.append(FieldError("", "document nested too deeply"))
+    out = [e for e in out if not _image_from_defaults(doc, e)]
     return sorted(set(out), key=lambda e: (e.path, e.message))
+
+
+_TEMPLATE_IMAGE = re.compile(r"spec\.templates\[\d+\]\.(container|script)")
+
+
+def _image_from_defaults(doc: Mapping[str, Any], err: FieldError) -> bool:
+    """A template's missing ``image`` that ``spec.templateDefaults`` gives: Argo's validation
+    takes the default's (workflow/validate/validate.go, ``image may not be empty`` only when
+    ``templateDefaults.<type>.image`` is empty too)."""
+    m = _TEMPLATE_IMAGE.fullmatch(err.path)
+    if m is None or "'image' is a required property" not in err.message:
+        return False
+    spec = doc.get("spec")
+    defaults = spec.get("templateDefaults") if isinstance(spec, Mapping) else None
+    kind = defaults.get(m.group(1)) if isinstance(defaults, Mapping) else None
+    return isinstance(kind, Mapping) and bool(kind.get("image"))

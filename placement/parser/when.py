@@ -41,10 +41,10 @@ class WhenExpr:
 
 
 _WHEN_TOKEN = re.compile(
-    r"\s*(?:(?P<op>==|!=|>=|<=|=~|!~|&&|\|\||[<>!()])"
+    r"\s*(?:(?P<op>==|!=|>=|<=|=~|!~|&&|\|\||[<>!(),])"
     r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")"
     r"|(?P<num>[+-]?\d+(?:\.\d+)?(?![\w.\-/:]))"
-    r"|(?P<word>[^\s()=!<>&|'\"]+))",
+    r"|(?P<word>[^\s()=!<>&|,'\"]+))",
     re.DOTALL,
 )
 _ESCAPE = re.compile(r"\\(.)", re.DOTALL)
@@ -84,7 +84,7 @@ def _tokens(text: str) -> list[tuple[str, Any]]:
 
 def parse_when(text: str) -> WhenExpr:
     """The tree of a substituted ``when``: ``==``, ``!=``, ``<``, ``>``, ``<=``, ``>=``,
-    ``=~``, ``!~``, ``&&``, ``||``, ``!``, parentheses, quoted strings, numbers,
+    ``=~``, ``!~``, ``in (a, b)``, ``&&``, ``||``, ``!``, parentheses, quoted strings, numbers,
     ``true``/``false`` and bare words as strings. Raises ``WhenSyntaxError``."""
     return _WhenParser(_tokens(text)).parse()
 
@@ -132,6 +132,20 @@ class _WhenParser:
             if op in ("=~", "!~") and right.op == "value":
                 compile_regex(right.value)  # a literal pattern is checked when it is read
             return WhenExpr(op, args=(left, right))
+        if self.pos < len(self.tokens) and self.tokens[self.pos] == ("val", "in"):
+            # govaluate's IN: `x in (a, b)`, true when x equals one of the list's values
+            self.pos += 1
+            if self.peek() != "(":
+                raise WhenSyntaxError("'in' needs a parenthesised list")
+            self.pos += 1
+            items = [self.unary()]
+            while self.peek() == ",":
+                self.pos += 1
+                items.append(self.unary())
+            if self.peek() != ")":
+                raise WhenSyntaxError("missing ')'")
+            self.pos += 1
+            return WhenExpr("in", args=(left, *items))
         return left
 
     def nest(self) -> None:

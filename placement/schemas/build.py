@@ -13,7 +13,10 @@ parser needs and writes it next to itself:
   document the controller takes is not refused here:
   - ``Quantity`` and ``IntOrString``: string, integer or number (``cpu: 1``, ``port: 80``);
   - ``Parameter.value``/``default``/``enum[]`` and ``Item``: Argo's ``AnyString`` decodes
-    numbers and booleans too (``value: 5``).
+    numbers and booleans too (``value: 5``);
+  - ``ScriptTemplate.source`` is optional: the controller's validation never requires it
+    (workflow/validate/validate.go), and Argo's e2e tests run script templates without one
+    (test/e2e/functional/loops-empty-param.yaml in ``TestLoopEmptyParam``).
 
 Run: ``python placement/schemas/build.py [path/to/schema.json]``; the output is deterministic
 (sorted keys), so a rebuild from the same input gives the same file.
@@ -66,6 +69,8 @@ def build(source: Path) -> dict[str, Any]:
     param["value"] = dict(SCALAR)
     param["default"] = dict(SCALAR)
     param["enum"] = {"type": "array", "items": dict(SCALAR)}
+    script = kept["io.argoproj.workflow.v1alpha1.ScriptTemplate"]
+    script["required"] = [r for r in script.get("required", []) if r != "source"]
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",
         "$comment": (

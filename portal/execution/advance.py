@@ -102,7 +102,10 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         value = manifests.substitute(
             spec.with_param,
             run.compiled.get("parameters") or {},
-            upstream_outputs(units),
+            # a skipped producer's declared defaults, as in its consumers' arguments
+            manifests.with_skipped_defaults(
+                upstream_outputs(units), run.compiled.get("templates") or {}
+            ),
             missing=missing,
             inputs=_entry_inputs(run),
         )

@@ -17,7 +17,7 @@ LEAF_KINDS = ("container", "script", "resource", "containerSet", "data", "http",
 MAX_NODE_NAME = 2000
 DONE = ("Succeeded", "Failed", "Error", "Skipped", "Omitted")
 FAILED = ("Failed", "Error")
-_VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
+VAR_RE = re.compile(r"\{\{\s*([^{}=][^{}]*?)\s*\}\}")
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
@@ -69,7 +69,7 @@ def render(value: Any, scope: dict[str, Any]) -> Any:
                 return as_param(scope[key])
             return m.group(0)
 
-        return _VAR_RE.sub(sub, value)
+        return VAR_RE.sub(sub, value)
     if isinstance(value, dict):
         return {k: render(v, scope) for k, v in value.items()}
     if isinstance(value, list):
@@ -106,8 +106,8 @@ def workflow_requests(wf: Obj) -> dict[str, float]:
 
 # -- a govaluate-ish expression evaluator for `when` and `depends` ---------------------------
 _TOKEN_RE = re.compile(
-    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|=~|!~|&&|\|\||[<>!()])"
-    r"|(?P<word>[^\s()=!<>&|]+))"
+    r"\s*(?:(?P<str>'[^']*'|\"[^\"]*\")|(?P<op>==|!=|<=|>=|=~|!~|&&|\|\||[<>!(),])"
+    r"|(?P<word>[^\s()=!<>&|,]+))"
 )
 
 
@@ -160,6 +160,18 @@ def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
         if kind == "op" and val in ("==", "!=", "<", ">", "<=", ">=", "=~", "!~"):
             take()
             return compare(left, val, atom())
+        if (kind, val) == ("word", "in"):
+            # govaluate's IN: `x in (a, b)` is true when x equals one of the list's values
+            take()
+            if take() != ("op", "("):
+                raise ExprError("'in' needs a parenthesised list")
+            items = [atom()]
+            while peek() == ("op", ","):
+                take()
+                items.append(atom())
+            if take() != ("op", ")"):
+                raise ExprError("missing )")
+            return any(compare(left, "==", item) for item in items)
         return left
 
     def not_() -> Any:
@@ -237,3 +249,39 @@ def literal_json(value: str) -> Any:
         return json.loads(value)
     except ValueError:
         return value
+
+
+# The template-type fields of a Template (wfv1.TemplateType); a default of another type than
+# the template's is not applied.
+TEMPLATE_TYPES = (
+    "container",
+    "containerSet",
+    "script",
+    "resource",
+    "dag",
+    "suspend",
+    "data",
+    "http",
+    "plugin",
+)
+
+
+def with_defaults(tmpl: dict[str, Any], defaults: dict[str, Any] | None) -> dict[str, Any]:
+    """`spec.templateDefaults` merged under a template (`mergedTemplateDefaultsInto` in
+    workflow/controller/operator.go: defaults of another template type dropped, then the
+    template merged over them, maps key by key, the template's value winning)."""
+    if not isinstance(defaults, dict) or not defaults:
+        return tmpl
+    own = next((k for k in TEMPLATE_TYPES if k in tmpl), None)
+    applicable = {k: v for k, v in defaults.items() if k not in TEMPLATE_TYPES or k == own}
+    merged: dict[str, Any] = _merge(applicable, tmpl)
+    return merged
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    return over

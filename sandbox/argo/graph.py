@@ -25,6 +25,8 @@ from sandbox.store import clone
 class Graph(Hooks):
     # steps ----------------------------------------------------------------------------------
     def _expand(self, step: dict[str, Any], scope: dict[str, Any]) -> list[Any] | None:
+        for key in ("withItems", "withParam"):
+            self._absent(step.get(key), scope)
         if "withItems" in step:
             return list(self._fill(render(step["withItems"], scope), scope) or [])
         if "withParam" in step:
@@ -234,6 +236,7 @@ class Graph(Hooks):
             return lambda scope: True
 
         def check(scope: dict[str, Any]) -> bool:
+            self._absent(str(cond), scope)
             text = self._fill(render(str(cond), scope), scope)
             if "{{=" in text:
                 # A tag left unresolved (a variable outside steps/tasks that the scope lacks)
@@ -281,8 +284,10 @@ class Graph(Hooks):
             try:
                 results = await asyncio.gather(*(one(s) for s in steps))
             except StepFailed as exc:
+                # steps.go executeSteps: an errored step group makes the steps template
+                # Failed with the group's message
                 self.finish(gnode, "Error", str(exc))
-                self.finish(node, "Error", str(exc))
+                self.finish(node, "Failed", str(exc))
                 return
             bad = []
             for step, n, children in results:
@@ -418,6 +423,8 @@ class Graph(Hooks):
                 omitted, "Omitted", "omitted: depends condition not met"
             )
             st.loops[tname] = None
+            # its outputs are absent optionals, as a skipped task's (scope.go)
+            self._record(st.scope, f"tasks.{tname}", omitted, None)
             return
         st.running[tname] = asyncio.ensure_future(
             self._run_expanded(

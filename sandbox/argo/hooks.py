@@ -4,10 +4,11 @@ runs them (workflow/controller/hooks.go); exit hooks are run with the node (grap
 from __future__ import annotations
 
 import asyncio
+import posixpath
 from typing import Any
 
 from sandbox.argo import expressions
-from sandbox.argo.expr import as_param, render
+from sandbox.argo.expr import VAR_RE, as_param, render
 from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
 from sandbox.store import clone
 
@@ -22,20 +23,60 @@ class Hooks(RunCore):
         self, call: dict[str, Any], scope: dict[str, Any]
     ) -> tuple[dict[str, str], dict[str, Any]]:
         arguments = call.get("arguments") or {}
-        params = {
-            p["name"]: as_param(self._fill(render(p.get("value", ""), scope), scope))
-            for p in arguments.get("parameters") or []
+        tmpl = call.get("inline") or self.templates.get(call.get("template", "")) or {}
+        defaults = {
+            p.get("name")
+            for p in (tmpl.get("inputs") or {}).get("parameters") or []
+            if "default" in p
         }
+        params = {}
+        for p in arguments.get("parameters") or []:
+            try:
+                self._absent(p.get("value", ""), scope)
+            except StepFailed:
+                # workflow/common/util.go substituteParams: an argument naming an absent
+                # optional takes the input's default, and without one errors
+                if p["name"] in defaults:
+                    continue
+                raise StepFailed(
+                    f"inputs.parameters.{p['name']}: argument references an absent optional "
+                    "(skipped/omitted node output with no default)"
+                ) from None
+            params[p["name"]] = as_param(self._fill(render(p.get("value", ""), scope), scope))
+        self._absent(arguments.get("artifacts"), scope)
         arts: dict[str, Any] = {}
         for a in arguments.get("artifacts") or []:
             ref = a.get("from")
             if ref:
                 found = scope.get(str(render(ref, scope)).strip("{} "))
                 if isinstance(found, dict):
-                    arts[a["name"]] = dict(clone(found), name=a["name"])
+                    arts[a["name"]] = with_sub_path(
+                        dict(clone(found), name=a["name"]),
+                        self._fill(render(str(a.get("subPath") or ""), scope), scope),
+                    )
                     continue
             arts[a["name"]] = render(clone(a), scope)
         return params, arts
+
+    @staticmethod
+    def _absent(value: Any, scope: dict[str, Any]) -> None:
+        """A simple tag naming a skipped or omitted node's output that has no default (an
+        absent optional, None in the scope) cannot be substituted: the step errors
+        (util/template/simple_template.go)."""
+        if isinstance(value, str):
+            for m in VAR_RE.finditer(value):
+                key = m.group(1).strip()
+                if key in scope and scope[key] is None:
+                    raise StepFailed(
+                        f"unable to substitute {{{{{key}}}}}: output is an absent optional "
+                        "(skipped/omitted node with no default)"
+                    )
+        elif isinstance(value, dict):
+            for v in value.values():
+                Hooks._absent(v, scope)
+        elif isinstance(value, list):
+            for v in value:
+                Hooks._absent(v, scope)
 
     @staticmethod
     def _fill(value: Any, scope: dict[str, Any]) -> Any:
@@ -160,3 +201,17 @@ class Hooks(RunCore):
             return expressions.evaluate_bool(expression, scope)
         except expressions.ExprError as exc:
             raise StepFailed(f"hook {where}: {exc}") from exc
+
+
+def with_sub_path(art: dict[str, Any], sub: str) -> dict[str, Any]:
+    """An artifact argument's `subPath` joined to the key of the artifact it names
+    (`resolveArtifact` in workflow/controller/scope.go, `ArtifactLocation.AppendToKey`): an
+    `archive: none` folder is read below it, a tarball's key with it does not exist."""
+    if not sub:
+        return art
+    for kind in ("s3", "gcs", "oss", "azure", "hdfs", "artifactory", "git", "http"):
+        loc = art.get(kind)
+        if isinstance(loc, dict) and "key" in loc:
+            loc["key"] = posixpath.join(str(loc["key"]), sub)
+            return art
+    return art

@@ -46,6 +46,8 @@ class PodLayout:
         path = container_path(path)
         best: tuple[int, executor.Mount, str] | None = None
         for m in self.mounts:
+            if m.fd is None and m.host.is_file():
+                continue  # a file the sandbox mounts (the hosts file): its copy in the layer
             if path == m.dest or path.startswith(m.dest.rstrip("/") + "/"):
                 rel = posixpath.relpath(path, m.dest)
                 if best is None or len(m.dest) > best[0]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 from typing import Any
 
@@ -12,7 +11,6 @@ from sandbox import executor
 from sandbox.argo import expressions
 from sandbox.argo.expr import (
     DONE,
-    FAILED,
     LEAF_KINDS,
     MAX_NODE_NAME,
     as_param,
@@ -20,8 +18,10 @@ from sandbox.argo.expr import (
     render,
     template_requests,
 )
-from sandbox.argo.pods import NotRunnable, Pods
+from sandbox.argo.pods import NotRunnable, Pods, containers_of
+from sandbox.argo.retry import retry_decision
 from sandbox.argo.run import Ctx, Parent, StepFailed
+from sandbox.simulated import outcome as outcome_of_simulated
 from sandbox.store import clone, now_iso
 
 
@@ -50,20 +50,25 @@ class Leaves(Pods):
                 why = "templateRef / WorkflowTemplates are not simulated by the sandbox"
             return self.finish(node, "Error", why)
         strategy = tmpl.get("retryStrategy")
-        if not strategy:
+        if strategy is None:
             return await self.execute_once(tmpl, args, art_args, name, display, ctx, parent)
-        limit = (
-            int(render(str(strategy.get("limit", 0)), ctx.scope) or 0)
-            if str(strategy.get("limit", "")).strip().lstrip("-").isdigit()
-            else 0
-        )
-        policy = strategy.get("retryPolicy") or "OnFailure"
+        # Argo substitutes the template's inputs into the whole template, retryStrategy
+        # included, before it reads it (common.ProcessArgs in workflow/controller/operator.go
+        # executeTemplate, ahead of `argoexpr.EvalBool(retryStrategy.Expression, ...)`).
+        try:
+            scope = self._inputs(tmpl, args, art_args, ctx)[1]
+        except StepFailed:
+            scope = ctx.scope  # execute_once reports the missing input
+        strategy = expressions.fill(render(dict(strategy), scope), scope)
         retry = self.new_node(name, display, "Retry", tmpl.get("name", tmpl_name), ctx, parent)
         retry["phase"] = "Running"
-        backoff = parse_duration((strategy.get("backoff") or {}).get("duration"), 0.0)
         attempt_node: dict[str, Any] = retry
+        message: str | None = None
+        loop = asyncio.get_running_loop()
+        first_started = loop.time()
+        attempt = 0
         try:
-            for attempt in range(limit + 1):
+            while True:
                 sub = Ctx(dict(ctx.scope, retries=str(attempt)), ctx.boundary, attempt)
                 attempt_node = await self.execute_once(
                     tmpl,
@@ -74,34 +79,26 @@ class Leaves(Pods):
                     sub,
                     retry["id"],
                 )
-                phase = attempt_node["phase"]
-                if phase not in FAILED:
+                message, wait = retry_decision(strategy, attempt, attempt_node)
+                if message is not None:
                     break
-                if policy == "OnError" and phase != "Error":
-                    break
-                if (
-                    policy in ("OnFailure", "OnTransientError")
-                    and phase == "Error"
-                    and policy != "OnTransientError"
-                ):
-                    break
-                if strategy.get("expression"):
-                    try:
-                        again = retry_expression(str(strategy["expression"]), attempt, attempt_node)
-                    except expressions.ExprError as exc:
-                        return self.finish(retry, "Error", str(exc))
-                    if not again:
+                if wait is not None:
+                    elapsed = (loop.time() - first_started) * self.sb.config.time_scale
+                    most = parse_duration((strategy.get("backoff") or {}).get("maxDuration"), 0)
+                    if most and elapsed + wait > most:
+                        # operator.go: "Backoff would exceed max duration limit"
+                        message = "Backoff would exceed max duration limit"
                         break
-                if attempt < limit and backoff:
-                    factor = float((strategy.get("backoff") or {}).get("factor") or 1)
-                    wait = backoff * factor**attempt
                     await asyncio.sleep(wait / self.sb.config.time_scale)
+                attempt += 1
         except asyncio.CancelledError:
             self.finish(retry, "Failed", self._shutdown_message())
             raise
+        except expressions.ExprError as exc:
+            return self.finish(retry, "Error", str(exc))
         if attempt_node.get("outputs"):
             retry["outputs"] = clone(attempt_node["outputs"])
-        return self.finish(retry, attempt_node["phase"], attempt_node.get("message", ""))
+        return self.finish(retry, attempt_node["phase"], message or "")
 
     def _shutdown_message(self) -> str:
         if self.deadline_exceeded:
@@ -391,14 +388,28 @@ class Leaves(Pods):
             self.finish(node, real[0], real[1])
             return False
         failure = self._failure(tmpl, ctx)
-        self._leaf_outputs(tmpl, node, ctx.scope, failed=failure is not None)
+        simulated: tuple[str, str] | None = None
+        if (
+            not failure
+            and self.sb.config.execute
+            and any(k in tmpl for k in ("container", "script", "containerSet"))
+        ):
+            images = self.member.execution.images
+            simulated = outcome_of_simulated(
+                [
+                    c
+                    for c in containers_of(body)
+                    if executor.runner_for(str(c.get("image") or ""), images) is None
+                ],
+                self.member.execution.simulated,
+            )
+        failed = failure is not None or (simulated is not None and simulated[0] != "Succeeded")
+        self._leaf_outputs(tmpl, node, ctx.scope, failed=failed)
         self._simulated_log(node)
         if failure:
             self.finish(node, "Failed", failure)
-        elif self.sb.config.execute and any(
-            k in tmpl for k in ("container", "script", "containerSet")
-        ):
-            self.finish(node, "Succeeded", "simulated: image not executable here")
+        elif simulated is not None:
+            self.finish(node, *simulated)
         else:
             self.finish(node, "Succeeded")
         return False
@@ -481,26 +492,3 @@ class Leaves(Pods):
         if not node["outputs"]:
             node.pop("outputs")
         self.finish(node, "Succeeded")
-
-
-def retry_expression(expr: str, attempt: int, node: dict[str, Any]) -> bool:
-    """A retryStrategy `expression` in Argo's expression language over the scope Argo gives it
-    (workflow/controller/operator.go `buildRetryStrategyLocalScope`: `retries`, `lastRetry.*`,
-    every value a string); one that cannot be evaluated to a boolean errors the node."""
-    started, finished = node.get("startedAt") or "", node.get("finishedAt") or ""
-    scope = {
-        "retries": str(attempt),
-        "lastRetry.exitCode": str((node.get("outputs") or {}).get("exitCode", "-1")),
-        "lastRetry.status": str(node.get("phase", "")),
-        "lastRetry.message": str(node.get("message", "")),
-        "lastRetry.duration": str(_seconds_between(started, finished)),
-    }
-    return expressions.evaluate_bool(expr, scope)
-
-
-def _seconds_between(a: str, b: str) -> int:
-    try:
-        fmt = "%Y-%m-%dT%H:%M:%SZ"
-        return int((dt.datetime.strptime(b, fmt) - dt.datetime.strptime(a, fmt)).total_seconds())
-    except ValueError:
-        return 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import os
 import posixpath
@@ -63,6 +64,10 @@ class Pods(RunCore):
         claims = admission.claim_template_refusal(self.name, spec.get("volumeClaimTemplates") or [])
         if claims:
             return "Error", claims
+        invalid = invalid_claim(self.obj)
+        if invalid:
+            # operator.go: createPVCs failing with a non-transient error is markWorkflowError.
+            return "Error", f"pvc create error: {invalid}"
         if not self.sb.config.execute:
             return None
         bad = unresolved(self.obj)
@@ -194,14 +199,19 @@ class Pods(RunCore):
     def _argv(
         self, body: dict[str, Any], container: dict[str, Any], runner: str, layout: PodLayout
     ) -> list[str]:
-        if container is body.get("script"):
+        if container is body.get("script") and container.get("source"):
             script = container
             staging = layout.root / "staging"
             staging.mkdir(parents=True, exist_ok=True)
+            # workflow/executor/executor.go StageFiles: the source at
+            # common.ExecutorScriptSourcePath, mode 0755, so `command: [sh, -c]` can run it;
+            # operator.go appends that path to the container's args (a script without a source
+            # runs as a container).
             (staging / "script").write_text(str(script.get("source", "")))
+            (staging / "script").chmod(0o755)
             layout.add(staging, "/argo/staging", readonly=True)
-            command = [str(c) for c in script.get("command") or []] or ["sh"]
-            return [*command, "/argo/staging/script", *[str(a) for a in script.get("args") or []]]
+            args = [*(script.get("args") or []), "/argo/staging/script"]
+            return executor.container_argv(runner, dict(script, args=args))
         return executor.container_argv(runner, container)
 
     def _env(self, container: dict[str, Any], pod: str) -> dict[str, str]:
@@ -254,6 +264,28 @@ class Pods(RunCore):
             ):
                 return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
         return None
+
+    @staticmethod
+    def _hosts_file(root: Path, pod: str, layout: PodLayout) -> None:
+        """The kubelet mounts a hosts file of its own into every container
+        (`managedHostsFileContent`, pkg/kubelet/kubelet_pods.go), not the node's."""
+        root.mkdir(parents=True, exist_ok=True)
+        hosts = root / "hosts"
+        hosts.write_text(
+            "# Kubernetes-managed hosts file.\n"
+            "127.0.0.1\tlocalhost\n"
+            "::1\tlocalhost ip6-localhost ip6-loopback\n"
+            "fe00::0\tip6-localnet\n"
+            "fe00::0\tip6-mcastprefix\n"
+            "fe00::1\tip6-allnodes\n"
+            "fe00::2\tip6-allrouters\n"
+            f"127.0.0.1\t{pod}\n"
+        )
+        hosts.chmod(0o644)
+        layout.add(hosts, "/etc/hosts", readonly=True)
+        # The same in the pod's own layer, where the sandbox reads a step's outputs.
+        (root / "fs" / "etc").mkdir(parents=True, exist_ok=True)
+        (root / "fs" / "etc" / "hosts").write_bytes(hosts.read_bytes())
 
     def declared_volumes(self, body: dict[str, Any]) -> set[str]:
         spec = self.obj.get("spec") or {}
@@ -357,7 +389,8 @@ class Pods(RunCore):
     ) -> tuple[str, str]:
         pod, root = node["id"], layout.root
         containers = containers_of(body)
-        for c in containers:
+        self._hosts_file(root, pod, layout)
+        for c in [*containers, *(body.get("sidecars") or [])]:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
         self._artifact_secrets(node)
@@ -377,6 +410,8 @@ class Pods(RunCore):
         storage = sum(int(self.limit_of(c, "ephemeral-storage")) for c in containers) or None
         # A containerSet's containers run one after the other, in the pod's folders.
         results: list[tuple[dict[str, Any], executor.PodResult]] = []
+        uid = self.member.next_uid()
+        sidecars: list[asyncio.Task[executor.PodResult]] = []
         for c, env in zip(containers, envs, strict=True):
             image_runner = executor.runner_for(str(c.get("image")), self.member.execution.images)
             spec = executor.PodSpec(
@@ -385,20 +420,40 @@ class Pods(RunCore):
                 env=env,
                 mounts=layout.mounts,
                 workdir=str(c.get("workingDir") or "/"),
-                uid=self.member.next_uid(),
+                uid=uid,
                 memory=self._memory(c),
                 ephemeral_storage=storage,
                 ephemeral_storage_text=quantity.fmt("ephemeral-storage", storage or 0),
                 eviction_interval=self.member.execution.eviction_interval_seconds,
                 deadline=self._pod_deadline(body),
+                sim_deadline=self._sim_deadline(body),
+                ash=executor.image_name(str(c.get("image") or "")).startswith(
+                    ("alpine", "busybox", "argoproj/argosay")
+                ),
                 wallclock=self.member.execution.step_wallclock_seconds,
                 time_scale=self.sb.config.time_scale,
                 netns=netns,
                 log=live,
             )
-            results.append((c, await executor.run_pod(spec)))
+            running = asyncio.ensure_future(executor.run_pod(spec))
+            if not results:
+                # Sidecars run beside the main container, in its pod's folders and volumes,
+                # and are killed when it ends (workflow/executor: killSidecars).
+                sidecars = [
+                    asyncio.ensure_future(executor.run_pod(sc))
+                    for sc in self._sidecar_specs(body, spec, pod)
+                ]
+            try:
+                results.append((c, await running))
+            except asyncio.CancelledError:
+                for task in sidecars:
+                    task.cancel()
+                raise
             if results[-1][1].killed or results[-1][1].exit_code != 0:
                 break
+        for task in sidecars:
+            task.cancel()
+        await asyncio.gather(*sidecars, return_exceptions=True)
         last = results[-1][1]
         if last.killed is None and last.exit_code == 0:
             result = next((r for c, r in results if c.get("name") == "main"), last)
@@ -432,21 +487,48 @@ class Pods(RunCore):
             return "Error", message
         return "Succeeded", ""
 
+    def _sidecar_specs(
+        self, body: dict[str, Any], main: executor.PodSpec, pod: str
+    ) -> list[executor.PodSpec]:
+        specs = []
+        for sc in body.get("sidecars") or []:
+            runner = executor.runner_for(str(sc.get("image")), self.member.execution.images)
+            if runner is None:
+                continue  # not executable here: simulated as absent
+            specs.append(
+                dataclasses.replace(
+                    main,
+                    argv=executor.container_argv(runner, sc),
+                    env=self._env(sc, pod),
+                    workdir=str(sc.get("workingDir") or "/"),
+                    memory=self._memory(sc),
+                    deadline=None,
+                    log=executor.Tail(executor.LOG_BYTES),
+                )
+            )
+        return specs
+
     async def _network(self) -> int:
         if self.network is None:
             self.network = executor.Network()
         return await self.network.pid()
 
     def _pod_deadline(self, body: dict[str, Any]) -> float | None:
+        sim = self._sim_deadline(body)
+        # Plus half a real second for starting the sandbox's processes, which at a high time
+        # scale would otherwise eat a short deadline before the step began (the pod's sleeps
+        # count against the simulated deadline itself: executor.prepare_bin).
+        return sim / self.sb.config.time_scale + 0.5 if sim is not None else None
+
+    @staticmethod
+    def _sim_deadline(body: dict[str, Any]) -> float | None:
         limits = [
             parse_duration(body[k], 0.0)
             for k in ("activeDeadlineSeconds", "timeout")
             if body.get(k) not in (None, "") and "{{" not in str(body[k])
         ]
         limits = [x for x in limits if x > 0]
-        # Plus half a real second for starting the sandbox's processes, which at a high time
-        # scale would otherwise eat a short deadline before the step began.
-        return min(limits) / self.sb.config.time_scale + 0.5 if limits else None
+        return min(limits) if limits else None
 
     def limit_of(self, container: dict[str, Any], resource: str) -> float:
         """The container's limit of `resource` in bytes, 0 for none: its own, else the
@@ -682,6 +764,31 @@ def unresolved(wf: dict[str, Any]) -> str | None:
                 bad = parts[1] not in names and parts[1] != "name"
             if bad:
                 return f"templates.{tmpl.get('name')}: failed to resolve {{{{{tag}}}}}"
+    return None
+
+
+# pkg/apis/core/validation/validation.go ValidatePersistentVolumeClaimSpec
+ACCESS_MODES = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+
+
+def invalid_claim(wf: dict[str, Any]) -> str | None:
+    """The API server's refusal of the first volumeClaimTemplate it would refuse for its access
+    modes (the claim is named `<workflow>-<claim>`, createPVCs in operator.go)."""
+    for c in (wf.get("spec") or {}).get("volumeClaimTemplates") or []:
+        name = f"{wf['metadata'].get('name', '')}-{(c.get('metadata') or {}).get('name', '')}"
+        modes = (c.get("spec") or {}).get("accessModes") or []
+        if not modes:
+            return (
+                f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes: Required value: '
+                "at least 1 access mode is required"
+            )
+        for mode in modes:
+            if mode not in ACCESS_MODES:
+                supported = ", ".join(f'"{m}"' for m in ACCESS_MODES)
+                return (
+                    f'PersistentVolumeClaim "{name}" is invalid: spec.accessModes: Unsupported '
+                    f'value: "{mode}": supported values: {supported}'
+                )
     return None
 
 

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandbox.argo.expr import DONE, FAILED, as_param, fnv32a
+from sandbox.argo.expr import DONE, FAILED, as_param, fnv32a, with_defaults
 from sandbox.store import Obj, clone, now_iso
 
 if TYPE_CHECKING:
@@ -75,7 +75,10 @@ class RunCore:
             self.unsuspended.set()
         par = spec.get("parallelism")
         self.parallel = asyncio.Semaphore(int(par)) if par else None
-        self.templates = {t.get("name"): t for t in spec.get("templates") or []}
+        defaults = spec.get("templateDefaults")
+        self.templates = {
+            t.get("name"): with_defaults(t, defaults) for t in spec.get("templates") or []
+        }
         self.global_scope: dict[str, Any] = {
             "workflow.name": self.name,
             "workflow.namespace": self.namespace,

@@ -331,16 +331,18 @@ SERVER = {
     "script": {
         "image": "python:3",
         "command": ["python"],
-        "source": "import http.server as h, sys\n"
+        # Argo appends the source's path after `args` (operator.go), so the target comes in
+        # through the source.
+        "source": "import http.server as h\n"
         "class H(h.BaseHTTPRequestHandler):\n"
         "    def do_GET(self):\n"
         "        if self.path == '/data':\n"
         "            self.send_response(200); self.end_headers(); self.wfile.write(b'served')\n"
         "        else:\n"
-        "            self.send_response(302); self.send_header('Location', sys.argv[1])\n"
+        "            self.send_response(302)\n"
+        "            self.send_header('Location', '{{inputs.parameters.target}}')\n"
         "            self.end_headers()\n"
         "h.HTTPServer(('0.0.0.0', 8080), H).serve_forever()\n",
-        "args": ["{{inputs.parameters.target}}"],
     },
     "inputs": {"parameters": [{"name": "target"}]},
 }

@@ -112,6 +112,15 @@ class Evaluator:
         # expr-lang compiled against a map environment: an unknown name is nil.
         return None
 
+    def _let(self, node: Node) -> Any:
+        value = self.run(node.args[0])
+        outer = self.env
+        self.env = {**outer, node.value: value}
+        try:
+            return self.run(node.args[1])
+        finally:
+            self.env = outer
+
     def _pointer(self, node: Node) -> Any:
         if not self.pointer:
             raise ExprError("# used outside a predicate")
@@ -193,13 +202,13 @@ class Evaluator:
             raise ExprError(f"{_callee_name(callee)}: {exc}") from None
 
     def _predicate_call(self, fn: Callable[..., Any], arg_nodes: Sequence[Node]) -> Any:
+        if len(arg_nodes) == 1 and getattr(fn, "predicate_optional", False):
+            # count(array): the elements that are true (builtin.go: count's predicate is
+            # optional since expr 1.16).
+            return fn(self._items(arg_nodes[0]), lambda element: element)
         if len(arg_nodes) != 2 or arg_nodes[1].kind != "closure":
             raise ExprError("a predicate builtin takes an array and a predicate")
-        items = self.run(arg_nodes[0])
-        if isinstance(items, dict):
-            items = list(items.values())
-        if not isinstance(items, list):
-            raise ExprError(f"cannot iterate over {type_name(items)}")
+        items = self._items(arg_nodes[0])
         body = arg_nodes[1].args[0]
 
         def call(element: Any) -> Any:
@@ -210,6 +219,14 @@ class Evaluator:
                 self.pointer.pop()
 
         return fn(items, call)
+
+    def _items(self, node: Node) -> list[Any]:
+        items = self.run(node)
+        if isinstance(items, dict):
+            items = list(items.values())
+        if not isinstance(items, list):
+            raise ExprError(f"cannot iterate over {type_name(items)}")
+        return items
 
 
 def _callee_name(node: Node) -> str:

@@ -150,6 +150,19 @@ def _count(items: list[Any], f: Callable[[Any], Any]) -> Any:
     return sum(1 for x in items if _truth(f(x)))
 
 
+_count.predicate_optional = True  # type: ignore[attr-defined]
+
+
+@_predicate
+def _find_last(items: list[Any], f: Callable[[Any], Any]) -> Any:
+    return next((x for x in reversed(items) if _truth(f(x))), None)
+
+
+@_predicate
+def _find_last_index(items: list[Any], f: Callable[[Any], Any]) -> Any:
+    return next((i for i in range(len(items) - 1, -1, -1) if _truth(f(items[i]))), -1)
+
+
 @_predicate
 def _find(items: list[Any], f: Callable[[Any], Any]) -> Any:
     return next((x for x in items if _truth(f(x))), None)
@@ -297,6 +310,8 @@ BUILTINS: dict[str, Callable[..., Any]] = {
     "count": _count,
     "find": _find,
     "findIndex": _find_index,
+    "findLast": _find_last,
+    "findLastIndex": _find_last_index,
     # Argo's own (util/expr/env/env.go).
     "asInt": to_int,
     "asFloat": to_float,

@@ -40,7 +40,7 @@ _TOKEN = re.compile(
     r"|(?P<num>0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)"
     r"|(?P<str>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|`[^`]*`)"
     r"|(?P<name>[A-Za-z_$][\w$]*)"
-    r"|(?P<op>\?\?|\?\.|\.\.|==|!=|<=|>=|&&|\|\||\*\*|[-+*/%^<>!?:.,()\[\]{}#|])"
+    r"|(?P<op>\?\?|\?\.|\.\.|==|!=|<=|>=|&&|\|\||\*\*|[-+*/%^<>!?:.,()\[\]{}#|=;])"
     r")",
     re.DOTALL,
 )
@@ -81,7 +81,20 @@ _ALIASES = {"and": "&&", "or": "||", "^": "**"}
 _UNARY_PRECEDENCE = {"not": 50, "!": 50, "-": 90, "+": 90}
 # Builtins whose second argument is a predicate (``#`` is the element).
 PREDICATE_BUILTINS = frozenset(
-    {"all", "any", "none", "one", "filter", "map", "count", "find", "findIndex", "sum"}
+    {
+        "all",
+        "any",
+        "none",
+        "one",
+        "filter",
+        "map",
+        "count",
+        "find",
+        "findIndex",
+        "findLast",
+        "findLastIndex",
+        "sum",
+    }
 )
 
 
@@ -167,6 +180,8 @@ class _Reader:
     def expression(self) -> Node:
         self.enter()
         try:
+            if self.peek() == ("name", "let") and self.peek(2) == ("op", "="):
+                return self.let()
             cond = self.binary(0)
             # expr's pipe (parser.go parsePipe): `x | f(a)` is `f(x, a)`
             while self.peek() == ("op", "|"):
@@ -184,6 +199,18 @@ class _Reader:
             return cond
         finally:
             self.depth -= 1
+
+    def let(self) -> Node:
+        """expr's variable declaration (parser.go parseVariableDeclaration):
+        ``let name = value; body``, the name bound in the body only."""
+        self.take()
+        kind, name = self.take()
+        if kind != "name":
+            raise ExprError(f"a name expected after 'let', found {_show((kind, name))}")
+        self.expect("=")
+        value = self.expression()
+        self.expect(";")
+        return Node("let", name, (value, self.expression()))
 
     def _binary_op(self) -> str | None:
         kind, val = self.peek()

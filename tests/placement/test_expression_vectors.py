@@ -182,27 +182,7 @@ ARGO_FUNCS: list[tuple[str, Any]] = [
 ]
 
 
-# Syntax of expr-lang the evaluator does not parse yet (docs/decisions.md, "Expression
-# evaluator against upstream vectors"): strict xfail, so implementing one shows up.
-NOT_YET = {
-    "count([true, true, false])",
-    "let x = 1; x + 2",
-    "map(1..3, let x = #; let y = x * x; y * y)",
-    "map(1..2, let x = #; map(2..3, let y = #; x + y))",
-    "findLast(1..9, # % 2 == 0)",
-    "findLastIndex(1..9, # % 2 == 0)",
-}
-
-
-@pytest.mark.parametrize(
-    ("text", "want"),
-    [
-        pytest.param(t, w, marks=pytest.mark.xfail(strict=True, reason="not parsed yet"))
-        if t in NOT_YET
-        else (t, w)
-        for t, w in EXPR_LANG + EXPR_LANG_PIPES + EXPR_LANG_BUILTINS
-    ],
-)
+@pytest.mark.parametrize(("text", "want"), EXPR_LANG + EXPR_LANG_PIPES + EXPR_LANG_BUILTINS)
 def test_expr_lang_vectors(text: str, want: Any) -> None:
     assert evaluate(text, {}) == want
 
@@ -254,3 +234,14 @@ def test_entry_inputs_evaluate_expressions_over_earlier_inputs() -> None:
     }
     got = entry_inputs(entry, {})
     assert got["list"] == '[\n  "always",\n  "test"\n]'
+
+
+def test_a_let_binds_its_name_in_its_body_only() -> None:
+    assert evaluate("(let x = 2; x * x) + x", {"x": 10}) == 14
+    assert evaluate("let s = 'a'; s + s", {}) == "aa"
+
+
+@pytest.mark.parametrize("text", ["x = 1", "let x = 1 x", "let = 1; 2", "let x = ; 1", "1; 2"])
+def test_a_stray_assignment_or_semicolon_is_an_error(text: str) -> None:
+    with pytest.raises(ExprError):
+        evaluate(text, {"x": 0})

@@ -48,6 +48,9 @@ HOLDER_TTL_S = 600
 # ``PORTAL_PROJECT_ADVANCES``: a slot lost with a killed worker stalls its run no longer than
 # a lost queued mark does (``claims``); a slot that outlives it only lets one more through.
 PROMPT_SLOT_TTL_S = 120
+# Once its advance has started, a slot is held for one turn and its margin: a worker killed
+# in the middle of it gives the slot back this long after, not after the queue's allowance.
+PROMPT_RUNNING_TTL_S = 60
 NO_PROJECT = 0
 
 # The next waiting run of a project becomes its holder, if it has none (atomic, so two
@@ -219,6 +222,19 @@ def prompt_request(project: int, run_id: int) -> list[Turn]:
     except redis.RedisError as exc:
         log.warning("run %s: advance not ordered by project: %s", run_id, exc)
         return [(project, run_id)]
+
+
+def prompt_started(project: int, run_id: int) -> None:
+    """The run's prompt advance has left the queue: its slot now lasts one turn's lease."""
+    client = _redis()
+    if client is None:
+        return
+    try:
+        client.zadd(
+            PROMPT_SLOTS % project, {str(run_id): time.time() + PROMPT_RUNNING_TTL_S}, xx=True
+        )
+    except redis.RedisError as exc:
+        log.warning("project %s: slot of run %s not renewed: %s", project, run_id, exc)
 
 
 def prompt_done(project: int, run_id: int) -> list[Turn]:

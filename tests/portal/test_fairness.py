@@ -6,6 +6,7 @@ worker."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -132,6 +133,17 @@ def test_a_slot_whose_advance_was_lost_expires_and_the_resync_hands_it_on(lanes:
     assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == []
     lanes.zadd(fairness.PROMPT_SLOTS % A, {str(R1): 1.0})  # its message lost: long expired
     assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == [(A, R3)]
+
+
+def test_a_started_advance_holds_its_slot_one_turns_lease_only(lanes: Any) -> None:
+    assert fairness.prompt_request(A, R1) == [(A, R1)]
+    queued = lanes.zscore(fairness.PROMPT_SLOTS % A, str(R1))
+    fairness.prompt_started(A, R1)
+    running = lanes.zscore(fairness.PROMPT_SLOTS % A, str(R1))
+    assert running < queued  # a worker killed mid-advance frees it sooner
+    assert running <= time.time() + fairness.PROMPT_RUNNING_TTL_S
+    fairness.prompt_started(A, R2)  # a run without a slot is not given one
+    assert lanes.zscore(fairness.PROMPT_SLOTS % A, str(R2)) is None
 
 
 def test_many_small_runs_of_one_project_do_not_delay_another_projects_run(lanes: Any) -> None:

@@ -94,7 +94,8 @@ def parse_limit(raw: str | None) -> int:
 
 class Compactor:
     """etcd compaction as kube-apiserver drives it: every ``interval`` seconds, compact to the
-    revision noted at the previous tick. Ticks are taken lazily, when a token is checked."""
+    revision noted at the previous tick. Ticks are taken lazily, before each write (so the
+    revision noted is the one current at the tick) and when a token is checked."""
 
     def __init__(self, interval: float, now: float, rv: int) -> None:
         self.interval = interval

@@ -151,6 +151,11 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------
     def _next_rv(self) -> int:
+        # The compactor notes the revision current at each of its ticks; the revision only
+        # changes here, so a tick taken before the change notes exactly what was current then
+        # (taken only when a token was checked, a long pause caught up several ticks at once
+        # and noted the newest revision for all of them: a token just issued was expired).
+        self.compactor.advance(time.monotonic(), self.rv)
         self.rv += 1
         return self.rv
 

@@ -14,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from placement.choices import Timing
 from placement.revisions import replay as replaying
 from placement.revisions import services
 from placement.revisions.models import RuleRevision
@@ -95,7 +96,7 @@ class ReplayInputSerializer(serializers.Serializer[Any]):
 class MovedUnitSerializer(serializers.Serializer[Any]):
     run = serializers.IntegerField(allow_null=True)  # none: a Workflow created on Karmada
     unit = serializers.CharField()
-    timing = serializers.ChoiceField(choices=["submit", "runtime"])
+    timing = serializers.ChoiceField(choices=Timing.choices)
     from_ = serializers.CharField(allow_null=True)
     to = serializers.CharField(allow_null=True)
     why = serializers.CharField()

@@ -104,7 +104,9 @@ def test_a_sub_path_a_parameter_makes_go_up_is_refused_by_the_site(
             }
         },
         arguments={"parameters": [{"name": "p", "value": up}]},
-        volumeClaimTemplates=[{"metadata": {"name": "work"}, "spec": {}}],
+        volumeClaimTemplates=[
+            {"metadata": {"name": "work"}, "spec": {"accessModes": ["ReadWriteOnce"]}}
+        ],
     )
     run = member.finished(member.submit(body))
     assert run["status"] == "Error", run["message"]

@@ -183,3 +183,24 @@ def test_compaction_keeps_one_interval_of_history() -> None:
             now=1500.0,
         )
     assert err.value.code == 410
+
+
+def test_a_token_issued_after_a_long_pause_outlives_a_write_between_chunks() -> None:
+    """The store notes the revision before each write (``Store._next_rv``): after a pause of
+    several intervals with no token checked, a list, a write and the list's next chunk must
+    not find the compaction caught up past the list (it was, when ticks were only taken as a
+    token was checked: the write's revision was noted for every missed tick)."""
+    c = chunks.Compactor(interval=300.0, now=0.0, rv=100)
+    c.advance(now=1000.0, rv=500)  # the write after the pause: ticks noted at 500
+    token = chunks.encode(500, "ns/a\x00")  # the first chunk, at 500, then that write (501)
+    _items, meta = chunks.chunk(
+        [],
+        limit=1,
+        token=token,
+        resource_version="",
+        selected=False,
+        current_rv=501,
+        compactor=c,
+        now=1000.5,
+    )
+    assert meta["resourceVersion"] == "500"

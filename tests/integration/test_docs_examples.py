@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from tests import docs_examples
 from tests.factories import api_key
-from tests.fixtures_stack import WEBHOOK_TOKEN, Stack, stack_for_test
+from tests.fixtures_stack import WEBHOOK_TOKEN, Stack, stack_for_test, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -83,6 +83,8 @@ def run_document(path: Path, live: Stack, base_url: str, tmp: Path) -> list[str]
     return failures
 
 
+DEMO_SITES = {"site-a", "site-b", "site-c"}
+
 # Documents with an example to run (the others need no stack).
 DOCUMENTS = [
     p.relative_to(ROOT)
@@ -102,6 +104,26 @@ def fresh_demo(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[S
     call_command("flush", interactive=False, verbosity=0)  # TRUNCATE ... RESTART IDENTITY
     with stack_for_test(stack, settings) as s:
         yield s
+    _clusters_beyond_the_demo_deleted(stack)
+
+
+def _clusters_beyond_the_demo_deleted(stack: Stack) -> None:
+    """The operator guide joins a site-d to the stack's sandbox: the stack is shared with the
+    tests after these, which expect the demo fleet's three sites."""
+    from kubernetes import client
+
+    api = client.CustomObjectsApi(stack.sandbox.api_client())
+    group = ("cluster.karmada.io", "v1alpha1", "clusters")
+    for cluster in api.list_cluster_custom_object(*group)["items"]:
+        name = cluster["metadata"]["name"]
+        if name not in DEMO_SITES:
+            api.delete_cluster_custom_object(*group, name)
+    wait_for(
+        lambda: {c["metadata"]["name"] for c in api.list_cluster_custom_object(*group)["items"]}
+        <= DEMO_SITES,
+        60,
+        "the clusters the documents added to be gone",
+    )
 
 
 @pytest.mark.parametrize("document", DOCUMENTS, ids=str)

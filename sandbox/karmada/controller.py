@@ -264,11 +264,30 @@ class Karmada:
                 "reason": "NoClusterFit",
                 "message": why,
             }
-        if not _set_condition(status, cond) and not targets:
+        changed = _set_condition(status, cond)
+        if not changed and not targets:
             return rb
-        return self.store.update(
+        stored = self.store.update(
             RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False
         )
+        if changed:
+            self._schedule_events(wf, stored, targets, why)
+        return stored
+
+    def _schedule_events(self, wf: Obj, rb: Obj, targets: list[str], why: str) -> None:
+        """recordScheduleResultEventForResourceBinding (`pkg/scheduler/scheduler.go`): the
+        same Event on the binding and on the resource template. Upstream records one per
+        scheduling attempt; a FitError is not retried until a Cluster or the binding changes,
+        so one per change of the Scheduled condition is what a reader sees here."""
+        if targets:
+            replicas = rb["spec"].get("replicas", 1)
+            result = ", ".join(f"{t}:{replicas}" for t in targets)
+            etype, reason = "Normal", "ScheduleBindingSucceed"
+            message = f"Binding has been scheduled successfully. Result: {{{result}}}"
+        else:
+            etype, reason, message = "Warning", "ScheduleBindingFailed", why
+        for obj in (rb, wf):
+            self.events.record(obj, etype, reason, message, "karmada-scheduler")
 
     # -- binding controller ----------------------------------------------------------------
     def _binding_deleted(self, rb: Obj) -> Obj | None:
@@ -384,6 +403,10 @@ class Karmada:
         stamp = (run.uid if run else "", int(work["metadata"].get("generation", 1)))
         if run is not None and self._applied.get((member.name, *key)) == stamp:
             return work
+        refused = self.sb.faults.member_refusal(member.name, *key)
+        if refused is not None:
+            self._waiting.add(key)  # the execution controller requeues the Work
+            return self._refused(member, key, work, refused)
         if run is None and (member.name, *key) in self._applied:
             log.info("member %s lost %s/%s: re-created from its Work", member.name, *key)
         member.apply(clone(work["spec"]["workload"]["manifests"][0]))
@@ -392,7 +415,8 @@ class Karmada:
             run.uid if run else "",
             int(work["metadata"].get("generation", 1)),
         )
-        if condition(work.get("status") or {}, "Applied") is None:
+        applied = condition(work.get("status") or {}, "Applied")
+        if applied is None or applied.get("status") != "True":
             new = clone(work)
             _set_condition(
                 new.setdefault("status", {}),
@@ -406,6 +430,41 @@ class Karmada:
             work = self.store.update(
                 WORK, new, subresource="status", validate=False, check_rv=False
             )
+        return work
+
+    def _refused(self, member: Member, key: Key, work: Obj, error: str) -> Obj:
+        """The member's API refused the copy (`syncToClusters` in
+        `pkg/controllers/execution/execution_controller.go`): the Work's `Applied` condition
+        is False, reason `AppliedFailed`, with the member's error, and a `SyncFailed` Warning
+        goes on the resource template and on the Work. A copy already running stays."""
+        new = clone(work)
+        message = f"Failed to apply all manifests (0/1): {error}"
+        changed = _set_condition(
+            new.setdefault("status", {}),
+            {"type": "Applied", "status": "False", "reason": "AppliedFailed", "message": message},
+        )
+        if not changed:
+            return work
+        work = self.store.update(WORK, new, subresource="status", validate=False, check_rv=False)
+        wf = self.store.find(WORKFLOW, *key)
+        if wf is not None:
+            self.events.record(
+                wf,
+                "Warning",
+                "SyncFailed",
+                f"Failed to create or update resource({key[0]}/{key[1]}) in member "
+                f"cluster({member.name}): {error}",
+                "execution-controller",
+            )
+        self.events.record(
+            work,
+            "Warning",
+            "SyncFailed",
+            f"Failed to sync work({work['metadata']['namespace']}/{work['metadata']['name']}) "
+            f"to cluster({member.name}), err: {error}",
+            "execution-controller",
+        )
+        log.info("member %s refused %s/%s: %s", member.name, *key, error)
         return work
 
     # -- status ----------------------------------------------------------------------------
@@ -445,8 +504,16 @@ class Karmada:
             wstatus = (work or {}).get("status") or {}
             ms = (wstatus.get("manifestStatuses") or [{}])[0]
             item: dict[str, Any] = {"clusterName": cluster}
-            if condition(wstatus, "Applied") is not None:
-                item["applied"] = True
+            applied = condition(wstatus, "Applied")
+            if applied is None or applied.get("status") != "True":
+                # assembleWorkStatus (`pkg/util/helper/workstatus.go`): a Work not applied
+                # gives only its Applied message, and health Unknown.
+                if applied is not None and applied.get("message"):
+                    item["appliedMessage"] = applied["message"]
+                item["health"] = "Unknown"
+                items.append(item)
+                continue
+            item["applied"] = True
             if ms.get("status") is not None:
                 item["status"] = ms["status"]
             if ms.get("health"):

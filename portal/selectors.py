@@ -163,6 +163,9 @@ def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
         if unit.run.status == RunStatus.STOPPED:
             return "The run was stopped before this unit started."
         return "Ready: the step workflow is being created on Karmada."
+    if unit.refused_at is not None and unit.message:
+        # Karmada's refusal, in words (portal.execution.refusals): the real cause, not a guess.
+        return f"Karmada refuses it: {unit.message} It is placed elsewhere after the site's grace."
     if not unit.site:
         return "Waiting for placement: the admission webhook or the fallback policy picks a site."
     return (

@@ -504,12 +504,12 @@ class Karmada:
             wstatus = (work or {}).get("status") or {}
             ms = (wstatus.get("manifestStatuses") or [{}])[0]
             item: dict[str, Any] = {"clusterName": cluster}
-            applied = condition(wstatus, "Applied")
-            if applied is None or applied.get("status") != "True":
+            work_applied = condition(wstatus, "Applied")
+            if work_applied is None or work_applied.get("status") != "True":
                 # assembleWorkStatus (`pkg/util/helper/workstatus.go`): a Work not applied
                 # gives only its Applied message, and health Unknown.
-                if applied is not None and applied.get("message"):
-                    item["appliedMessage"] = applied["message"]
+                if work_applied is not None and work_applied.get("message"):
+                    item["appliedMessage"] = work_applied["message"]
                 item["health"] = "Unknown"
                 items.append(item)
                 continue

@@ -270,24 +270,18 @@ class Karmada:
         stored = self.store.update(
             RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False
         )
-        if changed:
-            self._schedule_events(wf, stored, targets, why)
+        if changed and not targets:
+            # recordScheduleResultEventForResourceBinding (`pkg/scheduler/scheduler.go`): the
+            # same Event on the binding and on the resource template. A FitError is not retried
+            # until a Cluster or the binding changes, so one per change of the condition is
+            # what a reader sees. Upstream's `ScheduleBindingSucceed` is not recorded: two
+            # Events per step of a fan-out would push the bindings' own changes out of the
+            # bounded watch log, and nothing reads them.
+            for obj in (stored, wf):
+                self.events.record(
+                    obj, "Warning", "ScheduleBindingFailed", why, "karmada-scheduler"
+                )
         return stored
-
-    def _schedule_events(self, wf: Obj, rb: Obj, targets: list[str], why: str) -> None:
-        """recordScheduleResultEventForResourceBinding (`pkg/scheduler/scheduler.go`): the
-        same Event on the binding and on the resource template. Upstream records one per
-        scheduling attempt; a FitError is not retried until a Cluster or the binding changes,
-        so one per change of the Scheduled condition is what a reader sees here."""
-        if targets:
-            replicas = rb["spec"].get("replicas", 1)
-            result = ", ".join(f"{t}:{replicas}" for t in targets)
-            etype, reason = "Normal", "ScheduleBindingSucceed"
-            message = f"Binding has been scheduled successfully. Result: {{{result}}}"
-        else:
-            etype, reason, message = "Warning", "ScheduleBindingFailed", why
-        for obj in (rb, wf):
-            self.events.record(obj, etype, reason, message, "karmada-scheduler")
 
     # -- binding controller ----------------------------------------------------------------
     def _binding_deleted(self, rb: Obj) -> Obj | None:

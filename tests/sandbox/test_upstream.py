@@ -168,11 +168,8 @@ def interpreter(name: str) -> dict[str, Any]:
 
 
 def events_for(core: client.CoreV1Api, name: str) -> list[client.CoreV1Event]:
-    """The status controller's Events on the Workflow (the scheduler records its own)."""
     items: list[client.CoreV1Event] = core.list_namespaced_event(NS).items
-    return [
-        e for e in items if e.involved_object.name == name and e.reason != "ScheduleBindingSucceed"
-    ]
+    return [e for e in items if e.involved_object.name == name]
 
 
 def test_status_aggregation_fails_for_workflows_and_says_so(

@@ -34,6 +34,11 @@ REFUSED_EVENT = "karmada-refused"
 TAINT_REASON = re.compile(r"had untolerated taint \{([^}]*)\}")
 AFFINITY_REASON = "did not match the placement cluster affinity constraint"
 API_REASON = "did not have the API resource"
+# pkg/controllers/cluster/cluster_controller.go (taintClusterByCondition).
+HEALTH_TAINTS = {
+    "cluster.karmada.io/not-ready": "not ready",
+    "cluster.karmada.io/unreachable": "unreachable",
+}
 POLICY_ANNOTATIONS = (
     ("propagationpolicy.karmada.io/namespace", "propagationpolicy.karmada.io/name"),
     ("", "clusterpropagationpolicy.karmada.io/name"),
@@ -125,6 +130,9 @@ def _taint_cause(site: str, message: str) -> tuple[str, str] | None:
     where = site or "its site"
     if key == CORDON_TAINT:
         return "cordoned", f"{where} is cordoned ({CORDON_TAINT})"
+    if key in HEALTH_TAINTS:
+        # The cluster controller's taints for a Cluster not Ready or not reporting.
+        return HEALTH_TAINTS[key], f"{where} is {HEALTH_TAINTS[key]} ({key})"
     words = f"{where} has the taint {taint}, which steps do not tolerate"
     return f"untolerated taint {taint}", words
 

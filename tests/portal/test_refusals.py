@@ -143,6 +143,21 @@ def test_each_refusal_is_said_in_words() -> None:
     assert cordoned is not None and cordoned.cause == "cordoned"
     assert cordoned.text.startswith("site-b is cordoned (cluster.karmada.io/unschedulable). ")
 
+    lost = refusal_of(
+        binding(
+            unscheduled(
+                "NoClusterFit",
+                "0/3 clusters are available: 1 cluster(s) had untolerated taint "
+                "{cluster.karmada.io/not-ready:NoSchedule}, 2 cluster(s) did not match "
+                "the placement cluster affinity constraint.",
+            )
+        ),
+        "site-b",
+    )
+    assert lost is not None and lost.text.startswith(
+        "site-b is not ready (cluster.karmada.io/not-ready). "
+    )
+
     affinity = refusal_of(
         binding(
             unscheduled(

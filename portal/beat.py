@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from celery import beat as celery_beat
@@ -25,6 +27,9 @@ _Scheduler: Any = celery_beat.PersistentScheduler
 
 # How often a standby beat looks whether it leads now (a tick sends nothing meanwhile).
 STANDBY_TICK_S = 0.5
+# A standby never rewrites its schedule file, which the liveness probe watches: every beat
+# touches a heartbeat file next to it this often instead.
+HEARTBEAT_S = 30.0
 
 
 class LeaderScheduler(_Scheduler):
@@ -32,6 +37,7 @@ class LeaderScheduler(_Scheduler):
         self._stop = threading.Event()
         self._elector: leader.Elector | None = None
         self._thread: threading.Thread | None = None
+        self._heartbeat_at = float("-inf")
         super().__init__(*args, **kwargs)
         if not kwargs.get("lazy"):
             self._campaign()
@@ -59,7 +65,18 @@ class LeaderScheduler(_Scheduler):
     def leading(self) -> bool:
         return self._elector is None or self._elector.leading()
 
+    def _heartbeat(self) -> None:
+        now = time.monotonic()
+        if now - self._heartbeat_at < HEARTBEAT_S:
+            return
+        self._heartbeat_at = now
+        try:
+            Path(f"{self.schedule_filename}.heartbeat").touch()
+        except OSError as exc:
+            log.warning("beat: heartbeat file: %s", exc)
+
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        self._heartbeat()
         if not self.leading():
             return min(STANDBY_TICK_S, float(self.max_interval))
         return float(super().tick(*args, **kwargs))

@@ -227,7 +227,7 @@ def drain_decisions(
 
 def run_forever(
     stop: threading.Event, watch_timeout: int = 300, leading: Callable[[], bool] = _always
-) -> list[Loop]:
+) -> Term:
     """Start the loops and the folding and draining threads until ``stop`` (a leader's term):
     each term lists everything afresh, into its own queue of bindings and its own memory of
     what it folded (another leader may have folded meanwhile)."""
@@ -263,4 +263,21 @@ def run_forever(
     )
     for t in threads:
         t.start()
-    return loops
+    return Term(loops, threads[len(loops) :])
+
+
+class Term:
+    """What one ``run_forever`` started: its loops, and the threads that write."""
+
+    def __init__(self, loops: list[Loop], writers: list[threading.Thread]) -> None:
+        self.loops = loops
+        self.writers = writers
+
+    def join_writers(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` in all) for the batch or drain under way to end, once the
+        term's stop is set; True when both ended. The watch loops are not waited for: they
+        may sit in a long poll, and write nothing once stopped."""
+        deadline = time.monotonic() + timeout
+        for t in self.writers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self.writers)

@@ -30,6 +30,7 @@ class Command(BaseCommand):
         except leader.ElectionConfigError as exc:
             raise SystemExit(f"leader election: {exc}") from None
         elector = leader.Elector(config)
+        terms: list[watcher.Term] = []
 
         def start(term: threading.Event) -> None:
             # Policies first, so step workflows created from now on find their site policy.
@@ -39,7 +40,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"initial sync failed ({exc}); the watch loops retry")
             if term.is_set():
                 return
-            watcher.run_forever(term, options["watch_timeout"], elector.leading)
+            terms.append(watcher.run_forever(term, options["watch_timeout"], elector.leading))
             self.stdout.write(f"watching Clusters and ResourceBindings as {config.identity}")
 
         def lead(term: threading.Event) -> None:
@@ -47,7 +48,15 @@ class Command(BaseCommand):
             # Karmada.
             threading.Thread(target=start, args=(term,), name="lead", daemon=True).start()
 
+        def stopped() -> None:
+            # Before the lease is released (at a stop) or can expire (a lost term): the batch
+            # under way ends first, within the margin the lease leaves past the renew deadline.
+            margin = config.lease_duration - config.renew_deadline
+            while terms:
+                if not terms.pop().join_writers(timeout=margin):
+                    self.stderr.write("a fold was still under way as the term ended")
+
         self.stdout.write(
             f"leader election: lease {gateway.namespace()}/{config.lease_name} as {config.identity}"
         )
-        leader.Campaign(elector, on_started=lead).run(stop)
+        leader.Campaign(elector, on_started=lead, on_stopped=stopped).run(stop)

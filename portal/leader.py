@@ -326,7 +326,7 @@ class Campaign:
             if self.elector.try_acquire_or_renew(timeout=config.renew_deadline):
                 return True
             holder = self.elector.leader()
-            if holder != reported:
+            if holder and holder != reported:
                 log.warning("%s: standing by; the lease is held by %s", self.name, holder)
                 reported = holder
             stop.wait(config.retry_period * (1 + random.random() * JITTER_FACTOR))

@@ -1,6 +1,7 @@
 """Leader election (portal/leader.py) against the sandbox's Leases over HTTP. Each candidate's
 clock is its own (client-go's rule: act on time measured locally), here one the test moves,
-so no test waits on the wall clock."""
+so no test waits on the wall clock. The Leases are the two the portal's identity may use (the
+sandbox is reset before each test)."""
 
 from __future__ import annotations
 
@@ -49,10 +50,10 @@ def lease(name: str) -> dict[str, Any]:
 
 
 def test_the_first_candidate_creates_the_lease_and_leads(karmada: SandboxServer) -> None:
-    a, _ = candidate("watcher-x", "a")
+    a, _ = candidate(leader.WATCHER_LEASE, "a")
     assert a.try_acquire_or_renew(timeout=5)
     assert a.leading()
-    spec = lease("watcher-x")["spec"]
+    spec = lease(leader.WATCHER_LEASE)["spec"]
     assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 15
     assert spec["leaseTransitions"] == 0
     assert spec["renewTime"].endswith("Z") and len(spec["renewTime"].split(".")[1]) == 7
@@ -61,8 +62,8 @@ def test_the_first_candidate_creates_the_lease_and_leads(karmada: SandboxServer)
 def test_a_standby_takes_over_only_after_the_lease_it_observed_expires(
     karmada: SandboxServer,
 ) -> None:
-    a, clock_a = candidate("watcher-y", "a")
-    b, clock_b = candidate("watcher-y", "b")
+    a, clock_a = candidate(leader.WATCHER_LEASE, "a")
+    b, clock_b = candidate(leader.WATCHER_LEASE, "b")
     assert a.try_acquire_or_renew(timeout=5)
     assert not b.try_acquire_or_renew(timeout=5)  # observed now, on b's clock
     assert b.leader() == "a" and not b.leading()
@@ -75,7 +76,7 @@ def test_a_standby_takes_over_only_after_the_lease_it_observed_expires(
     assert not b.try_acquire_or_renew(timeout=5)
     clock_b.now += 0.2
     assert b.try_acquire_or_renew(timeout=5)
-    spec = lease("watcher-y")["spec"]
+    spec = lease(leader.WATCHER_LEASE)["spec"]
     assert spec["holderIdentity"] == "b" and spec["leaseTransitions"] == 1
     assert b.leading()
 
@@ -83,7 +84,7 @@ def test_a_standby_takes_over_only_after_the_lease_it_observed_expires(
 def test_a_leader_that_cannot_renew_stops_leading_before_anyone_may_take_over(
     karmada: SandboxServer,
 ) -> None:
-    a, clock_a = candidate("beat-z", "a")
+    a, clock_a = candidate(leader.BEAT_LEASE, "a")
     assert a.try_acquire_or_renew(timeout=5)
     clock_a.now += 9.9
     assert a.leading()
@@ -95,9 +96,9 @@ def test_a_leader_that_cannot_renew_stops_leading_before_anyone_may_take_over(
 
 
 def test_two_candidates_racing_for_a_free_lease_get_one_winner(karmada: SandboxServer) -> None:
-    a, clock_a = candidate("watcher-r", "a")
-    b, clock_b = candidate("watcher-r", "b")
-    c, clock_c = candidate("watcher-r", "c")
+    a, clock_a = candidate(leader.WATCHER_LEASE, "a")
+    b, clock_b = candidate(leader.WATCHER_LEASE, "b")
+    c, clock_c = candidate(leader.WATCHER_LEASE, "c")
     assert a.try_acquire_or_renew(timeout=5)
     assert not b.try_acquire_or_renew(timeout=5)
     assert not c.try_acquire_or_renew(timeout=5)
@@ -105,40 +106,40 @@ def test_two_candidates_racing_for_a_free_lease_get_one_winner(karmada: SandboxS
     clock_c.now += 16
     # Both read the expired lease, then both write it: the second write carries a stale
     # resourceVersion and is refused.
-    stale = lease("watcher-r")
+    stale = lease(leader.WATCHER_LEASE)
     assert b.try_acquire_or_renew(timeout=5)
     c._lease = stale  # c read it at the same moment as b
     body = c._body(leader.Record("c", 15, "x", "x", 1))
     with pytest.raises(gateway.Conflict):
         gateway.lease_update(body, timeout=5)
     assert not c.try_acquire_or_renew(timeout=5)
-    assert lease("watcher-r")["spec"]["holderIdentity"] == "b"
+    assert lease(leader.WATCHER_LEASE)["spec"]["holderIdentity"] == "b"
     # ...and a, which was away, no longer leads by its own clock either.
     clock_a.now += 10.1
     assert not a.leading()
 
 
 def test_a_released_lease_is_taken_at_once(karmada: SandboxServer) -> None:
-    a, _ = candidate("watcher-q", "a")
-    b, _ = candidate("watcher-q", "b")
+    a, _ = candidate(leader.BEAT_LEASE, "a")
+    b, _ = candidate(leader.BEAT_LEASE, "b")
     assert a.try_acquire_or_renew(timeout=5)
     assert not b.try_acquire_or_renew(timeout=5)
     assert a.release()
     assert not a.leading()
-    spec = lease("watcher-q")["spec"]
+    spec = lease(leader.BEAT_LEASE)["spec"]
     assert spec["holderIdentity"] == "" and spec["leaseDurationSeconds"] == 1
     assert b.try_acquire_or_renew(timeout=5)
-    assert lease("watcher-q")["spec"]["leaseTransitions"] == 1
+    assert lease(leader.BEAT_LEASE)["spec"]["leaseTransitions"] == 1
 
 
 def test_the_portal_namespace_is_created_when_missing(
     sandbox: SandboxServer, settings: Any
 ) -> None:
+    # The sandbox starts each test from its fleet: no portal namespace yet.
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.KARMADA_NAMESPACE = "portal-fresh"
     gateway.reset()
     try:
-        a, _ = candidate("watcher-n", "a")
+        a, _ = candidate(leader.WATCHER_LEASE, "a")
         assert not a.try_acquire_or_renew(timeout=5)  # no namespace yet: created meanwhile
         assert a.try_acquire_or_renew(timeout=5)
     finally:

@@ -134,7 +134,6 @@ class Elector:
         self._observed_raw = ""
         self._observed_at = float("-inf")
         self._valid_until = float("-inf")
-        self.transitions_seen = 0
 
     # -- what others ask -------------------------------------------------------------------
     def leading(self) -> bool:
@@ -224,8 +223,6 @@ class Elector:
         old = Record.of(current)
         if old.raw() != self._observed_raw:
             self._observe(old, self.clock())
-            if old.holder != self.config.identity:
-                self.transitions_seen = old.transitions
         # 3. Held by someone else and not expired: nothing to do.
         if old.holder and self._lease_valid(self.clock()) and not self._is_leader():
             return False
@@ -289,7 +286,6 @@ class Campaign:
         self.elector = elector
         self.on_started = on_started
         self.on_stopped = on_stopped
-        self.terms = 0
 
     @property
     def name(self) -> str:
@@ -301,7 +297,6 @@ class Campaign:
             while not stop.is_set():
                 if not self._acquire(stop):
                     return
-                self.terms += 1
                 term = threading.Event()
                 log.warning("%s: %s leads", self.name, config.identity)
                 try:

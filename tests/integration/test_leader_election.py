@@ -65,16 +65,21 @@ class Creations(threading.Thread):
         _, self.rv = gateway.list_objects(gateway.WORKFLOW, label_selector=MANAGED)
 
     def run(self) -> None:
-        try:
-            while not self.stop.is_set():
+        # As a watcher does: a stream that ends or drops resumes from the last version seen,
+        # which loses nothing; only a version too old to resume from leaves the count unknown.
+        while not self.stop.is_set():
+            try:
                 for kind, obj in gateway.watch(
                     gateway.WORKFLOW, self.rv, label_selector=MANAGED, timeout_seconds=5
                 ):
                     self.rv = obj["metadata"]["resourceVersion"]
                     if kind == "ADDED":
                         self.added[obj["metadata"]["name"]] += 1
-        except gateway.KarmadaError as exc:  # an expired watch leaves the count unknown
-            self.error = exc
+            except gateway.Expired as exc:
+                self.error = exc
+                return
+            except Exception as exc:  # noqa: BLE001 - any other failure: resume, and say it
+                print(f"creations watch: {exc!r}; resuming from {self.rv}", file=sys.stderr)
 
 
 @pytest.fixture

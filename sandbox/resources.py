@@ -25,6 +25,8 @@ class ResourceType:
     # Whether `{plural}/status` is served. CRDs that declare `subresources: {}` (Argo's
     # Workflow, Karmada's policies) have none: their main endpoint stores `status` as sent.
     status_subresource: bool = True
+    # Names are path segments (anything without "/" or "%"), not DNS subdomains: RBAC's.
+    path_segment_names: bool = False
 
     @cached_property
     def api_version(self) -> str:
@@ -223,6 +225,36 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ("cm",),
         status_subresource=False,
     ),
+    # rbac.authorization.k8s.io/v1 (kube-apiserver serves it; the sandbox evaluates it on
+    # every call, see sandbox/authz).
+    *(
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            plural,
+            kind,
+            namespaced,
+            kind.lower(),
+            status_subresource=False,
+            path_segment_names=True,
+        )
+        for plural, kind, namespaced in (
+            ("roles", "Role", True),
+            ("clusterroles", "ClusterRole", False),
+            ("rolebindings", "RoleBinding", True),
+            ("clusterrolebindings", "ClusterRoleBinding", False),
+        )
+    ),
+    # `kubectl auth can-i`: create only, answered from the caller's rules, never stored.
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        False,
+        "selfsubjectaccessreview",
+        status_subresource=False,
+    ),
 )
 
 
@@ -266,3 +298,6 @@ EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
 SECRET = RESOURCE_TYPES[12]
 CONFIG_MAP = RESOURCE_TYPES[13]
+ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING = RESOURCE_TYPES[14:18]
+RBAC_TYPES = (ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING)
+SELF_SUBJECT_ACCESS_REVIEW = RESOURCE_TYPES[18]

@@ -41,6 +41,12 @@ from tests.stack import (
 REPO_ROOT = ROOT
 ARGO_EXAMPLES = REFERENCE / "argo" / "examples"
 TIME_SCALE = float(os.environ.get("SANDBOX_TIME_SCALE", "1000"))
+SHIPPED_RBAC = (
+    "--rbac",
+    str(ROOT / "deploy" / "karmada" / "rbac.yaml"),
+    "--member-rbac",
+    str(ROOT / "deploy" / "member" / "portal-rbac.yaml"),
+)
 
 T = TypeVar("T")
 
@@ -55,19 +61,24 @@ class SandboxHTTPError(Exception):
 @dataclass
 class SandboxServer:
     url: str
+    # The portal's kubeconfig (its ServiceAccount, authorised by the shipped RBAC): what tests
+    # point the portal at. ``admin_kubeconfig`` is system:admin's, for the tests' own calls.
     kubeconfig: Path
     log_path: Path
     process: Process
+    admin_kubeconfig: Path | None = None
     time_scale: float = TIME_SCALE
     label_domain: str = "portal.multisite.io"
     _clients: list[Any] = field(default_factory=list)
 
     # -- clients ---------------------------------------------------------------------------
     def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` configured from the sandbox's kubeconfig."""
+        """A ``kubernetes.client.ApiClient`` as the sandbox's admin (``system:admin``)."""
         from kubernetes import config
 
-        client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        client = config.new_client_from_config(
+            config_file=str(self.admin_kubeconfig or self.kubeconfig)
+        )
         self._clients.append(client)
         return client
 
@@ -181,17 +192,23 @@ def start_sandbox(
     answers."""
     port = free_port()
     kubeconfig = workdir / "kubeconfig"
+    admin = workdir / "admin.kubeconfig"
     server_url = f"http://127.0.0.1:{port}"
 
     def ready(process: Process) -> bool:
-        return kubeconfig.exists() and answers(f"{server_url}/_sandbox/ready")(process)
+        return admin.exists() and answers(f"{server_url}/_sandbox/ready")(process)
 
     process = launch(
         "sandbox",
         sandbox_argv(
             port,
-            kubeconfig,
+            admin,
             time_scale,
+            "--portal-kubeconfig",
+            str(kubeconfig),
+            # The shipped RBAC, on Karmada and at every member: a grant the portal lacks
+            # fails the test that needs it.
+            *SHIPPED_RBAC,
             "--host",
             "127.0.0.1",
             "--bookmark-interval",
@@ -210,6 +227,7 @@ def start_sandbox(
     return SandboxServer(
         url=server_url,
         kubeconfig=kubeconfig,
+        admin_kubeconfig=admin,
         log_path=process.log_path,
         process=process,
         time_scale=time_scale,

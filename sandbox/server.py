@@ -546,6 +546,11 @@ class Api:
         if tail == "stats" and m == "GET":
             counts = dict(self.request_counts)
             return json_response({"requests": counts, "total": sum(counts.values())})
+        if tail == "authz" and m == "GET":
+            # Who was refused what, most recent last (bounded), and the identities' users.
+            authz = self.sb.authz
+            users = {name: user.name for name, (_t, user) in authz.identities.items()}
+            return json_response({"identities": users, "denials": list(authz.denials)})
         if tail == "ready" and m == "GET":
             return json_response({"ready": True})
         if tail == "resume" and m == "POST":

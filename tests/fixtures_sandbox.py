@@ -151,6 +151,20 @@ class SandboxServer:
             body["node"] = node
         return int(self.request("POST", "/_sandbox/resume", body)["resumed"])
 
+    def denials(self, since: int = 0) -> list[dict[str, Any]]:
+        """The sandbox's refusals (403) after number ``since``, each with its ``seq``,
+        ``user``, ``where`` (karmada-apiserver or a site) and ``message``."""
+        found: list[dict[str, Any]] = self.request("GET", "/_sandbox/authz")["denials"]
+        return [d for d in found if int(d["seq"]) > since]
+
+    def portal_refusals(self, since: int = 0) -> list[str]:
+        """What the portal's identity was refused (Karmada's 403 messages) since ``since``."""
+        portal = self.request("GET", "/_sandbox/authz")["identities"]["portal"]
+        return [d["message"] for d in self.denials(since) if d["user"] == portal]
+
+    def last_denial(self) -> int:
+        return max((int(d["seq"]) for d in self.denials()), default=0)
+
     def annotation(self, name: str) -> str:
         """The annotation key for a sandbox knob, e.g. ``annotation("duration")``."""
         return f"{self.label_domain}/sandbox-{name}"

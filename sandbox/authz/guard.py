@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,6 +59,7 @@ ANONYMOUS_USER = User(ANONYMOUS, (UNAUTHENTICATED,))
 UNSECURED = User("system:unsecured", ("system:masters", AUTHENTICATED))
 # Groups Karmada's proxy does not pass on (``SkipGroup``, pkg/util/proxy/proxy.go).
 SKIPPED_GROUPS = (AUTHENTICATED, UNAUTHENTICATED)
+DENIALS_KEPT = 200
 
 
 def load_rbac_files(paths: list[Path], namespace: str) -> list[Obj]:
@@ -90,6 +92,10 @@ class Authz:
         self.tokens = {token: user for token, user in self.identities.values()}
         self._resolver: Resolver | None = None
         self._members: dict[str, tuple[Any, Resolver]] = {}
+        # The last refusals (403), newest last, for /_sandbox/authz: a test stack checks that
+        # the portal's identity was never refused, whatever the portal made of the error.
+        self.denials: deque[Obj] = deque(maxlen=DENIALS_KEPT)
+        self.denied = 0
         sb.store.listeners.append(self._changed)
 
     def token(self, identity: str) -> str:
@@ -135,8 +141,17 @@ class Authz:
     def authorize(self, user: User, method: str, path: str, query: Mapping[str, str]) -> Attributes:
         attrs = request_attributes(user, method, path, query)
         if not self.resolver().allows(attrs):
-            raise forbidden(attrs)
+            raise self._denied(attrs, "karmada-apiserver")
         return attrs
+
+    def _denied(self, attrs: Attributes, where: str) -> ApiError:
+        err = forbidden(attrs)
+        self.denied += 1
+        self.denials.append(
+            {"seq": self.denied, "where": where, "user": attrs.user.name, "message": err.message}
+        )
+        log.info("%s: %s", where, err.message)
+        return err
 
     def review(self, user: User, body: Any) -> Obj:
         """A SelfSubjectAccessReview answered for ``user`` (``kubectl auth can-i``)."""
@@ -222,9 +237,9 @@ class Authz:
         ]
         for attrs in checks:
             if not resolver.allows(attrs):
-                raise forbidden(attrs)
+                raise self._denied(attrs, cluster)
         # The impersonation filter adds system:authenticated to a non-anonymous user.
         as_user = User(caller.name, (*groups, AUTHENTICATED))
         attrs = request_attributes(as_user, method, path, query)
         if not resolver.allows(attrs):
-            raise forbidden(attrs)
+            raise self._denied(attrs, cluster)

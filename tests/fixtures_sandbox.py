@@ -31,6 +31,7 @@ from tests.stack import (
     KARMADA_CRDS,
     REFERENCE,
     ROOT,
+    SHIPPED_RBAC,
     Process,
     answers,
     free_port,
@@ -41,12 +42,6 @@ from tests.stack import (
 REPO_ROOT = ROOT
 ARGO_EXAMPLES = REFERENCE / "argo" / "examples"
 TIME_SCALE = float(os.environ.get("SANDBOX_TIME_SCALE", "1000"))
-SHIPPED_RBAC = (
-    "--rbac",
-    str(ROOT / "deploy" / "karmada" / "rbac.yaml"),
-    "--member-rbac",
-    str(ROOT / "deploy" / "member" / "portal-rbac.yaml"),
-)
 
 T = TypeVar("T")
 

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from portal import gateway, logs
@@ -194,3 +195,60 @@ def test_an_unknown_token_is_401_and_can_i_answers_for_the_caller(as_portal: San
     assert can_i("create", "workflows", "argoproj.io", namespace="portal")
     assert not can_i("create", "workflows", "argoproj.io", namespace="default")
     assert not can_i("list", "secrets", namespace="portal")
+
+
+def test_a_refused_step_workflow_says_which_grant_is_missing(as_portal: SandboxServer) -> None:
+    """What a unit's message and its run event then carry (``Karmada refused the step
+    workflow: <this>``)."""
+    without_rule(as_portal, f"{RBAC}/namespaces/portal/roles/multisite-portal", "workflows")
+    body = workflow("refused-step", [leaf("main")], labels={SITE_LABEL: "site-a"})
+    with pytest.raises(gateway.Forbidden) as refused:
+        gateway.create(gateway.WORKFLOW, body, "portal")
+    assert str(refused.value).startswith(
+        f"the portal's identity ({PORTAL_USER}) may not create workflows (API group "
+        "argoproj.io) in namespace portal (Karmada said: workflows.argoproj.io is forbidden:"
+    )
+
+
+def test_the_site_evaluates_the_impersonated_portals_own_rights(as_portal: SandboxServer) -> None:
+    """Through the proxy a site answers as itself: pods/log in a namespace its RBAC does not
+    grant the portal is refused there, and granted once the site holds a RoleBinding."""
+    token = yaml.safe_load(as_portal.kubeconfig.read_text())["users"][0]["user"]["token"]
+    path = (
+        "/apis/cluster.karmada.io/v1alpha1/clusters/site-b/proxy"
+        "/api/v1/namespaces/other/pods/some-pod/log"
+    )
+
+    def read() -> tuple[int, str]:
+        req = urllib.request.Request(
+            as_portal.url + path, headers={"Authorization": f"Bearer {token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as err:
+            return err.code, json.loads(err.read())["message"]
+
+    assert read() == (
+        403,
+        f'pods "some-pod" is forbidden: User "{PORTAL_USER}" cannot get resource "pods/log" '
+        'in API group "" in the namespace "other"',
+    )
+    before = as_portal.last_denial()
+    grant = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "portal-logs", "namespace": "other"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "logs"},
+        "subjects": [{"kind": "ServiceAccount", "name": "portal", "namespace": "portal"}],
+    }
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "logs"},
+        "rules": [{"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]}],
+    }
+    for obj in (role, grant):
+        admin(as_portal, "POST", "/_sandbox/members/site-b/objects", obj)
+    assert read()[0] == 404  # past RBAC: there is no such pod
+    assert as_portal.denials(before) == []

@@ -78,14 +78,14 @@ async def serve(
     # Listening on 0.0.0.0 (a container) gives an address clients cannot dial; they need
     # the name they reach this server by (e.g. http://sandbox:18443 in docker compose).
     dial = (server_url or url).rstrip("/")
-    tokens = {name: sandbox.authz.token(name) for name in ("admin", "portal")}
+    tokens = {name: token for name, (token, _user) in sandbox.authz.identities.items()}
     if portal_kubeconfig is not None:
         # The portal's own (its ServiceAccount), as an operator builds it from the token
         # Secret of deploy/karmada/rbac.yaml; written first, so that a client taking the
         # admin kubeconfig's appearance as "ready" finds both.
         write_kubeconfig(portal_kubeconfig, dial, {"portal": tokens["portal"]})
     if kubeconfig is not None:
-        # An operator's (system:admin), with a context for the portal's identity too.
+        # An operator's (system:admin), with a context for every other identity too.
         write_kubeconfig(kubeconfig, dial, tokens)
     # Listening after the kubeconfigs are written: a client that finds the server answering
     # finds its credentials too.

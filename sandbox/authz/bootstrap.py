@@ -8,6 +8,10 @@ auth controller add.
   ``system:basic-user`` (``SelfSubjectAccessReview``: ``kubectl auth can-i``).
 * Karmada's ``artifacts/deploy/cluster-proxy-admin-rbac.yaml``: ``clusters/proxy`` for the user
   ``system:admin``.
+* What ``karmadactl register`` grants a pull-mode cluster's karmada-agent
+  (``pkg/karmadactl/register/register.go``, ``GenerateRBACResources``): its Cluster and its
+  status, interpreters, leases, events, its secrets in ``karmada-cluster`` and the Works of its
+  execution namespace, for the user ``system:karmada:agent:<cluster>``.
 * What ``pkg/controllers/unifiedauth/unified_auth_controller.go`` writes to each member: the
   ClusterRole ``karmada-impersonator`` allowing the impersonator ServiceAccount to impersonate
   every subject bound on karmada-apiserver to a ClusterRole with ``clusters/proxy`` on that
@@ -193,4 +197,81 @@ def impersonator_objects(cluster: str, karmada_rbac: Iterable[Obj]) -> list[Obj]
     return [
         cluster_role(IMPERSONATOR, rules, label),
         cluster_role_binding(IMPERSONATOR, IMPERSONATOR, [subject], label),
+    ]
+
+
+AGENT_PREFIX = "system:karmada:agent:"
+AGENT_GROUP = "system:karmada:agents"
+
+
+def _role(name: str, namespace: str, rules: list[Obj]) -> Obj:
+    meta = {"name": name, "namespace": namespace}
+    return {"apiVersion": RBAC_API, "kind": "Role", "metadata": meta, "rules": rules}
+
+
+def _role_binding(name: str, namespace: str, user: str) -> Obj:
+    return {
+        "apiVersion": RBAC_API,
+        "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": RBAC_GROUP, "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}],
+    }
+
+
+def agent_objects(cluster: str) -> list[Obj]:
+    """``GenerateRBACResources(cluster, "karmada-cluster")`` of karmadactl register."""
+    user = AGENT_PREFIX + cluster
+    name = f"system:karmada:{cluster}:agent"
+    karmada = "cluster.karmada.io"
+    rules = [
+        {"apiGroups": [karmada], "resources": ["clusters"], "resourceNames": [cluster]}
+        | {"verbs": ["get", "delete"]},
+        {"apiGroups": [karmada], "resources": ["clusters"], "verbs": ["create", "list", "watch"]},
+        {"apiGroups": [karmada], "resources": ["clusters/status"], "resourceNames": [cluster]}
+        | {"verbs": ["update"]},
+        {
+            "apiGroups": ["config.karmada.io"],
+            "resources": [
+                "resourceinterpreterwebhookconfigurations",
+                "resourceinterpretercustomizations",
+            ],
+            "verbs": ["get", "list", "watch"],
+        },
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
+        | {"verbs": ["get", "create", "update"]},
+        {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"]}
+        | {"verbs": ["get", "create"]},
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["patch", "create", "update"]},
+    ]
+    user_subject = [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}]
+    secrets = f"system:karmada:{cluster}:agent-secret"
+    works = f"system:karmada:{cluster}:agent-work"
+    es = f"karmada-es-{cluster}"
+    return [
+        cluster_role(name, rules),
+        cluster_role_binding(name, name, user_subject),
+        _role(
+            secrets,
+            "karmada-cluster",
+            [
+                {"verbs": ["get", "patch"], "apiGroups": [""], "resources": ["secrets"]}
+                | {"resourceNames": [cluster, f"{cluster}-impersonator"]},
+                {"verbs": ["create"], "apiGroups": [""], "resources": ["secrets"]},
+            ],
+        ),
+        _role_binding(secrets, "karmada-cluster", user),
+        _role(
+            works,
+            es,
+            [
+                {"apiGroups": ["work.karmada.io"], "resources": ["works"]}
+                | {"verbs": ["get", "create", "list", "watch", "update", "delete"]},
+                {"apiGroups": ["work.karmada.io"], "resources": ["works/status"]}
+                | {"verbs": ["patch", "update"]},
+            ],
+        ),
+        _role_binding(works, es, user),
     ]

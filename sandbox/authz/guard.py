@@ -2,15 +2,17 @@
 
 * **Identities**: the sandbox issues one bearer token per identity and writes them into the
   kubeconfigs it writes: ``admin`` (``system:admin`` in ``system:masters``, as the
-  ``karmada-apiserver.config`` Karmada's installer writes) and ``portal`` (the portal's
-  ServiceAccount, ``deploy/karmada/rbac.yaml``). An unknown token is a 401. A request with no
-  credentials at all is served as kube-apiserver's old insecure port served it
-  (``pkg/kubeapiserver/server/insecure_handler.go`` before 1.20: the user ``system:unsecured``
-  in ``system:masters``), because the sandbox speaks plain HTTP and kubectl sends no
-  credentials over plain HTTP (client-go's ``clientcmd`` reads a user's auth only for a TLS
-  server); with ``--anonymous-auth`` it is ``system:anonymous`` instead, as kube-apiserver's
-  secure port does it (RBAC lets it read ``/version`` and the health paths only). The Python
-  client, so the portal, always sends its token.
+  ``karmada-apiserver.config`` Karmada's installer writes), ``portal`` (the portal's
+  ServiceAccount, ``deploy/karmada/rbac.yaml``) and ``karmada-agent-<cluster>`` for each
+  pull-mode cluster (``system:karmada:agent:<cluster>``, as ``karmadactl register`` names
+  it). An unknown token is a 401. A request with no credentials at all is served as
+  kube-apiserver's old insecure port served it (before 1.20,
+  ``pkg/kubeapiserver/server/insecure_handler.go``: the user ``system:unsecured`` in
+  ``system:masters``), because the sandbox speaks plain HTTP and kubectl sends no credentials
+  to a server without TLS (client-go's ``clientcmd`` reads a user's auth only for TLS); with
+  ``--anonymous-auth`` it is ``system:anonymous`` instead, as on kube-apiserver's secure port
+  (RBAC lets it read ``/version`` and the health paths only). The Python client, so the
+  portal, always sends its token.
 * **Authorisation**: kube-apiserver's RBAC (``sandbox/authz/rbac.py``) over the bootstrap
   policy and the RBAC objects stored (the shipped files given with ``--rbac`` are stored at
   start and after each reset). Rules are resolved once per identity and namespace, and the
@@ -89,6 +91,11 @@ class Authz:
             "admin": (secrets.token_urlsafe(24), ADMIN),
             "portal": (secrets.token_urlsafe(24), User.service_account(namespace, name)),
         }
+        # Each pull-mode cluster's karmada-agent, with what `karmadactl register` grants it.
+        self.agents = [s.name for s in sb.sites.values() if s.sync_mode == "Pull"]
+        for cluster in self.agents:
+            agent = User(bootstrap.AGENT_PREFIX + cluster, (bootstrap.AGENT_GROUP, AUTHENTICATED))
+            self.identities[f"karmada-agent-{cluster}"] = (secrets.token_urlsafe(24), agent)
         self.tokens = {token: user for token, user in self.identities.values()}
         self._resolver: Resolver | None = None
         self._members: dict[str, tuple[Any, Resolver]] = {}
@@ -118,7 +125,9 @@ class Authz:
     def seed(self) -> None:
         """The bootstrap policy, Karmada's, and the ``--rbac`` files, into the store (what
         exists already stays: ``kubectl apply`` of the same files changes nothing)."""
-        for obj in [*bootstrap.kubernetes_defaults(), *bootstrap.karmada_defaults(), *self.files]:
+        agents = [o for cluster in self.agents for o in bootstrap.agent_objects(cluster)]
+        defaults = [*bootstrap.kubernetes_defaults(), *bootstrap.karmada_defaults(), *agents]
+        for obj in [*defaults, *self.files]:
             rtype = RBAC_KINDS[obj["kind"]]
             meta = obj.get("metadata") or {}
             ns = meta.get("namespace") if rtype.namespaced else None

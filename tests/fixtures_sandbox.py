@@ -3,8 +3,11 @@
 Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
 
 * ``sandbox_server`` (session): starts ``python -m sandbox`` on a free port with a high time
-  scale and the reference CRDs, writes a kubeconfig, waits until it answers, and stops it at
-  the end of the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
+  scale, the reference CRDs and the RBAC deploy/ ships (on Karmada and at every site), writes
+  the portal's kubeconfig (``kubeconfig``: its ServiceAccount, what tests point the portal at)
+  and the admin's (``admin_kubeconfig``, for ``api_client``; ``request`` sends no credentials,
+  which the sandbox serves as a superuser), waits until it answers, and stops it at the end of
+  the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
   its own, at start or later, the session fails with its exit code and log tail.
 * ``sandbox`` (function): the same server, reset to the demo fleet before the test and with
   faults cleared after it, so tests do not leak into each other; a test during which it died

@@ -252,3 +252,38 @@ def test_the_site_evaluates_the_impersonated_portals_own_rights(as_portal: Sandb
         admin(as_portal, "POST", "/_sandbox/members/site-b/objects", obj)
     assert read()[0] == 404  # past RBAC: there is no such pod
     assert as_portal.denials(before) == []
+
+
+def test_a_resume_the_site_may_not_write_is_an_event_naming_the_grant(
+    demo_fleet: SandboxServer, scientist_api: Any
+) -> None:
+    """Argo's suspend-template example with clusters/proxy granted for reading only: the
+    member's Workflow is read through the proxy, its write is refused, and the run's event
+    says which grant is missing (the suspended node waits; nothing else breaks)."""
+    from portal import execution, tasks
+    from portal.choices import UnitPhase
+    from portal.models import UnitRun
+    from tests.fixtures_sandbox import ARGO_EXAMPLES
+    from tests.portal.test_run_controls import submit, until
+
+    path = f"{RBAC}/clusterroles/multisite-portal"
+    role = admin(demo_fleet, "GET", path)
+    for rule in role["rules"]:
+        if "clusters/proxy" in rule["resources"]:
+            rule["verbs"] = ["get"]
+    admin(demo_fleet, "PUT", path, role)
+    run = submit((ARGO_EXAMPLES / "suspend-template.yaml").read_text())
+
+    def approve_waiting() -> UnitRun | None:
+        execution.run_advance(run.pk)
+        unit = UnitRun.objects.get(run=run, name="approve")
+        return unit if unit.phase == UnitPhase.RUNNING else None
+
+    approve = until(demo_fleet, approve_waiting, "the approval gate")
+    tasks.unit_resume(approve.pk, "scientist")
+    partial = run.events.get(kind="resume-partial")
+    assert (
+        f"the portal's identity ({PORTAL_USER}) may not update clusters/proxy "
+        f'"{approve.site}" (API group cluster.karmada.io) at the cluster scope'
+    ) in partial.message
+    assert not run.events.filter(kind="resumed").exists()

@@ -298,6 +298,10 @@ EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
 SECRET = RESOURCE_TYPES[12]
 CONFIG_MAP = RESOURCE_TYPES[13]
-ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING = RESOURCE_TYPES[14:18]
-RBAC_TYPES = (ROLE, CLUSTER_ROLE, ROLE_BINDING, CLUSTER_ROLE_BINDING)
-SELF_SUBJECT_ACCESS_REVIEW = RESOURCE_TYPES[18]
+# By group and kind, not position: other types may be appended around these.
+_BY_KIND = {(t.group, t.kind): t for t in RESOURCE_TYPES}
+RBAC_TYPES = tuple(
+    _BY_KIND[("rbac.authorization.k8s.io", k)]
+    for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+)
+SELF_SUBJECT_ACCESS_REVIEW = _BY_KIND[("authorization.k8s.io", "SelfSubjectAccessReview")]

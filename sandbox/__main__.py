@@ -115,7 +115,7 @@ async def serve(
     await runner.cleanup()
 
 
-def _serve_main(argv: list[str]) -> int:
+def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sandbox", description="Karmada + Argo sandbox fleet over HTTP"
     )
@@ -151,6 +151,20 @@ def _serve_main(argv: list[str]) -> int:
     p.add_argument(
         "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"
     )
+    _authz_arguments(p)
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--execute",
+        action="store_true",
+        help="really run steps (isolated with bubblewrap); this runs submitted code",
+    )
+    p.add_argument(
+        "--data-dir", type=Path, help="pods' folders and artifact buckets (default: a temp dir)"
+    )
+    return p
+
+
+def _authz_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--portal-kubeconfig",
         type=Path,
@@ -182,15 +196,10 @@ def _serve_main(argv: list[str]) -> int:
         help="requests without credentials are system:anonymous (default: a superuser, as "
         "kube-apiserver's old insecure port; kubectl sends no token over plain HTTP)",
     )
-    p.add_argument("--log-level", default="INFO")
-    p.add_argument(
-        "--execute",
-        action="store_true",
-        help="really run steps (isolated with bubblewrap); this runs submitted code",
-    )
-    p.add_argument(
-        "--data-dir", type=Path, help="pods' folders and artifact buckets (default: a temp dir)"
-    )
+
+
+def _serve_main(argv: list[str]) -> int:
+    p = _serve_parser()
     args = p.parse_args(argv)
     from sandbox.core import Config
 

@@ -13,6 +13,7 @@ import functools
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -106,16 +107,56 @@ class Expired(PermanentError):
     """A watch's resourceVersion is too old (410): list again."""
 
 
+class Forbidden(PermanentError):
+    """RBAC refused the call (403): the portal's identity lacks a grant, on karmada-apiserver
+    or, through the cluster proxy, at the site. The message names the verb and resource."""
+
+
+# kube-apiserver's forbidden message (apiserver responsewriters/errors.go, forbiddenMessage).
+_FORBIDDEN = re.compile(
+    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) (?:resource "(?P<resource>[^"]*)" in API '
+    r'group "(?P<group>[^"]*)"(?: in the namespace "(?P<ns>[^"]*)")?|path "(?P<path>[^"]*)")'
+)
+
+
+def forbidden_text(message: str, name: str = "") -> str:
+    """A 403's message as the portal says it: who may not do what, where, then Karmada's own
+    words. Through the cluster proxy a site may also refuse to let Karmada act as the portal
+    (``impersonate``): that is said so."""
+    found = _FORBIDDEN.search(message)
+    if found is None:
+        return f"the portal's identity may not do this: {message}"
+    if found["path"] is not None:
+        what = f"path {found['path']}"
+    else:
+        what = found["resource"] + (f' "{name}"' if name else "")
+        if found["group"]:
+            what += f" (API group {found['group']})"
+        what += f" in namespace {found['ns']}" if found["ns"] else " at the cluster scope"
+    if found["verb"] == "impersonate":
+        return (
+            "the site does not let Karmada's cluster proxy act as the portal's identity: "
+            f"{found['user']} may not impersonate {what} (Karmada said: {message})"
+        )
+    return (
+        f"the portal's identity ({found['user']}) may not {found['verb']} {what}"
+        f" (Karmada said: {message})"
+    )
+
+
 def _from_api_exception(exc: ApiException) -> KarmadaError:
     status = exc.status or 0
-    reason, message = "", exc.reason or ""
+    reason, message, name = "", exc.reason or "", ""
     try:
         body = json.loads(exc.body or "{}")
         reason = body.get("reason", "") or ""
         message = body.get("message", "") or message
+        name = str((body.get("details") or {}).get("name") or "")
     except (ValueError, TypeError, AttributeError):
         pass
     text = f"{status} {reason or exc.reason}: {message}".strip()
+    if status == 403:
+        return Forbidden(forbidden_text(message, name), status, reason)
     if status == 404:
         return NotFound(text, status, reason)
     if status == 409 and reason == "AlreadyExists":

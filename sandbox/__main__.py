@@ -25,23 +25,33 @@ if TYPE_CHECKING:
 log = logging.getLogger("sandbox")
 
 
-def write_kubeconfig(path: Path, url: str) -> None:
+def write_kubeconfig(
+    path: Path, url: str, users: dict[str, str], namespace: str = "default"
+) -> None:
+    """A kubeconfig with a context per identity (name: token); the first is current."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "sandbox", "cluster": {"server": url}}],
-        "users": [{"name": "sandbox-admin", "user": {"token": "sandbox"}}],
+        "users": [
+            {"name": f"sandbox-{name}", "user": {"token": token}} for name, token in users.items()
+        ],
         "contexts": [
             {
-                "name": "sandbox",
-                "context": {"cluster": "sandbox", "user": "sandbox-admin", "namespace": "default"},
+                "name": "sandbox" if i == 0 else f"sandbox-{name}",
+                "context": {
+                    "cluster": "sandbox",
+                    "user": f"sandbox-{name}",
+                    "namespace": namespace,
+                },
             }
+            for i, name in enumerate(users)
         ],
         "current-context": "sandbox",
         "preferences": {},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Its user's token is a credential: owner-only, as kubectl writes kubeconfigs.
+    # Its users' tokens are credentials: owner-only, as kubectl writes kubeconfigs.
     fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(yaml.safe_dump(config, sort_keys=False))
@@ -49,7 +59,12 @@ def write_kubeconfig(path: Path, url: str) -> None:
 
 
 async def serve(
-    config: Config, host: str, port: int, kubeconfig: Path | None, server_url: str | None = None
+    config: Config,
+    host: str,
+    port: int,
+    kubeconfig: Path | None,
+    server_url: str | None = None,
+    portal_kubeconfig: Path | None = None,
 ) -> None:
     # Imported here so that `python -m sandbox fault ...` starts fast.
     from aiohttp import web
@@ -59,15 +74,25 @@ async def serve(
 
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()
+    url = f"http://{host}:{port}"
+    # Listening on 0.0.0.0 (a container) gives an address clients cannot dial; they need
+    # the name they reach this server by (e.g. http://sandbox:18443 in docker compose).
+    dial = (server_url or url).rstrip("/")
+    tokens = {name: token for name, (token, _user) in sandbox.authz.identities.items()}
+    if portal_kubeconfig is not None:
+        # The portal's own (its ServiceAccount), as an operator builds it from the token
+        # Secret of deploy/karmada/rbac.yaml; written first, so that a client taking the
+        # admin kubeconfig's appearance as "ready" finds both.
+        write_kubeconfig(portal_kubeconfig, dial, {"portal": tokens["portal"]})
+    if kubeconfig is not None:
+        # An operator's (system:admin), with a context for every other identity too.
+        write_kubeconfig(kubeconfig, dial, tokens)
+    # Listening after the kubeconfigs are written: a client that finds the server answering
+    # finds its credentials too.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=512)
     await site.start()
-    url = f"http://{host}:{port}"
-    if kubeconfig is not None:
-        # Listening on 0.0.0.0 (a container) gives an address clients cannot dial; they need
-        # the name they reach this server by (e.g. http://sandbox:18443 in docker compose).
-        write_kubeconfig(kubeconfig, (server_url or url).rstrip("/"))
     controllers = asyncio.create_task(sandbox.run())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -90,7 +115,7 @@ async def serve(
     await runner.cleanup()
 
 
-def _serve_main(argv: list[str]) -> int:
+def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m sandbox", description="Karmada + Argo sandbox fleet over HTTP"
     )
@@ -126,6 +151,7 @@ def _serve_main(argv: list[str]) -> int:
     p.add_argument(
         "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"
     )
+    _authz_arguments(p)
     p.add_argument("--log-level", default="INFO")
     p.add_argument(
         "--execute",
@@ -135,6 +161,45 @@ def _serve_main(argv: list[str]) -> int:
     p.add_argument(
         "--data-dir", type=Path, help="pods' folders and artifact buckets (default: a temp dir)"
     )
+    return p
+
+
+def _authz_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--portal-kubeconfig",
+        type=Path,
+        help="write a kubeconfig with the portal's identity (its ServiceAccount) here",
+    )
+    p.add_argument(
+        "--rbac",
+        type=Path,
+        action="append",
+        default=[],
+        help="RBAC manifests to store on karmada-apiserver at start and reset (repeatable)",
+    )
+    p.add_argument(
+        "--member-rbac",
+        type=Path,
+        action="append",
+        default=[],
+        help="RBAC manifests every member cluster holds (repeatable); objects without a "
+        "namespace go to the portal's",
+    )
+    p.add_argument(
+        "--portal-service-account",
+        default="portal/portal",
+        help="NAMESPACE/NAME of the portal's ServiceAccount (default portal/portal)",
+    )
+    p.add_argument(
+        "--anonymous-auth",
+        action="store_true",
+        help="requests without credentials are system:anonymous (default: a superuser, as "
+        "kube-apiserver's old insecure port; kubectl sends no token over plain HTTP)",
+    )
+
+
+def _serve_main(argv: list[str]) -> int:
+    p = _serve_parser()
     args = p.parse_args(argv)
     from sandbox.core import Config
 
@@ -151,6 +216,10 @@ def _serve_main(argv: list[str]) -> int:
         bookmark_interval=args.bookmark_interval,
         execute=args.execute,
         data_dir=args.data_dir,
+        rbac=args.rbac,
+        member_rbac=args.member_rbac,
+        portal_service_account=args.portal_service_account,
+        anonymous_auth=args.anonymous_auth,
     )
     if args.execute:
         from sandbox import executor
@@ -162,7 +231,11 @@ def _serve_main(argv: list[str]) -> int:
                 f"--data-dir {args.data_dir}: steps run as other users and cannot reach it "
                 "(every folder above it needs o+x)"
             )
-    asyncio.run(serve(config, args.host, args.port, args.kubeconfig, args.server_url))
+    asyncio.run(
+        serve(
+            config, args.host, args.port, args.kubeconfig, args.server_url, args.portal_kubeconfig
+        )
+    )
     return 0
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sandbox.argo import Member
 from sandbox.argo.site import seed_buckets
+from sandbox.authz import Authz
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
@@ -39,6 +40,13 @@ class Config:
     # -- execution (issue 16): steps really run with --execute; see sandbox/executor.py --
     execute: bool = False
     data_dir: Path | None = None
+    # -- authorisation (sandbox/authz): RBAC files stored on karmada-apiserver at start and
+    # after each reset, those every member holds, and the portal's ServiceAccount.
+    rbac: list[Path] = field(default_factory=list)
+    member_rbac: list[Path] = field(default_factory=list)
+    portal_service_account: str = "portal/portal"
+    # Requests without credentials: system:anonymous (True), else the insecure port's superuser.
+    anonymous_auth: bool = False
 
     def annotation(self, name: str) -> str:
         return f"{self.label_domain}/sandbox-{name}"
@@ -59,6 +67,7 @@ class Sandbox:
         self.gc = WorkflowGC(self)
         self._wake = asyncio.Event()
         self.store.listeners.append(lambda ev: self._wake.set())
+        self.authz = Authz(self)
         self.seed()
         if config.execute:
             seed_buckets(self)
@@ -71,6 +80,7 @@ class Sandbox:
         for site in self.sites.values():
             if self.store.find(CLUSTER, None, site.name) is None:
                 self.store.create(CLUSTER, site.cluster_object(), validate=False)
+        self.authz.seed()
 
     def _namespace_active(self, name: str) -> None:
         obj = clone(self.store.get(NAMESPACE, None, name))

@@ -29,6 +29,8 @@ class ResourceType:
     # registry strategy's AllowUnconditionalUpdate). Where upstream says no (a Lease), such a
     # PUT is 422 Invalid: an election must never take a lease it has not read.
     unconditional_update: bool = True
+    # Names are path segments (anything without "/" or "%"), not DNS subdomains: RBAC's.
+    path_segment_names: bool = False
 
     @cached_property
     def api_version(self) -> str:
@@ -242,6 +244,36 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         status_subresource=False,
         unconditional_update=False,
     ),
+    # rbac.authorization.k8s.io/v1 (kube-apiserver serves it; the sandbox evaluates it on
+    # every call, see sandbox/authz).
+    *(
+        ResourceType(
+            "rbac.authorization.k8s.io",
+            "v1",
+            plural,
+            kind,
+            namespaced,
+            kind.lower(),
+            status_subresource=False,
+            path_segment_names=True,
+        )
+        for plural, kind, namespaced in (
+            ("roles", "Role", True),
+            ("clusterroles", "ClusterRole", False),
+            ("rolebindings", "RoleBinding", True),
+            ("clusterrolebindings", "ClusterRoleBinding", False),
+        )
+    ),
+    # `kubectl auth can-i`: create only, answered from the caller's rules, never stored.
+    ResourceType(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "SelfSubjectAccessReview",
+        False,
+        "selfsubjectaccessreview",
+        status_subresource=False,
+    ),
 )
 
 
@@ -285,4 +317,12 @@ EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
 SECRET = RESOURCE_TYPES[12]
 CONFIG_MAP = RESOURCE_TYPES[13]
-LEASE = RESOURCE_TYPES[14]
+
+# By group and kind, not position: other types may be appended around these.
+_BY_KIND = {(t.group, t.kind): t for t in RESOURCE_TYPES}
+RBAC_TYPES = tuple(
+    _BY_KIND[("rbac.authorization.k8s.io", k)]
+    for k in ("Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding")
+)
+SELF_SUBJECT_ACCESS_REVIEW = _BY_KIND[("authorization.k8s.io", "SelfSubjectAccessReview")]
+LEASE = _BY_KIND[("coordination.k8s.io", "Lease")]

@@ -19,7 +19,7 @@ from sandbox import patch as patchlib
 from sandbox.errors import ApiError
 from sandbox.karmada import proxy
 from sandbox.karmada.proxy import split_proxy_path
-from sandbox.resources import VERBS, ResourceType
+from sandbox.resources import SELF_SUBJECT_ACCESS_REVIEW, VERBS, ResourceType
 from sandbox.selectors import parse_field_selector, parse_label_selector
 from sandbox.store import Event, Obj, Watcher, clone
 
@@ -96,6 +96,11 @@ class Api:
                     )
                 )
         try:
+            if not request.path.startswith("/_sandbox"):
+                # Every Kubernetes call: who it is (401 for an unknown token), then RBAC (403).
+                user = self.sb.authz.authenticate(request.headers.get("Authorization"))
+                self.sb.authz.authorize(user, request.method, request.path, request.query)
+                request["user"] = user
             return await handler(request)
         except ApiError as err:
             return error_response(err)
@@ -230,6 +235,12 @@ class Api:
         rtype, namespace, name, sub = route
         q = request.query
         m = request.method
+        if rtype is SELF_SUBJECT_ACCESS_REVIEW:
+            if m != "POST" or name is not None:
+                raise ApiError(405, "MethodNotAllowed", f"method {m} not allowed")
+            return json_response(
+                self.sb.authz.review(request["user"], await self._body(request)), 201
+            )
         if name is None:
             if m == "GET":
                 if _truthy(q.get("watch")):
@@ -540,6 +551,11 @@ class Api:
         if tail == "stats" and m == "GET":
             counts = dict(self.request_counts)
             return json_response({"requests": counts, "total": sum(counts.values())})
+        if tail == "authz" and m == "GET":
+            # Who was refused what, most recent last (bounded), and the identities' users.
+            authz = self.sb.authz
+            users = {name: user.name for name, (_t, user) in authz.identities.items()}
+            return json_response({"identities": users, "denials": list(authz.denials)})
         if tail == "ready" and m == "GET":
             return json_response({"ready": True})
         if tail == "resume" and m == "POST":

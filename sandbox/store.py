@@ -206,7 +206,13 @@ class Store:
                     }
                 ],
             )
-        if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        if rtype.path_segment_names:
+            # RBAC objects (``ValidateRBACName``: ``path.IsValidPathSegmentName``), so that
+            # "system:discovery" is a name.
+            bad = name in (".", "..") or "/" in name or "%" in name
+        else:
+            bad = len(name) > 253 or not _DNS_SUBDOMAIN.match(name)
+        if bad:
             raise ApiError.invalid(
                 rtype.group,
                 rtype.kind,

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from placement.demo import create_credentials  # noqa: E402 - (the same)
 from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
     REFERENCE,
+    SHIPPED_RBAC,
     WATCHER_READY,
     Processes,
     ProcessFailed,
@@ -132,7 +133,17 @@ class Stack:
             self._manage("migrate", "-v0")
             self.processes.start(
                 "sandbox",
-                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, "--execute"),
+                # The portal as its ServiceAccount under the shipped RBAC (self.kubeconfig),
+                # as in the demo and the test stacks.
+                sandbox_argv(
+                    self.sandbox_port,
+                    workdir / "admin.kubeconfig",
+                    time_scale,
+                    "--execute",
+                    "--portal-kubeconfig",
+                    str(self.kubeconfig),
+                    *SHIPPED_RBAC,
+                ),
                 ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
             )
             out = self._manage("load_demo")

@@ -3,8 +3,11 @@
 Register with ``pytest_plugins = ["tests.fixtures_sandbox"]``. Fixtures:
 
 * ``sandbox_server`` (session): starts ``python -m sandbox`` on a free port with a high time
-  scale and the reference CRDs, writes a kubeconfig, waits until it answers, and stops it at
-  the end of the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
+  scale, the reference CRDs and the RBAC deploy/ ships (on Karmada and at every site), writes
+  the portal's kubeconfig (``kubeconfig``: its ServiceAccount, what tests point the portal at)
+  and the admin's (``admin_kubeconfig``, for ``api_client``; ``request`` sends no credentials,
+  which the sandbox serves as a superuser), waits until it answers, and stops it at the end of
+  the session. Its log goes to a file (``sandbox_server.log_path``). If it exits on
   its own, at start or later, the session fails with its exit code and log tail.
 * ``sandbox`` (function): the same server, reset to the demo fleet before the test and with
   faults cleared after it, so tests do not leak into each other; a test during which it died
@@ -31,6 +34,7 @@ from tests.stack import (
     KARMADA_CRDS,
     REFERENCE,
     ROOT,
+    SHIPPED_RBAC,
     Process,
     answers,
     free_port,
@@ -55,19 +59,24 @@ class SandboxHTTPError(Exception):
 @dataclass
 class SandboxServer:
     url: str
+    # The portal's kubeconfig (its ServiceAccount, authorised by the shipped RBAC): what tests
+    # point the portal at. ``admin_kubeconfig`` is system:admin's, for the tests' own calls.
     kubeconfig: Path
     log_path: Path
     process: Process
+    admin_kubeconfig: Path | None = None
     time_scale: float = TIME_SCALE
     label_domain: str = "portal.multisite.io"
     _clients: list[Any] = field(default_factory=list)
 
     # -- clients ---------------------------------------------------------------------------
     def api_client(self) -> Any:
-        """A ``kubernetes.client.ApiClient`` configured from the sandbox's kubeconfig."""
+        """A ``kubernetes.client.ApiClient`` as the sandbox's admin (``system:admin``)."""
         from kubernetes import config
 
-        client = config.new_client_from_config(config_file=str(self.kubeconfig))
+        client = config.new_client_from_config(
+            config_file=str(self.admin_kubeconfig or self.kubeconfig)
+        )
         self._clients.append(client)
         return client
 
@@ -140,6 +149,20 @@ class SandboxServer:
             body["node"] = node
         return int(self.request("POST", "/_sandbox/resume", body)["resumed"])
 
+    def denials(self, since: int = 0) -> list[dict[str, Any]]:
+        """The sandbox's refusals (403) after number ``since``, each with its ``seq``,
+        ``user``, ``where`` (karmada-apiserver or a site) and ``message``."""
+        found: list[dict[str, Any]] = self.request("GET", "/_sandbox/authz")["denials"]
+        return [d for d in found if int(d["seq"]) > since]
+
+    def portal_refusals(self, since: int = 0) -> list[str]:
+        """What the portal's identity was refused (Karmada's 403 messages) since ``since``."""
+        portal = self.request("GET", "/_sandbox/authz")["identities"]["portal"]
+        return [d["message"] for d in self.denials(since) if d["user"] == portal]
+
+    def last_denial(self) -> int:
+        return max((int(d["seq"]) for d in self.denials()), default=0)
+
     def annotation(self, name: str) -> str:
         """The annotation key for a sandbox knob, e.g. ``annotation("duration")``."""
         return f"{self.label_domain}/sandbox-{name}"
@@ -181,17 +204,23 @@ def start_sandbox(
     answers."""
     port = free_port()
     kubeconfig = workdir / "kubeconfig"
+    admin = workdir / "admin.kubeconfig"
     server_url = f"http://127.0.0.1:{port}"
 
     def ready(process: Process) -> bool:
-        return kubeconfig.exists() and answers(f"{server_url}/_sandbox/ready")(process)
+        return admin.exists() and answers(f"{server_url}/_sandbox/ready")(process)
 
     process = launch(
         "sandbox",
         sandbox_argv(
             port,
-            kubeconfig,
+            admin,
             time_scale,
+            "--portal-kubeconfig",
+            str(kubeconfig),
+            # The shipped RBAC, on Karmada and at every member: a grant the portal lacks
+            # fails the test that needs it.
+            *SHIPPED_RBAC,
             "--host",
             "127.0.0.1",
             "--bookmark-interval",
@@ -210,6 +239,7 @@ def start_sandbox(
     return SandboxServer(
         url=server_url,
         kubeconfig=kubeconfig,
+        admin_kubeconfig=admin,
         log_path=process.log_path,
         process=process,
         time_scale=time_scale,

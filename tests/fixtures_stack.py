@@ -296,12 +296,17 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     for name in ("worker", "watcher"):
         if name not in stack.procs:
             stack.start(name)
+    denied_before = stack.sandbox.last_denial()
     try:
         yield stack
     finally:
         stack.sandbox.clear_faults()
         gateway.reset()
     stack.check()
+    # The portal runs as its ServiceAccount with the shipped RBAC: any refusal is a grant
+    # deploy/ lacks, even where the portal turned the 403 into a message and went on.
+    refused = stack.sandbox.portal_refusals(denied_before)
+    assert not refused, "the portal's identity was refused:\n" + "\n".join(refused)
 
 
 @pytest.fixture

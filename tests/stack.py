@@ -233,6 +233,15 @@ class Processes:
 # -- the portal's processes ------------------------------------------------------------------
 
 
+# The sandbox's arguments that apply the RBAC deploy/ ships, on Karmada and at every site.
+SHIPPED_RBAC = (
+    "--rbac",
+    str(ROOT / "deploy" / "karmada" / "rbac.yaml"),
+    "--member-rbac",
+    str(ROOT / "deploy" / "member" / "portal-rbac.yaml"),
+)
+
+
 def sandbox_argv(port: int, kubeconfig: Path, time_scale: float, *extra: str) -> list[str]:
     return [
         sys.executable,

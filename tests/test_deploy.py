@@ -370,8 +370,13 @@ def test_every_kustomization_builds_and_lists_its_folder(folder: Path) -> None:
 # What the portal writes and expects on Karmada
 
 
-def rules_of(kind: str) -> list[dict[str, Any]]:
-    docs = [d for p, _, d in DOCUMENTS if p == "deploy/karmada/rbac.yaml" and d["kind"] == kind]
+def rules_of(kind: str, name: str = "multisite-portal", folder: str = "karmada") -> list[Any]:
+    path = f"deploy/{folder}/rbac.yaml" if folder == "karmada" else "deploy/member/portal-rbac.yaml"
+    docs = [
+        d
+        for p, _, d in DOCUMENTS
+        if p == path and d["kind"] == kind and d["metadata"]["name"] == name
+    ]
     assert len(docs) == 1
     return list(docs[0]["rules"])
 
@@ -388,6 +393,10 @@ def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
 
 
 def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
+    """No grant beyond what portal/gateway.py calls. That every call it makes is granted is
+    checked where it counts: the integration tests run the portal as this ServiceAccount on
+    a sandbox that evaluates this RBAC (and deploy/member's at the sites), and a stack test
+    fails on any refusal of the portal's identity (tests/fixtures_stack.py)."""
     assert grants(rules_of("ClusterRole")) == {
         ("cluster.karmada.io", "clusters", "*"): {"get", "list", "watch"},
         ("", "namespaces", "portal"): {"get"},
@@ -397,6 +406,12 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
             "update",
         },
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "*"): {"create"},
+        # gateway.pod_log (GET) and member_workflow_get / member_workflow_replace (GET, PUT).
+        ("cluster.karmada.io", "clusters/proxy", "*"): {"get", "update"},
+    }
+    # Only names the portal's groups for Karmada's unified auth: no request uses this verb.
+    assert grants(rules_of("ClusterRole", "multisite-portal-proxy-groups")) == {
+        ("cluster.karmada.io", "clusters/proxy", "*"): {"impersonate"},
     }
     crud = {"get", "list", "create", "update", "delete"}
     assert grants(rules_of("Role")) == {
@@ -407,9 +422,56 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
         ("coordination.k8s.io", "leases", "*"): {"create"},
         ("coordination.k8s.io", "leases", "portal-watcher"): {"get", "update"},
         ("coordination.k8s.io", "leases", "portal-beat"): {"get", "update"},
+        ("", "configmaps", "*"): {"get"},  # gateway.config_map_data (semaphore limits)
     }
     role = next(d for p, _, d in DOCUMENTS if p.endswith("rbac.yaml") and d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "portal"
+    # At each site, as the impersonated portal: the log and the resume, nothing else.
+    assert grants(rules_of("Role", folder="member")) == {
+        ("", "pods/log", "*"): {"get"},
+        ("argoproj.io", "workflows", "*"): {"get", "update"},
+    }
+
+
+def test_the_shipped_rbac_lets_the_portal_do_what_the_gateway_does() -> None:
+    """The sandbox's evaluator (kube-apiserver's RBAC rules) over the shipped files, for
+    each request the gateway's functions send, and Karmada's unified auth at a site."""
+    from sandbox.authz.guard import load_rbac_files
+    from sandbox.authz.rbac import Resolver, User
+    from sandbox.authz.request import request_attributes
+
+    karmada = Resolver(load_rbac_files([DEPLOY / "karmada" / "rbac.yaml"], "portal"))
+    portal = User.service_account("portal", "portal")
+    ns = "/apis/argoproj.io/v1alpha1/namespaces/portal"
+    proxy = "/apis/cluster.karmada.io/v1alpha1/clusters/site-a/proxy"
+    calls = [
+        ("GET", "/apis/cluster.karmada.io/v1alpha1/clusters", {"watch": "true"}),
+        ("GET", "/api/v1/namespaces/portal", {}),
+        ("GET", "/api/v1/namespaces/portal/configmaps/limits", {}),
+        ("POST", f"{ns}/workflows", {}),
+        ("PATCH", f"{ns}/workflows/w", {}),
+        ("DELETE", f"{ns}/workflows/w", {}),
+        ("GET", "/apis/work.karmada.io/v1alpha2/namespaces/portal/resourcebindings", {}),
+        ("PUT", "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/p", {}),
+        (
+            "PUT",
+            "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/portal-placement",
+            {},
+        ),
+        ("GET", f"{proxy}/api/v1/namespaces/portal/pods/p/log", {}),
+        ("PUT", f"{proxy}/apis/argoproj.io/v1alpha1/namespaces/portal/workflows/w", {}),
+    ]
+    refused = [c[:2] for c in calls if not karmada.allows(request_attributes(portal, *c))]
+    assert refused == []
+    # Anything else in the namespace, or another namespace, stays refused.
+    assert not karmada.allows(
+        request_attributes(portal, "GET", "/api/v1/namespaces/portal/secrets", {})
+    )
+    assert not karmada.allows(
+        request_attributes(
+            portal, "POST", "/apis/argoproj.io/v1alpha1/namespaces/default/workflows", {}
+        )
+    )
 
 
 def test_the_gateway_uses_no_resource_the_rbac_does_not_grant() -> None:
@@ -425,6 +487,8 @@ def test_the_gateway_uses_no_resource_the_rbac_does_not_grant() -> None:
         gateway.LEASE,
     }
     assert {(r.group, r.plural) for r in used} <= granted
+    assert ("cluster.karmada.io", "clusters/proxy") in granted
+    assert "clusters/{site}/proxy" in gateway.CLUSTER_PROXY_LOG
     # ClusterPropagationPolicy is declared in the gateway but nothing calls it; granting it
     # would let the portal place objects of any namespace.
     assert ("policy.karmada.io", "clusterpropagationpolicies") not in granted

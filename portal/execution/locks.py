@@ -187,6 +187,8 @@ def limit_of(lock: Lock) -> int:
             f"{lock.field}.configMapKeyRef: no ConfigMap {name!r} in namespace {ns!r} on "
             "karmada-apiserver"
         ) from exc
+    except gateway.Forbidden as exc:
+        raise LockInvalid(f"{lock.field}.configMapKeyRef: {exc.message}") from exc
     raw = str(data.get(key, "")).strip()
     if not raw.isdigit():
         raise LockInvalid(

@@ -46,13 +46,7 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
             try:
                 wf = gateway.member_workflow_get(unit.site, ns, name)
             except gateway.KarmadaError as exc:
-                event(
-                    unit.run_id,
-                    "resume-partial",
-                    f"{unit.name}: spec.suspend cleared; suspended nodes at {unit.site} not "
-                    f"reachable through Karmada ({exc.message}); resume them on the site",
-                    unit,
-                )
+                _partial(unit, exc)
                 return True
             active = _active_suspend_nodes(wf)
             if not active:
@@ -70,6 +64,9 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
                 gateway.member_workflow_replace(unit.site, ns, name, wf)
             except gateway.Conflict:
                 continue
+            except gateway.Forbidden as exc:  # the read was granted, the write is not
+                _partial(unit, exc)
+                return True
             resumed = len(active)
             break
     event(
@@ -79,3 +76,13 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
         unit,
     )
     return True
+
+
+def _partial(unit: UnitRun, exc: gateway.KarmadaError) -> None:
+    event(
+        unit.run_id,
+        "resume-partial",
+        f"{unit.name}: spec.suspend cleared; suspended nodes at {unit.site} not "
+        f"reachable through Karmada ({exc.message}); resume them on the site",
+        unit,
+    )

@@ -21,8 +21,17 @@ from sandbox.store import now_iso
 if TYPE_CHECKING:
     from sandbox.core import Sandbox
 
-# Objects a test or an operator may put into a member (what its steps read or mount).
-MEMBER_OBJECTS = ("Secret", "ConfigMap", "PersistentVolumeClaim")
+# Objects a test or an operator may put into a member (what its steps read or mount, and the
+# RBAC its API server evaluates for calls through Karmada's cluster proxy).
+MEMBER_OBJECTS = (
+    "Secret",
+    "ConfigMap",
+    "PersistentVolumeClaim",
+    "Role",
+    "RoleBinding",
+    "ClusterRole",
+    "ClusterRoleBinding",
+)
 
 
 def member_endpoint(
@@ -49,7 +58,9 @@ def member_endpoint(
         return 200, {"items": member.workflow_objects()}
     if rest == ["objects"] and method == "POST":
         if not isinstance(body, dict) or body.get("kind") not in MEMBER_OBJECTS:
-            raise ApiError.bad_request("a Secret, a ConfigMap or a PersistentVolumeClaim")
+            raise ApiError.bad_request(
+                "a Secret, a ConfigMap, a PersistentVolumeClaim or an RBAC object"
+            )
         _check_names(body.get("metadata") or {})
         member.put_object(body)
         return 201, body

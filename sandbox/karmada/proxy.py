@@ -63,6 +63,8 @@ async def handle(
     if member is None or sb.faults.site_unreachable(cluster_name):
         host = str(spec["apiEndpoint"]).split("://", 1)[-1]
         raise _unknown(f"dial tcp {host}: i/o timeout")
+    # The member's API server: Karmada's impersonator acting as the caller (unified auth).
+    sb.authz.member_access(cluster_name, request["user"], request.method, path, request.query)
     parts = [p for p in path.split("/") if p]
     if len(parts) == 7 and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
         if parts[6] == "log" and request.method == "GET":

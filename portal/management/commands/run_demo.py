@@ -146,9 +146,16 @@ class Command(BaseCommand):
 
 def _start_sandbox(children: _Children, time_scale: float) -> None:
     """The sandbox fleet on a free port; the portal's processes use its kubeconfig."""
-    kubeconfig = children.var / "kubeconfig"
+    kubeconfig = children.var / "kubeconfig"  # an operator's (system:admin)
+    portal_kubeconfig = children.var / "portal.kubeconfig"
     port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
     argv = ["--port", str(port), "--kubeconfig", str(kubeconfig), "--time-scale", str(time_scale)]
+    # The portal runs as its own ServiceAccount, with the RBAC deploy/ ships applied on
+    # Karmada and at every site, as in production.
+    deploy = Path(settings.BASE_DIR) / "deploy"
+    argv += ["--portal-kubeconfig", str(portal_kubeconfig)]
+    argv += ["--rbac", str(deploy / "karmada" / "rbac.yaml")]
+    argv += ["--member-rbac", str(deploy / "member" / "portal-rbac.yaml")]
     # Steps really run (isolated by bubblewrap) so a scientist sees real results; without
     # bubblewrap on the machine they are simulated, and the run page's node messages say so.
     if shutil.which("bwrap"):
@@ -164,8 +171,8 @@ def _start_sandbox(children: _Children, time_scale: float) -> None:
     create_credentials(
         f"http://127.0.0.1:{port}", settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN
     )
-    children.env["KARMADA_KUBECONFIG"] = str(kubeconfig)
-    os.environ["KARMADA_KUBECONFIG"] = str(kubeconfig)
+    children.env["KARMADA_KUBECONFIG"] = str(portal_kubeconfig)
+    os.environ["KARMADA_KUBECONFIG"] = str(portal_kubeconfig)
 
 
 def _port_free(port: int) -> bool:

@@ -132,20 +132,6 @@ def test_a_released_lease_is_taken_at_once(karmada: SandboxServer) -> None:
     assert lease(leader.BEAT_LEASE)["spec"]["leaseTransitions"] == 1
 
 
-def test_the_portal_namespace_is_created_when_missing(
-    sandbox: SandboxServer, settings: Any
-) -> None:
-    # The sandbox starts each test from its fleet: no portal namespace yet.
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    gateway.reset()
-    try:
-        a, _ = candidate(leader.WATCHER_LEASE, "a")
-        assert not a.try_acquire_or_renew(timeout=5)  # no namespace yet: created meanwhile
-        assert a.try_acquire_or_renew(timeout=5)
-    finally:
-        gateway.reset()
-
-
 @pytest.mark.parametrize(
     ("timing", "message"),
     [

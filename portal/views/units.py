@@ -1,5 +1,6 @@
 """The step panel: one unit of a run (attempts, inputs, outputs, decision, events) and its
-logs, read from the site through Karmada's cluster proxy."""
+logs, read from the site through Karmada's cluster proxy (or, once the step workflow is
+deleted, from the copy the portal kept)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,11 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
         for pod in shown[:10]:
             try:
                 text = logs.log_text(
-                    attempt.site, pod.pod, container=container, tail=PANEL_TAIL_LINES
+                    attempt.site,
+                    pod.pod,
+                    container=container,
+                    tail=PANEL_TAIL_LINES,
+                    kept=pods.kept,
                 )
                 context["logs"].append({"pod": pod, "text": text, "error": ""})
             except logs.NoProxyPath:

@@ -228,8 +228,9 @@ def test_a_silent_site_holds_back_only_its_own_cleanup_until_the_portal_gives_up
     assert talk.workflow_deleted_at is not None
     answer = member.get(f"{base}/api/v1/runs/{run.pk}/units/talk/logs/", timeout=30)
     assert answer.status_code == 404
-    assert "the site did not give its log before the step workflow was deleted" in (
-        answer.json()["detail"]
+    assert (
+        "the site did not give its log before the step workflow was deleted"
+        in (answer.json()["detail"])
     )
 
 

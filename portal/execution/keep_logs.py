@@ -82,17 +82,20 @@ def attempt_keep(*, unit_id: int, attempt: int, workflow: str, site: str, give_u
             "containers": [],
         }
         archived = _archived_log(nodes, pod.node)
+        if archived:
+            entry["archived"] = archived
         try:
-            _keep_container(record, site, pod.pod, MAIN, archived)
+            _keep_container(record, site, pod.pod, MAIN)
             entry["containers"].append(MAIN)
         except logs.LogsNotAvailable as exc:
-            entry["note"] = str(exc)
+            entry["note"] = str(exc) + _archived_note(archived)
         except KeepLater as exc:
             if not give_up:
                 log.info("logs of %s not kept yet: %s", workflow, exc)
                 return False
             entry["note"] = (
                 f"the site did not give its log before the step workflow was deleted ({exc})"
+                + _archived_note(archived)
             )
         pods.append(entry)
     _record(unit_id, attempt, workflow, site, str(status.get("phase") or ""), pods, "")
@@ -120,9 +123,7 @@ def _record(
     KeptAttempt.objects.update_or_create(unit_id=unit_id, attempt=attempt, defaults=values)
 
 
-def _keep_container(
-    record: KeptAttempt, site: str, pod: str, container: str, archived: str
-) -> None:
+def _keep_container(record: KeptAttempt, site: str, pod: str, container: str) -> None:
     limit = int(settings.PORTAL_KEPT_LOG_MAX_BYTES)
     data, size = _read_end(site, pod, container, limit)
     truncated = size > len(data)
@@ -131,7 +132,7 @@ def _keep_container(
             f"[log truncated: the container printed {size} bytes; the portal kept the last "
             f"{len(data)} (PORTAL_KEPT_LOG_MAX_BYTES)]\n"
         ).encode() + data
-    source = archived or f"cluster proxy: {site}/{pod}/{container}"
+    source = f"cluster proxy: {site}/{pod}/{container}"
     with transaction.atomic():
         KeptLog.objects.update_or_create(
             kept=record,
@@ -167,6 +168,12 @@ def _read_end(site: str, pod: str, container: str, limit: int) -> tuple[bytes, i
     return bytes(kept), size
 
 
+def _archived_note(key: str) -> str:
+    if not key:
+        return ""
+    return f"; Argo archived it (archiveLogs) as {key} in the step's artifact repository"
+
+
 def _archived_log(nodes: Any, node_name: str) -> str:
     """Where Argo archived the pod's main log (``archiveLogs``), as its node records it, or
     empty: the key of the ``main-logs`` output artifact of the Pod node shown as
@@ -182,5 +189,5 @@ def _archived_log(nodes: Any, node_name: str) -> str:
             if isinstance(art, Mapping) and art.get("name") == MAIN + LOG_ARTIFACT:
                 s3 = art.get("s3") or {}
                 key = s3.get("key") if isinstance(s3, Mapping) else None
-                return f"archived by Argo: {key}" if key else ""
+                return str(key) if key else ""
     return ""

@@ -29,7 +29,7 @@ PROJECT = "eo-demo"
 PRINT = "printf 'first line\\n\\nNDVI ≥ 0.5 — ok\\n'; seq 1 40; printf 'no newline at the end'"
 
 
-def dag_workflow(print_script: str = PRINT, *, gpu_pair: bool = False) -> str:
+def dag_workflow(print_script: str = PRINT, *, gpu_pair: bool = False, **spec: Any) -> str:
     def container(script: str, **extra: Any) -> dict[str, Any]:
         return {"image": "alpine:3.23", "command": ["sh", "-c", script], **extra}
 
@@ -56,6 +56,7 @@ def dag_workflow(print_script: str = PRINT, *, gpu_pair: bool = False) -> str:
                     {"name": "talk", "container": container(print_script)},
                     {"name": "pair", "container": container("echo pod two; seq 1 3", **gpu)},
                 ],
+                **spec,
             },
         }
     )
@@ -273,3 +274,17 @@ def test_deleting_a_run_deletes_its_kept_logs(
     assert answer.status_code == 200, answer.text
     assert not KeptAttempt.objects.filter(unit__run_id=run.pk).exists()
     assert not KeptLog.objects.filter(kept__unit__run_id=run.pk).exists()
+
+
+def test_a_log_argo_archived_is_named_in_what_was_kept(
+    member: requests.Session, live_executing: Stack
+) -> None:
+    run = submit(member, dag_workflow(archiveLogs=True))
+    base = member.base  # type: ignore[attr-defined]
+    url = f"{base}/api/v1/runs/{run.pk}/units/talk/logs/"
+    before = member.get(url, timeout=30).content
+    cleaned(run, live_executing)
+    talk = UnitRun.objects.get(run=run, name="talk")
+    (entry,) = KeptAttempt.objects.get(unit=talk).pods
+    assert entry["archived"] == f"{talk.workflow_name}/{entry['pod']}/main.log"
+    assert member.get(url, timeout=30).content == before

@@ -58,9 +58,10 @@ def _why_not_kept(kept_id: int, pod: str, container: str) -> str:
 
 
 def tail(data: bytes, lines: int) -> bytes:
-    """The last ``lines`` lines, as the kubelet cuts them (``tail.FindTailLineStartIndex``,
-    pkg/kubelet/kuberuntime/logs: a final newline ends the last line, it does not start an
-    empty one)."""
+    """The last ``lines`` lines, as the kubelet cuts them: it counts ``\n`` in the CRI log
+    file (pkg/util/tail/tail.go, ``FindTailLineStartIndex``), where every record, an
+    unfinished last line too, ends in one; so a final newline starts no empty line, and an
+    unfinished last line is a line."""
     if lines <= 0:
         return b""
     end = len(data) - 1 if data.endswith(b"\n") else len(data)

@@ -90,10 +90,12 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
         "poll": LOG_POLL,
         "logs": [],
         "unavailable": "",
+        "kept": False,
         "self_url": request.get_full_path(),
     }
     try:
         pods = logs.attempt_pods(unit, attempt.number, attempt.site)
+        context["kept"] = pods.kept is not None
         wanted = request.GET.get("pod")
         shown = [p for p in pods.pods if not wanted or p.pod == wanted]
         if not shown:

@@ -180,6 +180,8 @@ def test_a_log_read_after_cleanup_is_the_log_read_before(
     for key, text in before.items():
         if not key.startswith("panel"):
             assert after[key] == text, key
+    assert b"kept by the portal" not in before["panel talk"]
+    assert b"kept by the portal when the step workflow was deleted" in after["panel talk"]
     for unit in ("talk", "pair"):
         for line in before[f"rest {unit}"].decode().splitlines():
             assert line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;") in (

@@ -1,22 +1,25 @@
-"""Keeping a finished attempt's logs before its step workflow is deleted (``lifecycle``): each
-pod's main-container log is read once more through Karmada's cluster proxy and stored, at most
-``PORTAL_KEPT_LOG_MAX_BYTES`` of its end, in ``KeptAttempt`` and ``KeptLog`` rows; the log
-views serve it from there afterwards (``portal.logs``).
+"""Keeping finished attempts' logs before their step workflows are deleted (``lifecycle``):
+each pod's main-container log is read once more through Karmada's cluster proxy and stored,
+at most ``PORTAL_KEPT_LOG_MAX_BYTES`` of its end, in ``KeptAttempt`` and ``KeptLog`` rows; the
+log views serve it from there afterwards (``portal.logs``).
 
-* Idempotent: an attempt already kept is not read again; each container's row is written with
-  an upsert, and the attempt counts as kept only once its record is marked complete, so a
-  worker killed mid-way leaves nothing a reader sees, and the next cleanup starts over.
+* Idempotent and never half-stored: attempts are written in batches, each batch in one
+  transaction with upserts, and an attempt counts as kept only once its record carries
+  ``kept_at``. Only an attempt whose logs alone pass the memory bound is written in parts,
+  unmarked (readers ignore it) until its last part. A worker killed mid-way leaves nothing a
+  reader sees, and its step workflows (deleted only after the commit) are kept again.
 * Never blocks the cleanup for good: a site that cannot answer holds back only its own step
   workflows, and only for ``PORTAL_LOG_KEEP_GIVE_UP_SECONDS`` after the step ended; then the
   record says why the log is missing and the step workflow goes.
-* A log Argo archived (``archiveLogs``: a ``main-logs`` output artifact on the pod's node) is
-  also named in the record, where the kept copy says it came from.
+* A log Argo archived (``archiveLogs``: the ``main-logs`` output artifact of the pod's node) is
+  named in the record, and a reader whose log the site could no longer give is pointed to it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -36,44 +39,99 @@ LOG_ARTIFACT = "-logs"
 # container never started (400 "is waiting to start").
 FOR_GOOD = (400, 404)
 READ_TIMEOUT_S = 10.0
+# Log bytes held before they are written, and attempts per transaction: a commit per attempt
+# cost more than reading its log.
+FLUSH_BYTES = 32 * 1024 * 1024
+FLUSH_ATTEMPTS = 100
 
 
 class KeepLater(Exception):
     """The site cannot give a log now; the step workflow stays until the next cleanup."""
 
 
-def attempt_keep(*, unit_id: int, attempt: int, workflow: str, site: str, give_up: bool) -> bool:
-    """Keep the logs of one finished attempt. True when its step workflow may be deleted
-    (kept now or before, or given up with a note); False to try again at the next cleanup."""
-    if KeptAttempt.objects.filter(unit_id=unit_id, attempt=attempt, kept_at__isnull=False).exists():
-        return True
-    if not site:
-        _record(unit_id, attempt, workflow, site, "", [], "the step never reached a site")
-        return True
-    try:
-        status = logs.member_status(workflow)
-    except gateway.KarmadaError as exc:
-        if not give_up:
+@dataclass
+class _Log:
+    pod: str
+    container: str
+    content: bytes
+    size: int
+    truncated: bool
+    source: str
+
+
+@dataclass
+class _Attempt:
+    unit_id: int
+    attempt: int
+    workflow: str
+    site: str
+    phase: str = ""
+    note: str = ""
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    logs: list[_Log] = field(default_factory=list)
+    complete: bool = False
+
+
+def kept_already(units: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Which of these (unit, attempt) were kept by an earlier cleanup: one query."""
+    wanted = set(units)
+    rows = KeptAttempt.objects.filter(
+        unit_id__in={u for u, _ in wanted}, kept_at__isnull=False
+    ).values_list("unit_id", "attempt")
+    return {row for row in rows if row in wanted}
+
+
+class Keeper:
+    """Reads attempts' logs (``add``) and writes them in few transactions (``flush``)."""
+
+    def __init__(self) -> None:
+        self.pending: list[_Attempt] = []
+        self.held = 0
+        self.kept: list[int] = []  # units whose attempt a committed write marked kept
+
+    @property
+    def full(self) -> bool:
+        return self.held >= FLUSH_BYTES or len(self.pending) >= FLUSH_ATTEMPTS
+
+    def add(self, *, unit_id: int, attempt: int, workflow: str, site: str, give_up: bool) -> bool:
+        """Read one finished attempt's logs. True when its step workflow may go once the
+        next ``flush`` has committed (kept, or given up with a note); False to try again at
+        the next cleanup (the site could not answer)."""
+        record = _Attempt(unit_id, attempt, workflow, site)
+        self.pending.append(record)
+        try:
+            self._read(record, give_up)
+        except Exception as exc:
+            self.pending.remove(record)
+            self.held -= sum(len(x.content) for x in record.logs)
+            if not isinstance(exc, KeepLater):
+                raise
+            log.info("logs of %s not kept yet: %s", workflow, exc)
             return False
-        _record(unit_id, attempt, workflow, site, "", [], f"its status was unreadable ({exc})")
+        record.complete = True
         return True
-    if status is None:
-        _record(
-            unit_id,
-            attempt,
-            workflow,
-            site,
-            "",
-            [],
-            "the step workflow was gone before its logs could be kept",
-        )
-        return True
-    record, _ = KeptAttempt.objects.get_or_create(
-        unit_id=unit_id, attempt=attempt, defaults={"workflow": workflow, "site": site}
-    )
-    pods: list[dict[str, Any]] = []
-    nodes = status.get("nodes") or {}
-    for pod in logs.pods_of(workflow, status):
+
+    def _read(self, record: _Attempt, give_up: bool) -> None:
+        if not record.site:
+            record.note = "the step never reached a site"
+            return
+        try:
+            status = logs.member_status(record.workflow)
+        except gateway.KarmadaError as exc:
+            if not give_up:
+                raise KeepLater(exc.message) from exc
+            record.note = f"its status was unreadable when the step workflow was deleted ({exc})"
+            return
+        if status is None:
+            record.note = "the step workflow was gone before its logs could be kept"
+            return
+        record.phase = str(status.get("phase") or "")
+        for pod in logs.pods_of(record.workflow, status):
+            record.pods.append(self._pod(record, pod, status.get("nodes"), give_up))
+
+    def _pod(
+        self, record: _Attempt, pod: logs.PodNode, nodes: Any, give_up: bool
+    ) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "pod": pod.pod,
             "node": pod.node,
@@ -85,67 +143,87 @@ def attempt_keep(*, unit_id: int, attempt: int, workflow: str, site: str, give_u
         if archived:
             entry["archived"] = archived
         try:
-            _keep_container(record, site, pod.pod, MAIN)
-            entry["containers"].append(MAIN)
+            kept = _read_end(record.site, pod.pod, MAIN, int(settings.PORTAL_KEPT_LOG_MAX_BYTES))
         except logs.LogsNotAvailable as exc:
             entry["note"] = str(exc) + _archived_note(archived)
+            return entry
         except KeepLater as exc:
             if not give_up:
-                log.info("logs of %s not kept yet: %s", workflow, exc)
-                return False
+                raise
             entry["note"] = (
                 f"the site did not give its log before the step workflow was deleted ({exc})"
                 + _archived_note(archived)
             )
-        pods.append(entry)
-    _record(unit_id, attempt, workflow, site, str(status.get("phase") or ""), pods, "")
-    return True
+            return entry
+        record.logs.append(kept)
+        entry["containers"].append(MAIN)
+        self.held += len(kept.content)
+        if self.held >= FLUSH_BYTES:
+            # This attempt alone holds too much: what it has so far is written, unmarked.
+            self._write()
+        return entry
+
+    def flush(self) -> list[int]:
+        """Write what was read, in one transaction; the units whose attempt is now kept
+        (since the last flush), whose step workflows may go."""
+        self._write()
+        kept, self.kept = self.kept, []
+        return kept
+
+    def _write(self) -> None:
+        if not self.pending:
+            return
+        now = timezone.now()
+        with transaction.atomic():
+            rows = KeptAttempt.objects.bulk_create(
+                [
+                    KeptAttempt(
+                        unit_id=a.unit_id,
+                        attempt=a.attempt,
+                        workflow=a.workflow,
+                        site=a.site,
+                        phase=a.phase,
+                        pods=a.pods,
+                        note=a.note,
+                        kept_at=now if a.complete else None,
+                    )
+                    for a in self.pending
+                ],
+                update_conflicts=True,
+                unique_fields=["unit", "attempt"],
+                update_fields=["workflow", "site", "phase", "pods", "note", "kept_at"],
+            )
+            KeptLog.objects.bulk_create(
+                [
+                    KeptLog(
+                        kept_id=row.pk,
+                        pod=x.pod,
+                        container=x.container,
+                        content=x.content,
+                        size=x.size,
+                        truncated=x.truncated,
+                        source=x.source,
+                    )
+                    for a, row in zip(self.pending, rows, strict=True)
+                    for x in a.logs
+                ],
+                update_conflicts=True,
+                unique_fields=["kept", "pod", "container"],
+                update_fields=["content", "size", "truncated", "source"],
+            )
+        self.kept += [a.unit_id for a in self.pending if a.complete]
+        # An attempt still being read stays pending (its logs written), to be marked later.
+        self.pending = [a for a in self.pending if not a.complete]
+        for a in self.pending:
+            a.logs = []
+        self.held = 0
 
 
-def _record(
-    unit_id: int,
-    attempt: int,
-    workflow: str,
-    site: str,
-    phase: str,
-    pods: list[dict[str, Any]],
-    note: str,
-) -> None:
-    """Mark the attempt kept (the one write that makes it visible to readers)."""
-    values = {
-        "workflow": workflow,
-        "site": site,
-        "phase": phase,
-        "pods": pods,
-        "note": note,
-        "kept_at": timezone.now(),
-    }
-    KeptAttempt.objects.update_or_create(unit_id=unit_id, attempt=attempt, defaults=values)
-
-
-def _keep_container(record: KeptAttempt, site: str, pod: str, container: str) -> None:
-    limit = int(settings.PORTAL_KEPT_LOG_MAX_BYTES)
-    data, size = _read_end(site, pod, container, limit)
-    truncated = size > len(data)
-    if truncated:
-        data = (
-            f"[log truncated: the container printed {size} bytes; the portal kept the last "
-            f"{len(data)} (PORTAL_KEPT_LOG_MAX_BYTES)]\n"
-        ).encode() + data
-    source = f"cluster proxy: {site}/{pod}/{container}"
-    with transaction.atomic():
-        KeptLog.objects.update_or_create(
-            kept=record,
-            pod=pod,
-            container=container,
-            defaults={"content": data, "size": size, "truncated": truncated, "source": source},
-        )
-
-
-def _read_end(site: str, pod: str, container: str, limit: int) -> tuple[bytes, int]:
-    """The last ``limit`` bytes of the container's log and how many it printed, read whole
-    (the log API has no "last N bytes"); memory stays within twice ``limit``."""
-    kept = bytearray()
+def _read_end(site: str, pod: str, container: str, limit: int) -> _Log:
+    """The last ``limit`` bytes of the container's log, read whole (the log API has no "last
+    N bytes"; memory stays within twice ``limit``), headed by a line saying what was dropped
+    when it printed more."""
+    data = bytearray()
     size = 0
     try:
         stream = gateway.pod_log(
@@ -153,9 +231,9 @@ def _read_end(site: str, pod: str, container: str, limit: int) -> tuple[bytes, i
         )
         for chunk in stream:
             size += len(chunk)
-            kept += chunk
-            if len(kept) > 2 * limit:
-                del kept[: len(kept) - limit]
+            data += chunk
+            if len(data) > 2 * limit:
+                del data[: len(data) - limit]
     except gateway.LogsUnavailable as exc:
         if exc.status in FOR_GOOD:
             why = f"the site no longer gave this pod's log ({exc.message})"
@@ -163,9 +241,16 @@ def _read_end(site: str, pod: str, container: str, limit: int) -> tuple[bytes, i
         raise KeepLater(exc.message) from exc
     except gateway.KarmadaError as exc:
         raise KeepLater(exc.message) from exc
-    if len(kept) > limit:
-        del kept[: len(kept) - limit]
-    return bytes(kept), size
+    if len(data) > limit:
+        del data[: len(data) - limit]
+    content = bytes(data)
+    truncated = size > len(content)
+    if truncated:
+        content = (
+            f"[log truncated: the container printed {size} bytes; the portal kept the last "
+            f"{len(data)} (PORTAL_KEPT_LOG_MAX_BYTES)]\n"
+        ).encode() + content
+    return _Log(pod, container, content, size, truncated, f"cluster proxy: {site}/{pod}")
 
 
 def _archived_note(key: str) -> str:
@@ -175,9 +260,9 @@ def _archived_note(key: str) -> str:
 
 
 def _archived_log(nodes: Any, node_name: str) -> str:
-    """Where Argo archived the pod's main log (``archiveLogs``), as its node records it, or
-    empty: the key of the ``main-logs`` output artifact of the Pod node shown as
-    ``node_name`` (what ``logs.pods_of`` calls the pod's node)."""
+    """The key Argo archived the pod's main log at (``archiveLogs``), as its node records it,
+    or empty: the ``main-logs`` output artifact of the Pod node shown as ``node_name`` (what
+    ``logs.pods_of`` calls the pod's node)."""
     if not isinstance(nodes, Mapping):
         return ""
     for node in nodes.values():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -44,6 +45,7 @@ def step_workflows_cleanup(*, keep_seconds: int | None = None) -> int:
     # workflows make room in the batch for other sites' (they wait for the next pass).
     silent: set[str] = set()
     tried: list[int] = []
+    keeper = keep_logs.Keeper()
     while len(tried) < BATCH:
         finished = list(
             UnitRun.objects.filter(
@@ -64,31 +66,42 @@ def step_workflows_cleanup(*, keep_seconds: int | None = None) -> int:
         )
         if not finished:
             break
+        names = {pk: name for pk, name, *_ in finished}
+        before = kept_before(finished)
+        ready = [pk for pk, _n, attempt, *_ in finished if (pk, attempt) in before]
         for pk, name, attempt, site, finished_at in finished:
             tried.append(pk)
-            if site in silent:
+            if pk in ready or site in silent:
                 continue
-            if not _logs_kept(
-                pk, name, attempt, site, give_up=finished_at is not None and finished_at <= give_up
-            ):
+            late = finished_at is not None and finished_at <= give_up
+            if not _logs_read(keeper, pk, name, attempt, site, give_up=late):
                 silent.add(site)
-                continue
-            if _delete(pk, name):
-                done += 1
+            elif keeper.full:
+                done += _delete_all(keeper.flush(), names)
+        done += _delete_all([*ready, *keeper.flush()], names)
     done += superseded_cleanup()
     return done
 
 
-def _logs_kept(pk: int, name: str, attempt: int, site: str, *, give_up: bool) -> bool:
+def kept_before(finished: list[tuple[Any, ...]]) -> set[tuple[int, int]]:
+    return keep_logs.kept_already((pk, attempt) for pk, _n, attempt, *_ in finished)
+
+
+def _logs_read(
+    keeper: keep_logs.Keeper, pk: int, name: str, attempt: int, site: str, *, give_up: bool
+) -> bool:
     try:
-        return keep_logs.attempt_keep(
-            unit_id=pk, attempt=attempt, workflow=name, site=site, give_up=give_up
-        )
+        return keeper.add(unit_id=pk, attempt=attempt, workflow=name, site=site, give_up=give_up)
     except DatabaseError:
         raise
     except Exception:  # one unit's odd status never stops the others' cleanup
         log.exception("keeping the logs of %s failed; its step workflow is deleted later", name)
         return False
+
+
+def _delete_all(pks: list[int], names: dict[int, str]) -> int:
+    """Delete the step workflows of these units, whose logs are kept (committed)."""
+    return sum(_delete(pk, names[pk]) for pk in pks)
 
 
 def _delete(pk: int, name: str) -> bool:

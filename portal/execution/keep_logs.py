@@ -100,7 +100,7 @@ class Keeper:
         record = _Attempt(unit_id, attempt, workflow, site)
         self.pending.append(record)
         try:
-            self._read(record, give_up)
+            nothing = not self._read(record, give_up)
         except Exception as exc:
             self.pending.remove(record)
             self.held -= sum(len(x.content) for x in record.logs)
@@ -108,26 +108,31 @@ class Keeper:
                 raise
             log.info("logs of %s not kept yet: %s", workflow, exc)
             return False
+        if nothing:
+            self.pending.remove(record)
+            self.kept.append(unit_id)
         record.complete = True
         return True
 
-    def _read(self, record: _Attempt, give_up: bool) -> None:
+    def _read(self, record: _Attempt, give_up: bool) -> bool:
+        """Read the attempt's logs into ``record``; False when there is nothing to keep: no
+        site, or no binding (the step workflow is gone already), where the views say as
+        much without a record."""
         if not record.site:
-            record.note = "the step never reached a site"
-            return
+            return False
         try:
             status = logs.member_status(record.workflow)
         except gateway.KarmadaError as exc:
             if not give_up:
                 raise KeepLater(exc.message) from exc
             record.note = f"its status was unreadable when the step workflow was deleted ({exc})"
-            return
+            return True
         if status is None:
-            record.note = "the step workflow was gone before its logs could be kept"
-            return
+            return False
         record.phase = str(status.get("phase") or "")
         for pod in logs.pods_of(record.workflow, status):
             record.pods.append(self._pod(record, pod, status.get("nodes"), give_up))
+        return True
 
     def _pod(
         self, record: _Attempt, pod: logs.PodNode, nodes: Any, give_up: bool

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from placement.manifests.workflows import step_workflow_name
 from portal import gateway, kept_logs
+from portal.choices import FINAL_UNIT
 from portal.models import UnitRun
 from sites.choices import SyncMode
 from sites.models import Site
@@ -134,7 +135,9 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
     if attempt == unit.attempt and not unit.workflow_name:
         raise LogsNotAvailable("This attempt has no step workflow yet: nothing has run.")
     workflow = attempt_workflow(unit, attempt)
-    kept = kept_logs.kept_attempt(unit.pk, attempt)
+    # Only an ended attempt can have been kept (a running one is read from its site).
+    ended = attempt != unit.attempt or unit.phase in FINAL_UNIT
+    kept = kept_logs.kept_attempt(unit.pk, attempt) if ended else None
     if kept is not None:
         return _kept_pods(kept, site)
     if not site:

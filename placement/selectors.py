@@ -27,6 +27,7 @@ def site_state(site: Site) -> planner.SiteState:
         capabilities=frozenset(str(c) for c in (site.capabilities or [])),
         ready=site.ready,
         cordoned=site.cordoned,
+        taint=site.karmada_taint,
         cpu_allocatable=site.cpu_allocatable,
         cpu_allocated=site.cpu_allocated,
         memory_allocatable=site.memory_allocatable,

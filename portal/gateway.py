@@ -59,6 +59,8 @@ RESOURCE_BINDING = Resource(
     "work.karmada.io", "v1alpha2", "resourcebindings", "ResourceBinding", True
 )
 WORKFLOW = Resource("argoproj.io", "v1alpha1", "workflows", "Workflow", True)
+# The watcher's and beat's leader election (portal/leader.py).
+LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
 BY_KIND = {
     r.kind: r
     for r in (
@@ -482,6 +484,34 @@ def watch(
         raise translate_errors(exc) from exc
     finally:
         w.stop()
+
+
+# --- leases (leader election) ---------------------------------------------------------------
+# No retries here: the election tries again every retry period, and each call is bounded by
+# the time its caller may still wait (a leader's renew deadline), as client-go's context is.
+
+
+def _lease_call(verb: str, *args: Any, timeout: float) -> dict[str, Any]:
+    read = max(0.05, min(float(settings.KARMADA_REQUEST_TIMEOUT), timeout))
+    try:
+        return dict(_call(verb, LEASE, None, *args, _request_timeout=_timeout(read=read)))
+    except Exception as exc:  # sorted by translate_errors
+        raise translate_errors(exc) from exc
+
+
+def lease_get(name: str, *, timeout: float) -> dict[str, Any]:
+    """The Lease ``name`` in the portal's namespace (``NotFound`` when there is none)."""
+    return _lease_call("get", name, timeout=timeout)
+
+
+def lease_create(body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    return _lease_call("create", body, timeout=timeout)
+
+
+def lease_update(body: dict[str, Any], *, timeout: float) -> dict[str, Any]:
+    """Replace the Lease; ``body`` carries the resourceVersion it was read at, so a write
+    racing another candidate's is a ``Conflict`` (kube-apiserver allows no other kind)."""
+    return _lease_call("replace", body["metadata"]["name"], body, timeout=timeout)
 
 
 # --- webhook registration -------------------------------------------------------------------

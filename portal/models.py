@@ -155,6 +155,9 @@ class UnitRun(models.Model):
     # The resourceVersion of the ResourceBinding this unit was last folded from: a watch that
     # lags behind the resync's list delivers older states after it (portal.execution.bindings).
     binding_version = models.CharField(max_length=32, blank=True, default="")
+    # Since when Karmada refuses this attempt's step workflow (not scheduled, or the member
+    # refused its Work); None while it does not. After the site's grace it is placed again.
+    refused_at = models.DateTimeField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -270,6 +270,8 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Beat sends periodic tasks only while it holds the beat's Lease (portal/beat.py).
+CELERY_BEAT_SCHEDULER = "portal.beat:LeaderScheduler"
 # --- Bounded work per task and per run (issues 20, 21.1, 21.4) ---------------------------------
 # No task holds a worker process for good: the soft limit raises inside the task, the hard
 # one kills the process (a run whose advance keeps failing or being killed ends in Error).
@@ -331,6 +333,13 @@ PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
 PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+# Leader election of the watcher and beat (portal/leader.py), client-go's defaults: a standby
+# takes over a lease not renewed for PORTAL_LEADER_LEASE_SECONDS; a leader that could not
+# renew for PORTAL_LEADER_RENEW_DEADLINE_SECONDS stops leading (before anyone may take over);
+# every candidate tries every PORTAL_LEADER_RETRY_SECONDS.
+PORTAL_LEADER_LEASE_SECONDS = envfloat("PORTAL_LEADER_LEASE_SECONDS", 15.0)
+PORTAL_LEADER_RENEW_DEADLINE_SECONDS = envfloat("PORTAL_LEADER_RENEW_DEADLINE_SECONDS", 10.0)
+PORTAL_LEADER_RETRY_SECONDS = envfloat("PORTAL_LEADER_RETRY_SECONDS", 2.0)
 # A site's artifact store holds the outputs of runs placed there: removing or moving it is
 # refused (without "force") while one of them is active or finished less than this long ago.
 PORTAL_RECENT_RUN_HOURS = envint("PORTAL_RECENT_RUN_HOURS", 24)

@@ -190,6 +190,10 @@ def resync() -> None:
         log.warning("webhook decisions stay queued: %s", exc)
     for run_id in execution.failover_check():
         advance_request(run_id)
+    # Steps Karmada refused (a cordon, a taint, an affinity, a member's refusal) for longer
+    # than their site's grace are placed again elsewhere.
+    for run_id in execution.refusals_replace():
+        advance_request(run_id)
     # Locks whose holder ended, vanished or passed its deadline are given to their waiters.
     for run_id in locks.sweep():
         advance_request(run_id)

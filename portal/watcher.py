@@ -3,6 +3,12 @@
 Each kind has a loop: list (fold every object in), then watch from the list's resourceVersion;
 a dropped connection resumes from the last version seen, an expired version (410) lists again.
 Changes become database updates here and Celery tasks for what must call Karmada.
+
+Two or more watchers may run: they elect a leader (``portal.leader``, the command
+``watch_karmada``), and only the leader's loops run, each handler and batch fenced by
+``leading`` (a term that ended, or a leader that can no longer be sure it leads, writes
+nothing more). The writes are conditional anyway (``portal.state``), so a batch already under
+way when a term ends cannot undo what the next leader folded.
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from portal.admission import queue
 
 log = logging.getLogger(__name__)
 
+
+def _always() -> bool:
+    return True
+
+
 # How often a loop lets Django check its database connection (``close_old_connections``):
 # every check costs a ``SELECT 1`` on the next query, and a busy watch sees many events a
 # second. After a failure the check is immediate.
@@ -37,7 +48,9 @@ class Loop:
         on_object: Callable[[str, dict[str, Any]], None],
         stop: threading.Event,
         watch_timeout: int = 300,
+        leading: Callable[[], bool] = _always,
     ) -> None:
+        self.leading = leading
         self.resource = resource
         self.on_object = on_object
         self.stop = stop
@@ -60,6 +73,8 @@ class Loop:
         self.resource_version = rv
 
     def _handle(self, kind: str, obj: dict[str, Any]) -> None:
+        if self.stop.is_set() or not self.leading():
+            return  # the term ended: the next leader lists everything again
         failed = False
         try:
             self.on_object(kind, obj)
@@ -159,16 +174,20 @@ def on_binding(kind: str, obj: dict[str, Any]) -> None:
 
 
 def fold_bindings(
-    stop: threading.Event, pending: Pending = PENDING, folded: execution.Folded = FOLDED
+    stop: threading.Event,
+    pending: Pending = PENDING,
+    folded: execution.Folded = FOLDED,
+    leading: Callable[[], bool] = _always,
 ) -> None:
     """Fold what the binding watch saw, batch by batch, and ask for the next step of every
-    run whose unit ended."""
+    run whose unit ended; a batch taken when this watcher no longer leads is dropped (the
+    next leader lists every binding)."""
     from portal import tasks
 
     checked = 0.0
     while not stop.is_set():
         batch = pending.take(stop)
-        if not batch:
+        if not batch or stop.is_set() or not leading():
             continue
         failed = False
         try:
@@ -186,10 +205,16 @@ def fold_bindings(
 DRAIN_INTERVAL_S = 1.0
 
 
-def drain_decisions(stop: threading.Event, interval: float = DRAIN_INTERVAL_S) -> None:
+def drain_decisions(
+    stop: threading.Event,
+    interval: float = DRAIN_INTERVAL_S,
+    leading: Callable[[], bool] = _always,
+) -> None:
     """Write the webhook's queued decisions every ``interval`` (direct Workflows, and runtime
     units whose binding has not been seen yet)."""
     while not stop.wait(interval):
+        if not leading():
+            continue
         try:
             queue.decisions_flush()
         except queue.QueueUnavailable as exc:
@@ -200,21 +225,59 @@ def drain_decisions(stop: threading.Event, interval: float = DRAIN_INTERVAL_S) -
             close_old_connections()
 
 
-def run_forever(stop: threading.Event, watch_timeout: int = 300) -> list[Loop]:
+def run_forever(
+    stop: threading.Event, watch_timeout: int = 300, leading: Callable[[], bool] = _always
+) -> Term:
+    """Start the loops and the folding and draining threads until ``stop`` (a leader's term):
+    each term lists everything afresh, into its own queue of bindings and its own memory of
+    what it folded (another leader may have folded meanwhile)."""
+    pending, folded = Pending(), execution.Folded()
+
+    def on_binding_of_term(kind: str, obj: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            pending.put(obj)
+
     loops = [
-        Loop(gateway.CLUSTER, on_cluster, stop, watch_timeout),
-        Loop(gateway.RESOURCE_BINDING, on_binding, stop, watch_timeout),
+        Loop(gateway.CLUSTER, on_cluster, stop, watch_timeout, leading),
+        Loop(gateway.RESOURCE_BINDING, on_binding_of_term, stop, watch_timeout, leading),
     ]
     threads = [
         threading.Thread(target=loop.run, name=f"watch-{loop.resource.plural}", daemon=True)
         for loop in loops
     ]
     threads.append(
-        threading.Thread(target=drain_decisions, args=(stop,), name="drain-decisions", daemon=True)
+        threading.Thread(
+            target=drain_decisions,
+            args=(stop, DRAIN_INTERVAL_S, leading),
+            name="drain-decisions",
+            daemon=True,
+        )
     )
     threads.append(
-        threading.Thread(target=fold_bindings, args=(stop,), name="fold-bindings", daemon=True)
+        threading.Thread(
+            target=fold_bindings,
+            args=(stop, pending, folded, leading),
+            name="fold-bindings",
+            daemon=True,
+        )
     )
     for t in threads:
         t.start()
-    return loops
+    return Term(loops, threads[len(loops) :])
+
+
+class Term:
+    """What one ``run_forever`` started: its loops, and the threads that write."""
+
+    def __init__(self, loops: list[Loop], writers: list[threading.Thread]) -> None:
+        self.loops = loops
+        self.writers = writers
+
+    def join_writers(self, timeout: float) -> bool:
+        """Wait (at most ``timeout`` in all) for the batch or drain under way to end, once the
+        term's stop is set; True when both ended. The watch loops are not waited for: they
+        may sit in a long poll, and write nothing once stopped."""
+        deadline = time.monotonic() + timeout
+        for t in self.writers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self.writers)

@@ -16,6 +16,9 @@ FAULT_TYPES = {
     "api-slow": (),
     "workflow-fail": ("workflow",),
     "template-fail": ("template",),
+    # The member's kube-apiserver refuses to create or update the propagated Workflow (its own
+    # admission: a policy engine, a quota): Karmada's Work is then not Applied.
+    "member-refuse": ("site",),
 }
 
 
@@ -96,6 +99,16 @@ class Faults:
 
     def site_unreachable(self, site: str) -> bool:
         return any(f.site == site for f in self.active("site-unreachable"))
+
+    def member_refusal(self, site: str, namespace: str, name: str) -> str | None:
+        """The error the member's API answers when Karmada applies the Workflow, or None."""
+        for f in self.active("member-refuse"):
+            if f.site == site and f.workflow in (None, name) and f.namespace in (None, namespace):
+                return f.message or (
+                    f'admission webhook "validate.policy.sandbox" denied the request: '
+                    f'workflows.argoproj.io "{name}" is refused at {site} (sandbox fault)'
+                )
+        return None
 
     def api_fault(self, path: str) -> tuple[int | None, float]:
         """(error status or None, seconds of delay) for one API request."""

@@ -25,6 +25,10 @@ class ResourceType:
     # Whether `{plural}/status` is served. CRDs that declare `subresources: {}` (Argo's
     # Workflow, Karmada's policies) have none: their main endpoint stores `status` as sent.
     status_subresource: bool = True
+    # Whether a PUT without metadata.resourceVersion overwrites whatever is stored (the
+    # registry strategy's AllowUnconditionalUpdate). Where upstream says no (a Lease), such a
+    # PUT is 422 Invalid: an election must never take a lease it has not read.
+    unconditional_update: bool = True
 
     @cached_property
     def api_version(self) -> str:
@@ -223,6 +227,21 @@ RESOURCE_TYPES: tuple[ResourceType, ...] = (
         ("cm",),
         status_subresource=False,
     ),
+    # Leader election of the portal's watcher and beat (sandbox/coordination.py): kubernetes
+    # pkg/registry/coordination/lease/strategy.go (no status, AllowUnconditionalUpdate false);
+    # columns of kube-apiserver's printer (pkg/printers/internalversion/printers.go).
+    ResourceType(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        "lease",
+        (),
+        printer_columns=(("Holder", ".spec.holderIdentity", "string"), AGE),
+        status_subresource=False,
+        unconditional_update=False,
+    ),
 )
 
 
@@ -266,3 +285,4 @@ EVENT = RESOURCE_TYPES[10]
 INTERPRETER_CUSTOMIZATION = RESOURCE_TYPES[11]
 SECRET = RESOURCE_TYPES[12]
 CONFIG_MAP = RESOURCE_TYPES[13]
+LEASE = RESOURCE_TYPES[14]

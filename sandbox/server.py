@@ -471,7 +471,14 @@ class Api:
                         watcher.queue.get(), min(remaining, interval if bookmarks else 5.0)
                     )
                 except TimeoutError:
-                    if bookmarks and time.monotonic() < deadline:
+                    # A bookmark says "every event up to here was sent": never while events
+                    # wait in the queue (they came in while the wait was cancelled), nor
+                    # once the watcher overflowed (its later events were dropped, and the
+                    # client resumes from the bookmark), as kube-apiserver's cacheWatcher
+                    # sends one only in order with the events.
+                    if watcher.overflowed:
+                        break
+                    if bookmarks and time.monotonic() < deadline and watcher.queue.empty():
                         await send(
                             "BOOKMARK",
                             {
@@ -480,8 +487,6 @@ class Api:
                                 "metadata": {"resourceVersion": str(self.store.rv)},
                             },
                         )
-                    if watcher.overflowed:
-                        break
                     continue
                 if got is None:
                     break

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from sandbox import chunks
+from sandbox import chunks, coordination
 from sandbox.errors import ApiError
 from sandbox.resources import Registry, ResourceType
 
@@ -249,6 +249,8 @@ class Store:
         self._check_meta(rtype, obj, namespace)
         if validate and self.validator is not None:
             self.validator(rtype, obj)
+        if validate:
+            coordination.validate(rtype, obj)
         key = (meta.get("namespace", ""), meta["name"])
         if key in self.objects[rtype.key]:
             raise ApiError.already_exists(rtype.group, rtype.plural, meta["name"])
@@ -286,6 +288,21 @@ class Store:
         if old is None:
             raise ApiError.not_found(rtype.group, rtype.plural, name)
         sent_rv = meta.get("resourceVersion")
+        if check_rv and not sent_rv and not rtype.unconditional_update:
+            # k8s.io/apiserver pkg/registry/generic/registry/store.go, Update: "must be
+            # specified for an update", with the resource as the kind.
+            raise ApiError.invalid(
+                rtype.group,
+                rtype.plural,
+                name,
+                [
+                    {
+                        "reason": "FieldValueInvalid",
+                        "field": "metadata.resourceVersion",
+                        "message": "Invalid value: 0x0: must be specified for an update",
+                    }
+                ],
+            )
         if check_rv and sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
             raise ApiError.conflict(
                 rtype.group,
@@ -324,6 +341,8 @@ class Store:
                 nmeta["generation"] += 1
         if validate and self.validator is not None:
             self.validator(rtype, new)
+        if validate:
+            coordination.validate(rtype, new)
         new["metadata"]["resourceVersion"] = str(self._next_rv())
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             del self.objects[rtype.key][(key_ns, name)]

@@ -40,6 +40,7 @@ KARMADA_FIELDS = (
     "gpu_allocated",
     "pods_allocatable",
     "pods_allocated",
+    "taints",
     "last_sync",
 )
 
@@ -122,7 +123,18 @@ class SiteAdmin(admin.ModelAdmin):
                 "description": CLUSTER_FIELDS_WHY,
             },
         ),
-        ("Operation", {"fields": ("cordoned", "labels", "overrides", "operators")}),
+        (
+            "Operation",
+            {
+                "fields": (
+                    "cordoned",
+                    "labels",
+                    "overrides",
+                    "refusal_grace_seconds",
+                    "operators",
+                )
+            },
+        ),
         (
             "Reported by Karmada",
             {

@@ -5,6 +5,8 @@ This app is the floor of the import graph: it imports nothing of ``placement`` o
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
@@ -68,6 +70,20 @@ class Project(models.Model):
         return self.priority_min, self.priority_max
 
 
+# karmadactl cordon's taint (pkg/apis/cluster/v1alpha1/well_known_constants.go).
+CORDON_TAINT = "cluster.karmada.io/unschedulable"
+
+
+def untolerated_taint(taints: Any) -> str:
+    """``key=value:effect`` (corev1 Taint.ToString) of the first NoSchedule or NoExecute taint,
+    or ""."""
+    for taint in taints if isinstance(taints, list) else []:
+        if isinstance(taint, dict) and taint.get("effect") in ("NoSchedule", "NoExecute"):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"{taint.get('key', '')}{value}:{taint['effect']}"
+    return ""
+
+
 class Site(models.Model):
     """One Karmada member cluster; ``name`` is the Karmada Cluster name.
 
@@ -105,6 +121,17 @@ class Site(models.Model):
         blank=True,
         help_text="why the last sync could not write this site's policies (empty: in step)",
     )
+    taints = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="the Karmada Cluster's spec.taints, as the watcher last saw them",
+    )
+    refusal_grace_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="how long a step Karmada refuses here waits before it is placed elsewhere "
+        "(empty: PORTAL_FAILOVER_GRACE_SECONDS)",
+    )
     operators = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="operated_sites", blank=True
     )
@@ -118,6 +145,13 @@ class Site(models.Model):
     @property
     def schedulable(self) -> bool:
         return self.ready and not self.cordoned
+
+    @property
+    def karmada_taint(self) -> str:
+        """The first taint on the Cluster that keeps Karmada's scheduler from placing a
+        portal step here ("" for none): the portal's policies tolerate no taint, and the
+        TaintToleration filter refuses NoSchedule and NoExecute ones."""
+        return untolerated_taint(self.taints)
 
     @property
     def cpu_free(self) -> int:

@@ -126,7 +126,12 @@ def _store_moved(before: dict[str, Any], after: dict[str, Any]) -> str | None:
 
 
 def _operator_fields(site: Site) -> dict[str, Any]:
-    return {"cordoned": site.cordoned, "labels": site.labels, "overrides": site.overrides}
+    return {
+        "cordoned": site.cordoned,
+        "labels": site.labels,
+        "overrides": site.overrides,
+        "refusal_grace_seconds": site.refusal_grace_seconds,
+    }
 
 
 def site_update(
@@ -137,6 +142,7 @@ def site_update(
     labels: dict[str, str] | None = None,
     overrides: dict[str, Any] | None = _UNSET,
     force: bool = False,
+    refusal_grace_seconds: int | None = _UNSET,
 ) -> list[Change]:
     """Change the operator fields of a site and answer what changed, leaf by leaf.
 
@@ -176,6 +182,9 @@ def site_update(
                     )
             locked.overrides = merged
             fields.append("overrides")
+        if refusal_grace_seconds is not _UNSET:
+            locked.refusal_grace_seconds = refusal_grace_seconds
+            fields.append("refusal_grace_seconds")
         if cordoned is not None:
             site_set_cordoned(site=locked, cordoned=cordoned, user=user)
         if fields:
@@ -185,6 +194,7 @@ def site_update(
             logger.info("site %s: %s changed by %s", locked.name, ", ".join(fields), _who(user))
         after = _operator_fields(locked)
     site.cordoned, site.labels, site.overrides = locked.cordoned, locked.labels, locked.overrides
+    site.refusal_grace_seconds = locked.refusal_grace_seconds
     return changes(before, after, "")
 
 

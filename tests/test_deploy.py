@@ -251,6 +251,28 @@ def test_deploy_holds_the_manifests_the_issue_asks_for() -> None:
     assert deployments == {"portal-web", "portal-worker", "portal-beat", "portal-watcher"}
 
 
+def test_two_watchers_and_two_beats_run_and_elect_a_leader(settings: Any) -> None:
+    from portal import leader
+
+    by_name = {d["metadata"]["name"]: d for _, _, d in DOCUMENTS if d["kind"] == "Deployment"}
+    for name in ("portal-watcher", "portal-beat"):
+        spec = by_name[name]["spec"]
+        assert spec["replicas"] == 2, name
+        # A rollout keeps one replica up: the election, not the strategy, keeps one leading.
+        assert spec["strategy"]["type"] == "RollingUpdate", name
+        assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 1, name
+    assert by_name["portal-beat"]["spec"]["template"]["spec"]["containers"][0]["command"][:4] == [
+        "celery",
+        "-A",
+        "portal",
+        "beat",
+    ]
+    assert settings.CELERY_BEAT_SCHEDULER == "portal.beat:LeaderScheduler"
+    # The Role names exactly the Leases the portal elects with.
+    named = {n for g, r, n in grants(rules_of("Role")) if r == "leases" and n != "*"}
+    assert named == {leader.WATCHER_LEASE, leader.BEAT_LEASE}
+
+
 @pytest.mark.parametrize(
     ("path", "index", "doc"),
     DOCUMENTS,
@@ -382,6 +404,9 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
         ("policy.karmada.io", "overridepolicies", "*"): crud,
         ("argoproj.io", "workflows", "*"): {"get", "list", "watch", "create", "patch", "delete"},
         ("work.karmada.io", "resourcebindings", "*"): {"get", "list", "watch"},
+        ("coordination.k8s.io", "leases", "*"): {"create"},
+        ("coordination.k8s.io", "leases", "portal-watcher"): {"get", "update"},
+        ("coordination.k8s.io", "leases", "portal-beat"): {"get", "update"},
     }
     role = next(d for p, _, d in DOCUMENTS if p.endswith("rbac.yaml") and d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "portal"
@@ -397,6 +422,7 @@ def test_the_gateway_uses_no_resource_the_rbac_does_not_grant() -> None:
         gateway.OVERRIDE_POLICY,
         gateway.RESOURCE_BINDING,
         gateway.WORKFLOW,
+        gateway.LEASE,
     }
     assert {(r.group, r.plural) for r in used} <= granted
     # ClusterPropagationPolicy is declared in the gateway but nothing calls it; granting it

@@ -23,6 +23,8 @@ def _ineligible(
         return "not ready"
     if s.cordoned:
         return "cordoned"
+    if s.taint:
+        return f"Karmada will not schedule here (untolerated taint {s.taint})"
     if s.name in exclude:
         return "excluded by caller"
     for out in hard_out:

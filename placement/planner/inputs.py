@@ -52,6 +52,9 @@ class SiteState:
     capabilities: frozenset[str] = frozenset()
     ready: bool = True
     cordoned: bool = False
+    # A taint on the Karmada Cluster that the portal's policies do not tolerate
+    # (``key=value:effect``): Karmada's scheduler refuses every new step there.
+    taint: str = ""
     cpu_allocatable: int = 0
     cpu_allocated: int = 0
     memory_allocatable: int = 0

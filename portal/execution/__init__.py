@@ -10,6 +10,8 @@
 * ``fairness``: advances in their project's order (a project's prompt slots, a big run's
   further turns);
 * ``vanished``: units whose step workflow disappeared from Karmada, run again or ended.
+* ``refusals``: steps Karmada refuses (not scheduled, a Work the member refused): the unit
+  says why at once, and is placed again elsewhere after the site's grace.
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -27,6 +29,7 @@ from portal.execution.bindings import Folded, binding_observe, bindings_observe
 from portal.execution.common import SiteState, sites_state
 from portal.execution.failover import failover_check, stale_runs
 from portal.execution.lifecycle import step_workflows_cleanup
+from portal.execution.refusals import refusals_replace
 from portal.execution.steps import parsed_of, step_workflow_for, submit_unit, upstream_outputs
 from portal.execution.sync import (
     cluster_deleted,
@@ -56,6 +59,7 @@ __all__ = [
     "parsed_of",
     "policies_sync",
     "policy_errors",
+    "refusals_replace",
     "run_advance",
     "run_advance_turn",
     "run_refresh_status",

@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from portal import state
 from portal.admission import queue
 from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution import refusals
 from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
@@ -221,26 +222,26 @@ class Folded:
 
     def __init__(self, size: int = 50_000) -> None:
         self.size = size
-        self._seen: OrderedDict[str, tuple[str, Any]] = OrderedDict()
+        self._seen: OrderedDict[str, tuple[str, Any, tuple[str, ...]]] = OrderedDict()
 
-    def unchanged(self, name: str, state: tuple[str, Any]) -> bool:
+    def unchanged(self, name: str, state: tuple[str, Any, tuple[str, ...]]) -> bool:
         return self._seen.get(name) == state
 
-    def remember(self, name: str, state: tuple[str, Any]) -> None:
+    def remember(self, name: str, state: tuple[str, Any, tuple[str, ...]]) -> None:
         self._seen[name] = state
         self._seen.move_to_end(name)
         while len(self._seen) > self.size:
             self._seen.popitem(last=False)
 
 
-def _seen(binding: Mapping[str, Any]) -> tuple[str, Any]:
-    """The two parts of a binding a fold reads: the site it was scheduled to ('' before)
-    and the member's status (None before any)."""
+def _seen(binding: Mapping[str, Any]) -> tuple[str, Any, tuple[str, ...]]:
+    """The parts of a binding a fold reads: the site it was scheduled to ('' before), the
+    member's status (None before any), and what says Karmada refuses it (() for nothing)."""
     clusters = (binding.get("spec") or {}).get("clusters") or []
     site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
     aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
     member = (aggregated[0] or {}).get("status") if aggregated else None
-    return str(site or ""), member
+    return str(site or ""), member, refusals.signature(binding)
 
 
 def binding_observe(
@@ -252,8 +253,9 @@ def binding_observe(
     name = _bound_workflow(binding)
     if not name:
         return None
-    seen = site, member = _seen(binding)
-    if not site and not isinstance(member, dict):
+    seen = _seen(binding)
+    site, member, refused = seen
+    if not site and not isinstance(member, dict) and not refused:
         return None  # created, not scheduled yet: nothing to fold in, so nothing to read
     if folded is not None and folded.unchanged(name, seen):
         return None
@@ -273,6 +275,8 @@ def _fold(
 ) -> int | None:
     if site and site != unit.site:
         _unit_placed(unit, site)
+    if name == unit.workflow_name:  # not an old attempt's binding
+        refusals.refusal_note(unit, binding, site)
     if not isinstance(member, dict):
         return None
     phase = ARGO_TO_UNIT.get(str(member.get("phase") or ""), None)

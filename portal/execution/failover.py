@@ -25,9 +25,19 @@ from sites.models import Site
 log = logging.getLogger(__name__)
 
 
-def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], reason: str) -> bool:
-    """Place the unit again without its lost site, as a new attempt (decision "failover")."""
+def failover_unit(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    reason: str,
+    *,
+    replaced: bool = False,
+) -> bool:
+    """Place the unit again without its lost site, as a new attempt (decision "failover").
+    ``replaced``: Karmada refused the step there; the decision says "re-placed: <reason>"
+    and the new attempt starts with no message."""
     lost = unit.site
+    why = f"re-placed: {reason}; " if replaced else f"failover from {lost}: "
     units = list(units)
     spec = codec.unit_from_dict(unit.spec)
     upstream = upstream_where(units, succeeded_only=True)
@@ -70,8 +80,10 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
             workflow_name="",
             submitted_at=None,
             started_at=None,
-            reason=f"failover from {lost}: {decision.reason}",
+            reason=f"{why}{decision.reason}",
+            refused_at=None,
             updated_at=now,
+            **({"message": ""} if replaced else {}),
         )
         if not changed:
             return False
@@ -80,7 +92,7 @@ def failover_unit(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], rea
         unit.phase = UnitPhase.PENDING
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
-        unit.reason = f"failover from {lost}: {decision.reason}"
+        unit.reason = f"{why}{decision.reason}"
         PlacementDecision.from_plan(
             decision,
             reason=unit.reason,

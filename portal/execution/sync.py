@@ -65,6 +65,11 @@ def _cluster_values(
         "gpu_allocated": taken("nvidia.com/gpu"),
         "pods_allocatable": _quantity(alloc.get("pods")),
         "pods_allocated": taken("pods"),
+        "taints": [
+            {k: t[k] for k in ("key", "value", "effect") if t.get(k)}
+            for t in spec.get("taints") or []
+            if isinstance(t, dict)
+        ],
         "last_sync": timezone.now(),
     }
     return name, ready, dict(meta.get("labels") or {}), gpus, values

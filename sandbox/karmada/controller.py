@@ -264,11 +264,24 @@ class Karmada:
                 "reason": "NoClusterFit",
                 "message": why,
             }
-        if not _set_condition(status, cond) and not targets:
+        changed = _set_condition(status, cond)
+        if not changed and not targets:
             return rb
-        return self.store.update(
+        stored = self.store.update(
             RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False
         )
+        if changed and not targets:
+            # recordScheduleResultEventForResourceBinding (`pkg/scheduler/scheduler.go`): the
+            # same Event on the binding and on the resource template. A FitError is not retried
+            # until a Cluster or the binding changes, so one per change of the condition is
+            # what a reader sees. Upstream's `ScheduleBindingSucceed` is not recorded: two
+            # Events per step of a fan-out would push the bindings' own changes out of the
+            # bounded watch log, and nothing reads them.
+            for obj in (stored, wf):
+                self.events.record(
+                    obj, "Warning", "ScheduleBindingFailed", why, "karmada-scheduler"
+                )
+        return stored
 
     # -- binding controller ----------------------------------------------------------------
     def _binding_deleted(self, rb: Obj) -> Obj | None:
@@ -384,6 +397,10 @@ class Karmada:
         stamp = (run.uid if run else "", int(work["metadata"].get("generation", 1)))
         if run is not None and self._applied.get((member.name, *key)) == stamp:
             return work
+        refused = self.sb.faults.member_refusal(member.name, *key)
+        if refused is not None:
+            self._waiting.add(key)  # the execution controller requeues the Work
+            return self._refused(member, key, work, refused)
         if run is None and (member.name, *key) in self._applied:
             log.info("member %s lost %s/%s: re-created from its Work", member.name, *key)
         member.apply(clone(work["spec"]["workload"]["manifests"][0]))
@@ -392,7 +409,8 @@ class Karmada:
             run.uid if run else "",
             int(work["metadata"].get("generation", 1)),
         )
-        if condition(work.get("status") or {}, "Applied") is None:
+        applied = condition(work.get("status") or {}, "Applied")
+        if applied is None or applied.get("status") != "True":
             new = clone(work)
             _set_condition(
                 new.setdefault("status", {}),
@@ -406,6 +424,41 @@ class Karmada:
             work = self.store.update(
                 WORK, new, subresource="status", validate=False, check_rv=False
             )
+        return work
+
+    def _refused(self, member: Member, key: Key, work: Obj, error: str) -> Obj:
+        """The member's API refused the copy (`syncToClusters` in
+        `pkg/controllers/execution/execution_controller.go`): the Work's `Applied` condition
+        is False, reason `AppliedFailed`, with the member's error, and a `SyncFailed` Warning
+        goes on the resource template and on the Work. A copy already running stays."""
+        new = clone(work)
+        message = f"Failed to apply all manifests (0/1): {error}"
+        changed = _set_condition(
+            new.setdefault("status", {}),
+            {"type": "Applied", "status": "False", "reason": "AppliedFailed", "message": message},
+        )
+        if not changed:
+            return work
+        work = self.store.update(WORK, new, subresource="status", validate=False, check_rv=False)
+        wf = self.store.find(WORKFLOW, *key)
+        if wf is not None:
+            self.events.record(
+                wf,
+                "Warning",
+                "SyncFailed",
+                f"Failed to create or update resource({key[0]}/{key[1]}) in member "
+                f"cluster({member.name}): {error}",
+                "execution-controller",
+            )
+        self.events.record(
+            work,
+            "Warning",
+            "SyncFailed",
+            f"Failed to sync work({work['metadata']['namespace']}/{work['metadata']['name']}) "
+            f"to cluster({member.name}), err: {error}",
+            "execution-controller",
+        )
+        log.info("member %s refused %s/%s: %s", member.name, *key, error)
         return work
 
     # -- status ----------------------------------------------------------------------------
@@ -445,8 +498,16 @@ class Karmada:
             wstatus = (work or {}).get("status") or {}
             ms = (wstatus.get("manifestStatuses") or [{}])[0]
             item: dict[str, Any] = {"clusterName": cluster}
-            if condition(wstatus, "Applied") is not None:
-                item["applied"] = True
+            work_applied = condition(wstatus, "Applied")
+            if work_applied is None or work_applied.get("status") != "True":
+                # assembleWorkStatus (`pkg/util/helper/workstatus.go`): a Work not applied
+                # gives only its Applied message, and health Unknown.
+                if work_applied is not None and work_applied.get("message"):
+                    item["appliedMessage"] = work_applied["message"]
+                item["health"] = "Unknown"
+                items.append(item)
+                continue
+            item["applied"] = True
             if ms.get("status") is not None:
                 item["status"] = ms["status"]
             if ms.get("health"):

@@ -164,5 +164,6 @@ def schedule(
     counts: dict[str, int] = {}
     for r in reasons.values():
         counts[r] = counts.get(r, 0) + 1
-    detail = ", ".join(f"{n} {r}" for r, n in sorted(counts.items()))
+    # FitError.Error (`pkg/scheduler/framework/types.go`): "<n> <reason>" strings, sorted.
+    detail = ", ".join(sorted(f"{n} {r}" for r, n in counts.items()))
     return [], f"0/{len(clusters)} clusters are available: {detail}."

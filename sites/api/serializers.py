@@ -132,6 +132,9 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
       ``artifact_store`` is where the site keeps step outputs, written in full into the step
       workflows that read them elsewhere; removing or moving it while a run placed at the site
       is active or recent is refused unless ``force`` is true.
+    * ``refusal_grace_seconds``: seconds a step Karmada refuses at this site (cordoned,
+      tainted, no cluster matching its affinity, its Work refused by the member) waits before
+      it is placed elsewhere; ``null``: ``PORTAL_FAILOVER_GRACE_SECONDS``.
 
     Everything else (capacity, readiness, region...) comes from Karmada and is read-only.
     """
@@ -148,6 +151,12 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
     capabilities = serializers.ListField(child=serializers.CharField(), read_only=True)
     schedulable = serializers.BooleanField(read_only=True)
     capacity = serializers.SerializerMethodField()
+    refusal_grace_seconds = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=7 * 24 * 3600
+    )
+    taints = serializers.JSONField(
+        read_only=True, help_text="The Karmada Cluster's spec.taints (a cordon is one)"
+    )
 
     class Meta:
         model = Site
@@ -166,6 +175,8 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
             "overrides",
             "force",
             "capacity",
+            "refusal_grace_seconds",
+            "taints",
             "last_sync",
         ]
         read_only_fields = [

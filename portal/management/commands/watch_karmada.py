@@ -1,4 +1,6 @@
-"""``python manage.py watch_karmada``: the watcher process (one per deployment)."""
+"""``python manage.py watch_karmada``: the watcher process. Several may run: they elect a
+leader with the Lease ``portal-watcher`` on karmada-apiserver (``portal.leader``) and only
+the leader watches; the others stand by and take over when it stops renewing."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from portal import gateway, tasks, watcher
+from portal import gateway, leader, tasks, watcher
 
 
 class Command(BaseCommand):
@@ -23,11 +25,38 @@ class Command(BaseCommand):
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())
-        # Policies first, so step workflows created from now on find their site policy.
         try:
-            tasks.sites_sync()
-        except gateway.KarmadaError as exc:
-            self.stderr.write(f"initial sync failed ({exc}); the watch loops retry")
-        watcher.run_forever(stop, options["watch_timeout"])
-        self.stdout.write("watching Clusters and ResourceBindings")
-        stop.wait()
+            config = leader.ElectionConfig.from_settings(leader.WATCHER_LEASE)
+        except leader.ElectionConfigError as exc:
+            raise SystemExit(f"leader election: {exc}") from None
+        elector = leader.Elector(config)
+        terms: list[watcher.Term] = []
+
+        def start(term: threading.Event) -> None:
+            # Policies first, so step workflows created from now on find their site policy.
+            try:
+                tasks.sites_sync()
+            except gateway.KarmadaError as exc:
+                self.stderr.write(f"initial sync failed ({exc}); the watch loops retry")
+            if term.is_set():
+                return
+            terms.append(watcher.run_forever(term, options["watch_timeout"], elector.leading))
+            self.stdout.write(f"watching Clusters and ResourceBindings as {config.identity}")
+
+        def lead(term: threading.Event) -> None:
+            # In a thread of its own: the election keeps renewing while the sync waits on
+            # Karmada.
+            threading.Thread(target=start, args=(term,), name="lead", daemon=True).start()
+
+        def stopped() -> None:
+            # Before the lease is released (at a stop) or can expire (a lost term): the batch
+            # under way ends first, within the margin the lease leaves past the renew deadline.
+            margin = config.lease_duration - config.renew_deadline
+            while terms:
+                if not terms.pop().join_writers(timeout=margin):
+                    self.stderr.write("a fold was still under way as the term ended")
+
+        self.stdout.write(
+            f"leader election: lease {gateway.namespace()}/{config.lease_name} as {config.identity}"
+        )
+        leader.Campaign(elector, on_started=lead, on_stopped=stopped).run(stop)

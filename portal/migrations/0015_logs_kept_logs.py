@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('portal', '0013_web_hashed_api_tokens'),
+        ('portal', '0014_refusals_unit_refused_at'),
     ]
 
     operations = [

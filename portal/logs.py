@@ -1,5 +1,6 @@
 """A step's logs: which pods an attempt's step workflow ran, and their log read through
-Karmada's cluster proxy, bounded in size and time (who may follow one: portal/log_follows.py).
+Karmada's cluster proxy, bounded in size and time (who may follow one: portal/log_follows.py);
+once the step workflow is deleted, the copy the portal kept of it (portal/kept_logs.py).
 
 Pod names follow Argo (``workflow/util/pod_name.go``, ``GeneratePodName``): with the default
 v2 names a pod is ``<workflow>-<template>-<fnv32a(node name)>`` (the workflow's own name for
@@ -17,7 +18,8 @@ from typing import Any
 from django.conf import settings
 
 from placement.manifests.workflows import step_workflow_name
-from portal import gateway
+from portal import gateway, kept_logs
+from portal.choices import FINAL_UNIT
 from portal.models import UnitRun
 from sites.choices import SyncMode
 from sites.models import Site
@@ -80,6 +82,8 @@ class AttemptPods:
     workflow: str
     phase: str
     pods: tuple[PodNode, ...]
+    # The kept record the logs are read from (the step workflow is deleted, or about to be).
+    kept: int | None = None
 
 
 def _member_status(workflow: str) -> Mapping[str, Any] | None:
@@ -91,6 +95,11 @@ def _member_status(workflow: str) -> Mapping[str, Any] | None:
     aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
     status = (aggregated[0] or {}).get("status") if aggregated else None
     return status if isinstance(status, Mapping) else None
+
+
+def member_status(workflow: str) -> Mapping[str, Any] | None:
+    """The member Workflow's status (None: its binding is gone). Raises ``KarmadaError``."""
+    return _member_status(workflow)
 
 
 def pods_of(workflow: str, status: Mapping[str, Any], version: str = "v2") -> list[PodNode]:
@@ -126,6 +135,11 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
     if attempt == unit.attempt and not unit.workflow_name:
         raise LogsNotAvailable("This attempt has no step workflow yet: nothing has run.")
     workflow = attempt_workflow(unit, attempt)
+    # Only an ended attempt can have been kept (a running one is read from its site).
+    ended = attempt != unit.attempt or unit.phase in FINAL_UNIT
+    kept = kept_logs.kept_attempt(unit.pk, attempt) if ended else None
+    if kept is not None:
+        return _kept_pods(kept, site)
     if not site:
         raise LogsNotAvailable("The step workflow is not placed at a site yet.")
     try:
@@ -143,6 +157,28 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
     )
 
 
+def _kept_pods(kept: Any, site: str) -> AttemptPods:
+    pods = [
+        PodNode(
+            pod=str(p.get("pod") or ""),
+            node=str(p.get("node") or ""),
+            template=str(p.get("template") or ""),
+            phase=str(p.get("phase") or ""),
+        )
+        for p in kept.pods or []
+        if isinstance(p, Mapping)
+    ]
+    if not pods and kept.note:
+        raise LogsNotAvailable(f"Logs not available: {kept.note}")
+    return AttemptPods(
+        site=kept.site or site,
+        workflow=kept.workflow,
+        phase=kept.phase,
+        pods=tuple(sorted(pods, key=lambda p: p.node)),
+        kept=kept.pk,
+    )
+
+
 def log_chunks(
     site: str,
     pod: str,
@@ -152,11 +188,21 @@ def log_chunks(
     follow: bool = False,
     max_bytes: int | None = None,
     max_seconds: float | None = None,
+    kept: int | None = None,
 ) -> Iterator[bytes]:
     """The pod's log in chunks, never more than ``max_bytes`` nor longer than ``max_seconds``
-    (following stops there, with a last line saying so). Raises ``LogsNotAvailable``."""
+    (following stops there, with a last line saying so); from the kept record ``kept`` when
+    given (``AttemptPods.kept``: the step has ended, there is nothing to follow). Raises
+    ``LogsNotAvailable``."""
     limit = int(max_bytes if max_bytes is not None else settings.PORTAL_LOG_MAX_BYTES)
     budget = float(max_seconds if max_seconds is not None else settings.PORTAL_LOG_FOLLOW_SECONDS)
+    if kept is not None:
+        try:
+            data = kept_logs.kept_log(kept, pod, container, tail)
+        except kept_logs.NotKept as exc:
+            raise LogsNotAvailable(str(exc)) from exc
+        # Bounded as a read from the site is, so that both give the same text.
+        return _bounded(iter([data] if data else []), limit, None)
     try:
         stream = gateway.pod_log(
             site,

@@ -347,6 +347,14 @@ PORTAL_RECENT_RUN_HOURS = envint("PORTAL_RECENT_RUN_HOURS", 24)
 # this long after it ended (at the next resync): a member that deletes its copy would otherwise
 # get it re-created from Karmada's Work and run the step again. Raise it to debug a step.
 PORTAL_KEEP_FINISHED_SECONDS = envint("PORTAL_KEEP_FINISHED_SECONDS", 60)
+# Before deleting a finished step workflow the portal keeps each pod's main-container log in
+# PostgreSQL, at most this many bytes of its end per container (the log views serve it from
+# there afterwards; a longer log says how much of its front was dropped).
+PORTAL_KEPT_LOG_MAX_BYTES = envint("PORTAL_KEPT_LOG_MAX_BYTES", 10 * 1024 * 1024)
+# A site that cannot give a finished step's logs holds back the deletion of its step workflow
+# (the cleanup tries again) for at most this long after the step ended; then the step workflow
+# is deleted anyway and the kept record says why its log is missing.
+PORTAL_LOG_KEEP_GIVE_UP_SECONDS = envint("PORTAL_LOG_KEEP_GIVE_UP_SECONDS", 3600)
 # A run with work left and nothing moving for this long is advanced again by the resync.
 PORTAL_STALE_SECONDS = envint("PORTAL_STALE_SECONDS", 20)
 PORTAL_WEBHOOK_URL = env("PORTAL_WEBHOOK_URL", "http://127.0.0.1:8000/webhooks/placement/")

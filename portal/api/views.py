@@ -411,11 +411,20 @@ class WorkflowRunViewSet(
                 raise logs.LogsNotAvailable("No pod has run for this attempt yet.")
             if len(shown) == 1 and not follow:
                 text = logs.log_text(
-                    attempt.site, shown[0].pod, container=container, tail=numbers["tail"]
+                    attempt.site,
+                    shown[0].pod,
+                    container=container,
+                    tail=numbers["tail"],
+                    kept=pods.kept,
                 )
                 return HttpResponse(text, content_type="text/plain; charset=utf-8")
             first = logs.log_chunks(
-                attempt.site, shown[0].pod, container=container, tail=numbers["tail"], follow=follow
+                attempt.site,
+                shown[0].pod,
+                container=container,
+                tail=numbers["tail"],
+                follow=follow,
+                kept=pods.kept,
             )
         except logs.LogsNotAvailable as exc:
             release()
@@ -443,6 +452,7 @@ class WorkflowRunViewSet(
                             container=container,
                             tail=numbers["tail"],
                             follow=follow and i == len(shown) - 1,
+                            kept=pods.kept,
                         )
                     )
                     yield from chunks

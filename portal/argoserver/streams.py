@@ -74,9 +74,10 @@ def log_entries(
         if not unit.workflow_name or not unit.site:
             continue
         try:
-            pods = logs.attempt_pods(unit, unit.attempt, unit.site).pods
+            attempt = logs.attempt_pods(unit, unit.attempt, unit.site)
         except logs.LogsNotAvailable:
             continue
+        pods = attempt.pods
         unit_ids = {node_id(workflow, f"{workflow}.{unit.name}"), unit.name}
         for pod in pods:
             if pod_name and pod_name != pod.pod and pod_name not in unit_ids:
@@ -84,7 +85,12 @@ def log_entries(
             running = unit.phase in (UnitPhase.PENDING, UnitPhase.RUNNING)
             try:
                 chunks = logs.log_chunks(
-                    unit.site, pod.pod, container=container, tail=tail, follow=follow and running
+                    unit.site,
+                    pod.pod,
+                    container=container,
+                    tail=tail,
+                    follow=follow and running,
+                    kept=attempt.kept,
                 )
                 for line in _lines(chunks):
                     if grep and grep not in line:

@@ -1,5 +1,6 @@
 """The step panel: one unit of a run (attempts, inputs, outputs, decision, events) and its
-logs, read from the site through Karmada's cluster proxy."""
+logs, read from the site through Karmada's cluster proxy (or, once the step workflow is
+deleted, from the copy the portal kept)."""
 
 from __future__ import annotations
 
@@ -89,10 +90,12 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
         "poll": LOG_POLL,
         "logs": [],
         "unavailable": "",
+        "kept": False,
         "self_url": request.get_full_path(),
     }
     try:
         pods = logs.attempt_pods(unit, attempt.number, attempt.site)
+        context["kept"] = pods.kept is not None
         wanted = request.GET.get("pod")
         shown = [p for p in pods.pods if not wanted or p.pod == wanted]
         if not shown:
@@ -100,7 +103,11 @@ def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
         for pod in shown[:10]:
             try:
                 text = logs.log_text(
-                    attempt.site, pod.pod, container=container, tail=PANEL_TAIL_LINES
+                    attempt.site,
+                    pod.pod,
+                    container=container,
+                    tail=PANEL_TAIL_LINES,
+                    kept=pods.kept,
                 )
                 context["logs"].append({"pod": pod, "text": text, "error": ""})
             except logs.NoProxyPath:

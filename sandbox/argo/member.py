@@ -181,6 +181,11 @@ class Member(SiteExecution):
         run = self.runs.pop((namespace, name), None)
         if run is not None:
             run.cancel()
+            # A step's pods are owned by their Workflow (workflow/controller/workflowpod.go:
+            # ``OwnerReferences: NewControllerRef(woc.wf, ...)``): the garbage collector deletes
+            # them with it, and their logs with them.
+            for pod in run.nodes:
+                self.logs.pop((namespace, pod), None)
 
     def orphans(self, live: set[tuple[str, str]]) -> list[tuple[str, str]]:
         return [k for k in self.runs if k not in live]

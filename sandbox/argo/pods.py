@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from sandbox import confined, executor, quantity
-from sandbox.argo import admission
+from sandbox.argo import admission, archivelogs
 from sandbox.argo.expr import as_param, parse_duration, render
 from sandbox.argo.layout import PodLayout, container_path
 from sandbox.argo.run import RunCore
@@ -131,6 +131,23 @@ class Pods(RunCore):
                 f'failed to find any artifact repository for artifact repository ref "{ref}"'
             )
         self.repo = self.member.repository
+
+    def _repository_conf(self) -> dict[str, Any]:
+        conf = (self.repo_ref or {}).get("artifactRepository")
+        return conf if isinstance(conf, dict) else {}
+
+    def _archive_log(self, tmpl: dict[str, Any], node: dict[str, Any], data: bytes) -> str:
+        """Save the main container's log as Argo's wait container does when archiveLogs is
+        on; a failure is the step's error, as the executor's ``AddError``."""
+        key = archivelogs.key_of(tmpl, self.name, node["id"])
+        try:
+            archivelogs.save(self.repo or self.member.repository, key, data)
+        except (ArtifactError, OSError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return f"failed to save logs: {reason}"
+        outputs = node.setdefault("outputs", {})
+        outputs["artifacts"] = [*(outputs.get("artifacts") or []), archivelogs.output(key)]
+        return ""
 
     async def teardown(self) -> None:
         await self.stop_daemons(None)
@@ -462,6 +479,9 @@ class Pods(RunCore):
         failed = result.killed is not None or result.exit_code != 0
         outs = render(tmpl.get("outputs") or {}, scope)
         message = await asyncio.to_thread(self._real_outputs, outs, node, layout, result, failed)
+        if archivelogs.enabled(self.obj.get("spec") or {}, tmpl, self._repository_conf()):
+            problem = await asyncio.to_thread(self._archive_log, tmpl, node, bytes(live.data))
+            message = message or problem
         # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
         # all day).
         await asyncio.to_thread(shutil.rmtree, root, True)

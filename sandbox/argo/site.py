@@ -229,6 +229,11 @@ class SiteExecution:
             return ""
         text = bytes(data.data).decode("utf-8", "replace")
         if tail_lines is not None:
-            lines = text.splitlines(keepends=True)
-            text = "".join(lines[-tail_lines:]) if tail_lines > 0 else ""
+            # The kubelet counts "\n" in the container's CRI log file, where every record
+            # (an unfinished last line too, as a partial record) ends in one
+            # (pkg/util/tail/tail.go, FindTailLineStartIndex; pkg/kubelet/kuberuntime/logs):
+            # only "\n" ends a line, and a "\r" of a progress bar is part of its line.
+            lines = text.split("\n")
+            whole = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+            text = "".join(whole[-tail_lines:]) if tail_lines > 0 else ""
         return text

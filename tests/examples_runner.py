@@ -49,10 +49,12 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
     Processes,
     ProcessFailed,
     answers,
+    await_ready,
     free_port,
     gunicorn_argv,
     logged,
     sandbox_argv,
+    spawn,
     watcher_argv,
     worker_argv,
 )
@@ -127,13 +129,19 @@ class Stack:
         }
         self.processes.env = self.env
         try:
+            # The sandbox starts while the database is made (it needs none).
+            sandbox = spawn(
+                "sandbox",
+                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, "--execute"),
+                log_path=workdir / "sandbox.log",
+                env=self.env,
+            )
+            self.processes.running["sandbox"] = sandbox
             self._dropdb()
             subprocess.run(["createdb", *self._pg_args(), self.db], check=True)
             self._manage("migrate", "-v0")
-            self.processes.start(
-                "sandbox",
-                sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, "--execute"),
-                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
+            await_ready(
+                [(sandbox, answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"))]
             )
             out = self._manage("load_demo")
             self.token = out.rsplit("API token: ", 1)[1].strip()
@@ -144,15 +152,23 @@ class Stack:
                 self.env.get("KARMADA_NAMESPACE", "portal"),
                 self.env.get("PORTAL_LABEL_DOMAIN", "portal.multisite.io"),
             )
-            self.processes.start(
-                "worker",
-                worker_argv(concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"),
-            )
-            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
-            self.processes.start(
-                "web",
-                gunicorn_argv(self.web_port, "--workers", "2"),
-                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+            # Side by side: their start-ups (imports, mostly) overlap.
+            self.processes.start_together(
+                [
+                    (
+                        "worker",
+                        worker_argv(
+                            concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"
+                        ),
+                        None,
+                    ),
+                    ("watcher", watcher_argv(), logged(WATCHER_READY)),
+                    (
+                        "web",
+                        gunicorn_argv(self.web_port, "--workers", "2"),
+                        answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+                    ),
+                ]
             )
         except BaseException:
             with contextlib.suppress(ProcessFailed):

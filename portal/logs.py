@@ -9,6 +9,7 @@ the node's id.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -81,8 +82,9 @@ def pod_name_version(site: str, workflow: str) -> str:
     reflects only the status into the binding. Argo's default, v2, when the annotation is not
     there (yet) or the member cannot be read (the log read then says why)."""
     key = (site, workflow)
-    if key in _VERSIONS:
-        return _VERSIONS[key]
+    known = _VERSIONS.get(key)  # a web process's threads share it: one lookup, no race
+    if known is not None:
+        return known
     try:
         wf = gateway.member_workflow_get(site, gateway.namespace(), workflow)
     except gateway.KarmadaError:
@@ -93,7 +95,8 @@ def pod_name_version(site: str, workflow: str) -> str:
     version = "v1" if annotation == "v1" else "v2"
     _VERSIONS[key] = version
     while len(_VERSIONS) > _VERSIONS_KEPT:
-        _VERSIONS.popitem(last=False)
+        with contextlib.suppress(KeyError):  # another thread trimmed it meanwhile
+            _VERSIONS.popitem(last=False)
     return version
 
 

@@ -283,6 +283,20 @@ def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
                     other.kill(name, sig)
 
 
+# The fixtures that are a stack: a test using none of them runs with no stack's processes.
+STACK_FIXTURES = frozenset({"stack", "stack_without_resync", "executing_stack"})
+
+
+@pytest.fixture(autouse=True)
+def _stacks_quiet_unless_used(request: pytest.FixtureRequest) -> None:
+    """Stacks live for the session, but their workers and watchers only while tests use them:
+    any other test (one that drives the worker's code in process, or counts what is queued in
+    the broker) runs with none of them about, as when each module stopped its own stack."""
+    names = set(request.fixturenames)
+    if RUNNING_STACKS and not (names & STACK_FIXTURES or any(n.endswith("_stack") for n in names)):
+        quiet_stacks()
+
+
 @contextlib.contextmanager
 def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     """The demo fleet in the database, the policies on the sandbox, no faults; every process

@@ -10,7 +10,9 @@ the node's id.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +22,7 @@ from django.conf import settings
 from placement.manifests.workflows import step_workflow_name
 from portal import gateway, kept_logs
 from portal.choices import FINAL_UNIT
+from portal.execution.bindings import NodeStatusUnreadable, nodes_of
 from portal.models import UnitRun
 from sites.choices import SyncMode
 from sites.models import Site
@@ -68,6 +71,37 @@ def argo_pod_name(
     return f"{prefix[:limit]}-{fnv32a(node_name)}"
 
 
+# Pod name versions already read, per (site, workflow): a member's controller sets it once,
+# when it starts the Workflow, and step workflow names are never reused.
+_VERSIONS: OrderedDict[tuple[str, str], str] = OrderedDict()
+_VERSIONS_KEPT = 1024
+
+
+def pod_name_version(site: str, workflow: str) -> str:
+    """``GetWorkflowPodNameVersion`` (workflow/util/pod_name.go): the annotation the member's
+    Argo controller sets on each Workflow it starts (``setWfPodNamesAnnotation``, from its
+    ``POD_NAMES``), read from the member's Workflow through Karmada's cluster proxy, as Karmada
+    reflects only the status into the binding. Argo's default, v2, when the annotation is not
+    there (yet) or the member cannot be read (the log read then says why)."""
+    key = (site, workflow)
+    known = _VERSIONS.get(key)  # a web process's threads share it: one lookup, no race
+    if known is not None:
+        return known
+    try:
+        wf = gateway.member_workflow_get(site, gateway.namespace(), workflow)
+    except gateway.KarmadaError:
+        return "v2"
+    annotation = ((wf.get("metadata") or {}).get("annotations") or {}).get(POD_NAME_FORMAT)
+    if annotation is None:
+        return "v2"
+    version = "v1" if annotation == "v1" else "v2"
+    _VERSIONS[key] = version
+    while len(_VERSIONS) > _VERSIONS_KEPT:
+        with contextlib.suppress(KeyError):  # another thread trimmed it meanwhile
+            _VERSIONS.popitem(last=False)
+    return version
+
+
 @dataclass(frozen=True)
 class PodNode:
     pod: str
@@ -103,7 +137,12 @@ def member_status(workflow: str) -> Mapping[str, Any] | None:
 
 
 def pods_of(workflow: str, status: Mapping[str, Any], version: str = "v2") -> list[PodNode]:
-    nodes = status.get("nodes") or {}
+    """The Pod nodes of a member Workflow's status (``nodes`` or, for a large workflow,
+    ``compressedNodes``), named as Argo names their pods under ``version``."""
+    try:
+        nodes = nodes_of(status)
+    except NodeStatusUnreadable as exc:
+        raise LogsNotAvailable(f"Logs not available: the step's {exc}.") from exc
     out = []
     for node_id, node in nodes.items() if isinstance(nodes, Mapping) else []:
         if not isinstance(node, Mapping) or node.get("type") != "Pod":
@@ -151,7 +190,7 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
             f"Logs not available: the step workflow {workflow} is gone from Karmada "
             "(an earlier attempt, or the run was cleaned up)."
         )
-    pods = pods_of(workflow, status)
+    pods = pods_of(workflow, status, pod_name_version(site, workflow))
     return AttemptPods(
         site=site, workflow=workflow, phase=str(status.get("phase") or ""), pods=tuple(pods)
     )

@@ -152,16 +152,25 @@ def ended_attempts_of_run(run: WorkflowRun) -> dict[str, list[Attempt]]:
 
 
 def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
-    """What a pending unit waits for, in words ("" when it is not waiting)."""
+    """What a pending unit waits for, in words ("" when it is not waiting): the real cause
+    where the portal knows it, in this order: upstream units still open; the run stopped or
+    suspended; what the worker or the watcher wrote on the unit (a lock, Karmada unreachable,
+    the member's reason a pod is Pending, Karmada's refusal); only then where it stands."""
     if unit.phase != UnitPhase.PENDING:
         return ""
+    run = unit.run
     if not unit.workflow_name:
         open_ = [u for u in unit.upstream or [] if phases.get(u) not in FINAL_UNIT]
         if open_:
             shown = ", ".join(open_[:5]) + (f" and {len(open_) - 5} more" if len(open_) > 5 else "")
             return f"Waiting for {shown} to finish."
-        if unit.run.status == RunStatus.STOPPED:
+        if run.status == RunStatus.STOPPED:
             return "The run was stopped before this unit started."
+    if unit.message:
+        return _as_sentence(unit.message)
+    if not unit.workflow_name:
+        if run.suspended:
+            return "Waiting for the run to be resumed (spec.suspend)."
         return "Ready: the step workflow is being created on Karmada."
     if unit.refused_at is not None and unit.message:
         # Karmada's refusal in words (portal.execution.refusals), the real cause rather than a
@@ -171,9 +180,15 @@ def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
     if not unit.site:
         return "Waiting for placement: the admission webhook or the fallback policy picks a site."
     return (
-        f"Waiting for {unit.site} to start the step workflow {unit.workflow_name} "
-        "(the site's capacity, or its image pulls)."
+        f"Waiting for {unit.site} to start the step workflow {unit.workflow_name}: "
+        "no pod of it has reported a reason yet."
     )
+
+
+def _as_sentence(message: str) -> str:
+    text = message.strip().removeprefix("waiting: ")
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."
 
 
 def unit_detail(unit: UnitRun) -> dict[str, Any]:

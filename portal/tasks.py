@@ -67,10 +67,14 @@ def run_advance(run_id: int, project: int | None = None, prompt: bool = False) -
     its project's slots until it ends (``execution.fairness``): a prompt one (``prompt``: a
     first advance, a unit ended) or a continuation (a turn after a cut one)."""
     again = None
-    if project is not None and prompt:
-        execution.fairness.prompt_started(project, run_id)
+    lease = (
+        execution.fairness.advance_lease(project, run_id, prompt=prompt)
+        if project is not None
+        else contextlib.nullcontext()
+    )
     try:
-        again = execution.run_advance_turn(run_id)
+        with lease:
+            again = execution.run_advance_turn(run_id)
     finally:
         if project is not None and prompt:
             _prompt_enqueue(execution.fairness.prompt_done(project, run_id))

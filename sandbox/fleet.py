@@ -30,6 +30,8 @@ class Site:
     name: str
     region: str = ""
     zone: str = ""
+    # The Cluster's failure zones; a fleet file gives `zones`, or one `zone`.
+    zones: tuple[str, ...] = ()
     provider: str = ""
     sync_mode: str = "Push"
     labels: dict[str, str] = field(default_factory=dict)
@@ -48,6 +50,9 @@ class Site:
     # bytes; None: the fleet's `execution.limitRange`, else DEFAULT_LIMIT_RANGE.
     limit_range: dict[str, dict[str, float]] | None = None
     pods_per_workflow: int = DEFAULT_PODS_PER_WORKFLOW
+    # The member's Argo controller's POD_NAMES (workflow/util/pod_name.go): v2, Argo's
+    # default, or v1 (pods named by node id).
+    pod_names: str = "v2"
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Site:
@@ -59,6 +64,7 @@ class Site:
             name=name,
             region=str(d.get("region", "")),
             zone=str(d.get("zone", "")),
+            zones=tuple(str(z) for z in d.get("zones") or ([d["zone"]] if d.get("zone") else [])),
             provider=str(d.get("provider", "")),
             sync_mode=_sync_mode(d.get("syncMode", "Push"), name),
             labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
@@ -72,6 +78,7 @@ class Site:
             report_secrets=_report_secrets(d.get("reportSecrets"), name),
             limit_range=parse_limit_range(d.get("limitRange"), f"site {name}"),
             pods_per_workflow=_positive(d.get("podsPerWorkflow"), DEFAULT_PODS_PER_WORKFLOW, name),
+            pod_names=_pod_names(d.get("podNames", "v2"), name),
         )
         site.bucket_quota  # noqa: B018 - refused when the fleet file is read, not at a write
         return site
@@ -104,15 +111,19 @@ class Site:
         """The Cluster object as karmada-aggregated-apiserver would hold it after `join`."""
         labels = dict(self.labels)
         labels.setdefault("topology.kubernetes.io/region", self.region)
-        labels.setdefault("topology.kubernetes.io/zone", self.zone)
+        labels.setdefault("topology.kubernetes.io/zone", self.zones[0] if self.zones else "")
         spec: dict[str, Any] = {
             "apiEndpoint": f"https://{self.name}.sandbox.invalid:6443",
             "syncMode": self.sync_mode,
             "provider": self.provider,
             "region": self.region,
-            "zone": self.zone,
             "id": f"sandbox-{self.name}",
         }
+        # `karmadactl join --cluster-zones` and karmada-agent fill `spec.zones`
+        # (pkg/karmadactl/join/join.go, cmd/agent/app/agent.go); `spec.zone` is deprecated and
+        # never set by either (pkg/apis/cluster/v1alpha1/types.go).
+        if self.zones:
+            spec["zones"] = list(self.zones)
         # `karmadactl join` (Push) always creates the impersonator secret. karmada-agent (Pull)
         # reports it unless `--report-secrets` leaves it out: its default is
         # "KubeCredentials,KubeImpersonator" (cmd/agent/app/options/options.go), and
@@ -181,6 +192,12 @@ def _report_secrets(value: Any, site: str) -> tuple[str, ...]:
             f"or None, not {value!r}"
         )
     return names
+
+
+def _pod_names(value: Any, site: str) -> str:
+    if value not in ("v1", "v2"):
+        raise ValueError(f"site {site}: podNames must be v1 or v2 (Argo's POD_NAMES)")
+    return str(value)
 
 
 def _sync_mode(value: Any, site: str) -> str:

@@ -50,10 +50,12 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
     Processes,
     ProcessFailed,
     answers,
+    await_ready,
     free_port,
     gunicorn_argv,
     logged,
     sandbox_argv,
+    spawn,
     watcher_argv,
     worker_argv,
 )
@@ -128,10 +130,8 @@ class Stack:
         }
         self.processes.env = self.env
         try:
-            self._dropdb()
-            subprocess.run(["createdb", *self._pg_args(), self.db], check=True)
-            self._manage("migrate", "-v0")
-            self.processes.start(
+            # The sandbox starts while the database is made (it needs none).
+            sandbox = spawn(
                 "sandbox",
                 # The portal as its ServiceAccount under the shipped RBAC (self.kubeconfig),
                 # as in the demo and the test stacks.
@@ -144,7 +144,15 @@ class Stack:
                     str(self.kubeconfig),
                     *SHIPPED_RBAC,
                 ),
-                ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
+                log_path=workdir / "sandbox.log",
+                env=self.env,
+            )
+            self.processes.running["sandbox"] = sandbox
+            self._dropdb()
+            subprocess.run(["createdb", *self._pg_args(), self.db], check=True)
+            self._manage("migrate", "-v0")
+            await_ready(
+                [(sandbox, answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"))]
             )
             out = self._manage("load_demo")
             self.token = out.rsplit("API token: ", 1)[1].strip()
@@ -155,15 +163,23 @@ class Stack:
                 self.env.get("KARMADA_NAMESPACE", "portal"),
                 self.env.get("PORTAL_LABEL_DOMAIN", "portal.multisite.io"),
             )
-            self.processes.start(
-                "worker",
-                worker_argv(concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"),
-            )
-            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
-            self.processes.start(
-                "web",
-                gunicorn_argv(self.web_port, "--workers", "2"),
-                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+            # Side by side: their start-ups (imports, mostly) overlap.
+            self.processes.start_together(
+                [
+                    (
+                        "worker",
+                        worker_argv(
+                            concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"
+                        ),
+                        None,
+                    ),
+                    ("watcher", watcher_argv(), logged(WATCHER_READY)),
+                    (
+                        "web",
+                        gunicorn_argv(self.web_port, "--workers", "2"),
+                        answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+                    ),
+                ]
             )
         except BaseException:
             with contextlib.suppress(ProcessFailed):
@@ -253,6 +269,9 @@ def expected_of(entry: dict[str, Any] | None) -> str:
     return str(entry.get("portal") or entry.get("sandbox") or entry.get("expect") or "Succeeded")
 
 
+POLL_S = 0.5
+
+
 def run_one(
     stack: Stack, path: Path, entry: dict[str, Any] | None, timeout: float, name: str = ""
 ) -> Row:
@@ -279,7 +298,9 @@ def run_one(
     status = body.get("status", "Pending")
     resumed: set[str] = set()
     while status not in FINAL and time.monotonic() < deadline:
-        time.sleep(2)
+        # One GET of the run (and of its running units' details) per poll: cheap next to what
+        # an example costs, and a run's end is seen within half a second, not two.
+        time.sleep(POLL_S)
         stack.processes.check()
         _, body = stack.api("GET", f"/api/v1/runs/{run_id}/")
         status = body.get("status", status)

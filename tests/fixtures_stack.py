@@ -1,7 +1,12 @@
 """The whole portal for real: a sandbox fleet over HTTP, a Celery worker (with beat, unless the
 resync is switched off) on Redis, the watcher, and the test's PostgreSQL database shared with
 both through committed data. Every process is checked when it starts, after each test and when
-the stack stops: one that exited on its own fails the test with its log tail."""
+the stack stops: one that exited on its own fails the test with its log tail.
+
+Each kind of stack (with or without the resync, executing steps or not) is started once per
+session: starting one (a sandbox, a worker with beat, the watcher) cost every test module 5
+to 10 s. A module starts on its stack's sandbox reset to the fleet, with the demo loaded
+again and fresh policies; a stack's worker and watcher run only while a test uses it."""
 
 from __future__ import annotations
 
@@ -58,6 +63,9 @@ class Stack:
     processes: Processes
     # Off: the worker runs without beat, so no periodic resync folds in what the watcher misses.
     resync: bool = True
+    # The test module that used the stack last: a module starts on a sandbox reset to the
+    # fleet, as it did when each module had a stack of its own.
+    module: str = ""
 
     @property
     def env(self) -> dict[str, str]:
@@ -67,7 +75,7 @@ class Stack:
     def procs(self) -> dict[str, Process]:
         return self.processes.running
 
-    def start(self, name: str) -> Process:
+    def _spec(self, name: str) -> tuple[str, list[str], Callable[[Process], bool]]:
         workdir = self.processes.workdir
         if name == "worker":
             argv = worker_argv(
@@ -76,11 +84,18 @@ class Stack:
                 node=f"test-{time.monotonic_ns()}@%h",
                 beat_schedule=workdir / "beat-schedule" if self.resync else None,
             )
-            return self.processes.start(name, argv, ready=logged(WORKER_READY))
+            return name, argv, logged(WORKER_READY)
         if name == "watcher":
-            argv = watcher_argv(watch_timeout=30)
-            return self.processes.start(name, argv, ready=logged(WATCHER_READY))
+            return name, watcher_argv(watch_timeout=30), logged(WATCHER_READY)
         raise ValueError(f"no such process in the stack: {name}")
+
+    def start(self, name: str) -> Process:
+        (process,) = self.start_together([name])
+        return process
+
+    def start_together(self, names: list[str]) -> list[Process]:
+        """Start several of the stack's processes side by side (their start-ups overlap)."""
+        return self.processes.start_together([self._spec(name) for name in names])
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Stop one process on purpose (a test restarts it with ``start``)."""
@@ -203,8 +218,7 @@ def running_stack(
     s = Stack(sandbox=sandbox, processes=Processes(workdir, env), resync=resync)
     RUNNING_STACKS.append(s)
     try:
-        s.start("worker")
-        s.start("watcher")
+        s.start_together(["worker", "watcher"])
         yield s
     finally:
         RUNNING_STACKS.remove(s)
@@ -220,7 +234,7 @@ def running_stack(
                 end_other_sessions(STACK_APP_NAME)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack(
     tmp_path_factory: pytest.TempPathFactory,
     django_db_setup: Any,
@@ -231,7 +245,7 @@ def stack(
         yield s
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stack_without_resync(
     tmp_path_factory: pytest.TempPathFactory,
     django_db_setup: Any,
@@ -243,7 +257,7 @@ def stack_without_resync(
         yield s
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def executing_stack(
     tmp_path_factory: pytest.TempPathFactory,
     django_db_setup: Any,
@@ -259,11 +273,41 @@ def executing_stack(
         yield s
 
 
+def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
+    """Stop the worker and the watcher of every stack of the session (but one): nothing of
+    theirs writes to the database any more."""
+    for other in RUNNING_STACKS:
+        if other is not but:
+            for name in ("worker", "watcher"):
+                if name in other.procs:
+                    other.kill(name, sig)
+
+
+# The fixtures that are a stack: a test using none of them runs with no stack's processes.
+STACK_FIXTURES = frozenset({"stack", "stack_without_resync", "executing_stack"})
+
+
+@pytest.fixture(autouse=True)
+def _stacks_quiet_unless_used(request: pytest.FixtureRequest) -> None:
+    """Stacks live for the session, but their workers and watchers only while tests use them:
+    any other test (one that drives the worker's code in process, or counts what is queued in
+    the broker) runs with none of them about, as when each module stopped its own stack."""
+    names = set(request.fixturenames)
+    if RUNNING_STACKS and not (names & STACK_FIXTURES or any(n.endswith("_stack") for n in names)):
+        quiet_stacks()
+
+
 @contextlib.contextmanager
 def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     """The demo fleet in the database, the policies on the sandbox, no faults; every process
     running before and after the test."""
     stack.check()
+    module = os.environ.get("PYTEST_CURRENT_TEST", "").split("::", 1)[0]
+    if module != stack.module:
+        # Objects an earlier module left (step workflows of runs its tests stopped, a site
+        # it joined) would be this module's otherwise: run ids start again after a flush.
+        stack.sandbox.reset()
+        stack.module = module
     settings.KARMADA_KUBECONFIG = str(stack.sandbox.kubeconfig)
     settings.PORTAL_FAILOVER_GRACE_SECONDS = 2
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
@@ -286,16 +330,12 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     # worker would take this test's tasks and create its step workflows on that stack's
     # sandbox. Only the stack in use runs a worker and a watcher; the others start theirs
     # again when a test uses them.
-    for other in RUNNING_STACKS:
-        if other is not stack:
-            for name in ("worker", "watcher"):
-                if name in other.procs:
-                    other.kill(name, signal.SIGTERM)
+    quiet_stacks(but=stack)
     # What an earlier test stopped on purpose and left stopped; anything that exited on its
     # own failed stack.check() above.
-    for name in ("worker", "watcher"):
-        if name not in stack.procs:
-            stack.start(name)
+    stopped = [name for name in ("worker", "watcher") if name not in stack.procs]
+    if stopped:
+        stack.start_together(stopped)
     denied_before = stack.sandbox.last_denial()
     try:
         yield stack

@@ -32,6 +32,8 @@ ARGO_CRD = REFERENCE / "argo" / "argoproj.io_workflows.yaml"
 
 # A process that fails on its configuration (a missing file, a bad setting) exits within this.
 SETTLE_S = 0.5
+# How often a starting process is asked whether it is ready.
+POLL_S = 0.05
 START_TIMEOUT_S = 60.0
 # What the watcher prints once its watch loops run (the watch_karmada command), and what a
 # Celery worker logs at INFO once it consumes tasks.
@@ -119,17 +121,10 @@ def _stop_quietly(process: Process) -> None:
             process.stop()
 
 
-def launch(
-    name: str,
-    argv: list[str],
-    *,
-    log_path: Path,
-    env: Mapping[str, str] | None = None,
-    ready: Callable[[Process], bool] | None = None,
-    timeout: float = START_TIMEOUT_S,
+def spawn(
+    name: str, argv: list[str], *, log_path: Path, env: Mapping[str, str] | None = None
 ) -> Process:
-    """Start ``argv`` from the repository root, its output into ``log_path``; wait until
-    ``ready`` says so, then a settle, and raise ``ProcessFailed`` if it exits meanwhile."""
+    """Start ``argv`` from the repository root, its output into ``log_path``; do not wait."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     offset = log_path.stat().st_size if log_path.exists() else 0
     with log_path.open("ab") as log:
@@ -146,18 +141,51 @@ def launch(
     process = Process(name=name, popen=popen, log_path=log_path, log_offset=offset)
     # A session that ends without running its finalizers still stops it.
     atexit.register(_stop_quietly, process)
+    return process
+
+
+def await_ready(
+    processes: list[tuple[Process, Callable[[Process], bool] | None]],
+    timeout: float = START_TIMEOUT_S,
+) -> None:
+    """Wait until each process is ready (its ``ready`` says so), then one settle for all of
+    them, and raise ``ProcessFailed`` if one exits meanwhile. Processes started together
+    become ready together: their start-ups overlap (on two cores, a worker's and a
+    watcher's imports take about as long side by side as one alone)."""
     deadline = time.monotonic() + timeout
-    while ready is not None and not ready(process):
-        process.check("while starting")
-        if time.monotonic() > deadline:
-            process.stop(signal.SIGKILL)
-            raise ProcessFailed(
-                f"{name} was not ready after {timeout:.0f}s"
-                f"\n--- last lines of {log_path.name}:\n{process.log_tail()}"
-            )
-        time.sleep(0.1)
+    waiting = [(p, r) for p, r in processes if r is not None]
+    while waiting:
+        for process, ready in list(waiting):
+            if ready(process):
+                waiting.remove((process, ready))
+                continue
+            process.check("while starting")
+            if time.monotonic() > deadline:
+                process.stop(signal.SIGKILL)
+                raise ProcessFailed(
+                    f"{process.name} was not ready after {timeout:.0f}s"
+                    f"\n--- last lines of {process.log_path.name}:\n{process.log_tail()}"
+                )
+        if waiting:
+            time.sleep(POLL_S)
     time.sleep(SETTLE_S)
-    process.check("right after starting")
+    for process, _ready in processes:
+        process.check("right after starting")
+
+
+def launch(
+    name: str,
+    argv: list[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    ready: Callable[[Process], bool] | None = None,
+    timeout: float = START_TIMEOUT_S,
+) -> Process:
+    """Start ``argv`` from the repository root, its output into ``log_path``; wait until
+    ``ready`` says so, then a settle, and raise ``ProcessFailed`` if it exits meanwhile."""
+    process = spawn(name, argv, log_path=log_path, env=env)
+    await_ready([(process, ready)], timeout)
     return process
 
 
@@ -198,6 +226,22 @@ class Processes:
         )
         self.running[name] = process
         return process
+
+    def start_together(
+        self, specs: list[tuple[str, list[str], Callable[[Process], bool] | None]]
+    ) -> list[Process]:
+        """Start several processes at once and wait until every one is ready."""
+        for name, _argv, _ready in specs:
+            if name in self.running:
+                self.running[name].check(f"before it was started again as {name}")
+                raise RuntimeError(f"{name} is running already")
+        started = []
+        for name, argv, ready in specs:
+            process = spawn(name, argv, log_path=self.workdir / f"{name}.log", env=self.env)
+            self.running[name] = process
+            started.append((process, ready))
+        await_ready(started)
+        return [p for p, _r in started]
 
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         self.running.pop(name).stop(sig)

@@ -656,42 +656,86 @@ def control_plane_workflow() -> dict[str, Any]:
     }
 
 
-def test_aggregation_gives_the_karmada_workflow_its_phase_and_site() -> None:
-    member = member_status("Running", message="")
-    (aggregated,) = run_lua(
-        "statusAggregation",
-        "AggregateStatus",
-        control_plane_workflow(),
-        [{"clusterName": "site-b", "applied": True, "health": "Healthy", "status": member}],
+def test_the_interpreter_asks_karmada_for_no_status_write_argos_crd_cannot_take() -> None:
+    """Karmada writes an aggregated status with UpdateStatus, the /status subresource
+    (pkg/controllers/status/common.go); Argo's Workflow CRD declares none, so a
+    statusAggregation would answer 404 on every step's every status change."""
+    need_reference()
+    crd = yaml.load((REFERENCE / "argo" / "argoproj.io_workflows.yaml").read_text(), _LOADER)
+    assert all(not v.get("subresources") for v in crd["spec"]["versions"])
+    ric = yaml.safe_load(INTERPRETER.read_text())
+    assert "statusAggregation" not in ric["spec"]["customizations"]
+    # What Karmada stores on the binding (statusReflection) is the portal's source instead.
+    assert "statusReflection" in ric["spec"]["customizations"]
+
+
+def test_the_interpreter_never_claims_karmada_places_by_capacity() -> None:
+    """Duplicated replica scheduling (the portal's policies, Karmada's default) ignores
+    available resources (pkg/scheduler/core/spreadconstraint/select_clusters.go)."""
+    header = INTERPRETER.read_text().split("apiVersion:", 1)[0]
+    assert "does NOT make Karmada place a" in header
+    assert "resource-aware scheduling" not in header
+
+
+def test_the_shipped_interpreter_on_the_sandbox_causes_no_failed_status_writes(
+    sandbox: Any,
+) -> None:
+    """Applied to the sandbox (which, as Karmada, tries UpdateStatus when a Workflow
+    interpreter defines statusAggregation and records AggregateStatusFailed), a step runs to
+    its end with no such Event."""
+    from kubernetes import client
+
+    api = sandbox.api_client()
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    custom.create_cluster_custom_object(
+        "config.karmada.io",
+        "v1alpha1",
+        "resourceinterpretercustomizations",
+        yaml.safe_load(INTERPRETER.read_text()),
     )
-    status = aggregated["status"]
-    assert status["phase"] == "Running"  # the STATUS column of `kubectl get workflows`
-    assert status["startedAt"] == "2026-12-02T10:00:00Z"  # AGE
-    assert status["message"] == "site-b"  # MESSAGE: where it runs
-    assert status["progress"] == "1/2"
-    assert "nodes" not in status  # already in the binding
-    assert crd_problems(aggregated) == []
-
-
-def test_aggregation_of_several_clusters_shows_the_worst_phase() -> None:
-    items = [
-        {
-            "clusterName": "site-a",
-            "status": member_status("Succeeded", finishedAt="2026-12-02T10:05:00Z"),
+    name = f"ric-{os.getpid()}"
+    policy = {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "resourceSelectors": [
+                {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "name": name}
+            ],
+            "placement": {"clusterAffinity": {"clusterNames": ["site-b"]}},
         },
-        {"clusterName": "site-b", "status": member_status("Failed", message="OOMKilled")},
-        {"clusterName": "site-c"},  # applied, status not reflected yet
-    ]
-    (aggregated,) = run_lua("statusAggregation", "AggregateStatus", control_plane_workflow(), items)
-    assert aggregated["status"]["phase"] == "Failed"
-    assert aggregated["status"]["message"] == "site-a; site-b: OOMKilled; site-c"
-    assert aggregated["status"]["finishedAt"] == "2026-12-02T10:05:00Z"
-    assert crd_problems(aggregated) == []
+    }
+    custom.create_namespaced_custom_object(
+        "policy.karmada.io", "v1alpha1", "default", "propagationpolicies", policy
+    )
+    workflow = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [{"name": "main", "container": {"image": "busybox"}}],
+        },
+    }
+    custom.create_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", "default", "workflows", workflow
+    )
 
+    def phase() -> str:
+        try:
+            binding = custom.get_namespaced_custom_object(
+                "work.karmada.io", "v1alpha2", "default", "resourcebindings", f"{name}-workflow"
+            )
+        except client.ApiException as exc:
+            if exc.status == 404:  # not bound yet
+                return ""
+            raise
+        items = (binding.get("status") or {}).get("aggregatedStatus") or [{}]
+        return str((items[0].get("status") or {}).get("phase") or "")
 
-def test_aggregation_before_scheduling_leaves_the_workflow_alone() -> None:
-    (aggregated,) = run_lua("statusAggregation", "AggregateStatus", control_plane_workflow(), [])
-    assert aggregated == control_plane_workflow()
+    sandbox.wait_for(lambda: phase() == "Succeeded", what="the step to succeed")
+    events = core.list_namespaced_event("default").items
+    assert [e.reason for e in events if e.involved_object.name == name] == []
 
 
 def test_reflection_keeps_the_whole_member_status_the_portal_reads() -> None:

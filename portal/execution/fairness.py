@@ -19,16 +19,23 @@ queued thousands of advances, and another project's one-step run waited behind a
 project, whatever they submit. A run already in the lane (waiting, or its advance queued or
 running) is not added twice: a request that comes while its advance runs waits until it ends.
 
-State lives in Redis next to the broker. A holder (or a prompt slot) that never reports back
-(its worker killed and the message lost) expires after ``HOLDER_TTL_S`` (a prompt slot after
-``PROMPT_SLOT_TTL_S``); the resync dispatches
-projects left without one. With no Redis (the embedded demo) everything is enqueued at once.
+State lives in Redis next to the broker. A holder (or a prompt slot) whose message is lost
+expires after ``HOLDER_TTL_S`` (a prompt slot after ``PROMPT_SLOT_TTL_S``). Once its advance
+has started, the slot or holder is a *lease* (``advance_lease``): ``RUNNING_TTL_S`` long and
+renewed every ``RENEW_S`` by the process running the advance, as a Kubernetes controller
+renews its Lease. A worker killed mid-advance (SIGKILL, OOM, the hard time limit) stops
+renewing, so its slot is free ``RUNNING_TTL_S`` later however long an advance may take; the
+resync dispatches projects left without one. With no Redis (the embedded demo) everything is
+enqueued at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from typing import cast
 
 import redis
@@ -48,9 +55,12 @@ HOLDER_TTL_S = 600
 # ``PORTAL_PROJECT_ADVANCES``: a slot lost with a killed worker stalls its run no longer than
 # a lost queued mark does (``claims``); a slot that outlives it only lets one more through.
 PROMPT_SLOT_TTL_S = 120
-# Once its advance has started, a slot is held for one turn and its margin: a worker killed
-# in the middle of it gives the slot back this long after, not after the queue's allowance.
-PROMPT_RUNNING_TTL_S = 60
+# Once its advance has started, a slot (or a holder) is a lease the running advance renews
+# every RENEW_S: a worker killed in the middle of it gives the slot back this long after,
+# whatever a turn lasts. Several renewals fit in it, so one late renewal on a loaded host
+# (a thread of the worker process, a Redis round trip) does not lose a live advance's slot.
+RUNNING_TTL_S = 10
+RENEW_S = 2.0
 NO_PROJECT = 0
 
 # The next waiting run of a project becomes its holder, if it has none (atomic, so two
@@ -224,17 +234,54 @@ def prompt_request(project: int, run_id: int) -> list[Turn]:
         return [(project, run_id)]
 
 
-def prompt_started(project: int, run_id: int) -> None:
-    """The run's prompt advance has left the queue: its slot now lasts one turn's lease."""
+# A holder is renewed only while it is still this run (a released holder stays released).
+_HOLDER_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('expire', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+def _renew(client: redis.Redis, project: int, run_id: int, prompt: bool) -> None:
+    if prompt:
+        # XX: a slot already handed back (or expired and given away) is not taken again.
+        client.zadd(PROMPT_SLOTS % project, {str(run_id): time.time() + RUNNING_TTL_S}, xx=True)
+    else:
+        client.eval(_HOLDER_RENEW, 1, HOLDER % project, str(run_id), str(RUNNING_TTL_S))
+
+
+def lease_renew(project: int, run_id: int, *, prompt: bool) -> None:
+    """The run's advance has started, or is still running: its slot (``prompt``) or its
+    project's holder lasts ``RUNNING_TTL_S`` from now."""
     client = _redis()
     if client is None:
         return
     try:
-        client.zadd(
-            PROMPT_SLOTS % project, {str(run_id): time.time() + PROMPT_RUNNING_TTL_S}, xx=True
-        )
+        _renew(client, project, run_id, prompt)
     except redis.RedisError as exc:
-        log.warning("project %s: slot of run %s not renewed: %s", project, run_id, exc)
+        log.warning("project %s: lease of run %s not renewed: %s", project, run_id, exc)
+
+
+@contextlib.contextmanager
+def advance_lease(project: int, run_id: int, *, prompt: bool) -> Iterator[None]:
+    """Hold the advance's slot (or holder) for as long as the block runs, and no longer than
+    ``RUNNING_TTL_S`` once the process running it is gone."""
+    if _redis() is None:
+        yield
+        return
+    lease_renew(project, run_id, prompt=prompt)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(RENEW_S):
+            lease_renew(project, run_id, prompt=prompt)
+
+    thread = threading.Thread(target=renew, name=f"lease-{run_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=RENEW_S)
 
 
 def prompt_done(project: int, run_id: int) -> list[Turn]:

@@ -1,5 +1,7 @@
 """Resuming a suspended step, as Argo's ``ResumeWorkflow`` (``workflow/util/util.go``) does:
-clear ``spec.suspend``, and mark every active Suspend node Succeeded.
+clear ``spec.suspend``, and mark every active Suspend node Succeeded (nodes read from
+``status.nodes`` or, for a large workflow, ``status.compressedNodes``, and written back as
+they came).
 
 ``spec.suspend`` is cleared on karmada-apiserver, which propagates the spec to the member.
 Node status is the member controller's, and Karmada does not propagate status downwards, so
@@ -9,17 +11,44 @@ secret, the event says to resume it there)."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import json
 import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from portal import gateway
+from portal.execution.bindings import NodeStatusUnreadable, nodes_of
 from portal.execution.common import event
 from portal.models import UnitRun
 
 log = logging.getLogger(__name__)
 
 MAX_CONFLICTS = 5
+
+
+def _hydrate(wf: dict[str, Any]) -> bool:
+    """The member Workflow's nodes into ``status.nodes``, as Argo's hydrator does before it
+    changes them (``packer.DecompressWorkflow``: ``compressedNodes`` is base64 of gzipped
+    JSON). True when they came compressed, so ``_dehydrate`` writes them back that way.
+    Raises ``NodeStatusUnreadable`` for nodes offloaded to the member's database."""
+    status = wf.get("status") or {}
+    compressed = not (isinstance(status.get("nodes"), dict) and status["nodes"]) and bool(
+        status.get("compressedNodes")
+    )
+    nodes = nodes_of(status)
+    if compressed:
+        status["nodes"] = nodes
+        status.pop("compressedNodes", None)
+    return compressed
+
+
+def _dehydrate(wf: dict[str, Any]) -> None:
+    """``packer.compressWorkflow``: the nodes back into ``compressedNodes``."""
+    status = wf["status"]
+    raw = json.dumps(status.pop("nodes"), separators=(",", ":")).encode()
+    status["compressedNodes"] = base64.b64encode(gzip.compress(raw)).decode()
 
 
 def _active_suspend_nodes(wf: dict[str, Any]) -> list[str]:
@@ -48,6 +77,17 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
             except gateway.KarmadaError as exc:
                 _partial(unit, exc)
                 return True
+            try:
+                compressed = _hydrate(wf)
+            except NodeStatusUnreadable as exc:
+                event(
+                    unit.run_id,
+                    "resume-partial",
+                    f"{unit.name}: spec.suspend cleared; suspended nodes at {unit.site} not "
+                    f"readable ({exc}); resume them on the site",
+                    unit,
+                )
+                return True
             active = _active_suspend_nodes(wf)
             if not active:
                 break
@@ -60,6 +100,8 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
                     f"{node['message']}; {message}" if node.get("message") else message
                 )
                 node["finishedAt"] = now
+            if compressed:
+                _dehydrate(wf)
             try:
                 gateway.member_workflow_replace(unit.site, ns, name, wf)
             except gateway.Conflict:

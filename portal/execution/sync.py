@@ -28,6 +28,18 @@ def _quantity(value: Any, milli: bool = False) -> int:
     return round(q * 1000) if milli else int(q)
 
 
+def _zone_of(spec: Mapping[str, Any]) -> str:
+    """A Cluster's failure zones (``spec.zones``, what ``karmadactl join --cluster-zones`` and
+    karmada-agent set), comma-separated; the deprecated ``spec.zone`` only when there are none
+    (pkg/apis/cluster/v1alpha1/types.go: never used by Karmada)."""
+    zones = spec.get("zones")
+    if isinstance(zones, list) and zones:
+        text = ",".join(str(z) for z in zones if z)
+    else:
+        text = str(spec.get("zone") or "")
+    return text[: Site._meta.get_field("zone").max_length or len(text)]
+
+
 def _cluster_values(
     cluster: Mapping[str, Any],
 ) -> tuple[str, bool, dict[str, Any], int, dict[str, Any]]:
@@ -54,7 +66,7 @@ def _cluster_values(
     gpus = _quantity(alloc.get("nvidia.com/gpu"))
     values: dict[str, Any] = {
         "region": spec.get("region") or "",
-        "zone": spec.get("zone") or "",
+        "zone": _zone_of(spec),
         "provider": spec.get("provider") or "",
         "sync_mode": SyncMode.PULL if spec.get("syncMode") == "Pull" else SyncMode.PUSH,
         "cpu_allocatable": _quantity(alloc.get("cpu"), milli=True),

@@ -206,7 +206,7 @@ class Leaves(Pods):
             render({k: v for k, v in tmpl.items() if k not in ("steps", "dag", "outputs")}, scope),
             scope,
         )
-        scope["pod.name"] = node["id"]
+        scope["pod.name"] = self.pod_name(node)
         scope["node.name"] = name
         sub = Ctx(scope, ctx.boundary, ctx.attempt)
         try:
@@ -422,7 +422,7 @@ class Leaves(Pods):
             return
         log = executor.Tail(executor.LOG_BYTES)
         log.write(f"{result}\n".encode())
-        self.member.keep_log(self.namespace, node["id"], log)
+        self.member.keep_log(self.namespace, self.pod_name(node), log)
 
     async def _run_real(
         self,

@@ -220,12 +220,18 @@ class Member(SiteExecution):
         runs = [*self.runs.values(), *self.direct.values()]
         return [dict(clone(r.obj), status=r.render_status()) for r in runs]
 
+    def pod_node(self, namespace: str, pod: str) -> dict[str, Any] | None:
+        """The Pod node whose pod is named ``pod`` (the member's POD_NAMES decides how)."""
+        for (ns, _n), r in [*self.runs.items(), *self.direct.items()]:
+            if ns != namespace:
+                continue
+            for node in r.nodes.values():
+                if node["type"] == "Pod" and r.pod_name(node) == pod:
+                    return node
+        return None
+
     def has_pod(self, namespace: str, pod: str) -> bool:
-        return any(
-            pod in r.nodes and r.nodes[pod]["type"] == "Pod"
-            for (ns, _n), r in [*self.runs.items(), *self.direct.items()]
-            if ns == namespace
-        )
+        return self.pod_node(namespace, pod) is not None
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -384,7 +384,7 @@ class Pods(RunCore):
         scope: dict[str, Any],
     ) -> tuple[str, str]:
         """Run the pod; returns the node's (phase, message) and fills node outputs."""
-        pod = node["id"]
+        pod = self.pod_name(node)
         refused = admission.pod_refusal(pod, self.declared_volumes(body), containers_of(body))
         if refused:
             # Argo's controller marks the node Error with the API server's answer.
@@ -404,7 +404,7 @@ class Pods(RunCore):
         scope: dict[str, Any],
         layout: PodLayout,
     ) -> tuple[str, str]:
-        pod, root = node["id"], layout.root
+        pod, root = self.pod_name(node), layout.root
         containers = containers_of(body)
         self._hosts_file(root, pod, layout)
         for c in [*containers, *(body.get("sidecars") or [])]:

@@ -40,6 +40,11 @@ class Ctx:
     attempt: int = 0
 
 
+# maxK8sResourceNameLength - k8sNamingHashLength - 1 (workflow/util/pod_name.go).
+POD_PREFIX_MAX = 253 - 10 - 1
+POD_NAME_FORMAT = "workflows.argoproj.io/pod-name-format"
+
+
 class RunCore:
     def __init__(self, member: Member, obj: Obj) -> None:
         self.member = member
@@ -271,7 +276,7 @@ class RunCore:
                             "message": n.get("message", ""),
                             "templateName": n.get("templateName", ""),
                             "phase": n["phase"],
-                            "podName": n["id"],
+                            "podName": self.pod_name(n),
                             "finishedAt": n.get("finishedAt", ""),
                         }
                         for n in self.nodes.values()
@@ -336,7 +341,7 @@ class RunCore:
             return
         node["phase"] = "Pending"
         node["message"] = (
-            f'pods "{node["id"]}" is forbidden: exceeded quota: {POD_QUOTA}, '
+            f'pods "{self.pod_name(node)}" is forbidden: exceeded quota: {POD_QUOTA}, '
             f"requested: pods=1, used: pods={self.pods_live}, limited: pods={limit}"
         )
         self.touch()
@@ -401,8 +406,8 @@ class RunCore:
                 }
             },
         }
-        if self.sb.config.execute:
-            self._pack(status)
+        # Argo's controller packs a large status whatever its steps run (packer.go).
+        self._pack(status)
         self._rendered = (self.version, status)
         return status
 
@@ -415,6 +420,24 @@ class RunCore:
             del status["nodes"]
 
     # -- nodes --------------------------------------------------------------------------------
+    def pod_name(self, node: dict[str, Any]) -> str:
+        """Argo's ``GeneratePodName`` (workflow/util/pod_name.go) under the member controller's
+        ``POD_NAMES``: v1 is the node's id; v2 (the default) ``<workflow>-<template>-<fnv32a
+        of the node name>``, the workflow's own name for its root node."""
+        if self.member.site.pod_names == "v1":
+            return str(node["id"])
+        name = str(node["name"])
+        if name == self.name:
+            return self.name
+        template = node.get("templateName") or (node.get("templateRef") or {}).get("template")
+        prefix = f"{self.name}-{template}" if template else self.name
+        return f"{prefix[:POD_PREFIX_MAX]}-{fnv32a(name)}"
+
+    def pod_name_format(self) -> dict[str, str]:
+        """setWfPodNamesAnnotation (workflow/controller/operator.go): the controller records
+        on each Workflow it starts which names its pods have."""
+        return {POD_NAME_FORMAT: self.member.site.pod_names}
+
     def node_id(self, name: str) -> str:
         return self.name if name == self.name else f"{self.name}-{fnv32a(name)}"
 

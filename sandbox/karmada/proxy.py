@@ -13,6 +13,8 @@ which the apiserver turns into a `Status` with reason `Unknown`."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +87,8 @@ def _member_workflow(member: Member, namespace: str, name: str) -> Obj | None:
         return None
     obj = clone(run.obj)
     meta = obj.setdefault("metadata", {})
+    if run.started_at:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **run.pod_name_format()}
     meta["uid"] = run.uid
     meta["resourceVersion"] = str(run.version)
     meta.setdefault("creationTimestamp", run.started_at or now_iso())
@@ -129,11 +133,8 @@ def _workflows(
 
 
 def _pod_phase(member: Member, namespace: str, pod: str) -> str | None:
-    for (ns, _name), run in member.runs.items():
-        node = run.nodes.get(pod) if ns == namespace else None
-        if node is not None and node.get("type") == "Pod":
-            return str(node.get("phase", ""))
-    return None
+    node = member.pod_node(namespace, pod)
+    return None if node is None else str(node.get("phase", ""))
 
 
 async def _pod_log(
@@ -173,6 +174,24 @@ async def _pod_log(
     return resp
 
 
+def _nodes(status: Any) -> dict[str, Any]:
+    """A Workflow status's nodes as Argo's controller reads them (``packer.DecompressWorkflow``,
+    workflow/packer/packer.go): ``nodes``, else ``compressedNodes`` (base64 of gzipped JSON)."""
+    if not isinstance(status, dict):
+        return {}
+    nodes = status.get("nodes")
+    if isinstance(nodes, dict) and nodes:
+        return nodes
+    packed = status.get("compressedNodes")
+    if not isinstance(packed, str) or not packed:
+        return {}
+    try:
+        decoded = json.loads(gzip.decompress(base64.b64decode(packed)))
+    except (ValueError, OSError, EOFError) as exc:
+        raise ApiError.bad_request(f"status.compressedNodes cannot be decoded: {exc}") from exc
+    return decoded if isinstance(decoded, dict) else {}
+
+
 async def _workflow_replace(
     request: web.Request, member: Member, namespace: str, name: str
 ) -> web.Response:
@@ -201,8 +220,8 @@ async def _workflow_replace(
             "the object has been modified; please apply your changes to the latest version "
             "and try again",
         )
-    before = (current.get("status") or {}).get("nodes") or {}
-    nodes = (body.get("status") or {}).get("nodes") or {}
+    before = _nodes(current.get("status"))
+    nodes = _nodes(body.get("status"))
     for node_id, node in nodes.items() if isinstance(nodes, dict) else []:
         was = before.get(node_id) or {}
         if (

@@ -18,8 +18,25 @@ NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 def cluster_fields(cluster: Obj) -> dict[str, str]:
+    """extractClusterFields (pkg/util/selector.go): provider and region, when set. `zone`
+    is matched against `spec.zones` apart (``zones_match``)."""
     spec = cluster.get("spec") or {}
-    return {k: str(spec.get(k, "")) for k in ("provider", "region", "zone")}
+    return {k: str(spec[k]) for k in ("provider", "region") if spec.get(k)}
+
+
+def zones_match(expr: dict[str, Any], zones: list[str]) -> bool:
+    """matchZones (pkg/util/selector.go): a `zone` requirement against the Cluster's
+    `spec.zones` (the deprecated `spec.zone` is never read); unknown operators never match."""
+    op, values = expr.get("operator", ""), expr.get("values") or []
+    if op == "In":
+        return any(z in values for z in zones)
+    if op == "NotIn":
+        return not any(z in values for z in zones)
+    if op == "Exists":
+        return bool(zones)
+    if op == "DoesNotExist":
+        return not zones
+    return False
 
 
 def affinity_matches(aff: dict[str, Any] | None, cluster: Obj) -> bool:
@@ -34,7 +51,13 @@ def affinity_matches(aff: dict[str, Any] | None, cluster: Obj) -> bool:
         aff["labelSelector"], labels_of(cluster)
     ):
         return False
-    return match_field_selector(aff.get("fieldSelector"), cluster_fields(cluster))
+    selector = aff.get("fieldSelector") or {}
+    expressions = selector.get("matchExpressions") or []
+    zones = [str(z) for z in (cluster.get("spec") or {}).get("zones") or []]
+    if not all(zones_match(e, zones) for e in expressions if e.get("key") == "zone"):
+        return False
+    others = {"matchExpressions": [e for e in expressions if e.get("key") != "zone"]}
+    return match_field_selector(others, cluster_fields(cluster))
 
 
 def cluster_ready(cluster: Obj) -> bool:

@@ -3,6 +3,7 @@ marked ``<!-- not run: why -->`` (tests/docs_examples.py says how blocks are rea
 
 from __future__ import annotations
 
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ from django.core.management import call_command
 
 from tests import docs_examples
 from tests.factories import api_key
-from tests.fixtures_stack import WEBHOOK_TOKEN, Stack, stack_for_test, wait_for
+from tests.fixtures_stack import WEBHOOK_TOKEN, Stack, quiet_stacks, stack_for_test, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -98,9 +99,7 @@ def fresh_demo(stack: Stack, transactional_db: Any, settings: Any) -> Iterator[S
     """The stack with the demo loaded into empty tables whose ids start at 1, as on a fresh
     demo: the documents' ids (``/datasets/3/``, ``/rules/4/``, ``/runs/1/``) are those. The
     worker and watcher stop first, so that nothing writes between the flush and the load."""
-    for name in ("worker", "watcher"):
-        if name in stack.procs:
-            stack.kill(name)
+    quiet_stacks(sig=signal.SIGKILL)  # every stack of the session: the others' too
     call_command("flush", interactive=False, verbosity=0)  # TRUNCATE ... RESTART IDENTITY
     with stack_for_test(stack, settings) as s:
         yield s

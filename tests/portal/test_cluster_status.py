@@ -147,3 +147,26 @@ def test_a_member_that_offloads_node_status_ends_the_unit_in_error_naming_it(
     assert unit.phase == "Error"
     assert "site-b" in unit.message
     assert "offloadNodeStatusVersion" in unit.message
+
+
+@pytest.mark.django_db
+def test_a_sites_zone_is_read_from_the_clusters_zones() -> None:
+    """Karmada's Cluster has ``spec.zones`` (what ``karmadactl join --cluster-zones`` sets);
+    ``spec.zone`` is deprecated and never set by Karmada's tools."""
+    cluster = _cluster("32", "0", "0")
+    cluster["spec"] = {"region": "eu-west", "zones": ["eu-west-1a", "eu-west-1b"]}
+    site, _ = execution.cluster_observe(cluster)
+    assert site.zone == "eu-west-1a,eu-west-1b"
+    # A cluster registered before `zones` existed still says where it is.
+    cluster["spec"] = {"region": "eu-west", "zone": "eu-west-1c"}
+    assert execution.cluster_observe(cluster)[0].zone == "eu-west-1c"
+    cluster["spec"] = {"region": "eu-west", "zones": ["eu-west-1a"], "zone": "stale"}
+    assert execution.cluster_observe(cluster)[0].zone == "eu-west-1a"
+
+
+def test_the_sandboxs_clusters_carry_zones_as_karmadactl_join_writes_them(
+    sandbox: SandboxServer,
+) -> None:
+    cluster = sandbox.request("GET", "/apis/cluster.karmada.io/v1alpha1/clusters/site-a")
+    assert cluster["spec"]["zones"] == ["eu-west-1a"]
+    assert "zone" not in cluster["spec"]

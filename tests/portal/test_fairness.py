@@ -135,15 +135,61 @@ def test_a_slot_whose_advance_was_lost_expires_and_the_resync_hands_it_on(lanes:
     assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == [(A, R3)]
 
 
-def test_a_started_advance_holds_its_slot_one_turns_lease_only(lanes: Any) -> None:
+def test_a_started_advance_holds_its_slot_as_a_lease_renewed_while_it_runs(
+    lanes: Any, monkeypatch: Any
+) -> None:
+    """A worker killed mid-advance stops renewing: its slot is free ``RUNNING_TTL_S`` after
+    the last renewal, however long the advance would have lasted."""
+    monkeypatch.setattr(fairness, "RENEW_S", 0.05)
     assert fairness.prompt_request(A, R1) == [(A, R1)]
     queued = lanes.zscore(fairness.PROMPT_SLOTS % A, str(R1))
-    fairness.prompt_started(A, R1)
-    running = lanes.zscore(fairness.PROMPT_SLOTS % A, str(R1))
-    assert running < queued  # a worker killed mid-advance frees it sooner
-    assert running <= time.time() + fairness.PROMPT_RUNNING_TTL_S
-    fairness.prompt_started(A, R2)  # a run without a slot is not given one
-    assert lanes.zscore(fairness.PROMPT_SLOTS % A, str(R2)) is None
+
+    def expiry() -> float:
+        return float(lanes.zscore(fairness.PROMPT_SLOTS % A, str(R1)))
+
+    with fairness.advance_lease(A, R1, prompt=True):
+        first = expiry()
+        assert first < queued  # shorter than the queue's allowance
+        assert first <= time.time() + fairness.RUNNING_TTL_S
+        # Renewed while the advance runs: the slot never lapses under a long advance.
+        renewed = wait_until(lambda: expiry() > first)
+        assert renewed
+    last = expiry()
+    time.sleep(0.3)  # several renewal periods: nobody renews a lease whose advance ended
+    assert expiry() == last
+    # The lease lapses (as it does once its worker is killed): the next run gets the slot.
+    assert fairness.prompt_request(A, R2) == [(A, R2)]
+    assert fairness.prompt_request(A, R3) == []
+    lanes.zadd(fairness.PROMPT_SLOTS % A, {str(R1): time.time() - 1})
+    assert [t for t in fairness.prompt_dispatch_all() if t[0] == A] == [(A, R3)]
+    # A run without a slot is not given one by a lease.
+    with fairness.advance_lease(A, R4, prompt=True):
+        pass
+    assert lanes.zscore(fairness.PROMPT_SLOTS % A, str(R4)) is None
+
+
+def test_a_running_continuation_holds_its_project_as_a_renewed_lease(
+    client: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(fairness, "RENEW_S", 0.05)
+    assert fairness.wait_turn(A, R1) == [(A, R1)]
+    assert client.ttl(fairness.HOLDER % A) > fairness.RUNNING_TTL_S  # queued: the long one
+    with fairness.advance_lease(A, R1, prompt=False):
+        assert 0 < client.ttl(fairness.HOLDER % A) <= fairness.RUNNING_TTL_S
+        client.expire(fairness.HOLDER % A, 1)
+        assert wait_until(lambda: client.ttl(fairness.HOLDER % A) > 1)  # renewed
+        assert fairness.release(A, R1) == []
+        time.sleep(0.2)
+        # Released while the lease ran: a renewal never brings the holder back.
+        assert client.get(fairness.HOLDER % A) is None
+
+
+def wait_until(predicate: Any, tries: int = 200) -> bool:
+    for _ in range(tries):
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_many_small_runs_of_one_project_do_not_delay_another_projects_run(lanes: Any) -> None:

@@ -187,6 +187,69 @@ def test_a_waiting_unit_says_what_it_waits_for(
     assert "Waiting for preprocess to finish." in body
 
 
+def _pending_ready(scientist: User) -> tuple[WorkflowRun, UnitRun]:
+    run = make_run(
+        scientist,
+        units=[
+            ("ingest", "site-a", UnitPhase.SUCCEEDED, []),
+            ("preprocess", "site-b", UnitPhase.PENDING, ["ingest"]),
+        ],
+    )
+    return run, run.units.get(name="preprocess")
+
+
+def test_a_unit_waiting_for_a_lock_names_the_lock_not_its_creation(
+    sites: None, scientist: User
+) -> None:
+    from portal.execution import gates
+    from portal.selectors import unit_detail
+
+    _run, unit = _pending_ready(scientist)
+    # What the worker writes when the unit's mutex is held by another run.
+    gates._say_waiting([unit], "waiting for the lock eo/Mutex/shared (spec.synchronization)")
+    said = unit_detail(UnitRun.objects.get(pk=unit.pk))["waiting_for"]
+    assert said == "Waiting for the lock eo/Mutex/shared (spec.synchronization)."
+
+
+def test_a_unit_of_a_suspended_run_says_the_run_waits_to_be_resumed(
+    sites: None, scientist: User
+) -> None:
+    from portal.selectors import unit_detail
+
+    run, unit = _pending_ready(scientist)
+    WorkflowRun.objects.filter(pk=run.pk).update(compiled={"spec": {"suspend": True}})
+    said = unit_detail(UnitRun.objects.get(pk=unit.pk))["waiting_for"]
+    assert said == "Waiting for the run to be resumed (spec.suspend)."
+
+
+def test_a_unit_whose_pod_is_pending_at_its_site_names_the_members_reason(
+    sites: None, scientist: User
+) -> None:
+    """A tainted or full site used to be blamed on "the site's capacity, or its image pulls"
+    whatever the member said."""
+    from portal.execution import bindings
+    from portal.selectors import unit_detail
+
+    _run, unit = _pending_ready(scientist)
+    UnitRun.objects.filter(pk=unit.pk).update(workflow_name="wf-preprocess-1", site="site-b")
+    unit.refresh_from_db()
+    reason = 'persistentvolumeclaim "scratch" not found'
+    member = {
+        "phase": "Running",
+        "nodes": {
+            "n": {"type": "Pod", "phase": "Pending", "displayName": "run", "message": reason}
+        },
+    }
+    bindings._note_waiting(unit, "site-b", member, "7")  # what the watcher writes
+    said = unit_detail(UnitRun.objects.get(pk=unit.pk))["waiting_for"]
+    assert said == f"Waiting at site-b: run: {reason}."
+    assert "capacity" not in said
+    # With nothing reported, it blames nothing.
+    UnitRun.objects.filter(pk=unit.pk).update(message="")
+    said = unit_detail(UnitRun.objects.get(pk=unit.pk))["waiting_for"]
+    assert said.startswith("Waiting for site-b to start") and "capacity" not in said
+
+
 # --- attempts -------------------------------------------------------------------------------
 
 

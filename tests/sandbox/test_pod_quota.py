@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sandbox.argo import fnv32a
 from sandbox.fleet import DEMO_FLEET, Site
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 
@@ -71,8 +72,10 @@ def test_a_pod_past_the_quota_is_refused_and_created_when_one_ends(
         return pending[0] if len(running) == QUOTA and len(pending) == 1 else None
 
     waiting = small_quota.wait_for(refused, what="two pods running and one refused")
+    # The pod's own name, as Argo's default (v2) names it: <workflow>-<template>-<hash>.
+    pod = f"quota-a-{waiting['templateName']}-{fnv32a(waiting['name'])}"
     assert waiting["message"] == (
-        f'pods "{waiting["id"]}" is forbidden: exceeded quota: pods-per-workflow, '
+        f'pods "{pod}" is forbidden: exceeded quota: pods-per-workflow, '
         f"requested: pods=1, used: pods={QUOTA}, limited: pods={QUOTA}"
     )
     assert small_quota.state()["members"]["site-b"]["pods"] == QUOTA

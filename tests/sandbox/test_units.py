@@ -299,3 +299,33 @@ def test_a_fleet_file_with_bad_limits_is_refused_naming_the_site(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         Site.from_dict({"name": "s", **site})
+
+
+def test_a_zone_field_selector_matches_the_clusters_zones_as_karmada_does() -> None:
+    """pkg/util/selector.go: `zone` is matched against `spec.zones` (matchZones), provider and
+    region against the spec's fields; the deprecated `spec.zone` is never read."""
+    from sandbox.karmada.scheduling import affinity_matches
+
+    two = Site.from_dict({"name": "x", "region": "eu", "zones": ["eu-1a", "eu-1b"]})
+    cluster = two.cluster_object()
+    assert cluster["spec"]["zones"] == ["eu-1a", "eu-1b"] and "zone" not in cluster["spec"]
+
+    def zone(op: str, *values: str) -> dict[str, Any]:
+        expr: dict[str, Any] = {"key": "zone", "operator": op}
+        if values:
+            expr["values"] = list(values)
+        return {"fieldSelector": {"matchExpressions": [expr]}}
+
+    assert affinity_matches(zone("In", "eu-1b"), cluster)
+    assert not affinity_matches(zone("NotIn", "eu-1b"), cluster)
+    assert affinity_matches(zone("Exists"), cluster)
+    legacy = {"metadata": {"name": "y"}, "spec": {"region": "eu", "zone": "eu-1b"}}
+    assert not affinity_matches(zone("In", "eu-1b"), legacy)  # no zones: In never matches
+    assert affinity_matches(zone("DoesNotExist"), legacy)
+    assert not affinity_matches(zone("Gt", "1"), cluster)  # not an operator for zones
+    region = {
+        "fieldSelector": {
+            "matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]
+        }
+    }
+    assert affinity_matches(region, cluster)

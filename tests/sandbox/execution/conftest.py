@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from sandbox.argo import fnv32a
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 
 NS = "default"
@@ -57,6 +58,13 @@ class Member:
             interval=0.2,
             what=f"{name} to finish",
         )
+
+    @staticmethod
+    def pod_name(workflow: str, node: dict[str, Any]) -> str:
+        """The pod's name as Argo's default (v2) names it (workflow/util/pod_name.go)."""
+        if node["name"] == workflow:
+            return workflow
+        return f"{workflow}-{node['templateName']}-{fnv32a(node['name'])}"
 
     def log(self, pod: str, **query: Any) -> str:
         qs = "&".join(f"{k}={v}" for k, v in query.items())

@@ -42,7 +42,7 @@ def outcomes(executing: SandboxServer) -> dict[str, dict[str, Any]]:
             if status.get("phase") in DONE:
                 for n in (status.get("nodes") or {}).values():
                     if n["type"] == "Pod" and n["phase"] in ("Failed", "Error"):
-                        n["log"] = member.log(n["id"], tailLines=5)
+                        n["log"] = member.log(member.pod_name(name, n), tailLines=5)
                 statuses[names[name]] = status
             elif any(
                 n["type"] == "Suspend" and n["phase"] == "Running"

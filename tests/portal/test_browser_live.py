@@ -95,6 +95,10 @@ def test_a_10000_unit_run_page_pages_groups_and_polls_conditionally(
     done = run.units.filter(phase=UnitPhase.SUCCEEDED).count()
     assert state.unit_move(unit, UnitPhase.SUCCEEDED)
     expect(page.locator(".progress-label")).to_contain_text(f"{done + 1} of {UNITS} units done")
+    # and its event joins the top of the list, the older ones kept below it.
+    newest = page.locator("#run-event-list li.event").first
+    expect(newest).to_contain_text(f"{unit.name}: Pending \u2192 Succeeded")
+    expect(page.locator("#run-event-list li.event")).to_have_count(31)
     # The page after the next: HTMX swaps the units table in place.
     page.locator("nav[aria-label='Pages of units'] a", has_text="Next").click()
     expect(page.locator("nav[aria-label='Pages of units']")).to_contain_text("Units 51")

@@ -114,7 +114,8 @@ def graph_skeleton(run: WorkflowRun, counts: Counts, expand: Sequence[str]) -> S
     added to a run, by the expansion of a loop at runtime: the cache key holds how many)."""
     # The run's creation time too: a test database hands the same ids out again.
     stamp = run.created_at.timestamp()
-    key = f"live-skeleton:{run.pk}:{stamp}:{counts.total}:{'|'.join(sorted(expand))}"
+    shown = hashlib.blake2b("|".join(sorted(expand)).encode(), digest_size=8).hexdigest()
+    key = f"live-skeleton:{run.pk}:{stamp}:{counts.total}:{shown}"
     found = cache.get(key)
     if isinstance(found, Skeleton):
         return found

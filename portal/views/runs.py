@@ -156,7 +156,11 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
     suspended = []
-    if counts.by_phase.get(UnitPhase.RUNNING):
+    # Only a run with a suspend template has steps waiting for approval: no read of the
+    # running steps otherwise.
+    templates = (run.compiled or {}).get("templates") or {}
+    waits = any(isinstance(t, dict) and "suspend" in t for t in templates.values())
+    if waits and counts.by_phase.get(UnitPhase.RUNNING):
         for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
             u.run = run  # no query per unit for the run's templates
             if unit_suspended(u):

@@ -168,9 +168,7 @@ def drawn_units(run: WorkflowRun, counts: Counts, skeleton: Skeleton) -> list[di
         elif not r.item:
             units[r.node] = _unit_of(r)
     if skeleton.loose_loops:
-        loose = run.units.filter(spec__item_index__isnull=False).filter(
-            spec__task__in=sorted(skeleton.loose_loops)
-        )
+        loose = run.units.filter(loop_task__in=sorted(skeleton.loose_loops))
         for u in loose.values(*LOOSE_FIELDS, "started_at", "finished_at"):
             units[u["name"]] = u
     out = []

@@ -210,3 +210,16 @@ def test_a_poll_of_a_big_run_costs_the_queries_of_a_small_one(
             assert response.status_code == 304
         cost[run.pk] = (len(changed), len(same))
     assert cost[small.pk] == cost[big.pk]
+
+
+def test_a_small_loop_is_drawn_item_by_item_with_each_items_phase(
+    sci: Client, scientist: User, sites: list[Site]
+) -> None:
+    run = fan_out_run(scientist, 12)  # ten items: not grouped
+    body = sci.get(live_url(run), **HX).content.decode()
+    svg = body.split('<svg class="dag', 1)[1].split("</svg>", 1)[0]
+    for unit in run.units.all():
+        name = re.escape(unit.name)
+        node = re.search(rf'<g class="node phase-(\w+)[^"]*" data-unit="{name}"', svg)
+        assert node is not None and node.group(1) == unit.phase, unit.name
+    assert 'data-items="' not in svg

@@ -138,7 +138,10 @@ class _Columns:
 
 def _fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
     pk = model._meta.pk
-    return [f for f in model._meta.concrete_fields if f is not pk]
+    # A generated column is PostgreSQL's to compute: COPY may not name it.
+    return [
+        f for f in model._meta.concrete_fields if f is not pk and not getattr(f, "generated", False)
+    ]
 
 
 def _stamped(field: models.Field[Any, Any]) -> bool:

@@ -7,6 +7,10 @@ from typing import TYPE_CHECKING, Any
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Case, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import IsNull
 from django.utils import timezone
 
 from placement import codec
@@ -162,13 +166,39 @@ class UnitRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # The task of a loop item (withItems, withParam), "" for any other unit: kept by PostgreSQL
+    # beside the row, so the run page's counts per task, phase and site read an index, not
+    # every unit's spec.
+    loop_task = models.GeneratedField(
+        expression=Case(
+            When(
+                IsNull(KT("spec__item_index"), False),
+                then=Coalesce(KT("spec__task"), Value(""), output_field=models.TextField()),
+            ),
+            default=Value(""),
+            output_field=models.TextField(),
+        ),
+        output_field=models.CharField(max_length=253),
+        db_persist=True,
+    )
 
     class Meta:
         # By the run's id, not the run (which would join to order by its created_at): newest
         # runs first, as before, and no join on the watcher's and the worker's hot reads.
         ordering = ["-run_id", "position", "id"]
         constraints = [models.UniqueConstraint(fields=["run", "name"], name="unitrun_unique_name")]
-        indexes = [models.Index(fields=["workflow_name"]), models.Index(fields=["site", "phase"])]
+        indexes = [
+            models.Index(fields=["workflow_name"]),
+            models.Index(fields=["site", "phase"]),
+            # One page of a run's units table, in its order, without sorting the run.
+            models.Index(fields=["run", "position", "id"], name="unitrun_run_position"),
+            # The run page's counts (portal.live): one pass over the run's entries.
+            models.Index(
+                fields=["run", "loop_task", "phase", "site", "planned_site"],
+                include=["started_at", "finished_at"],
+                name="unitrun_live_counts",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run.name}/{self.name}"
@@ -290,6 +320,8 @@ class PlacementDecision(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        # The run page's poll: the newest decision of one run.
+        indexes = [models.Index(fields=["run", "id"], name="decision_run_id")]
         constraints = [
             models.UniqueConstraint(
                 fields=["admission_uid"],
@@ -352,6 +384,8 @@ class RunEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        # The run page's poll: the events of one run newer than the page's newest.
+        indexes = [models.Index(fields=["run", "id"], name="runevent_run_id")]
 
     def __str__(self) -> str:
         return f"{self.kind}: {self.message}"

@@ -84,7 +84,8 @@ class Group:
 
     @property
     def size(self) -> int:
-        return len(self.members)
+        # From the counts, which the live page fills without reading the members.
+        return sum(self.phases.values())
 
     @property
     def phase(self) -> str:
@@ -270,6 +271,9 @@ def dag_svg(
             target = "#run-live" if group is not None else "#unit-panel-slot"
             swap = "outerHTML" if group is not None else "innerHTML show:#unit-panel-slot:top"
             push = "" if group is not None else ' hx-push-url="true"'
+            if group is not None:
+                # The live partial asks for the events newer than the page's newest only.
+                push = ' hx-include="#live-since"'
             parts.append(
                 f'<a href="{escape(href)}" hx-get="{escape(href)}" hx-target="{target}" '
                 f'hx-swap="{swap}"{push}>'

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -11,29 +10,34 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, QueryDict
+from django.http import (
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseBase,
+    HttpResponseNotModified,
+    QueryDict,
+)
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from placement.parser import WorkflowInvalid
-from portal import services
+from portal import live, services
 from portal.choices import RunStatus, UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import (
     ended_attempts_of_run,
     failovers_blocked,
-    run_outputs,
     runs_visible_to,
     unit_suspended,
 )
 from portal.templatetags.portal_ui import PHASES as PHASE_ORDER
-from portal.templatetags.portal_ui import group_units
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, legend, page_of
 
 GRAPH_FIELDS = (
@@ -119,121 +123,187 @@ class UnitRow:
     duration: timedelta | None
 
 
-def _run_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
-    """Everything the live part of the run page shows (DAG, timeline, units table)."""
-    now = timezone.now()
-    # The DAG and the timeline need a few fields of every unit: plain dicts, not model
-    # instances, keep a 2,000-unit run cheap. The table shows one page of full rows.
-    units = list(
-        run.units.order_by("position", "id").values(
-            *GRAPH_FIELDS,
-            task=KT("spec__task"),
-            item_index=KT("spec__item_index"),
-            expanded=KT("spec__expanded"),
-        )
-    )
-    colours = fleet_colours(u["site"] or u["planned_site"] for u in units)
-    counts: dict[str, int] = defaultdict(int)
-    for u in units:
-        counts[u["phase"]] += 1
-    total = len(units)
-    done = sum(counts[p] for p in DONE_PHASES)
-    failed = sum(counts[p] for p in FAILED_PHASES)
-    finished = run.is_finished
-    table = run.units.order_by("position", "id")
+class BadParameter(ValueError):
+    """A query parameter the live partial cannot read; the message names it."""
+
+
+def _since(request: HttpRequest) -> int | None:
+    raw = request.GET.get("since")
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit():
+        raise BadParameter("since: expected the id of the last event the page shows (digits)")
+    return int(raw)
+
+
+def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> dict[str, Any]:
+    """What the live part of the run page shows that can change, read at a cost independent
+    of the run's size (``portal.live``), and its version."""
+    counts = live.unit_counts(run.pk)
     phase_filter = request.GET.get("phase") or ""
     site_filter = request.GET.get("site") or ""
+    table = run.units.order_by("position", "id")
     if phase_filter:
         table = table.filter(phase=phase_filter)
     if site_filter:
         table = table.filter(site=site_filter)
-    page = page_of(request, table, UNITS_PER_PAGE)
-    expand = [t for t in request.GET.getlist("expand") if t]
-    query = QueryDict(mutable=True)
-    for key, value in (("phase", phase_filter), ("site", site_filter)):
-        if value:
-            query[key] = value
-    query.setlist("expand", expand)
-    filter_query = query.urlencode()
-    if page.number > 1:
-        query["page"] = str(page.number)
-    live_url = reverse("ui-run-live", args=[run.pk])
-    if query:
-        live_url += f"?{query.urlencode()}"
-    expand_query = QueryDict(mutable=True)
-    expand_query.setlist("expand", expand)
-    group_link = f"{reverse('ui-run-live', args=[run.pk])}?"
-    if expand_query:
-        group_link += f"{expand_query.urlencode()}&"
-    group_link += "expand="
-    events = list(run.events.select_related("unit").order_by("-created_at", "-id")[:EVENTS_SHOWN])
+    paginator = Paginator(table, UNITS_PER_PAGE)
+    # The count is known from the counts: no COUNT(*) over the run's units.
+    paginator.__dict__["count"] = counts.filtered(phase_filter, site_filter)
+    page = paginator.get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    events = live.events_since(run, since or 0, EVENTS_SHOWN)
+    last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
     suspended = []
-    if counts[UnitPhase.RUNNING]:
+    # Only a run with a suspend template has steps waiting for approval: no read of the
+    # running steps otherwise.
+    templates = (run.compiled or {}).get("templates") or {}
+    waits = any(isinstance(t, dict) and "suspend" in t for t in templates.values())
+    if waits and counts.by_phase.get(UnitPhase.RUNNING):
         for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
             u.run = run  # no query per unit for the run's templates
             if unit_suspended(u):
                 suspended.append(u)
+    decisions = live.latest_decision_id(run)
+    now = timezone.now()
+    version = live.version(
+        (run.status, run.message, run.finished_at, run.suspended, run.updated_at),
+        counts.rows,
+        live.page_state(rows),
+        last_event,
+        decisions,
+        [e.pk for e in blocked],
+        [u.pk for u in suspended],
+        request.user.pk,
+        request.get_full_path(),
+        # Durations of what runs are drawn to now: a poll sees them move at least this often.
+        int(now.timestamp()) // live.CLOCK_STEP_S,
+    )
     return {
+        "counts": counts,
+        "unit_page": page,
+        "unit_rows": [UnitRow(u, _duration(u.started_at, u.finished_at, now)) for u in rows],
+        "phase_filter": phase_filter,
+        "site_filter": site_filter,
+        "events": events,
+        "last_event": last_event,
+        "decisions_version": decisions,
+        "blocked_failovers": blocked,
+        "blocked_failovers_total": blocked_total,
+        "suspended_units": suspended,
+        "version": version,
+        "now": now,
+    }
+
+
+def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) -> dict[str, Any]:
+    """Everything the live part of the run page draws (DAG, timeline, units table), from
+    ``state``: the graph's nodes and groups from the counts, not from every unit."""
+    now = state["now"]
+    counts: live.Counts = state["counts"]
+    expand = [t for t in request.GET.getlist("expand") if t]
+    skeleton = live.graph_skeleton(run, counts, expand)
+    units = live.drawn_units(run, counts, skeleton)
+    colours = fleet_colours(counts.where())
+    total = counts.total
+    done = sum(counts.by_phase.get(p, 0) for p in DONE_PHASES)
+    failed = sum(counts.by_phase.get(p, 0) for p in FAILED_PHASES)
+    query = QueryDict(mutable=True)
+    for key, value in (("phase", state["phase_filter"]), ("site", state["site_filter"])):
+        if value:
+            query[key] = value
+    query.setlist("expand", expand)
+    filter_query = query.urlencode()
+    if state["unit_page"].number > 1:
+        query["page"] = str(state["unit_page"].number)
+    live_url = reverse("ui-run-live", args=[run.pk])
+    poll = query.copy()
+    poll["since"] = str(state["last_event"])
+    poll["decisions"] = str(state["decisions_version"])
+    expand_query = QueryDict(mutable=True)
+    expand_query.setlist("expand", expand)
+    group_link = f"{live_url}?"
+    if expand_query:
+        group_link += f"{expand_query.urlencode()}&"
+    group_link += "expand="
+    ended = ended_attempts_of_run(run)
+    return {
+        **state,
         "run": run,
         "units": units,
+        "timeline_units": live.timeline_rows(counts, units, skeleton),
         "colours": colours,
-        "legend": legend(colours, (u["site"] or u["planned_site"] for u in units)),
+        "legend": legend(colours, counts.where()),
         "total": total,
         "done": done,
         "failed": failed,
-        "running": counts[UnitPhase.RUNNING],
+        "running": counts.by_phase.get(UnitPhase.RUNNING, 0),
         "percent": round(100 * done / total) if total else 0,
-        "phase_counts": sorted(counts.items()),
-        "finished": finished,
+        "phase_counts": sorted(counts.by_phase.items()),
+        "finished": run.is_finished,
         "poll": RUN_POLL_LARGE if total > LARGE_RUN_UNITS else RUN_POLL,
-        "live_url": live_url,
-        "unit_page": page,
-        "unit_rows": [UnitRow(u, _duration(u.started_at, u.finished_at, now)) for u in page],
-        "phase_filter": phase_filter,
-        "site_filter": site_filter,
+        "live_url": f"{live_url}?{poll.urlencode()}",
         "filter_query": filter_query,
-        "unit_sites": sorted({u["site"] for u in units if u["site"]}),
-        "phases_drawn": [p for p in PHASE_ORDER if counts.get(p)],
+        "unit_sites": counts.sites(),
+        "phases_drawn": [p for p in PHASE_ORDER if counts.by_phase.get(p)],
         "all_phases": PHASE_ORDER,
         "expand": expand,
         "group_link": group_link,
-        "groups": group_units(units, expand)[1],
-        "ended_attempts": ended_attempts_of_run(run),
+        "groups": {str(u["name"]): u["group"] for u in units if u.get("group") is not None},
+        "ended_attempts": ended,
         "unit_link": reverse("ui-unit-detail", args=[run.pk, "-"])[:-2],
-        "events": events,
-        "suspended_units": suspended,
-        "event_count": run.events.count(),
-        "outputs": run_outputs(run, limit=FINAL_OUTPUTS_SHOWN),
+        "outputs": live.live_outputs(run, skeleton, FINAL_OUTPUTS_SHOWN),
         "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),
         # Retry restarts the failed units of a failed run only; a stopped run is resubmitted.
         "can_retry": run.status in (RunStatus.FAILED, RunStatus.ERROR),
-        "blocked_failovers": blocked,
-        "blocked_failovers_total": blocked_total,
-        "now": now,
     }
+
+
+def run_page_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
+    """The whole run page: its live part (with the newest events) and the decision log."""
+    context = _run_context(request, run, _live_state(request, run, None))
+    context.update(_decisions_context(request, run))
+    return context
 
 
 @login_required
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = _get_run(request, pk)
-    context = _run_context(request, run)
-    context.update(_decisions_context(request, run))
-    return render(request, "portal/run_detail.html", context)
+    return render(request, "portal/run_detail.html", run_page_context(request, run))
 
 
 @login_required
 @require_GET
 def run_live(request: HttpRequest, pk: int) -> HttpResponse:
-    """The polled part of the run page. A finished run's partial carries no polling trigger,
-    so the browser stops asking."""
+    """The polled part of the run page. It answers 304 to a poll that holds the current
+    version (``If-None-Match``), and otherwise carries only the events newer than ``since``
+    (added to the page's list out of band). A finished run's partial carries no polling
+    trigger, so the browser stops asking."""
     run = _get_run(request, pk)
-    response = render(request, "portal/htmx/run_live.html", _run_context(request, run))
-    known = request.GET.get("decisions")
-    if known is not None and known != str(run.decisions.count()):
-        response["HX-Trigger"] = "decisions-changed"
+    try:
+        since = _since(request)
+    except BadParameter as exc:
+        return HttpResponseBadRequest(str(exc))
+    state = _live_state(request, run, since)
+    if state["version"] in _etags(request.headers.get("If-None-Match", "")):
+        response: HttpResponse = HttpResponseNotModified()
+    else:
+        context = _run_context(request, run, state)
+        context["events_oob"] = since is not None
+        response = render(request, "portal/htmx/run_live.html", context)
+        known = request.GET.get("decisions")
+        if known is not None and known != str(state["decisions_version"]):
+            response["HX-Trigger"] = "decisions-changed"
+    response["ETag"] = state["version"]
+    # Kept by the browser but asked again every time: its next poll is a conditional GET.
+    response["Cache-Control"] = "private, no-cache"
     return response
+
+
+def _etags(header: str) -> set[str]:
+    return {t.strip().removeprefix("W/") for t in header.split(",") if t.strip()}
 
 
 def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:

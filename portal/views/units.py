@@ -19,7 +19,7 @@ from portal.choices import UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import unit_by_key, unit_detail
 from portal.views.common import fleet_colours, is_htmx
-from portal.views.runs import _decisions_context, _get_run, _run_context
+from portal.views.runs import _get_run, run_page_context
 
 # The panel shows the end of a log; the REST endpoint gives the whole (bounded) log.
 PANEL_TAIL_LINES = 500
@@ -64,8 +64,7 @@ def unit_panel(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     panel = panel_context(request, run, unit)
     if is_htmx(request):
         return render(request, "portal/htmx/unit_panel.html", panel)
-    context = _run_context(request, run)
-    context.update(_decisions_context(request, run))
+    context = run_page_context(request, run)
     context["panel_html"] = render_to_string("portal/htmx/unit_panel.html", panel, request)
     return render(request, "portal/run_detail.html", context)
 

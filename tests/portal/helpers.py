@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from portal.choices import RunStatus, UnitPhase
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from sites.models import Project
 from tests.factories import PlacementDecisionFactory, UnitRunFactory, WorkflowRunFactory
 
@@ -131,3 +131,37 @@ def write_then_read(
         },
         allow_unicode=True,
     )
+
+
+FAN_SITES = ("site-a", "site-b", "site-c")
+
+
+def fan_out_run(owner: Any, units: int) -> WorkflowRun:
+    """``units`` units as the parser stores a fan-out: a generator, the items of one looped
+    task (a third done, a third running, a third pending, over three sites), and a join."""
+    run = WorkflowRunFactory(owner=owner, status="Running")
+    items = units - 2
+    names = [f"fan({i}:{i})" for i in range(items)]
+    phases = ("Succeeded", "Running", "Pending")
+    rows = [UnitRunFactory.build(run=run, name="gen", position=0, phase="Succeeded")]
+    rows += [
+        UnitRunFactory.build(
+            run=run,
+            name=name,
+            position=i + 1,
+            upstream=["gen"],
+            planned_site=FAN_SITES[i % 3],
+            site=FAN_SITES[i % 3] if i % 3 != 2 else "",
+            phase=phases[i * 3 // items],
+            spec={"task": "fan", "item_index": i, "template": "work"},
+        )
+        for i, name in enumerate(names)
+    ]
+    rows.append(UnitRunFactory.build(run=run, name="join", position=items + 1, upstream=names))
+    UnitRun.objects.bulk_create(rows, batch_size=2000)
+    events = [
+        RunEvent(run=run, unit=None, kind="unit-phase", message=f"{n}: Pending → Running")
+        for n in names
+    ]
+    RunEvent.objects.bulk_create(events, batch_size=2000)
+    return run

@@ -22,8 +22,8 @@ from django.conf import settings
 from placement.manifests.workflows import step_workflow_name
 from portal import gateway, kept_logs
 from portal.choices import FINAL_UNIT
-from portal.execution.bindings import NodeStatusUnreadable, nodes_of
 from portal.models import UnitRun
+from portal.node_status import NodeStatusUnreadable, nodes_of
 from sites.choices import SyncMode
 from sites.models import Site
 

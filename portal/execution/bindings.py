@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -22,6 +19,7 @@ from portal.execution import refusals
 from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.node_status import NodeStatusUnreadable, nodes_of
 from portal.outputs import bound_outputs
 
 log = logging.getLogger(__name__)
@@ -40,35 +38,6 @@ ARGO_TO_UNIT = {
 
 def _parse_time(value: Any) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) and value else None
-
-
-class NodeStatusUnreadable(ValueError):
-    """The member's Workflow status has no node status the portal can read."""
-
-
-def nodes_of(status: Mapping[str, Any]) -> dict[str, Any]:
-    """A Workflow status's nodes: ``status.nodes``, else ``status.compressedNodes`` (Argo
-    compresses large node maps: base64 of gzipped JSON, ``util/file`` CompressEncodeString).
-    Raises ``NodeStatusUnreadable`` when the member offloaded them to its own database
-    (``offloadNodeStatusVersion``): no one outside that site can read them."""
-    nodes = status.get("nodes")
-    if isinstance(nodes, dict) and nodes:
-        return nodes
-    compressed = status.get("compressedNodes")
-    if isinstance(compressed, str) and compressed:
-        try:
-            decoded = json.loads(gzip.decompress(base64.b64decode(compressed)))
-        except (ValueError, OSError, EOFError) as exc:
-            raise NodeStatusUnreadable(f"compressedNodes cannot be decoded: {exc}") from exc
-        if not isinstance(decoded, dict):
-            raise NodeStatusUnreadable("compressedNodes is not a map of nodes")
-        return decoded
-    version = status.get("offloadNodeStatusVersion")
-    if version:
-        raise NodeStatusUnreadable(
-            f"node status offloaded to the member's database (offloadNodeStatusVersion {version})"
-        )
-    return {}
 
 
 # Node fields later units may read as {{tasks.x.<field>}}, kept beside the outputs.

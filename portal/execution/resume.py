@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from portal import gateway
-from portal.execution.bindings import NodeStatusUnreadable, nodes_of
 from portal.execution.common import event
 from portal.models import UnitRun
+from portal.node_status import NodeStatusUnreadable, nodes_of
 
 log = logging.getLogger(__name__)
 

@@ -166,17 +166,17 @@ def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
             return f"Waiting for {shown} to finish."
         if run.status == RunStatus.STOPPED:
             return "The run was stopped before this unit started."
+    if unit.refused_at is not None and unit.message:
+        # Karmada's refusal in words (portal.execution.refusals), the real cause rather than a
+        # guess; the unit's message goes on with Karmada's own text.
+        cause = unit.message.split(". Karmada: ", 1)[0].rstrip(".")
+        return f"Karmada refuses it: {cause}. It is placed elsewhere after the site's grace."
     if unit.message:
         return _as_sentence(unit.message)
     if not unit.workflow_name:
         if run.suspended:
             return "Waiting for the run to be resumed (spec.suspend)."
         return "Ready: the step workflow is being created on Karmada."
-    if unit.refused_at is not None and unit.message:
-        # Karmada's refusal in words (portal.execution.refusals), the real cause rather than a
-        # guess; the unit's message goes on with Karmada's own text.
-        cause = unit.message.split(". Karmada: ", 1)[0].rstrip(".")
-        return f"Karmada refuses it: {cause}. It is placed elsewhere after the site's grace."
     if not unit.site:
         return "Waiting for placement: the admission webhook or the fallback policy picks a site."
     return (

@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import transaction
 
@@ -60,12 +61,13 @@ from placement.context import (
 from placement.parser import Resources, Unit, WorkflowInvalid
 from placement.revisions.replay import snapshot_body, snapshot_digest
 from placement.revisions.selectors import active_revision_id
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
+from placement.selectors import planner_inputs_clear
 from portal import labels
+from portal.admission import reservations
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
-from portal.admission.queue import decision_entry, decision_record, planning_entry
+from portal.admission.queue import decision_entry, decision_record, planning_entry, queue_client
 from portal.models import UnitRun, WorkflowTemplate
-from portal.selectors import fleet_with_holds
+from portal.planning import PlannerBase, PlannerSnapshot, planner_base, planner_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +90,10 @@ class _Skip(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    fleet: planner.Fleet
-    rules: planner.RuleBook
-    datasets: planner.DataCatalogue
+    """The database part of every decision's inputs (``portal.planning.PlannerBase``), kept
+    for up to ``SNAPSHOT_TTL_S``; each decision adds what other decisions hold in Redis."""
+
+    base: PlannerBase
     taken_at: float
     # The rule revision active when it was read, and the fleet and datasets as replay
     # records them (``placement.revisions.replay``), with their digest.
@@ -102,9 +105,25 @@ class Snapshot:
     # drain lost is sent again at the next refresh.
     body_queued: threading.Event = dataclasses.field(default_factory=threading.Event)
 
+    @property
+    def fleet(self) -> planner.Fleet:
+        return self.base.fleet
+
+    @property
+    def rules(self) -> planner.RuleBook:
+        return self.base.rules
+
+    @property
+    def datasets(self) -> planner.DataCatalogue:
+        return self.base.datasets
+
 
 _snapshot: Snapshot | None = None
 _snapshot_lock = threading.Lock()
+# Without a queue (the embedded demo) a decision is written at once: one at a time, each
+# reading the holds the one before wrote.
+_unqueued_lock = threading.Lock()
+_TAKE_TRIES = 5
 
 
 def snapshot_get() -> Snapshot:
@@ -122,28 +141,30 @@ def snapshot_get() -> Snapshot:
         snap = _snapshot
         if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
             return snap
-        # What other runs placed and no member reports yet counts as taken.
-        fleet = fleet_with_holds(fleet_state())
-        datasets = planner.DataCatalogue(dataset_inputs())
-        body = snapshot_body(fleet, datasets)
-        snap = Snapshot(
-            fleet=fleet,
-            rules=planner.RuleBook(rule_inputs()),
-            datasets=datasets,
-            taken_at=time.monotonic(),
-            revision=active_revision_id(),
-            body=body,
-            digest=snapshot_digest(body),
-        )
+        snap = _snapshot_read()
         _snapshot = snap
         return snap
 
 
+def _snapshot_read() -> Snapshot:
+    base = planner_base()
+    body = snapshot_body(base.fleet, base.datasets)
+    return Snapshot(
+        base=base,
+        taken_at=time.monotonic(),
+        revision=active_revision_id(),
+        body=body,
+        digest=snapshot_digest(body),
+    )
+
+
 def snapshot_clear() -> None:
-    """Forget the snapshot (tests; a process that must see a change at once)."""
+    """Forget the snapshot and the tables it was read from (tests; a process that must see a
+    change at once)."""
     global _snapshot
     with _snapshot_lock:
         _snapshot = None
+    planner_inputs_clear()
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,13 +339,66 @@ def _admit_step(
     if found is None:
         # No (usable) context: a step workflow from an older portal, or edited by hand.
         found = _context_from_database(run_id, slug, attempt, deadline)
+    whose = _Whose(uid, name, run_id, slug, attempt)
+    decision, snap = _place(found, whose, dry_run=dry_run, deadline=deadline)
+    if not decision.site:
+        raise _Skip(f"no eligible site now: {decision.reason}")
+    return placement_patch(obj, decision.site, decision.reason, snap.revision)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Whose:
+    """Whose decision: the admission, the Workflow's name, and its unit (a direct Workflow:
+    none)."""
+
+    uid: str
+    workflow: str
+    run_id: int | None = None
+    unit: str | None = None
+    attempt: int = 1
+
+
+def _place(
+    found: Context, whose: _Whose, *, dry_run: bool, deadline: Deadline
+) -> tuple[planner.Decision, Snapshot]:
+    """Decide ``found``'s unit on the planner's snapshot (``portal.planning``) and, unless a
+    dry run, hold its capacity and queue the decision in one step: decided again from the
+    newer figures when a concurrent admission took the room first."""
+    key = reservations.unit_key(whose.run_id, whose.unit, whose.uid)
+    client = None if dry_run else queue_client()
+    if client is None and not dry_run:
+        with _unqueued_lock:
+            # Written at once: read fresh, so the next decision sees this one's site.
+            snap = _snapshot_read()
+            view = planner_snapshot(snap.base)
+            deadline.check("reading")
+            decision = _decide(found, view)
+            deadline.check("deciding")
+            _record(_entry(whose, decision), snap, found, view, deadline)
+        return decision, snap
     snap = snapshot_get()
-    deadline.check("reading")
-    decision = planner.decide(
+    for _ in range(_TAKE_TRIES):
+        view = planner_snapshot(snap.base, excluding=key)
+        deadline.check("reading")
+        decision = _decide(found, view)
+        deadline.check("deciding")
+        if client is None:  # a dry run
+            return decision, snap
+        entry = _entry(whose, decision)
+        if not decision.site:
+            _record(entry, snap, found, view, deadline)
+            return decision, snap
+        if _hold(client, key, entry, decision.site, snap, found, view, deadline):
+            return decision, snap
+    raise _Skip(f"capacity taken by concurrent decisions {_TAKE_TRIES} times")
+
+
+def _decide(found: Context, view: PlannerSnapshot) -> planner.Decision:
+    return planner.decide(
         found.unit,
-        snap.fleet,
-        snap.rules,
-        snap.datasets,
+        view.fleet,
+        view.rules,
+        view.datasets,
         found.project,
         found.upstream,
         timing="runtime",
@@ -333,27 +407,79 @@ def _admit_step(
         # worker's own planning (its fallback site, failover, withParam items).
         ancestors=found.ancestors,
     )
-    deadline.check("deciding")
-    if not dry_run:
-        entry = decision_entry(uid, decision, name, run_id=run_id, unit=slug, attempt=attempt)
-        _record(entry, snap, found, deadline)
-    if not decision.site:
-        raise _Skip(f"no eligible site now: {decision.reason}")
-    return placement_patch(obj, decision.site, decision.reason, snap.revision)
 
 
-def _record(entry: dict[str, Any], snap: Snapshot, found: Context, deadline: Deadline) -> None:
-    """Queue the decision with what it was decided from (``planning_entry``): the snapshot's
-    body travels with the first entry of each snapshot."""
+def _entry(whose: _Whose, decision: planner.Decision) -> dict[str, Any]:
+    return decision_entry(
+        whose.uid,
+        decision,
+        whose.workflow,
+        run_id=whose.run_id,
+        unit=whose.unit,
+        attempt=whose.attempt,
+    )
+
+
+def _planning(entry: dict[str, Any], snap: Snapshot, found: Context, view: PlannerSnapshot) -> bool:
+    """Add what the decision was decided from (``planning_entry``) to ``entry``: the
+    snapshot's body travels with the first entry of each snapshot. True if it carries it."""
     with_body = not snap.body_queued.is_set()
     entry.update(
         planning_entry(
-            context_doc(found), snap.revision, snap.digest, snap.body if with_body else None
+            context_doc(found),
+            snap.revision,
+            snap.digest,
+            snap.body if with_body else None,
+            view.pending,
         )
     )
+    return with_body
+
+
+def _record(
+    entry: dict[str, Any],
+    snap: Snapshot,
+    found: Context,
+    view: PlannerSnapshot,
+    deadline: Deadline,
+) -> None:
+    """Queue a decision that holds nothing (no site), or write it at once without a queue."""
+    with_body = _planning(entry, snap, found, view)
     decision_record(entry, deadline)
     if with_body:
         snap.body_queued.set()
+
+
+def _hold(
+    client: redis.Redis,
+    key: str,
+    entry: dict[str, Any],
+    site: str,
+    snap: Snapshot,
+    found: Context,
+    view: PlannerSnapshot,
+    deadline: Deadline,
+) -> bool:
+    """Hold the unit's requests at ``site`` and queue the decision, if the room the decision
+    saw there is still free; False when another admission took it meanwhile."""
+    with_body = _planning(entry, snap, found, view)
+    held = reservations.Reservation(key, str(entry["uid"]), site, found.unit.resources)
+    try:
+        taken = reservations.take(
+            client,
+            held,
+            room=view.room(site),
+            since=snap.base.stamp,
+            entry=json.dumps(entry, separators=(",", ":")),
+        )
+    except redis.RedisError as exc:
+        # Redis down: the database takes the decision at once (the unit then holds there).
+        log.warning("reservations unreachable (%s); recording the decision at once", exc)
+        decision_record(entry, deadline)
+        taken = True
+    if taken and with_body:
+        snap.body_queued.set()
+    return taken
 
 
 def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadline) -> Context:
@@ -470,21 +596,10 @@ def _admit_direct(
     except WorkflowInvalid as exc:
         e = exc.errors[0]
         raise _Skip(f"workflow does not parse: {e.path or '<document>'}: {e.message}") from None
-    snap = snapshot_get()
-    deadline.check("reading")
     unit = whole_unit(parsed)
-    decision = planner.decide(
-        unit,
-        snap.fleet,
-        snap.rules,
-        snap.datasets,
-        None,
-        timing="runtime",
-        strict_capacity=True,
+    decision, snap = _place(
+        Context(unit, None, {}, ()), _Whose(uid, name), dry_run=dry_run, deadline=deadline
     )
-    deadline.check("deciding")
-    if not dry_run:
-        _record(decision_entry(uid, decision, name), snap, Context(unit, None, {}, ()), deadline)
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")
     return placement_patch(obj, decision.site, decision.reason, snap.revision)

@@ -377,7 +377,7 @@ def _place(
             _record(_entry(whose, decision), snap, found, view, deadline)
         return decision, snap
     snap = snapshot_get()
-    for _ in range(_TAKE_TRIES):
+    for tries_left in reversed(range(_TAKE_TRIES)):
         view = planner_snapshot(snap.base, excluding=key)
         deadline.check("reading")
         decision = _decide(found, view)
@@ -388,7 +388,9 @@ def _place(
         if not decision.site:
             _record(entry, snap, found, view, deadline)
             return decision, snap
-        if _hold(client, key, entry, decision.site, snap, found, view, deadline):
+        # The site's figures exact while tries are left, then only room enough (under a
+        # storm of admissions for one site).
+        if _hold(client, key, entry, decision.site, snap, found, view, deadline, tries_left > 0):
             return decision, snap
     raise _Skip(f"capacity taken by concurrent decisions {_TAKE_TRIES} times")
 
@@ -459,9 +461,11 @@ def _hold(
     found: Context,
     view: PlannerSnapshot,
     deadline: Deadline,
+    exact: bool,
 ) -> bool:
     """Hold the unit's requests at ``site`` and queue the decision, if the room the decision
-    saw there is still free; False when another admission took it meanwhile."""
+    saw there is still free (``exact``: and nothing else changed there); False when another
+    admission took it meanwhile."""
     with_body = _planning(entry, snap, found, view)
     held = reservations.Reservation(key, str(entry["uid"]), site, found.unit.resources)
     try:
@@ -471,6 +475,7 @@ def _hold(
             room=view.room(site),
             since=snap.base.stamp,
             entry=json.dumps(entry, separators=(",", ":")),
+            seen=view.pending.get(site, Resources()) if exact else None,
         )
     except redis.RedisError as exc:
         # Redis down: the database takes the decision at once (the unit then holds there).

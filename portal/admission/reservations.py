@@ -8,7 +8,9 @@ holds its capacity here, so that the next admission, in any web process, sees it
 * ``take`` is one Redis script: it checks that the site still has room for the request
   beside every other decision held here, records the reservation and queues the decision,
   all or nothing. Two admissions racing for the last CPUs cannot both win: the loser gets
-  ``False`` and decides again from the newer figures.
+  ``False`` and decides again from the newer figures. With ``seen``, it also refuses when
+  anything changed at the site since the decision read it, so the free capacity a decision
+  reports for its site is exact (the webhook asks so on all tries but the last).
 * ``written`` (the drain, after its transaction committed) stamps each reservation with a
   number from one counter; a fleet read from the database after the counter showed ``n``
   already counts every reservation stamped ``n`` or lower (``held``'s ``since``).
@@ -56,6 +58,10 @@ end
 for d = 1, 3 do
     local need = tonumber(ARGV[3 + d])
     if need > 0 and used[d] + need > tonumber(ARGV[6 + d]) then
+        return 0
+    end
+    local seen = tonumber(ARGV[13 + d])
+    if seen >= 0 and used[d] ~= seen then
         return 0
     end
 end
@@ -144,10 +150,12 @@ def take(
     room: Resources,
     since: int,
     entry: str,
+    seen: Resources | None = None,
 ) -> bool:
     """Hold ``reservation`` and queue ``entry`` (the decision, as the queue stores it) if
     what others hold here at its site, plus its request, fits in ``room`` (the site's free
-    capacity in the fleet read after ``since``); False, with nothing written, if not."""
+    capacity in the fleet read after ``since``), and if what they hold there is still ``seen``
+    (when given); False, with nothing written, if not."""
     req = reservation.resources
     done = client.eval(
         _TAKE,
@@ -167,6 +175,11 @@ def take(
         str(int(time.time() * 1000)),
         str(int(PENDING_TTL_S * 1000)),
         entry,
+        *(
+            ("-1", "-1", "-1")
+            if seen is None
+            else (str(seen.cpu_millicores), str(seen.memory_bytes), str(seen.gpus))
+        ),
     )
     return bool(done)
 

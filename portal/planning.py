@@ -93,14 +93,22 @@ def planner_base() -> PlannerBase:
     )
 
 
-def planner_snapshot(base: PlannerBase | None = None, *, excluding: str = "") -> PlannerSnapshot:
+def planner_snapshot(
+    base: PlannerBase | None = None,
+    *,
+    excluding: str = "",
+    held: reservations.Held | None = None,
+) -> PlannerSnapshot:
     """The planner's inputs as of now: ``base`` (read now when not given) with what webhook
-    decisions hold in Redis and the database does not show yet. ``excluding``: a unit's own
-    reservation (``reservations.unit_key``), left out when that unit is decided again."""
+    decisions hold in Redis and the database does not show yet (``held``: as the caller last
+    read them; read now when not given). ``excluding``: a unit's own reservation
+    (``reservations.unit_key``), left out when that unit is decided again."""
     base = planner_base() if base is None else base
     pending: dict[str, Resources] = {}
     client = queue_client()
-    if client is not None:
+    if held is not None:
+        pending = held.totals(since=base.stamp, excluding=excluding)
+    elif client is not None:
         try:
             pending = reservations.held(client, since=base.stamp, excluding=excluding)
         except redis.RedisError as exc:

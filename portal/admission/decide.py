@@ -1,12 +1,13 @@
-"""Runtime placement: the admission webhook's decision (DESIGN sections 3 and 5, issue 6).
+"""Runtime placement: the admission webhook's decision (DESIGN sections 3 and 5).
 
 karmada-apiserver sends an ``admission.k8s.io/v1`` AdmissionReview on CREATE of a Workflow; we
 answer one with the same uid, always ``allowed: true``, and a JSONPatch adding the site label and
 the reason annotation when we place it:
 
 * a step workflow labelled ``<domain>/placement=runtime``: its unit is decided now, with the
-  sites where its upstream units actually ran, the bytes they produced and the fleet as last
-  synced (``strict_capacity``: free GPUs, CPU and memory must fit now);
+  sites where its upstream units actually ran, the bytes they produced and the fleet as
+  ``portal.planning.planner_snapshot`` gives it to every decider (``strict_capacity``: free
+  GPUs, CPU and memory must fit now, after what every other decision holds);
 * a Workflow created directly on Karmada (no ``<domain>/managed``): placed whole by the rules;
 * anything that already has ``<domain>/site``: allowed unchanged.
 
@@ -18,19 +19,27 @@ step workflow) and logs why. Only a body that is not an AdmissionReview raises
 Queries per admission (hot path, fleet snapshot warm): none. A runtime step workflow carries
 its placement context (annotation ``<domain>/placement-context``, written by the worker: the
 unit's needs, its project, where its upstream units ran and the bytes they produced), so the
-webhook still finds the unit from the labels but need not read it; and the decision is queued
-with one Redis command (``RPUSH``, shared by concurrent admissions) for ``decisions_flush`` to
-write later (the watcher every second and before it reads a binding's site, the beat resync).
+webhook still finds the unit from the labels but need not read it. One Redis round trip: a
+script that holds the unit's requests at the chosen site and queues the decision, or refuses
+when a concurrent admission changed that site's figures (the unit is then decided again from
+the newer ones, which the refusal carries; ``portal.admission.reservations``); a decision
+without a site is queued with ``RPUSH``, shared by concurrent admissions. The queue is
+written later by ``decisions_flush`` (the watcher every second and before it reads a binding's
+site, the beat resync).
 A step workflow without a usable context (an older portal's) costs three queries (statement
 timeout, the unit, its upstream units); with no queue configured (the embedded demo) or Redis
-unreachable, the decision is written at once (four more). A direct Workflow costs none, or one
-when it references the catalogue.
+unreachable, the decision is written at once (four more; without a queue, decided and written
+one at a time per process on a fleet read afresh, so the next one sees its site). A direct
+Workflow costs none, or one when it references the catalogue.
 
-The snapshot of sites, links, rules, datasets and the active rule revision (6 queries) is
-rebuilt at most once per ``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's
-Cluster sync, which is itself seconds old, so a second of staleness changes nothing a decision
-could see. Each queued decision carries what it was decided from (its placement context, the
-revision, the snapshot's digest, and the snapshot itself once per snapshot and process), which
+The database part of the snapshot (``portal.planning.PlannerBase``: sites, links, rules,
+datasets, what placed units hold, and the active rule revision) is read at most once per
+``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's Cluster sync, which is itself
+seconds old, and what decisions of that second hold is in Redis: read once after each
+refresh, then as each take answers it (the take checks the chosen site's figures, so a copy a
+few admissions old never places a unit where the room is gone). Each queued decision carries
+what it was decided from (its placement context, the revision, the snapshot's digest, the
+snapshot itself once per snapshot and process, and what other decisions held beside it), which
 the drain records for replay: nothing more on the request path than a larger entry.
 """
 
@@ -124,6 +133,8 @@ _snapshot_lock = threading.Lock()
 # reading the holds the one before wrote.
 _unqueued_lock = threading.Lock()
 _TAKE_TRIES = 5
+# What decisions hold in Redis as this process last saw it (``_held_now``).
+_held: reservations.Held | None = None
 
 
 def snapshot_get() -> Snapshot:
@@ -165,6 +176,7 @@ def snapshot_clear() -> None:
     with _snapshot_lock:
         _snapshot = None
     planner_inputs_clear()
+    _forget_held()
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,7 +390,8 @@ def _place(
         return decision, snap
     snap = snapshot_get()
     for tries_left in reversed(range(_TAKE_TRIES)):
-        view = planner_snapshot(snap.base, excluding=key)
+        held, fresh = _held_now(client, snap)
+        view = planner_snapshot(snap.base, excluding=key, held=held)
         deadline.check("reading")
         decision = _decide(found, view)
         deadline.check("deciding")
@@ -386,6 +399,9 @@ def _place(
             return decision, snap
         entry = _entry(whose, decision)
         if not decision.site:
+            if not fresh:  # "no room" is said from Redis's figures, not a copy
+                _forget_held()
+                continue
             _record(entry, snap, found, view, deadline)
             return decision, snap
         # The site's figures exact while tries are left, then only room enough (under a
@@ -393,6 +409,29 @@ def _place(
         if _hold(client, key, entry, decision.site, snap, found, view, deadline, tries_left > 0):
             return decision, snap
     raise _Skip(f"capacity taken by concurrent decisions {_TAKE_TRIES} times")
+
+
+def _held_now(client: redis.Redis | None, snap: Snapshot) -> tuple[reservations.Held | None, bool]:
+    """What decisions hold in Redis, and whether read just now: this process's copy (the
+    answer of its last take) when read after the snapshot, else read (one round trip). A
+    copy's figures for the site a decision picks are checked by the take, which refuses and
+    answers the newer ones when they changed."""
+    global _held
+    held = _held
+    if held is not None and held.read_at >= snap.taken_at:
+        return held, False
+    if client is None:
+        return None, True
+    try:
+        _held = held = reservations.read(client)
+    except redis.RedisError:
+        return None, True  # planner_snapshot tries once more and says why
+    return held, True
+
+
+def _forget_held() -> None:
+    global _held
+    _held = None
 
 
 def _decide(found: Context, view: PlannerSnapshot) -> planner.Decision:
@@ -466,10 +505,11 @@ def _hold(
     """Hold the unit's requests at ``site`` and queue the decision, if the room the decision
     saw there is still free (``exact``: and nothing else changed there); False when another
     admission took it meanwhile."""
+    global _held
     with_body = _planning(entry, snap, found, view)
     held = reservations.Reservation(key, str(entry["uid"]), site, found.unit.resources)
     try:
-        taken = reservations.take(
+        taken, _held = reservations.take(
             client,
             held,
             room=view.room(site),

@@ -14,7 +14,8 @@ holds its capacity here, so that the next admission, in any web process, sees it
 * ``written`` (the drain, after its transaction committed) stamps each reservation with a
   number from one counter; a fleet read from the database after the counter showed ``n``
   already counts every reservation stamped ``n`` or lower (``held``'s ``since``).
-* A stamped reservation is forgotten a minute after its stamp, one never drained after
+* A stamped reservation is forgotten 10 s after its stamp (a fleet read before it is at most
+  a second old), one never drained after
   ``PENDING_TTL_S`` (its decision queued for that long means the drain is down; the unit
   then holds nothing until the drain returns and writes its site).
 
@@ -27,9 +28,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis
 from django.conf import settings
@@ -37,9 +38,10 @@ from django.conf import settings
 from placement.parser import Resources
 
 PENDING_TTL_S = 600.0
-WRITTEN_TTL_S = 60.0
+WRITTEN_TTL_S = 10.0
 
-# A reservation's value: [site, cpu, memory, gpus, uid, stamp (0: not yet written), expires ms]
+# A reservation's value: [site, cpu, memory, gpus, uid, stamp (0: not yet written), expires ms].
+# Answers {1 if taken else 0, the whole table after}: the caller's copy for its next decision.
 _TAKE = """
 local now = tonumber(ARGV[11])
 local since = tonumber(ARGV[10])
@@ -57,19 +59,16 @@ for i = 1, #held, 2 do
 end
 for d = 1, 3 do
     local need = tonumber(ARGV[3 + d])
-    if need > 0 and used[d] + need > tonumber(ARGV[6 + d]) then
-        return 0
-    end
     local seen = tonumber(ARGV[13 + d])
-    if seen >= 0 and used[d] ~= seen then
-        return 0
+    if (need > 0 and used[d] + need > tonumber(ARGV[6 + d])) or (seen >= 0 and used[d] ~= seen) then
+        return {0, held}
     end
 end
 redis.call('hset', KEYS[1], ARGV[1], cjson.encode(
     {ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[2], 0,
      now + tonumber(ARGV[12])}))
 redis.call('rpush', KEYS[2], ARGV[13])
-return 1
+return {1, redis.call('hgetall', KEYS[1])}
 """
 
 _WRITTEN = """
@@ -97,6 +96,10 @@ return stamp
 """
 
 
+# EVALSHA: the script's text is sent once per client, not with every admission.
+_scripts: dict[int, Any] = {}
+
+
 def _keys() -> tuple[str, str]:
     base = str(settings.PORTAL_DECISION_QUEUE_KEY)
     return f"{base}:held", f"{base}:held-stamp"
@@ -122,25 +125,56 @@ def stamp(client: redis.Redis) -> int:
     return int(cast(bytes, raw)) if raw else 0
 
 
-def held(client: redis.Redis, *, since: int, excluding: str = "") -> dict[str, Resources]:
-    """Per site, what decisions hold here that a fleet read after ``stamp()`` returned
-    ``since`` does not count yet (``excluding``: one unit's own reservation)."""
-    now = time.time() * 1000
-    out: dict[str, list[int]] = {}
+@dataclass(frozen=True)
+class Held:
+    """The reservations as read at ``read_at`` (``time.monotonic()``): by key, ``(site, cpu,
+    memory, gpus, stamp, expires ms)``."""
+
+    rows: Mapping[str, tuple[str, int, int, int, int, float]]
+    read_at: float
+
+    @classmethod
+    def parse(cls, flat: Sequence[bytes]) -> Held:
+        """From HGETALL's reply as a Lua script returns it: key, value, key, value..."""
+        rows = {}
+        for key, value in zip(flat[::2], flat[1::2], strict=True):
+            site, cpu, memory, gpus, _uid, stamped, expires = json.loads(value)
+            rows[key.decode()] = (
+                str(site),
+                int(cpu),
+                int(memory),
+                int(gpus),
+                int(stamped),
+                expires,
+            )
+        return cls(rows, time.monotonic())
+
+    def totals(self, *, since: int, excluding: str = "") -> dict[str, Resources]:
+        """Per site, what decisions hold that a fleet read after ``stamp()`` returned
+        ``since`` does not count yet (``excluding``: one unit's own reservation)."""
+        now = time.time() * 1000
+        out: dict[str, list[int]] = {}
+        for key, (site, cpu, memory, gpus, stamped, expires) in self.rows.items():
+            if key == excluding or expires <= now or (stamped and stamped <= since):
+                continue
+            total = out.setdefault(site, [0, 0, 0])
+            total[0] += cpu
+            total[1] += memory
+            total[2] += gpus
+        return {
+            site: Resources(cpu_millicores=c, memory_bytes=m, gpus=g)
+            for site, (c, m, g) in out.items()
+        }
+
+
+def read(client: redis.Redis) -> Held:
     raw = cast(dict[bytes, bytes], client.hgetall(_keys()[0]))
-    for key, value in raw.items():
-        if key.decode() == excluding:
-            continue
-        site, cpu, memory, gpus, _uid, stamped, expires = json.loads(value)
-        if expires <= now or (stamped and stamped <= since):
-            continue
-        total = out.setdefault(site, [0, 0, 0])
-        total[0] += int(cpu)
-        total[1] += int(memory)
-        total[2] += int(gpus)
-    return {
-        site: Resources(cpu_millicores=c, memory_bytes=m, gpus=g) for site, (c, m, g) in out.items()
-    }
+    return Held.parse([x for kv in raw.items() for x in kv])
+
+
+def held(client: redis.Redis, *, since: int, excluding: str = "") -> dict[str, Resources]:
+    """``read(client).totals(...)``: one Redis command."""
+    return read(client).totals(since=since, excluding=excluding)
 
 
 def take(
@@ -151,37 +185,40 @@ def take(
     since: int,
     entry: str,
     seen: Resources | None = None,
-) -> bool:
+) -> tuple[bool, Held]:
     """Hold ``reservation`` and queue ``entry`` (the decision, as the queue stores it) if
     what others hold here at its site, plus its request, fits in ``room`` (the site's free
     capacity in the fleet read after ``since``), and if what they hold there is still ``seen``
-    (when given); False, with nothing written, if not."""
+    (when given); False, with nothing written, if not. With it, the reservations as they are
+    after: one round trip gives the next decision its figures."""
     req = reservation.resources
-    done = client.eval(
-        _TAKE,
-        2,
-        _keys()[0],
-        str(settings.PORTAL_DECISION_QUEUE_KEY),
-        reservation.key,
-        reservation.uid,
-        reservation.site,
-        str(req.cpu_millicores),
-        str(req.memory_bytes),
-        str(req.gpus),
-        str(room.cpu_millicores),
-        str(room.memory_bytes),
-        str(room.gpus),
-        str(since),
-        str(int(time.time() * 1000)),
-        str(int(PENDING_TTL_S * 1000)),
-        entry,
-        *(
-            ("-1", "-1", "-1")
-            if seen is None
-            else (str(seen.cpu_millicores), str(seen.memory_bytes), str(seen.gpus))
-        ),
+    script = _scripts.get(id(client))
+    if script is None:
+        script = _scripts.setdefault(id(client), client.register_script(_TAKE))
+    done, flat = script(
+        keys=[_keys()[0], str(settings.PORTAL_DECISION_QUEUE_KEY)],
+        args=[
+            reservation.key,
+            reservation.uid,
+            reservation.site,
+            str(req.cpu_millicores),
+            str(req.memory_bytes),
+            str(req.gpus),
+            str(room.cpu_millicores),
+            str(room.memory_bytes),
+            str(room.gpus),
+            str(since),
+            str(int(time.time() * 1000)),
+            str(int(PENDING_TTL_S * 1000)),
+            entry,
+            *(
+                ("-1", "-1", "-1")
+                if seen is None
+                else (str(seen.cpu_millicores), str(seen.memory_bytes), str(seen.gpus))
+            ),
+        ],
     )
-    return bool(done)
+    return bool(done), Held.parse(flat)
 
 
 def written(client: redis.Redis, entries: Iterable[Mapping[str, object]]) -> None:

@@ -237,16 +237,26 @@ def test_a_reservation_is_taken_only_where_room_is_left_and_once_per_unit(burst)
     client = decision_queue.queue_client()
     assert client is not None
     held = reservations.Reservation("1/x", "uid-x", "site-b", ITEM)
-    assert reservations.take(client, held, room=ITEM, since=0, entry="{}")
+    taken, after = reservations.take(client, held, room=ITEM, since=0, entry="{}")
+    assert taken and after.totals(since=0) == {"site-b": ITEM}
     assert reservations.held(client, since=0) == {"site-b": ITEM}
     # A second unit does not fit in the same room; the same unit decided again replaces its own.
     other = reservations.Reservation("1/y", "uid-y", "site-b", ITEM)
-    assert not reservations.take(client, other, room=ITEM, since=0, entry="{}")
-    assert reservations.take(client, held, room=ITEM, since=0, entry="{}")
+    taken, after = reservations.take(client, other, room=ITEM, since=0, entry="{}")
+    assert not taken and after.totals(since=0) == {"site-b": ITEM}
+    assert reservations.take(client, held, room=ITEM, since=0, entry="{}")[0]
     assert reservations.held(client, since=0) == {"site-b": ITEM}
-    assert reservations.held(client, since=0, excluding="1/x") == {}
+    # Taken only if what others hold there is still what the decision saw.
+    room = Resources(cpu_millicores=3 * FAN_OUT_CPU, memory_bytes=2**32)
+    assert not reservations.take(client, other, room=room, since=0, entry="{}", seen=Resources())[0]
+    assert reservations.take(client, other, room=room, since=0, entry="{}", seen=ITEM)[0]
+    assert reservations.held(client, since=0, excluding="1/y") == {"site-b": ITEM}
+    assert reservations.held(client, since=0, excluding="1/x") == {"site-b": ITEM}
     # Written by the drain: a fleet read after that counts it from the database instead.
     reservations.written(client, [{"uid": "uid-x", "run": 1, "unit": "x"}])
-    stamp = reservations.stamp(client)
-    assert reservations.held(client, since=stamp - 1) == {"site-b": ITEM}
-    assert reservations.held(client, since=stamp) == {}
+    after_x = reservations.stamp(client)
+    reservations.written(client, [{"uid": "uid-y", "run": 1, "unit": "y"}])
+    both = Resources(cpu_millicores=2 * FAN_OUT_CPU, memory_bytes=2**31)
+    assert reservations.held(client, since=after_x - 1) == {"site-b": both}
+    assert reservations.held(client, since=after_x) == {"site-b": ITEM}
+    assert reservations.held(client, since=reservations.stamp(client)) == {}

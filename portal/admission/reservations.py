@@ -27,6 +27,7 @@ memory in bytes, GPUs), per site, as ``placement.parser.Resources``.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,34 +42,57 @@ PENDING_TTL_S = 600.0
 WRITTEN_TTL_S = 10.0
 
 # A reservation's value: [site, cpu, memory, gpus, uid, stamp (0: not yet written), expires ms].
-# Answers {1 if taken else 0, the whole table after}: the caller's copy for its next decision.
+# ARGV: now ms, pending TTL ms, then per asked reservation 14 values (``_ask_args``), each
+# checked after the ones before it were taken. Answers {taken flags, the whole table after}:
+# the table is the callers' copy for their next decisions.
 _TAKE = """
-local now = tonumber(ARGV[11])
-local since = tonumber(ARGV[10])
-local used = {0, 0, 0}
+local now = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local rows = {}
 local held = redis.call('hgetall', KEYS[1])
 for i = 1, #held, 2 do
-    if held[i] ~= ARGV[1] then
-        local r = cjson.decode(held[i + 1])
-        if r[1] == ARGV[3] and r[7] > now and (r[6] == 0 or r[6] > since) then
+    rows[held[i]] = cjson.decode(held[i + 1])
+end
+local flags = {}
+local queued = {}
+for k = 0, (#ARGV - 2) / 14 - 1 do
+    local o = 2 + k * 14
+    local key, site, since = ARGV[o + 1], ARGV[o + 3], tonumber(ARGV[o + 10])
+    local used = {0, 0, 0}
+    for other, r in pairs(rows) do
+        if other ~= key and r[1] == site and r[7] > now and (r[6] == 0 or r[6] > since) then
             used[1] = used[1] + r[2]
             used[2] = used[2] + r[3]
             used[3] = used[3] + r[4]
         end
     end
-end
-for d = 1, 3 do
-    local need = tonumber(ARGV[3 + d])
-    local seen = tonumber(ARGV[13 + d])
-    if (need > 0 and used[d] + need > tonumber(ARGV[6 + d])) or (seen >= 0 and used[d] ~= seen) then
-        return {0, held}
+    local ok = 1
+    for d = 1, 3 do
+        local need = tonumber(ARGV[o + 3 + d])
+        local seen = tonumber(ARGV[o + 11 + d])
+        if (need > 0 and used[d] + need > tonumber(ARGV[o + 6 + d]))
+                or (seen >= 0 and used[d] ~= seen) then
+            ok = 0
+        end
     end
+    if ok == 1 then
+        local r = {site, tonumber(ARGV[o + 4]), tonumber(ARGV[o + 5]), tonumber(ARGV[o + 6]),
+                   ARGV[o + 2], 0, now + ttl}
+        rows[key] = r
+        redis.call('hset', KEYS[1], key, cjson.encode(r))
+        queued[#queued + 1] = ARGV[o + 11]
+    end
+    flags[k + 1] = ok
 end
-redis.call('hset', KEYS[1], ARGV[1], cjson.encode(
-    {ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[2], 0,
-     now + tonumber(ARGV[12])}))
-redis.call('rpush', KEYS[2], ARGV[13])
-return {1, redis.call('hgetall', KEYS[1])}
+if #queued > 0 then
+    redis.call('rpush', KEYS[2], unpack(queued))
+end
+local flat = {}
+for key, r in pairs(rows) do
+    flat[#flat + 1] = key
+    flat[#flat + 1] = cjson.encode(r)
+end
+return {flags, flat}
 """
 
 _WRITTEN = """
@@ -177,6 +201,45 @@ def held(client: redis.Redis, *, since: int, excluding: str = "") -> dict[str, R
     return read(client).totals(since=since, excluding=excluding)
 
 
+def _ask_args(
+    reservation: Reservation, room: Resources, since: int, entry: str, seen: Resources | None
+) -> list[str]:
+    req = reservation.resources
+    return [
+        reservation.key,
+        reservation.uid,
+        reservation.site,
+        str(req.cpu_millicores),
+        str(req.memory_bytes),
+        str(req.gpus),
+        str(room.cpu_millicores),
+        str(room.memory_bytes),
+        str(room.gpus),
+        str(since),
+        entry,
+        *(
+            ("-1", "-1", "-1")
+            if seen is None
+            else (str(seen.cpu_millicores), str(seen.memory_bytes), str(seen.gpus))
+        ),
+    ]
+
+
+class _Takes:
+    """Group commit, as the queue's pushes (``portal.admission.queue``): the admission that
+    finds no take in flight sends its own with every one asked meanwhile, in one script call
+    (each checked after those before it); the others wait for the call that carries theirs."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        # (client, args, outcome): outcome gets (taken, table) or the error.
+        self.pending: list[tuple[redis.Redis, list[str], list[Any]]] = []
+        self.busy = False
+
+
+_takes = _Takes()
+
+
 def take(
     client: redis.Redis,
     reservation: Reservation,
@@ -191,34 +254,53 @@ def take(
     capacity in the fleet read after ``since``), and if what they hold there is still ``seen``
     (when given); False, with nothing written, if not. With it, the reservations as they are
     after: one round trip gives the next decision its figures."""
-    req = reservation.resources
-    script = _scripts.get(id(client))
-    if script is None:
-        script = _scripts.setdefault(id(client), client.register_script(_TAKE))
-    done, flat = script(
-        keys=[_keys()[0], str(settings.PORTAL_DECISION_QUEUE_KEY)],
-        args=[
-            reservation.key,
-            reservation.uid,
-            reservation.site,
-            str(req.cpu_millicores),
-            str(req.memory_bytes),
-            str(req.gpus),
-            str(room.cpu_millicores),
-            str(room.memory_bytes),
-            str(room.gpus),
-            str(since),
-            str(int(time.time() * 1000)),
-            str(int(PENDING_TTL_S * 1000)),
-            entry,
-            *(
-                ("-1", "-1", "-1")
-                if seen is None
-                else (str(seen.cpu_millicores), str(seen.memory_bytes), str(seen.gpus))
-            ),
-        ],
-    )
-    return bool(done), Held.parse(flat)
+    g = _takes
+    outcome: list[Any] = []
+    with g.cond:
+        g.pending.append((client, _ask_args(reservation, room, since, entry, seen), outcome))
+        while not outcome and g.busy:
+            g.cond.wait()
+        if not outcome:
+            g.busy = True
+            batch, g.pending = g.pending, []
+    if not outcome:
+        _take_batch(batch)
+    if isinstance(outcome[0], BaseException):
+        raise redis.RedisError(f"reservation failed: {outcome[0]}")
+    return cast(tuple[bool, Held], outcome[0])
+
+
+def _take_batch(batch: list[tuple[redis.Redis, list[str], list[Any]]]) -> None:
+    try:
+        # One call per client: only tests change the queue while admissions run.
+        by_client: dict[int, list[tuple[redis.Redis, list[str], list[Any]]]] = {}
+        for ask in batch:
+            by_client.setdefault(id(ask[0]), []).append(ask)
+        for asks in by_client.values():
+            client = asks[0][0]
+            script = _scripts.get(id(client))
+            if script is None:
+                script = _scripts.setdefault(id(client), client.register_script(_TAKE))
+            now = str(int(time.time() * 1000))
+            args = [now, str(int(PENDING_TTL_S * 1000))]
+            for _, ask_args, _ in asks:
+                args += ask_args
+            flags, flat = script(
+                keys=[_keys()[0], str(settings.PORTAL_DECISION_QUEUE_KEY)], args=args
+            )
+            table = Held.parse(flat)
+            for (_, _, outcome), flag in zip(asks, flags, strict=True):
+                outcome.append((bool(flag), table))
+    except BaseException as exc:
+        for _, _, outcome in batch:
+            if not outcome:
+                outcome.append(exc)
+        if not isinstance(exc, redis.RedisError):
+            raise
+    finally:
+        with _takes.cond:
+            _takes.busy = False
+            _takes.cond.notify_all()
 
 
 def written(client: redis.Redis, entries: Iterable[Mapping[str, object]]) -> None:

@@ -18,7 +18,7 @@ from django.core.management import call_command
 from placement import planner
 from placement.parser import Resources
 from portal import execution, planning, services, state
-from portal.admission import decide, reservations
+from portal.admission import decide, placing, reservations
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase
 from portal.execution import failover
@@ -105,7 +105,7 @@ def test_a_burst_of_runtime_items_spreads_by_capacity_in_order(client, burst) ->
 
 
 def test_concurrent_admissions_never_both_take_the_last_room(burst, monkeypatch) -> None:
-    monkeypatch.setattr(decide, "SNAPSHOT_TTL_S", 3600.0)
+    monkeypatch.setattr(placing, "SNAPSHOT_TTL_S", 3600.0)
     start = _free_at_start()
     decide.snapshot_get()  # warm: the threads below touch Redis only
     bodies = [json.dumps(b).encode() for b in _bodies(burst)]

@@ -151,6 +151,14 @@ def planner_inputs() -> PlannerInputs:
     return inputs
 
 
+def planner_inputs_clear() -> None:
+    """Forget the inputs: the next ``planner_inputs`` reads the tables (tests counting the
+    queries of a cold read)."""
+    global _cached
+    with _cached_lock:
+        _cached = None
+
+
 def _build_inputs() -> PlannerInputs:
     return PlannerInputs(
         fleet=fleet_state(),

@@ -15,7 +15,7 @@ from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from placement import manifests, planner
+from placement import manifests
 from placement.manifests import GlobalOutputs
 from placement.parser import Resources, parse_arguments
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
@@ -384,11 +384,6 @@ def held_reservations() -> dict[str, Resources]:
         )
         for r in rows
     }
-
-
-def fleet_with_holds(fleet: planner.Fleet) -> planner.Fleet:
-    """The fleet with what other active runs hold counted as taken."""
-    return planner.hold(fleet, held_reservations())
 
 
 def run_global_outputs(run: WorkflowRun, units: Iterable[Any] | None = None) -> GlobalOutputs:

@@ -19,7 +19,6 @@ from placement import codec, manifests, parser, planner
 from placement.gcpause import gc_paused
 from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
 from placement.revisions.replay import planning_record
-from placement.selectors import planner_inputs
 from portal import bulk, catalogue, state, stored_decisions
 from portal.choices import RunStatus, UnitPhase, UnitTiming
 from portal.models import (
@@ -29,7 +28,8 @@ from portal.models import (
     WorkflowRun,
     WorkflowTemplate,
 )
-from portal.selectors import fleet_with_holds, projects_of
+from portal.planning import planner_snapshot
+from portal.selectors import projects_of
 from portal.submission_limits import submission_count
 from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
 
@@ -213,12 +213,11 @@ def _plan_from(
     parsed: ParsedWorkflow, project: Project | None
 ) -> tuple[planner.Plan, planner.Fleet, planner.DataCatalogue]:
     """The plan, with the fleet and datasets it was made from (recorded for replay)."""
-    inputs = planner_inputs()
-    fleet = fleet_with_holds(inputs.fleet)
+    view = planner_snapshot()
     plan = planner.plan(
-        parsed, fleet, inputs.rules, inputs.datasets, project=project.name if project else None
+        parsed, view.fleet, view.rules, view.datasets, project=project.name if project else None
     )
-    return plan, fleet, inputs.datasets
+    return plan, view.fleet, view.datasets
 
 
 def workflow_preview(

@@ -23,7 +23,7 @@ from typing import Any
 
 from placement import codec, planner
 from placement.context import CONTEXT_VERSION, Context, context_from_doc
-from placement.parser import Unit
+from placement.parser import Resources, Unit
 from placement.revisions import config as cfg
 from placement.revisions.models import PlanningRecord, PlanningSnapshot
 from placement.revisions.selectors import active_revision_id
@@ -137,7 +137,7 @@ def runtime_records(inputs: Sequence[RuntimeInput]) -> int:
                 units=[ctx["unit"]],
                 n_units=1,
                 admission_uid=i.uid,
-                context={k: ctx[k] for k in ("upstream", "ancestors") if k in ctx},
+                context={k: ctx[k] for k in ("upstream", "ancestors", "held") if k in ctx},
                 created_at=i.at,
             )
         )
@@ -308,9 +308,10 @@ def replay_records(
                 continue
             decisions += 1
             runs += 1
+            held = held_of(context)
             decided = (
-                _decide_runtime(found, fleet_a, books[0], data_a),
-                _decide_runtime(found, fleet_b, books[1], data_b),
+                _decide_runtime(found, planner.hold(fleet_a, held), books[0], data_a),
+                _decide_runtime(found, planner.hold(fleet_b, held), books[1], data_b),
             )
         else:
             units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
@@ -376,6 +377,19 @@ def replay_records(
         },
     }
     return {"moved": moved, "summary": summary}
+
+
+def held_of(context: Mapping[str, Any]) -> dict[str, Resources]:
+    """What other decisions held beside the recorded snapshot when a webhook decision was
+    made (``{site: [cpu, memory, gpus]}`` in its context): the fleet it saw is the snapshot
+    with these taken."""
+    out: dict[str, Resources] = {}
+    raw = context.get("held")
+    for site, values in raw.items() if isinstance(raw, Mapping) else ():
+        if isinstance(values, list) and len(values) == 3:
+            cpu, memory, gpus = (int(v) for v in values)
+            out[str(site)] = Resources(cpu_millicores=cpu, memory_bytes=memory, gpus=gpus)
+    return out
 
 
 def _runtime_context(

@@ -1,12 +1,13 @@
-"""Runtime placement: the admission webhook's decision (DESIGN sections 3 and 5, issue 6).
+"""Runtime placement: the admission webhook's decision (DESIGN sections 3 and 5).
 
 karmada-apiserver sends an ``admission.k8s.io/v1`` AdmissionReview on CREATE of a Workflow; we
 answer one with the same uid, always ``allowed: true``, and a JSONPatch adding the site label and
 the reason annotation when we place it:
 
 * a step workflow labelled ``<domain>/placement=runtime``: its unit is decided now, with the
-  sites where its upstream units actually ran, the bytes they produced and the fleet as last
-  synced (``strict_capacity``: free GPUs, CPU and memory must fit now);
+  sites where its upstream units actually ran, the bytes they produced and the fleet as
+  ``portal.planning.planner_snapshot`` gives it to every decider (``strict_capacity``: free
+  GPUs, CPU and memory must fit now, after what every other decision holds);
 * a Workflow created directly on Karmada (no ``<domain>/managed``): placed whole by the rules;
 * anything that already has ``<domain>/site``: allowed unchanged.
 
@@ -18,29 +19,36 @@ step workflow) and logs why. Only a body that is not an AdmissionReview raises
 Queries per admission (hot path, fleet snapshot warm): none. A runtime step workflow carries
 its placement context (annotation ``<domain>/placement-context``, written by the worker: the
 unit's needs, its project, where its upstream units ran and the bytes they produced), so the
-webhook still finds the unit from the labels but need not read it; and the decision is queued
-with one Redis command (``RPUSH``, shared by concurrent admissions) for ``decisions_flush`` to
-write later (the watcher every second and before it reads a binding's site, the beat resync).
+webhook still finds the unit from the labels but need not read it. One Redis round trip, shared
+by concurrent admissions: a script that holds the unit's requests at the chosen site and
+queues the decision, or refuses when a concurrent admission changed that site's figures (the
+unit is then decided again from the newer ones, which the refusal carries;
+``portal.admission.placing``, ``portal.admission.reservations``); a decision without a site is
+queued with ``RPUSH``, shared by concurrent admissions. The queue is written later by
+``decisions_flush`` (the watcher every second and before it reads a binding's site, the beat
+resync).
 A step workflow without a usable context (an older portal's) costs three queries (statement
 timeout, the unit, its upstream units); with no queue configured (the embedded demo) or Redis
-unreachable, the decision is written at once (four more). A direct Workflow costs none, or one
-when it references the catalogue.
+unreachable, the decision is written at once (four more; without a queue, decided and written
+one at a time per process on a fleet read afresh, so the next one sees its site). A direct
+Workflow costs none, or one when it references the catalogue.
 
-The snapshot of sites, links, rules, datasets and the active rule revision (6 queries) is
-rebuilt at most once per ``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's
-Cluster sync, which is itself seconds old, so a second of staleness changes nothing a decision
-could see. Each queued decision carries what it was decided from (its placement context, the
-revision, the snapshot's digest, and the snapshot itself once per snapshot and process), which
+The database part of the snapshot (``portal.planning.PlannerBase``: sites, links, rules,
+datasets, what placed units hold, and the active rule revision) is read at most once per
+``SNAPSHOT_TTL_S`` per process: capacity comes from the watcher's Cluster sync, which is itself
+seconds old, and what decisions of that second hold is in Redis: read once after each
+refresh, then as each take answers it (the take checks the chosen site's figures, so a copy a
+few admissions old never places a unit where the room is gone). Each queued decision carries
+what it was decided from (its placement context, the revision, the snapshot's digest, the
+snapshot itself once per snapshot and process, and what other decisions held beside it), which
 the drain records for replay: nothing more on the request path than a larger entry.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 import json
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -53,24 +61,36 @@ from placement.context import (
     Context,
     ancestor_names,
     ancestor_unit,
-    context_doc,
     context_read,
     upstream_location,
 )
 from placement.parser import Resources, Unit, WorkflowInvalid
-from placement.revisions.replay import snapshot_body, snapshot_digest
-from placement.revisions.selectors import active_revision_id
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import labels
 from portal.admission.budget import BudgetExceeded, Deadline, statement_timeout
-from portal.admission.queue import decision_entry, decision_record, planning_entry
+from portal.admission.placing import (
+    SNAPSHOT_TTL_S,
+    Snapshot,
+    Unplaced,
+    Whose,
+    place,
+    snapshot_clear,
+    snapshot_get,
+)
 from portal.models import UnitRun, WorkflowTemplate
-from portal.selectors import fleet_with_holds
+
+# The snapshot is the placing module's; these names are the webhook's interface too.
+__all__ = [
+    "SNAPSHOT_TTL_S",
+    "NotAdmissionReview",
+    "Snapshot",
+    "admission_review",
+    "snapshot_clear",
+    "snapshot_get",
+]
 
 log = logging.getLogger(__name__)
 
 ADMISSION_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-SNAPSHOT_TTL_S = 1.0
 REASON_MAX_CHARS = 1024  # annotations are for humans; the full why is in PlacementDecision
 
 
@@ -78,72 +98,8 @@ class NotAdmissionReview(ValueError):
     """The body is not an AdmissionReview at all (no request, no uid): answered 400."""
 
 
-class _Skip(Exception):
+class _Skip(Unplaced):
     """Nothing to place, or nothing we may place: allowed unchanged, with the why logged."""
-
-
-# --------------------------------------------------------------------------------------------
-# The fleet snapshot: a brief per-process cache of what every decision reads
-
-
-@dataclasses.dataclass(frozen=True)
-class Snapshot:
-    fleet: planner.Fleet
-    rules: planner.RuleBook
-    datasets: planner.DataCatalogue
-    taken_at: float
-    # The rule revision active when it was read, and the fleet and datasets as replay
-    # records them (``placement.revisions.replay``), with their digest.
-    revision: int | None = None
-    body: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False)
-    digest: str = ""
-    # Set once a decision queued with the body: later entries carry only the digest, and are
-    # queued after one carrying the body. Once per snapshot, not per digest, so a body the
-    # drain lost is sent again at the next refresh.
-    body_queued: threading.Event = dataclasses.field(default_factory=threading.Event)
-
-
-_snapshot: Snapshot | None = None
-_snapshot_lock = threading.Lock()
-
-
-def snapshot_get() -> Snapshot:
-    """The fleet, rules and datasets, read at most once per ``SNAPSHOT_TTL_S`` per process.
-
-    The RuleBook and DataCatalogue are built once per snapshot, so rule globs are compiled and
-    dataset matches memoised across admissions rather than per request.
-    """
-    global _snapshot
-    snap = _snapshot
-    if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
-        return snap
-    # One thread refreshes; the others wait for it rather than stampeding the database.
-    with _snapshot_lock:
-        snap = _snapshot
-        if snap is not None and time.monotonic() - snap.taken_at < SNAPSHOT_TTL_S:
-            return snap
-        # What other runs placed and no member reports yet counts as taken.
-        fleet = fleet_with_holds(fleet_state())
-        datasets = planner.DataCatalogue(dataset_inputs())
-        body = snapshot_body(fleet, datasets)
-        snap = Snapshot(
-            fleet=fleet,
-            rules=planner.RuleBook(rule_inputs()),
-            datasets=datasets,
-            taken_at=time.monotonic(),
-            revision=active_revision_id(),
-            body=body,
-            digest=snapshot_digest(body),
-        )
-        _snapshot = snap
-        return snap
-
-
-def snapshot_clear() -> None:
-    """Forget the snapshot (tests; a process that must see a change at once)."""
-    global _snapshot
-    with _snapshot_lock:
-        _snapshot = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,7 +196,7 @@ def admission_review(*, body: bytes, started: float | None = None) -> dict[str, 
     deadline = Deadline(started, settings.PORTAL_WEBHOOK_BUDGET_MS)
     try:
         patch = _admit(request, deadline, uid)
-    except _Skip as exc:
+    except Unplaced as exc:
         log.debug("admission %s: allowed unchanged: %s", uid, exc)
         patch = None
     except BudgetExceeded as exc:
@@ -318,42 +274,11 @@ def _admit_step(
     if found is None:
         # No (usable) context: a step workflow from an older portal, or edited by hand.
         found = _context_from_database(run_id, slug, attempt, deadline)
-    snap = snapshot_get()
-    deadline.check("reading")
-    decision = planner.decide(
-        found.unit,
-        snap.fleet,
-        snap.rules,
-        snap.datasets,
-        found.project,
-        found.upstream,
-        timing="runtime",
-        strict_capacity=True,
-        # Outputs computed from a residency-bound dataset are bound too, here as in the
-        # worker's own planning (its fallback site, failover, withParam items).
-        ancestors=found.ancestors,
-    )
-    deadline.check("deciding")
-    if not dry_run:
-        entry = decision_entry(uid, decision, name, run_id=run_id, unit=slug, attempt=attempt)
-        _record(entry, snap, found, deadline)
+    whose = Whose(uid, name, run_id, slug, attempt)
+    decision, snap = place(found, whose, dry_run=dry_run, deadline=deadline)
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")
     return placement_patch(obj, decision.site, decision.reason, snap.revision)
-
-
-def _record(entry: dict[str, Any], snap: Snapshot, found: Context, deadline: Deadline) -> None:
-    """Queue the decision with what it was decided from (``planning_entry``): the snapshot's
-    body travels with the first entry of each snapshot."""
-    with_body = not snap.body_queued.is_set()
-    entry.update(
-        planning_entry(
-            context_doc(found), snap.revision, snap.digest, snap.body if with_body else None
-        )
-    )
-    decision_record(entry, deadline)
-    if with_body:
-        snap.body_queued.set()
 
 
 def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadline) -> Context:
@@ -470,21 +395,10 @@ def _admit_direct(
     except WorkflowInvalid as exc:
         e = exc.errors[0]
         raise _Skip(f"workflow does not parse: {e.path or '<document>'}: {e.message}") from None
-    snap = snapshot_get()
-    deadline.check("reading")
     unit = whole_unit(parsed)
-    decision = planner.decide(
-        unit,
-        snap.fleet,
-        snap.rules,
-        snap.datasets,
-        None,
-        timing="runtime",
-        strict_capacity=True,
+    decision, snap = place(
+        Context(unit, None, {}, ()), Whose(uid, name), dry_run=dry_run, deadline=deadline
     )
-    deadline.check("deciding")
-    if not dry_run:
-        _record(decision_entry(uid, decision, name), snap, Context(unit, None, {}, ()), deadline)
     if not decision.site:
         raise _Skip(f"no eligible site now: {decision.reason}")
     return placement_patch(obj, decision.site, decision.reason, snap.revision)

@@ -24,8 +24,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from placement import planner
+from placement.parser import Resources
 from placement.revisions import replay
 from portal import state
+from portal.admission import reservations
 from portal.admission.budget import Deadline, statement_timeout, synchronous_commit_off
 from portal.choices import DecisionSource, UnitTiming
 from portal.models import PlacementDecision, UnitRun
@@ -77,6 +79,12 @@ def _queue(timeout: float = _PUSH_TIMEOUT_S) -> redis.Redis | None:
     return client
 
 
+def queue_client() -> redis.Redis | None:
+    """The decision queue's Redis client, for the reservations kept beside it (None without a
+    queue: the embedded demo)."""
+    return _queue()
+
+
 def _queue_key() -> str:
     return str(settings.PORTAL_DECISION_QUEUE_KEY)
 
@@ -110,10 +118,20 @@ def planning_entry(
     revision: int | None,
     digest: str,
     body: Mapping[str, Any] | None,
+    held: Mapping[str, Resources] | None = None,
 ) -> dict[str, Any]:
     """The queued decision's planning inputs, recorded for replay when it is drained: its
     placement context (``placement.context.context_doc``), the rule revision and the fleet
-    snapshot's digest; ``body``, the snapshot itself, rides on the first entry naming it."""
+    snapshot's digest; ``body``, the snapshot itself, rides on the first entry naming it;
+    ``held``: per site, what other decisions held beside the snapshot (in the context, as
+    ``[cpu, memory, gpus]``)."""
+    if held:
+        context = {
+            **context,
+            "held": {
+                site: [r.cpu_millicores, r.memory_bytes, r.gpus] for site, r in sorted(held.items())
+            },
+        }
     out: dict[str, Any] = {"context": context, "revision": revision, "snapshot": digest}
     if body is not None:
         out["snapshot_body"] = body
@@ -231,7 +249,10 @@ def decisions_flush(*, wait: bool = False, limit: int | None = None) -> int:
                 raw = cast(list[bytes], client.lrange(key, 0, min(_DRAIN_BATCH, todo - taken) - 1))
                 if not raw:
                     break
-                _store_batch(_entries_of(raw))
+                entries = _entries_of(raw)
+                _store_batch(entries)
+                # Committed: the units now hold their capacity in the database.
+                reservations.written(client, entries)
                 if not client.eval(_TRIM_IF_OWNER, 2, lock_key, key, token, str(len(raw))):
                     log.warning("decision drain outlived its lock; leaving the rest to others")
                     break

@@ -17,7 +17,6 @@ from django.utils import timezone
 
 from placement import codec, manifests, parser, planner
 from placement.parser import Unit
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution import gates, outcome
@@ -33,6 +32,7 @@ from portal.execution.common import (
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
+from portal.planning import planner_snapshot
 from sites.models import SiteLink
 
 log = logging.getLogger(__name__)
@@ -118,11 +118,12 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         state.unit_move(unit, UnitPhase.ERROR, message=f"withParam: {exc}")
         return []
     children = parser.expand_with_param(spec, items)
+    view = planner_snapshot()
     decisions = planner.plan(
         children,
-        fleet_state(),
-        rule_inputs(),
-        dataset_inputs(),
+        view.fleet,
+        view.rules,
+        view.datasets,
         project=run.project.name if run.project else None,
         upstream_sites=upstream_where(units),
         ancestors=ancestors(unit, units),  # residency of what they read binds the items
@@ -462,11 +463,12 @@ def _create_exit_unit(
         datasets=(),
         data_refs=(),
     )
+    view = planner_snapshot()
     decision = planner.decide(
         unit,
-        fleet_state(),
-        rule_inputs(),
-        dataset_inputs(),
+        view.fleet,
+        view.rules,
+        view.datasets,
         project=run.project.name if run.project else None,
         upstream_sites=upstream_where(units),
         timing="submit",

@@ -13,13 +13,12 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from placement import codec, planner
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution.common import ancestors, event, upstream_where
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
-from portal.selectors import fleet_with_holds
+from portal.planning import planner_snapshot
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -41,11 +40,12 @@ def failover_unit(
     units = list(units)
     spec = codec.unit_from_dict(unit.spec)
     upstream = upstream_where(units, succeeded_only=True)
+    view = planner_snapshot()
     decision = planner.decide(
         spec,
-        fleet_with_holds(fleet_state()),
-        rule_inputs(),
-        dataset_inputs(),
+        view.fleet,
+        view.rules,
+        view.datasets,
         project=run.project.name if run.project else None,
         upstream_sites=upstream,
         exclude_sites=[lost] if lost else [],

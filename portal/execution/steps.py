@@ -18,12 +18,12 @@ from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
 from placement.revisions.selectors import active_revision_id, submission_revision_id
-from placement.selectors import dataset_inputs, fleet_state, rule_inputs
 from portal import gateway, labels, state
 from portal.choices import UnitPhase, UnitTiming
 from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
+from portal.planning import planner_snapshot
 from portal.selectors import run_global_outputs, run_variables_of, upstream_outputs
 
 
@@ -137,11 +137,12 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
     pins, cordons, readiness); free capacity is a preference here, not a filter, since the
     unit may wait in the site's queue. Raises ``NoEligibleSite`` with the planner's reason."""
     upstream = upstream_where(units, succeeded_only=True)
+    view = planner_snapshot()
     decision = planner.decide(
         codec.unit_from_dict(unit.spec),
-        fleet_state(),
-        rule_inputs(),
-        dataset_inputs(),
+        view.fleet,
+        view.rules,
+        view.datasets,
         project=run.project.name if run.project_id and run.project else None,
         upstream_sites=upstream,
         timing="runtime",

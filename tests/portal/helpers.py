@@ -165,3 +165,40 @@ def fan_out_run(owner: Any, units: int) -> WorkflowRun:
     ]
     RunEvent.objects.bulk_create(events, batch_size=2000)
     return run
+
+
+FAN_OUT_CPU = 8000  # millicores per item
+
+
+def fan_out(items: int, seconds: int = 0) -> str:
+    """A run of ``items`` items of 8 CPU under the task name the demo's runtime rule
+    (``preprocess*``) leaves to the webhook; ``seconds``: how long each runs in the sandbox."""
+    work: dict[str, Any] = {
+        "name": "work",
+        "inputs": {"parameters": [{"name": "i"}]},
+        "container": {
+            "image": "busybox",
+            "command": ["true"],
+            "resources": {"requests": {"cpu": "8", "memory": "1Gi"}},
+        },
+    }
+    if seconds:
+        duration = {"portal.multisite.io/sandbox-duration": f"{seconds}s"}
+        work["metadata"] = {"annotations": duration}
+    task = {
+        "name": "preprocess",
+        "template": "work",
+        "arguments": {"parameters": [{"name": "i", "value": "{{item}}"}]},
+        "withItems": list(range(items)),
+    }
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "burst-"},
+            "spec": {
+                "entrypoint": "main",
+                "templates": [{"name": "main", "dag": {"tasks": [task]}}, work],
+            },
+        }
+    )

@@ -1,0 +1,122 @@
+"""The planner's inputs, read one way for every decider.
+
+Submission and preview (``portal.services``), the webhook (``portal.admission.decide``), the
+worker's own decisions (a runtime unit's fallback site, loop items expanded at run time, the
+exit handler), failover (``portal.execution.failover``) and any later decider call
+``planner_snapshot()`` and plan on what it returns; replay plans on what those decisions
+recorded of it. So two decisions made at the same moment see the same fleet: the same sites,
+capacity, rules, links and datasets, and the same capacity taken, whichever process decides.
+
+Free capacity is what members report (``Site.*_allocated``, from the Clusters'
+``resourceSummary``) less every reservation: units placed at a site whose step the member does
+not report running yet (``portal.selectors.held_reservations``, in PostgreSQL) and webhook
+decisions not yet written there (``portal.admission.reservations``, in Redis).
+
+Reading is cheap enough for the worker (the tables are rebuilt only when they change); the
+webhook keeps the database part (``PlannerBase``) for up to a second and adds the Redis part
+fresh at every admission, one Redis command.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import redis
+
+from placement import planner
+from placement.parser import Resources
+from placement.selectors import planner_inputs
+from portal.admission import reservations
+from portal.admission.queue import queue_client
+from portal.selectors import held_reservations
+
+log = logging.getLogger(__name__)
+
+Held = Mapping[str, Resources]
+
+
+@dataclass(frozen=True)
+class PlannerBase:
+    """What the database says: ``fleet`` with the units placed and not yet running counted as
+    taken (``held``), rules and datasets; ``stamp``: the Redis reservations counter read just
+    before (reservations stamped up to it are already in ``held``)."""
+
+    fleet: planner.Fleet
+    rules: planner.RuleBook
+    datasets: planner.DataCatalogue
+    held: Held = field(default_factory=dict)
+    stamp: int = 0
+
+
+@dataclass(frozen=True)
+class PlannerSnapshot:
+    """The fleet the planner reads: ``fleet`` is the sites (health, labels, capacity) with
+    free capacity after every reservation and running unit, and the links; ``rules`` and
+    ``datasets`` the rest of a decision's inputs. ``base``: the database part;
+    ``pending``: per site, what webhook decisions hold that the database does not show yet
+    (recorded with a runtime decision, so replay sees the same fleet)."""
+
+    fleet: planner.Fleet
+    rules: planner.RuleBook
+    datasets: planner.DataCatalogue
+    base: PlannerBase
+    pending: Held = field(default_factory=dict)
+
+    def room(self, site: str) -> Resources:
+        """What ``site`` has free in ``base`` (the Redis reservations not counted)."""
+        s = self.base.fleet.site_by_name.get(site)
+        if s is None:
+            return Resources()
+        return Resources(cpu_millicores=s.cpu_free, memory_bytes=s.memory_free, gpus=s.gpu_free)
+
+
+def planner_base() -> PlannerBase:
+    """The database part of the snapshot (queries: the change stamp, the holds, and the
+    tables when they changed), with the Redis counter read first."""
+    client = queue_client()
+    stamp = 0
+    if client is not None:
+        try:
+            stamp = reservations.stamp(client)
+        except redis.RedisError as exc:
+            log.warning("reservations unreadable (%s): the database's holds only", exc)
+    inputs = planner_inputs()
+    held = held_reservations()
+    return PlannerBase(
+        fleet=planner.hold(inputs.fleet, held),
+        rules=inputs.rules,
+        datasets=inputs.datasets,
+        held=held,
+        stamp=stamp,
+    )
+
+
+def planner_snapshot(
+    base: PlannerBase | None = None,
+    *,
+    excluding: str = "",
+    held: reservations.Held | None = None,
+) -> PlannerSnapshot:
+    """The planner's inputs as of now: ``base`` (read now when not given) with what webhook
+    decisions hold in Redis and the database does not show yet (``held``: as the caller last
+    read them; read now when not given). ``excluding``: a unit's own reservation
+    (``reservations.unit_key``), left out when that unit is decided again."""
+    base = planner_base() if base is None else base
+    pending: dict[str, Resources] = {}
+    client = queue_client()
+    if held is not None:
+        pending = held.totals(since=base.stamp, excluding=excluding)
+    elif client is not None:
+        try:
+            pending = reservations.held(client, since=base.stamp, excluding=excluding)
+        except redis.RedisError as exc:
+            log.warning("reservations unreadable (%s): the database's holds only", exc)
+    return PlannerSnapshot(
+        fleet=planner.hold(base.fleet, pending),
+        rules=base.rules,
+        datasets=base.datasets,
+        base=base,
+        pending=pending,
+    )

@@ -337,8 +337,8 @@ PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
 # takes over a lease not renewed for PORTAL_LEADER_LEASE_SECONDS; a leader that could not
 # renew for PORTAL_LEADER_RENEW_DEADLINE_SECONDS stops leading (before anyone may take over);
 # every candidate tries every PORTAL_LEADER_RETRY_SECONDS.
-PORTAL_LEADER_LEASE_SECONDS = envfloat("PORTAL_LEADER_LEASE_SECONDS", 15.0)
-PORTAL_LEADER_RENEW_DEADLINE_SECONDS = envfloat("PORTAL_LEADER_RENEW_DEADLINE_SECONDS", 10.0)
+PORTAL_LEADER_LEASE_SECONDS = envfloat("PORTAL_LEADER_LEASE_SECONDS", 10.0)
+PORTAL_LEADER_RENEW_DEADLINE_SECONDS = envfloat("PORTAL_LEADER_RENEW_DEADLINE_SECONDS", 7.0)
 PORTAL_LEADER_RETRY_SECONDS = envfloat("PORTAL_LEADER_RETRY_SECONDS", 2.0)
 # A site's artifact store holds the outputs of runs placed there: removing or moving it is
 # refused (without "force") while one of them is active or finished less than this long ago.

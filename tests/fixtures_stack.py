@@ -283,6 +283,10 @@ def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
                     other.kill(name, sig)
 
 
+# The stack whose worker last ran a test (its queued tasks are its own).
+ACTIVE: list[Stack | None] = [None]
+
+
 # The fixtures that are a stack: a test using none of them runs with no stack's processes.
 STACK_FIXTURES = frozenset({"stack", "stack_without_resync", "executing_stack"})
 
@@ -295,6 +299,7 @@ def _stacks_quiet_unless_used(request: pytest.FixtureRequest) -> None:
     names = set(request.fixturenames)
     if RUNNING_STACKS and not (names & STACK_FIXTURES or any(n.endswith("_stack") for n in names)):
         quiet_stacks()
+        ACTIVE[0] = None  # what this test queues is not the next stack test's
 
 
 @contextlib.contextmanager
@@ -331,6 +336,13 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     # sandbox. Only the stack in use runs a worker and a watcher; the others start theirs
     # again when a test uses them.
     quiet_stacks(but=stack)
+    if ACTIVE[0] is not stack:
+        # Tasks another stack's beat or tests queued (for that stack's sandbox) wait in the
+        # shared broker: this stack's worker must not take them.
+        from portal.celery import app
+
+        app.control.purge()
+        ACTIVE[0] = stack
     # What an earlier test stopped on purpose and left stopped; anything that exited on its
     # own failed stack.check() above.
     stopped = [name for name in ("worker", "watcher") if name not in stack.procs]

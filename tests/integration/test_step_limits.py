@@ -20,7 +20,6 @@ from portal.api_tokens import api_token_create
 from portal.models import WorkflowRun
 from sandbox.fleet import DEMO_FLEET
 from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
-from tests.portal.test_browser import browser  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration]
 
@@ -199,14 +198,14 @@ def test_a_step_past_its_memory_or_disk_limit_fails_as_the_kubelet_says(
 
 
 def test_the_step_panel_pages_a_long_output_in_the_browser(
-    browser: Any,  # noqa: F811 - the fixture
+    browser: Any,
     live_server: Any,
     live_executing: Stack,
 ) -> None:
     from playwright.sync_api import expect
 
     from portal import services
-    from tests.portal.test_browser import login
+    from tests.fixtures_browser import login
 
     scientist = User.objects.get(username="scientist")
     body = workflow(

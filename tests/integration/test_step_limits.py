@@ -16,10 +16,10 @@ import requests
 import yaml
 from django.contrib.auth.models import User
 
-from portal.api_tokens import api_token_create
 from portal.models import WorkflowRun
 from sandbox.fleet import DEMO_FLEET
 from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
+from tests.live_sessions import api_session, web_session
 
 pytestmark = [pytest.mark.integration]
 
@@ -43,32 +43,13 @@ def workflow(script: str, **template: Any) -> str:
 @pytest.fixture
 def member(live_executing: Stack, live_server: Any) -> requests.Session:
     """load_demo's scientist, an ordinary member of eo-demo, with an API token."""
-    user = User.objects.get(username="scientist")
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
-    s.base = live_server.url  # type: ignore[attr-defined]
-    return s
+    return api_session(live_server.url, "scientist")
 
 
 @pytest.fixture
 def web(member: requests.Session) -> requests.Session:
     """The same scientist logged in to the web pages."""
-    base = member.base  # type: ignore[attr-defined]
-    s = requests.Session()
-    s.headers["Referer"] = base + "/login/"
-    s.get(f"{base}/login/", timeout=30)
-    answer = s.post(
-        f"{base}/login/",
-        data={
-            "username": "scientist",
-            "password": "portal-demo",
-            "csrfmiddlewaretoken": s.cookies["csrftoken"],
-        },
-        timeout=30,
-    )
-    assert answer.ok and "sessionid" in s.cookies, answer.text[:500]
-    s.base = base  # type: ignore[attr-defined]
-    return s
+    return web_session(member.base, "scientist")  # type: ignore[attr-defined]
 
 
 def submit(member: requests.Session, body: str) -> int:
@@ -256,10 +237,7 @@ def live_quota(quota_stack: Stack, transactional_db: Any, settings: Any) -> Iter
 def test_an_output_past_the_buckets_quota_is_refused_and_fails_the_step(
     live_quota: Stack, live_server: Any
 ) -> None:
-    user = User.objects.get(username="scientist")
-    api = requests.Session()
-    api.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
-    api.base = live_server.url  # type: ignore[attr-defined]
+    api = api_session(live_server.url, "scientist")
 
     def writer(size: int) -> str:
         return workflow(

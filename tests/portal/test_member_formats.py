@@ -120,6 +120,20 @@ def scientist_client() -> APIClient:
     return client
 
 
+def nested_work(sandbox: SandboxServer) -> UnitRun:
+    """The nested workflow run to success on ``sandbox``; its one unit."""
+    run = finished(sandbox, submit(nested(sandbox)))
+    assert run.status == RunStatus.SUCCEEDED, run.message
+    return UnitRun.objects.get(run=run, name="work")
+
+
+def api_log(unit: UnitRun) -> str:
+    """The unit's log as the scientist reads it over the REST API."""
+    answer = scientist_client().get(f"/api/v1/runs/{unit.run_id}/units/{unit.name}/logs/")
+    assert answer.status_code == 200, answer.content
+    return answer.content.decode()
+
+
 def binding_status(workflow: str) -> dict[str, Any]:
     binding = gateway.get(gateway.RESOURCE_BINDING, f"{workflow}-workflow")
     return dict(binding["status"]["aggregatedStatus"][0]["status"])
@@ -128,29 +142,21 @@ def binding_status(workflow: str) -> dict[str, Any]:
 def test_a_nested_steps_log_is_read_from_a_member_with_v1_pod_names(
     odd_fleet: SandboxServer,
 ) -> None:
-    run = finished(odd_fleet, submit(nested(odd_fleet)))
-    assert run.status == RunStatus.SUCCEEDED, run.message
-    unit = UnitRun.objects.get(run=run, name="work")
+    unit = nested_work(odd_fleet)
     status = binding_status(unit.workflow_name)
     assert "compressedNodes" in status and "nodes" not in status  # as a large workflow's
     assert logs.pod_name_version(unit.site, unit.workflow_name) == "v1"
-    answer = scientist_client().get(f"/api/v1/runs/{run.pk}/units/work/logs/")
-    assert answer.status_code == 200, answer.content
-    assert SAID in answer.content.decode()
+    assert SAID in api_log(unit)
 
 
 def test_the_same_log_is_read_from_a_member_with_argos_default_v2_names(
     demo_fleet: SandboxServer,
 ) -> None:
-    run = finished(demo_fleet, submit(nested(demo_fleet)))
-    assert run.status == RunStatus.SUCCEEDED, run.message
-    unit = UnitRun.objects.get(run=run, name="work")
+    unit = nested_work(demo_fleet)
     assert logs.pod_name_version(unit.site, unit.workflow_name) == "v2"
     (pod,) = logs.attempt_pods(unit, unit.attempt, unit.site).pods
     assert pod.pod.startswith(f"{unit.workflow_name}-say-")  # not the node's id
-    answer = scientist_client().get(f"/api/v1/runs/{run.pk}/units/work/logs/")
-    assert answer.status_code == 200, answer.content
-    assert SAID in answer.content.decode()
+    assert SAID in api_log(unit)
 
 
 def test_a_step_whose_member_compresses_its_nodes_is_resumed(odd_fleet: SandboxServer) -> None:

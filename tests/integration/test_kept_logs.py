@@ -19,7 +19,7 @@ from portal import gateway
 from portal.execution import keep_logs, step_workflows_cleanup
 from portal.models import KeptAttempt, KeptLog, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
-from tests.live_sessions import api_session, web_session
+from tests.live_sessions import api_session, finished_run, post_run, web_session
 
 pytestmark = [pytest.mark.integration]
 
@@ -69,22 +69,9 @@ def member(live_executing: Stack, live_server: Any) -> Iterator[requests.Session
 
 
 def submit(member: requests.Session, body: str) -> WorkflowRun:
-    base = member.base  # type: ignore[attr-defined]
-    answer = member.post(
-        f"{base}/api/v1/runs/?project={PROJECT}",
-        data=body,
-        headers={"Content-Type": "application/yaml"},
-        timeout=60,
-    )
-    assert answer.status_code == 201, answer.text
-    run_id = int(answer.json()["id"])
-
-    def done() -> WorkflowRun | None:
-        run = WorkflowRun.objects.get(pk=run_id)
-        return run if run.finished_at is not None else None
-
-    run = wait_for(done, 180, "the run to finish")
-    assert run is not None and run.status == "Succeeded", run
+    """The run of ``body``, once it has succeeded."""
+    run = finished_run(post_run(member, body, PROJECT), 180)
+    assert run.status == "Succeeded", run
     return run
 
 

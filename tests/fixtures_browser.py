@@ -17,9 +17,10 @@ from typing import Any
 
 import pytest
 
+from portal.management.commands.load_demo import DEMO_PASSWORD
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-PASSWORD = "portal-demo"  # load_demo's password
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-def login(browser: Any, base: str, username: str, password: str = PASSWORD) -> Any:
+def login(browser: Any, base: str, username: str, password: str = DEMO_PASSWORD) -> Any:
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.goto(f"{base}/login/")
     page.fill("#id_username", username)

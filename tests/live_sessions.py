@@ -9,10 +9,9 @@ import requests
 from django.contrib.auth.models import User
 
 from portal.api_tokens import api_token_create
+from portal.management.commands.load_demo import DEMO_PASSWORD
 from portal.models import WorkflowRun
 from tests.fixtures_stack import wait_for
-
-PASSWORD = "portal-demo"  # load_demo's password
 
 
 def api_session(base: str, username: str) -> requests.Session:
@@ -25,7 +24,7 @@ def api_session(base: str, username: str) -> requests.Session:
     return s
 
 
-def web_session(base: str, username: str, password: str = PASSWORD) -> requests.Session:
+def web_session(base: str, username: str, password: str = DEMO_PASSWORD) -> requests.Session:
     """``username`` logged in to the web pages through the login form, with the CSRF cookie
     and the Referer a browser sends."""
     s = requests.Session()

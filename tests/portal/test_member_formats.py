@@ -18,6 +18,7 @@ from portal import execution, gateway, logs, services, tasks
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, start_sandbox
+from tests.fixtures_stack import gateway_on
 from tests.stack import ROOT
 
 SAID = "hello from a nested pod"
@@ -41,23 +42,18 @@ def odd_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxSer
         server.stop()
 
 
-def _demo_on(sandbox: SandboxServer, settings: Any) -> None:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()
-
-
 @pytest.fixture
 def odd_fleet(odd_sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    """``odd_sandbox`` as ``demo_fleet`` is the shared sandbox: the demo loaded, its policies
+    written."""
     odd_sandbox.reset()
-    _demo_on(odd_sandbox, settings)
-    try:
-        yield odd_sandbox
-    finally:
-        gateway.reset()
-        odd_sandbox.clear_faults()
+    with gateway_on(odd_sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
+        call_command("load_demo", verbosity=0)
+        execution.policies_sync()
+        try:
+            yield odd_sandbox
+        finally:
+            odd_sandbox.clear_faults()
 
 
 def nested(sandbox: SandboxServer) -> str:

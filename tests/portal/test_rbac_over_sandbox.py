@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 
 from portal import gateway, logs
 from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_stack import gateway_on
 from tests.sandbox.conftest import SITE_LABEL, leaf, site_policy, workflow
 
 pytestmark = pytest.mark.integration
@@ -30,13 +31,8 @@ PORTAL_USER = "system:serviceaccount:portal:portal"
 @pytest.fixture
 def as_portal(sandbox: SandboxServer, settings: Any) -> Iterator[SandboxServer]:
     """The gateway on the sandbox with the portal's kubeconfig (the shipped RBAC applies)."""
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.KARMADA_NAMESPACE = "portal"
-    gateway.reset()
-    try:
+    with gateway_on(sandbox, settings, KARMADA_NAMESPACE="portal"):
         yield sandbox
-    finally:
-        gateway.reset()
 
 
 @pytest.fixture

@@ -396,6 +396,18 @@ def gateway_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[S
         gateway.reset()
 
 
+@contextlib.contextmanager
+def demo_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[SandboxServer]:
+    """``gateway_on`` with the demo inventory loaded and the portal's policies written: what
+    ``demo_fleet`` is on the shared sandbox, on any sandbox."""
+    from portal import execution
+
+    with gateway_on(sandbox, settings, **more):
+        call_command("load_demo", verbosity=0)
+        execution.policies_sync()
+        yield sandbox
+
+
 @pytest.fixture
 def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
     """The demo inventory, with the portal's gateway pointed at the shared sandbox (no

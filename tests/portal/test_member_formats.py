@@ -11,14 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from portal import execution, gateway, logs, services, tasks
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
-from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, start_sandbox
-from tests.fixtures_stack import gateway_on
+from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, sandbox_on_fleet
+from tests.fixtures_stack import demo_on
 from tests.stack import ROOT
 
 SAID = "hello from a nested pod"
@@ -32,14 +31,8 @@ def odd_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxSer
     for site in fleet["sites"]:
         site["podNames"] = "v1"
     fleet["execution"]["maxNodeStatusBytes"] = 64
-    workdir = tmp_path_factory.mktemp("odd-members")
-    path = workdir / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet))
-    server = start_sandbox(workdir, extra_args=["--fleet", str(path)])
-    try:
+    with sandbox_on_fleet(tmp_path_factory.mktemp("odd-members"), fleet) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -47,9 +40,7 @@ def odd_fleet(odd_sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[Sa
     """``odd_sandbox`` as ``demo_fleet`` is the shared sandbox: the demo loaded, its policies
     written."""
     odd_sandbox.reset()
-    with gateway_on(odd_sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
-        call_command("load_demo", verbosity=0)
-        execution.policies_sync()
+    with demo_on(odd_sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
         try:
             yield odd_sandbox
         finally:

@@ -48,7 +48,7 @@ def _read_terminated(stream: Any, limit: int) -> bytes:
     raise BodyTooLarge
 
 
-def _read_chunks(raw: Any, limit: int) -> bytes:
+def read_chunks(raw: Any, limit: int) -> bytes:
     """Decode an HTTP/1.1 chunked body from ``raw`` (a buffered socket reader).
 
     Past ``limit`` the rest of the body is read and dropped, up to ``DRAIN_FACTOR`` times the
@@ -99,7 +99,7 @@ def read_chunked_body(environ: dict[str, Any], limit: int) -> bytes:
     # Django's server: LimitedStream(socket reader, 0) keeps the reader's bound read method.
     raw = getattr(getattr(stream, "_read", None), "__self__", None)
     if isinstance(stream, LimitedStream) and raw is not None and hasattr(raw, "readline"):
-        return _read_chunks(raw, limit)
+        return read_chunks(raw, limit)
     raise BadChunks("this server does not hand on chunked request bodies")
 
 

@@ -33,8 +33,9 @@ from sites.models import Project, Site
 from sites.permissions import OPERATORS_GROUP, RULE_EDITORS_GROUP
 from tests.factories import ProjectFactory, SiteFactory, UserFactory
 
-# The sandbox fleet over HTTP, and the whole stack (worker, watcher) for integration tests.
-pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack"]
+# The sandbox fleet over HTTP, the whole stack (worker, watcher) for integration tests, and
+# Chromium for the browser tests.
+pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack", "tests.fixtures_browser"]
 
 
 @pytest.fixture(scope="session")

@@ -246,6 +246,21 @@ def start_sandbox(
     )
 
 
+@contextlib.contextmanager
+def sandbox_on_fleet(workdir: Path, fleet: str | dict[str, Any]) -> Iterator[SandboxServer]:
+    """A sandbox of its own on ``fleet`` (a fleet file's text, or its content), written to
+    ``workdir``; stopped after the block."""
+    import yaml
+
+    path = workdir / "fleet.yaml"
+    path.write_text(fleet if isinstance(fleet, str) else yaml.safe_dump(fleet))
+    server = start_sandbox(workdir, extra_args=["--fleet", str(path)])
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def sandbox_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
     server = start_sandbox(tmp_path_factory.mktemp("sandbox"))

@@ -381,18 +381,40 @@ def live_executing(executing_stack: Stack, transactional_db: Any, settings: Any)
         yield s
 
 
-@pytest.fixture
-def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    """The demo inventory, with the portal's gateway pointed at the shared sandbox (no
-    webhook registered). Policies are not written: ``demo_fleet`` writes them."""
+@contextlib.contextmanager
+def gateway_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[SandboxServer]:
+    """The portal's gateway on ``sandbox`` (its portal kubeconfig, and ``more`` settings) for
+    the block; its client is made anew on entry and forgotten on exit, so neither an earlier
+    test's sandbox nor this one outlives the block."""
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
+    for name, value in more.items():
+        setattr(settings, name, value)
     gateway.reset()
-    call_command("load_demo", verbosity=0)
     try:
         yield sandbox
     finally:
         gateway.reset()
+
+
+@contextlib.contextmanager
+def demo_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[SandboxServer]:
+    """``gateway_on`` with the demo inventory loaded and the portal's policies written: what
+    ``demo_fleet`` is on the shared sandbox, on any sandbox."""
+    from portal import execution
+
+    with gateway_on(sandbox, settings, **more):
+        call_command("load_demo", verbosity=0)
+        execution.policies_sync()
+        yield sandbox
+
+
+@pytest.fixture
+def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    """The demo inventory, with the portal's gateway pointed at the shared sandbox (no
+    webhook registered). Policies are not written: ``demo_fleet`` writes them."""
+    with gateway_on(sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
+        call_command("load_demo", verbosity=0)
+        yield sandbox
 
 
 @pytest.fixture

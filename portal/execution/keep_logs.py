@@ -20,16 +20,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import models, transaction
 from django.utils import timezone
 
 from portal import gateway, logs
 from portal.models import KeptAttempt, KeptLog
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=models.Model)
 
 # Argo's main container (``common.MainContainerName``); the archived log of a container is the
 # output artifact ``<container>-logs`` (workflow/executor/executor.go, ``saveContainerLogs``).
@@ -180,7 +182,8 @@ class Keeper:
             return
         now = timezone.now()
         with transaction.atomic():
-            rows = KeptAttempt.objects.bulk_create(
+            rows = _upsert(
+                KeptAttempt,
                 [
                     KeptAttempt(
                         unit_id=a.unit_id,
@@ -194,11 +197,10 @@ class Keeper:
                     )
                     for a in self.pending
                 ],
-                update_conflicts=True,
-                unique_fields=["unit", "attempt"],
-                update_fields=["workflow", "site", "phase", "pods", "note", "kept_at"],
+                key=["unit", "attempt"],
             )
-            KeptLog.objects.bulk_create(
+            _upsert(
+                KeptLog,
                 [
                     KeptLog(
                         kept_id=row.pk,
@@ -212,9 +214,7 @@ class Keeper:
                     for a, row in zip(self.pending, rows, strict=True)
                     for x in a.logs
                 ],
-                update_conflicts=True,
-                unique_fields=["kept", "pod", "container"],
-                update_fields=["content", "size", "truncated", "source"],
+                key=["kept", "pod", "container"],
             )
         self.kept += [a.unit_id for a in self.pending if a.complete]
         # An attempt still being read stays pending (its logs written), to be marked later.
@@ -222,6 +222,18 @@ class Keeper:
         for a in self.pending:
             a.logs = []
         self.held = 0
+
+
+def _upsert(model: type[M], rows: list[M], *, key: list[str]) -> list[M]:
+    """Insert ``rows`` in one statement; a row whose ``key`` is stored already (written by a
+    keeping cut short, or by an earlier part of the same attempt) is overwritten in every
+    other field. The rows come back with their primary keys."""
+    others = [
+        f.name for f in model._meta.concrete_fields if not f.primary_key and f.name not in key
+    ]
+    return model._default_manager.bulk_create(
+        rows, update_conflicts=True, unique_fields=key, update_fields=others
+    )
 
 
 def _read_end(site: str, pod: str, container: str, limit: int) -> _Log:

@@ -11,27 +11,20 @@ are stored directly (one bulk insert each), no fleet needed. Targets: the live p
 
 from __future__ import annotations
 
-import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
-os.environ.setdefault("STATIC_MANIFEST", "0")
 
-import django  # noqa: E402
+# First: it sets Django up.
+from tests.bench.inprocess import print_rows, throwaway_database, timed  # noqa: E402
 
-django.setup()
-
+# isort: split
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import setup_test_environment  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 SIZES = (10, 10_000)
@@ -39,21 +32,6 @@ REPEAT = 9
 TARGET_LIVE_S = 0.25
 TARGET_PAGE_S = 0.4
 SITES = ("site-a", "site-b", "site-c")
-
-
-def timed(
-    fn: Callable[[], Any], repeat: int = REPEAT, before: Callable[[], Any] = lambda: None
-) -> tuple[float, float]:
-    """Median and max of ``repeat`` calls of ``fn``, each after an untimed ``before``."""
-    before()
-    fn()  # warm up (template loading, first queries)
-    samples = []
-    for _ in range(repeat):
-        before()
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), max(samples)
 
 
 def poll_figures(
@@ -73,16 +51,14 @@ def poll_figures(
         unit = UnitRun.objects.get(pk=mover.pk)
         state.unit_move(unit, "Running" if unit.phase == "Pending" else "Pending")
 
-    changed = timed(lambda: get(live, 200, if_none_match=etag["last"]), before=move)
+    changed = timed(lambda: get(live, 200, if_none_match=etag["last"]), REPEAT, before=move)
     etag["last"] = get(live)["ETag"]
-    unchanged = timed(lambda: get(live, 304, if_none_match=etag["last"]))
+    unchanged = timed(lambda: get(live, 304, if_none_match=etag["last"]), REPEAT)
     return changed, unchanged
 
 
 def main() -> None:
-    setup_test_environment()
-    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    try:
+    with throwaway_database() as db_name:
         from tests.factories import SiteFactory, UserFactory
         from tests.portal.helpers import fan_out_run
 
@@ -97,27 +73,21 @@ def main() -> None:
             assert response.status_code == status, (url, response.status_code)
             return response
 
-        floor = timed(lambda: get(reverse("ui-run-list")))
+        floor = timed(lambda: get(reverse("ui-run-list")), REPEAT)
         rows: list[tuple[str, float, float]] = [("runs list (floor)", *floor)]
         runs = {n: fan_out_run(user, n) for n in SIZES}
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
         for n, run in runs.items():
             live = reverse("ui-run-live", args=[run.pk])
-            page = timed(lambda r=run: get(reverse("ui-run-detail", args=[r.pk])))
+            page = timed(lambda r=run: get(reverse("ui-run-detail", args=[r.pk])), REPEAT)
             changed, unchanged = poll_figures(get, live, run)
             rows.append((f"run page, {n} units", *page))
             rows.append((f"live partial, {n} units, a unit moved (200)", *changed))
             rows.append((f"live partial, {n} units, nothing moved (304)", *unchanged))
         print(f"database: {connection.vendor} ({db_name}); median and max of {REPEAT} requests")
         print("  (a shared, loaded machine: compare rows of this run, not across runs)")
-        width = max(len(r[0]) for r in rows)
-        base = floor[0]
-        for label, median, worst in rows:
-            print(
-                f"  {label:<{width}}  {median * 1000:8.1f} ms  (max {worst * 1000:7.1f} ms, "
-                f"{median / base:5.1f}x floor)"
-            )
+        print_rows(rows, floor[0])
         by = {label: median for label, median, _ in rows}
         big, small = SIZES[-1], SIZES[0]
         live_big = by[f"live partial, {big} units, a unit moved (200)"]
@@ -132,8 +102,6 @@ def main() -> None:
             f"  run page {big} units: {page_big * 1000:.0f} ms (target <= "
             f"{TARGET_PAGE_S * 1000:.0f} ms: {'OK' if page_big <= TARGET_PAGE_S else 'OVER'})"
         )
-    finally:
-        connection.creation.destroy_test_db(db_name, verbosity=0)
 
 
 if __name__ == "__main__":

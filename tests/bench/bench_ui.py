@@ -8,27 +8,18 @@ removes it afterwards. Target: the run page of 2,000 units in at most 1 s.
 
 from __future__ import annotations
 
-import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
-os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
-os.environ.setdefault("STATIC_MANIFEST", "0")
 
-import django  # noqa: E402
+# First: it sets Django up.
+from tests.bench.inprocess import print_rows, throwaway_database, timed  # noqa: E402
 
-django.setup()
-
+# isort: split
 from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
-from django.test.utils import setup_test_environment  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 UNITS = 2000
@@ -36,20 +27,8 @@ REPEAT = 7
 TARGET_S = 1.0
 
 
-def timed(fn: Callable[[], Any], repeat: int = REPEAT) -> tuple[float, float]:
-    fn()  # warm up (template loading, first queries)
-    samples = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t0)
-    return statistics.median(samples), max(samples)
-
-
 def main() -> None:
-    setup_test_environment()
-    db_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    try:
+    with throwaway_database() as db_name:
         from tests.factories import SiteFactory, UserFactory
         from tests.portal.helpers import chain_units, make_run
 
@@ -64,7 +43,7 @@ def main() -> None:
             assert response.status_code == 200, response.status_code
             assert len(response.content) > 0
 
-        floor, floor_max = timed(lambda: get(reverse("ui-run-list")))
+        floor, floor_max = timed(lambda: get(reverse("ui-run-list")), REPEAT)
         rows = [("empty runs list (floor)", floor, floor_max)]
 
         # Layered: 50 layers of 40 units, half done, each with a decision of 3 candidates.
@@ -80,28 +59,20 @@ def main() -> None:
         wide = make_run(user, units=wide_units)
         for label, run in (("layered", layered), ("fan-out/fan-in", wide)):
             assert run.units.count() == UNITS
-            page = timed(lambda r=run: get(reverse("ui-run-detail", args=[r.pk])))
-            live = timed(lambda r=run: get(reverse("ui-run-live", args=[r.pk])))
+            page = timed(lambda r=run: get(reverse("ui-run-detail", args=[r.pk])), REPEAT)
+            live = timed(lambda r=run: get(reverse("ui-run-live", args=[r.pk])), REPEAT)
             rows.append((f"run page, {UNITS} units, {label}", *page))
             rows.append((f"live partial, {UNITS} units, {label}", *live))
 
         size = len(client.get(reverse("ui-run-detail", args=[layered.pk])).content)
         print(f"database: {connection.vendor} ({db_name}); median and max of {REPEAT} renders")
-        width = max(len(r[0]) for r in rows)
-        for label, median, worst in rows:
-            ratio = median / floor if floor else float("inf")
-            print(
-                f"  {label:<{width}}  {median * 1000:8.1f} ms  (max {worst * 1000:7.1f} ms, "
-                f"{ratio:5.1f}x floor)"
-            )
+        print_rows(rows, floor)
         page_worst = max(m for label, m, _ in rows if label.startswith("run page"))
         verdict = "OK" if page_worst <= TARGET_S else "OVER TARGET"
         print(
             f"  run page HTML: {size / 1024:.0f} KiB; target <= {TARGET_S:.1f} s: "
             f"{page_worst * 1000:.0f} ms {verdict}"
         )
-    finally:
-        connection.creation.destroy_test_db(db_name, verbosity=0)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.integration]
 DURATION = "portal.multisite.io/sandbox-duration"
 
 
-def _fan_out(items: int, seconds: int) -> str:
+def fan_out_workflow(items: int, seconds: int) -> str:
     return yaml.safe_dump(
         {
             "apiVersion": "argoproj.io/v1alpha1",
@@ -108,7 +108,7 @@ def test_a_fan_out_interrupted_by_a_worker_kill_loses_and_duplicates_nothing(
     live: Stack, user: User, settings: Any
 ) -> None:
     items = 600
-    run = services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+    run = services.run_submit(user=user, body=fan_out_workflow(items, 3600), project="eo-demo")
     wait_for(lambda: _created(run.pk) >= 50, 120, "the fan-out to start")
     live.kill("worker", signal.SIGKILL)
     assert _created(run.pk) < items, "the kill came too late to interrupt anything"
@@ -133,7 +133,7 @@ def test_a_one_step_run_behind_a_5000_unit_run_finishes_while_it_fans_out(
     """Before: every worker advanced the big run at once and the small one waited minutes.
     Now the big run is created in turns with other runs' advances in between."""
     items = settings.PORTAL_MAX_UNITS
-    big = services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+    big = services.run_submit(user=user, body=fan_out_workflow(items, 3600), project="eo-demo")
     small = services.run_submit(user=user, body=ONE_STEP, project="eo-demo")
     wait_for(lambda: _status(small.pk) == "Succeeded", 300, "the one-step run to succeed")
     # Measured in work, not in seconds: the big run was still being created meanwhile.
@@ -156,10 +156,10 @@ def test_a_project_with_several_fan_outs_takes_one_turn_at_a_time(live: Stack, u
     live.start("worker")
     try:
         mine = [
-            services.run_submit(user=user, body=_fan_out(items, 3600), project="eo-demo")
+            services.run_submit(user=user, body=fan_out_workflow(items, 3600), project="eo-demo")
             for _ in range(3)
         ]
-        theirs = services.run_submit(user=user, body=_fan_out(items, 3600), project="other")
+        theirs = services.run_submit(user=user, body=fan_out_workflow(items, 3600), project="other")
         # Counted from here: what eo-demo created before the other's run existed is not a
         # turn the other waited for (on a busy machine that was up to a few turns' worth).
         before = sum(_created(r.pk) for r in mine)

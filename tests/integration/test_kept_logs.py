@@ -14,13 +14,12 @@ from typing import Any
 import pytest
 import requests
 import yaml
-from django.contrib.auth.models import User
 
 from portal import gateway
-from portal.api_tokens import api_token_create
 from portal.execution import keep_logs, step_workflows_cleanup
 from portal.models import KeptAttempt, KeptLog, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
+from tests.live_sessions import api_session, finished_run, post_run, web_session
 
 pytestmark = [pytest.mark.integration]
 
@@ -66,49 +65,14 @@ def dag_workflow(print_script: str = PRINT, *, gpu_pair: bool = False, **spec: A
 def member(live_executing: Stack, live_server: Any) -> Iterator[requests.Session]:
     """load_demo's scientist with an API token; the stack's own cleanup keeps finished step
     workflows for a minute, so the test runs the cleanup itself when it wants it."""
-    user = User.objects.get(username="scientist")
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
-    s.base = live_server.url  # type: ignore[attr-defined]
-    yield s
+    yield api_session(live_server.url, "scientist")
 
 
 def submit(member: requests.Session, body: str) -> WorkflowRun:
-    base = member.base  # type: ignore[attr-defined]
-    answer = member.post(
-        f"{base}/api/v1/runs/?project={PROJECT}",
-        data=body,
-        headers={"Content-Type": "application/yaml"},
-        timeout=60,
-    )
-    assert answer.status_code == 201, answer.text
-    run_id = int(answer.json()["id"])
-
-    def done() -> WorkflowRun | None:
-        run = WorkflowRun.objects.get(pk=run_id)
-        return run if run.finished_at is not None else None
-
-    run = wait_for(done, 180, "the run to finish")
-    assert run is not None and run.status == "Succeeded", run
+    """The run of ``body``, once it has succeeded."""
+    run = finished_run(post_run(member, body, PROJECT), 180)
+    assert run.status == "Succeeded", run
     return run
-
-
-def web_session(member: requests.Session) -> requests.Session:
-    base = member.base  # type: ignore[attr-defined]
-    s = requests.Session()
-    s.headers["Referer"] = base + "/login/"
-    s.get(f"{base}/login/", timeout=30)
-    s.post(
-        f"{base}/login/",
-        data={
-            "username": "scientist",
-            "password": "portal-demo",
-            "csrfmiddlewaretoken": s.cookies["csrftoken"],
-        },
-        timeout=30,
-    )
-    assert "sessionid" in s.cookies
-    return s
 
 
 def reads(member: requests.Session, web: requests.Session, run: WorkflowRun) -> dict[str, bytes]:
@@ -157,7 +121,7 @@ def test_a_log_read_after_cleanup_is_the_log_read_before(
     member: requests.Session, live_executing: Stack
 ) -> None:
     run = submit(member, dag_workflow())
-    web = web_session(member)
+    web = web_session(member.base, "scientist")  # type: ignore[attr-defined]
     before = reads(member, web, run)
     talk = before["rest talk"].decode()
     assert talk.startswith("first line\n\nNDVI ≥ 0.5 — ok\n1\n2\n")

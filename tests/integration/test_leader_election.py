@@ -24,7 +24,7 @@ from django.db.models import Count
 from portal import gateway, leader, services
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
-from tests.integration.test_fanout import _fan_out
+from tests.integration.test_fanout import fan_out_workflow
 from tests.stack import Process, logged, watcher_argv
 
 pytestmark = [pytest.mark.integration]
@@ -104,7 +104,7 @@ def test_the_standby_watcher_takes_over_a_fan_out_when_the_leader_is_killed(
     try:
         before = _lease(leader.WATCHER_LEASE)
         assert before["holderIdentity"] == _identity(live.procs["watcher"])
-        run = services.run_submit(user=user, body=_fan_out(ITEMS, 10), project="eo-demo")
+        run = services.run_submit(user=user, body=fan_out_workflow(ITEMS, 10), project="eo-demo")
         succeeded = UnitRun.objects.filter(run=run, phase="Succeeded")
         wait_for(lambda: succeeded.count() >= 40, 300, "a fifth of the fan-out to succeed")
         live.kill("watcher", signal.SIGKILL)

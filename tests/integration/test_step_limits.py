@@ -16,11 +16,9 @@ import requests
 import yaml
 from django.contrib.auth.models import User
 
-from portal.api_tokens import api_token_create
-from portal.models import WorkflowRun
 from sandbox.fleet import DEMO_FLEET
-from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
-from tests.portal.test_browser import browser  # noqa: F401 - the fixture
+from tests.fixtures_stack import Stack, running_stack, stack_for_test
+from tests.live_sessions import api_session, finished_run, post_run, web_session
 
 pytestmark = [pytest.mark.integration]
 
@@ -44,54 +42,13 @@ def workflow(script: str, **template: Any) -> str:
 @pytest.fixture
 def member(live_executing: Stack, live_server: Any) -> requests.Session:
     """load_demo's scientist, an ordinary member of eo-demo, with an API token."""
-    user = User.objects.get(username="scientist")
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
-    s.base = live_server.url  # type: ignore[attr-defined]
-    return s
+    return api_session(live_server.url, "scientist")
 
 
 @pytest.fixture
 def web(member: requests.Session) -> requests.Session:
     """The same scientist logged in to the web pages."""
-    base = member.base  # type: ignore[attr-defined]
-    s = requests.Session()
-    s.headers["Referer"] = base + "/login/"
-    s.get(f"{base}/login/", timeout=30)
-    answer = s.post(
-        f"{base}/login/",
-        data={
-            "username": "scientist",
-            "password": "portal-demo",
-            "csrfmiddlewaretoken": s.cookies["csrftoken"],
-        },
-        timeout=30,
-    )
-    assert answer.ok and "sessionid" in s.cookies, answer.text[:500]
-    s.base = base  # type: ignore[attr-defined]
-    return s
-
-
-def submit(member: requests.Session, body: str) -> int:
-    base = member.base  # type: ignore[attr-defined]
-    answer = member.post(
-        f"{base}/api/v1/runs/?project=eo-demo",
-        data=body,
-        headers={"Content-Type": "application/yaml"},
-        timeout=60,
-    )
-    assert answer.status_code == 201, answer.text
-    return int(answer.json()["id"])
-
-
-def finished(run_id: int) -> WorkflowRun:
-    def done() -> WorkflowRun | None:
-        run = WorkflowRun.objects.get(pk=run_id)
-        return run if run.finished_at is not None else None
-
-    found = wait_for(done, 120, "the run to finish")
-    assert found is not None
-    return found
+    return web_session(member.base, "scientist")  # type: ignore[attr-defined]
 
 
 def unit(member: requests.Session, run_id: int) -> dict[str, Any]:
@@ -104,14 +61,14 @@ def unit(member: requests.Session, run_id: int) -> dict[str, Any]:
 def test_a_parameter_over_the_bound_fails_its_step_and_the_run_stays_small(
     member: requests.Session,
 ) -> None:
-    run_id = submit(
+    run_id = post_run(
         member,
         workflow(
             "head -c 400000 /dev/zero | tr '\\0' a > /tmp/p",
             outputs={"parameters": [{"name": "big", "valueFrom": {"path": "/tmp/p"}}]},
         ),
     )
-    assert finished(run_id).status != "Succeeded"
+    assert finished_run(run_id).status != "Succeeded"
     got = unit(member, run_id)
     assert got["phase"] == "Error"
     assert "262144 bytes (256Ki) an output parameter may hold" in got["message"]
@@ -123,14 +80,14 @@ def test_a_parameter_over_the_bound_fails_its_step_and_the_run_stays_small(
 def test_a_long_output_is_shown_in_part_and_paged(
     member: requests.Session, web: requests.Session
 ) -> None:
-    run_id = submit(
+    run_id = post_run(
         member,
         workflow(
             "seq 1 30000 > /tmp/p; seq 1 3000",
             outputs={"parameters": [{"name": "numbers", "valueFrom": {"path": "/tmp/p"}}]},
         ),
     )
-    assert finished(run_id).status == "Succeeded"
+    assert finished_run(run_id).status == "Succeeded"
     whole = "\n".join(str(i) for i in range(1, 30001))
     base = member.base  # type: ignore[attr-defined]
     for shown in (
@@ -186,11 +143,11 @@ def test_a_step_past_its_memory_or_disk_limit_fails_as_the_kubelet_says(
     member: requests.Session,
 ) -> None:
     hog = 'python3 -c "x = bytearray(200 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1"'
-    oom = submit(member, limited(hog, memory="64Mi"))
+    oom = post_run(member, limited(hog, memory="64Mi"))
     fill = "head -c 3000000 /dev/zero > /tmp/f; sleep 100000"
-    evicted = submit(member, limited(fill, **{"ephemeral-storage": "1Mi"}))
+    evicted = post_run(member, limited(fill, **{"ephemeral-storage": "1Mi"}))
     for run_id in (oom, evicted):
-        assert finished(run_id).status == "Failed"
+        assert finished_run(run_id).status == "Failed"
     assert unit(member, oom)["message"] == "main: OOMKilled (exit code 137)"
     assert unit(member, evicted)["message"] == (
         # The kubelet's format ends with a space, kept as the member reports it.
@@ -199,14 +156,14 @@ def test_a_step_past_its_memory_or_disk_limit_fails_as_the_kubelet_says(
 
 
 def test_the_step_panel_pages_a_long_output_in_the_browser(
-    browser: Any,  # noqa: F811 - the fixture
+    browser: Any,
     live_server: Any,
     live_executing: Stack,
 ) -> None:
     from playwright.sync_api import expect
 
     from portal import services
-    from tests.portal.test_browser import login
+    from tests.fixtures_browser import login
 
     scientist = User.objects.get(username="scientist")
     body = workflow(
@@ -214,7 +171,7 @@ def test_the_step_panel_pages_a_long_output_in_the_browser(
         outputs={"parameters": [{"name": "numbers", "valueFrom": {"path": "/tmp/p"}}]},
     )
     run = services.run_submit(user=scientist, body=body, project="eo-demo")
-    assert finished(run.pk).status == "Succeeded"
+    assert finished_run(run.pk).status == "Succeeded"
     whole = "\n".join(str(i) for i in range(1, 30001))
     page = login(browser, live_server.url, "scientist")
     page.goto(f"{live_server.url}/runs/{run.pk}/units/main/")
@@ -257,10 +214,7 @@ def live_quota(quota_stack: Stack, transactional_db: Any, settings: Any) -> Iter
 def test_an_output_past_the_buckets_quota_is_refused_and_fails_the_step(
     live_quota: Stack, live_server: Any
 ) -> None:
-    user = User.objects.get(username="scientist")
-    api = requests.Session()
-    api.headers["Authorization"] = f"Token {api_token_create(user=user, replace=True)}"
-    api.base = live_server.url  # type: ignore[attr-defined]
+    api = api_session(live_server.url, "scientist")
 
     def writer(size: int) -> str:
         return workflow(
@@ -268,10 +222,10 @@ def test_an_output_past_the_buckets_quota_is_refused_and_fails_the_step(
             outputs={"artifacts": [{"name": "o", "path": "/tmp/out", "archive": {"none": {}}}]},
         )
 
-    small = submit(api, writer(100_000))
-    assert finished(small).status == "Succeeded"
-    big = submit(api, writer(2_000_000))
-    assert finished(big).status != "Succeeded"
+    small = post_run(api, writer(100_000))
+    assert finished_run(small).status == "Succeeded"
+    big = post_run(api, writer(2_000_000))
+    assert finished_run(big).status != "Succeeded"
     got = unit(api, big)
     assert got["phase"] == "Error"
     assert got["message"] == (

@@ -6,9 +6,8 @@ an outsider cannot see the run; a broken workflow shows its errors next to their
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from portal.models import WorkflowRun
 from sites.choices import SyncMode
 from tests.factories import PASSWORD as FACTORY_PASSWORD
 from tests.factories import SiteFactory, WorkflowRunFactory
+from tests.fixtures_browser import login
 from tests.fixtures_stack import Stack, wait_for
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
 from tests.portal.test_logs_no_proxy import (  # noqa: F401 (fixtures, asked for by name)
@@ -30,29 +30,11 @@ from tests.portal.test_logs_no_proxy import (  # noqa: F401 (fixtures, asked for
 
 pytestmark = [pytest.mark.integration]
 
-# Playwright's sync API runs an event loop in this thread; Django must still allow the ORM.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
-PASSWORD = "portal-demo"  # load_demo's password
 BROKEN = (
     "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nmetadata:\n  name: broken\nspec:\n"
     "  entrypoint: main\n  templates:\n    - name: main\n      dag:\n        tasks:\n"
     "          - name: a\n            template: nowhere\n"
 )
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture
@@ -70,16 +52,6 @@ def execution(request: pytest.FixtureRequest) -> Any | None:
 @pytest.fixture
 def demo(transactional_db: Any, execution: Any | None) -> None:
     call_command("load_demo", verbosity=0)
-
-
-def login(browser: Any, base: str, username: str, password: str = PASSWORD) -> Any:
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{base}/")
-    return page
 
 
 def test_a_scientist_previews_submits_and_follows_the_demo_run(

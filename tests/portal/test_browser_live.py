@@ -4,8 +4,6 @@ server answers 304 while nothing moves and 200 once a unit does."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +15,12 @@ from portal.choices import UnitPhase
 from portal.views import runs
 from sites.models import Site
 from tests.factories import PASSWORD, SiteFactory, UserFactory
+from tests.fixtures_browser import login
 from tests.portal.helpers import FAN_SITES, fan_out_run
 
 pytestmark = [pytest.mark.integration]
 
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 UNITS = 10_000
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture
@@ -67,12 +50,7 @@ def test_a_10000_unit_run_page_pages_groups_and_polls_conditionally(
             SiteFactory(name=name)
     user: User = UserFactory(username="watcher")
     run = fan_out_run(user, UNITS)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(f"{live_server.url}/login/")
-    page.fill("#id_username", "watcher")
-    page.fill("#id_password", PASSWORD)
-    page.click("button[type=submit]")
-    page.wait_for_url(f"{live_server.url}/")
+    page = login(browser, live_server.url, "watcher", PASSWORD)
     statuses: list[int] = []
     page.on("response", lambda r: statuses.append(r.status) if "/live/" in r.url else None)
     page.goto(f"{live_server.url}/runs/{run.pk}/")

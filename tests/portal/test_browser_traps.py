@@ -11,15 +11,16 @@ from django.contrib.auth.models import User
 from portal.choices import RunStatus, UnitPhase
 from portal.models import RunEvent
 from sites.models import Project, Site
+from tests.fixtures_browser import login
 from tests.portal.helpers import make_run
-from tests.portal.test_browser import browser, demo, execution, login  # noqa: F401 (fixtures)
+from tests.portal.test_browser import demo, execution  # noqa: F401 (fixtures)
 from tests.portal.test_preview_fan_out import fan_out
 
 pytestmark = [pytest.mark.integration]
 
 
 def test_the_preview_of_a_200_item_fan_out_fits_on_the_page(
-    browser: Any,  # noqa: F811
+    browser: Any,
     live_server: Any,
     demo: None,  # noqa: F811
 ) -> None:
@@ -39,7 +40,7 @@ def test_the_preview_of_a_200_item_fan_out_fits_on_the_page(
 
 
 def test_a_blocked_failover_is_a_banner_on_the_run_page_and_a_stopped_run_offers_resubmit(
-    browser: Any,  # noqa: F811
+    browser: Any,
     live_server: Any,
     demo: None,  # noqa: F811
 ) -> None:

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.test import APIClient
@@ -18,7 +17,8 @@ from rest_framework.test import APIClient
 from portal import execution, gateway
 from portal.models import UnitRun
 from sites.models import Site
-from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
+from tests.fixtures_stack import gateway_on
 from tests.portal.test_reservations import tiles
 
 SITES = (("site-a", "eu-west"), ("site-b", "eu-west"), ("site-c", "eu-central"))
@@ -27,38 +27,25 @@ SITES = (("site-a", "eu-west"), ("site-b", "eu-west"), ("site-c", "eu-central"))
 @pytest.fixture(scope="module")
 def twenties(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
     """A sandbox whose three members have 20 CPUs each and nothing else running."""
-    workdir = tmp_path_factory.mktemp("twenties")
-    fleet = workdir / "fleet.yaml"
-    fleet.write_text(
-        yaml.safe_dump(
+    fleet = {
+        "sites": [
             {
-                "sites": [
-                    {
-                        "name": name,
-                        "region": region,
-                        "zone": f"{region}-1a",
-                        "nodes": 2,
-                        "capacity": {"cpu": "20", "memory": "64Gi", "pods": "110"},
-                    }
-                    for name, region in SITES
-                ]
+                "name": name,
+                "region": region,
+                "zone": f"{region}-1a",
+                "nodes": 2,
+                "capacity": {"cpu": "20", "memory": "64Gi", "pods": "110"},
             }
-        )
-    )
-    server = start_sandbox(workdir, extra_args=["--fleet", str(fleet)])
-    try:
+            for name, region in SITES
+        ]
+    }
+    with sandbox_on_fleet(tmp_path_factory.mktemp("twenties"), fleet) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
 def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
     twenties.reset()
-    settings.KARMADA_KUBECONFIG = str(twenties.kubeconfig)
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
 
     # What the watcher does: the sites' capacity from their Cluster status.
     def synced() -> bool:
@@ -67,16 +54,17 @@ def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSe
             execution.cluster_observe(cluster)
         return all(s.cpu_allocatable == 20_000 for s in Site.objects.all())
 
-    twenties.wait_for(synced, what="the Clusters' resource summaries")
-    assert {s.name: s.cpu_allocatable - s.cpu_allocated for s in Site.objects.all()} == {
-        name: 20_000 for name, _ in SITES
-    }
-    execution.policies_sync()
-    try:
-        yield twenties
-    finally:
-        twenties.process.check("during the test")
-        gateway.reset()
+    with gateway_on(twenties, settings):
+        call_command("load_demo", verbosity=0)
+        twenties.wait_for(synced, what="the Clusters' resource summaries")
+        assert {s.name: s.cpu_allocatable - s.cpu_allocated for s in Site.objects.all()} == {
+            name: 20_000 for name, _ in SITES
+        }
+        execution.policies_sync()
+        try:
+            yield twenties
+        finally:
+            twenties.process.check("during the test")
 
 
 def test_sixty_tiles_over_three_sites_of_twenty_are_bound_twenty_to_each(fleet) -> None:

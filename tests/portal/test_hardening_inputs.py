@@ -14,7 +14,7 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from portal.api_tokens import api_token_create
-from portal.middleware import DRAIN_FACTOR, BodyTooLarge, _read_chunks
+from portal.middleware import DRAIN_FACTOR, BodyTooLarge, read_chunks
 
 DEEP = 10_000
 DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
@@ -176,14 +176,14 @@ def test_a_chunked_body_past_the_limit_is_read_to_its_end_so_the_client_gets_the
     # broken pipe instead of the answer (it did, now and then, in the test above).
     raw = _chunked(b"x" * 3000)
     with pytest.raises(BodyTooLarge):
-        _read_chunks(raw, 1000)
+        read_chunks(raw, 1000)
     assert raw.read() == b""  # drained, the terminating chunk included
 
 
 def test_a_chunked_body_far_past_the_limit_is_not_drained_without_end() -> None:
     raw = _chunked(b"x" * 100 * 1000)
     with pytest.raises(BodyTooLarge):
-        _read_chunks(raw, 1000)
+        read_chunks(raw, 1000)
     left = raw.read()
     assert left  # refused after DRAIN_FACTOR times the limit, the rest left unread
     assert len(left) > 100 * 1000 - (DRAIN_FACTOR + 2) * 1000

@@ -12,6 +12,7 @@ import pytest
 
 from portal import gateway, leader
 from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_stack import gateway_on
 
 
 class Clock:
@@ -24,13 +25,9 @@ class Clock:
 
 @pytest.fixture
 def karmada(sandbox: SandboxServer, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    gateway.reset()
-    gateway.ensure_namespace(gateway.namespace())
-    try:
+    with gateway_on(sandbox, settings):
+        gateway.ensure_namespace(gateway.namespace())
         yield sandbox
-    finally:
-        gateway.reset()
 
 
 def candidate(name: str, identity: str, **timing: float) -> tuple[leader.Elector, Clock]:

@@ -18,7 +18,7 @@ from portal.choices import RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from sites.choices import SyncMode
 from tests.factories import SiteFactory
-from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
 from tests.portal.helpers import make_run
 from tests.sandbox.conftest import SITE_LABEL, leaf, site_policy, workflow
 
@@ -52,13 +52,8 @@ NO_PROXY_FLEET = (
 
 @pytest.fixture(scope="module")
 def no_proxy_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
-    work = tmp_path_factory.mktemp("no-proxy")
-    (work / "fleet.yaml").write_text(NO_PROXY_FLEET)
-    server = start_sandbox(work, extra_args=["--fleet", str(work / "fleet.yaml")])
-    try:
+    with sandbox_on_fleet(tmp_path_factory.mktemp("no-proxy"), NO_PROXY_FLEET) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def created(create: Callable[[], Any]) -> None:

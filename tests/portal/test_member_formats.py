@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from portal import execution, gateway, logs, services, tasks
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import UnitRun, WorkflowRun
-from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, start_sandbox
+from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, sandbox_on_fleet
+from tests.fixtures_stack import demo_on
 from tests.stack import ROOT
 
 SAID = "hello from a nested pod"
@@ -31,33 +31,20 @@ def odd_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxSer
     for site in fleet["sites"]:
         site["podNames"] = "v1"
     fleet["execution"]["maxNodeStatusBytes"] = 64
-    workdir = tmp_path_factory.mktemp("odd-members")
-    path = workdir / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet))
-    server = start_sandbox(workdir, extra_args=["--fleet", str(path)])
-    try:
+    with sandbox_on_fleet(tmp_path_factory.mktemp("odd-members"), fleet) as server:
         yield server
-    finally:
-        server.stop()
-
-
-def _demo_on(sandbox: SandboxServer, settings: Any) -> None:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()
 
 
 @pytest.fixture
 def odd_fleet(odd_sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
+    """``odd_sandbox`` as ``demo_fleet`` is the shared sandbox: the demo loaded, its policies
+    written."""
     odd_sandbox.reset()
-    _demo_on(odd_sandbox, settings)
-    try:
-        yield odd_sandbox
-    finally:
-        gateway.reset()
-        odd_sandbox.clear_faults()
+    with demo_on(odd_sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
+        try:
+            yield odd_sandbox
+        finally:
+            odd_sandbox.clear_faults()
 
 
 def nested(sandbox: SandboxServer) -> str:
@@ -120,6 +107,20 @@ def scientist_client() -> APIClient:
     return client
 
 
+def nested_work(sandbox: SandboxServer) -> UnitRun:
+    """The nested workflow run to success on ``sandbox``; its one unit."""
+    run = finished(sandbox, submit(nested(sandbox)))
+    assert run.status == RunStatus.SUCCEEDED, run.message
+    return UnitRun.objects.get(run=run, name="work")
+
+
+def api_log(unit: UnitRun) -> str:
+    """The unit's log as the scientist reads it over the REST API."""
+    answer = scientist_client().get(f"/api/v1/runs/{unit.run_id}/units/{unit.name}/logs/")
+    assert answer.status_code == 200, answer.content
+    return answer.content.decode()
+
+
 def binding_status(workflow: str) -> dict[str, Any]:
     binding = gateway.get(gateway.RESOURCE_BINDING, f"{workflow}-workflow")
     return dict(binding["status"]["aggregatedStatus"][0]["status"])
@@ -128,29 +129,21 @@ def binding_status(workflow: str) -> dict[str, Any]:
 def test_a_nested_steps_log_is_read_from_a_member_with_v1_pod_names(
     odd_fleet: SandboxServer,
 ) -> None:
-    run = finished(odd_fleet, submit(nested(odd_fleet)))
-    assert run.status == RunStatus.SUCCEEDED, run.message
-    unit = UnitRun.objects.get(run=run, name="work")
+    unit = nested_work(odd_fleet)
     status = binding_status(unit.workflow_name)
     assert "compressedNodes" in status and "nodes" not in status  # as a large workflow's
     assert logs.pod_name_version(unit.site, unit.workflow_name) == "v1"
-    answer = scientist_client().get(f"/api/v1/runs/{run.pk}/units/work/logs/")
-    assert answer.status_code == 200, answer.content
-    assert SAID in answer.content.decode()
+    assert SAID in api_log(unit)
 
 
 def test_the_same_log_is_read_from_a_member_with_argos_default_v2_names(
     demo_fleet: SandboxServer,
 ) -> None:
-    run = finished(demo_fleet, submit(nested(demo_fleet)))
-    assert run.status == RunStatus.SUCCEEDED, run.message
-    unit = UnitRun.objects.get(run=run, name="work")
+    unit = nested_work(demo_fleet)
     assert logs.pod_name_version(unit.site, unit.workflow_name) == "v2"
     (pod,) = logs.attempt_pods(unit, unit.attempt, unit.site).pods
     assert pod.pod.startswith(f"{unit.workflow_name}-say-")  # not the node's id
-    answer = scientist_client().get(f"/api/v1/runs/{run.pk}/units/work/logs/")
-    assert answer.status_code == 200, answer.content
-    assert SAID in answer.content.decode()
+    assert SAID in api_log(unit)
 
 
 def test_a_step_whose_member_compresses_its_nodes_is_resumed(odd_fleet: SandboxServer) -> None:

@@ -17,6 +17,7 @@ from kubernetes import client as k8s
 
 from portal import gateway, logs
 from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_stack import gateway_on
 from tests.sandbox.conftest import SITE_LABEL, leaf, site_policy, workflow
 
 pytestmark = pytest.mark.integration
@@ -30,13 +31,8 @@ PORTAL_USER = "system:serviceaccount:portal:portal"
 @pytest.fixture
 def as_portal(sandbox: SandboxServer, settings: Any) -> Iterator[SandboxServer]:
     """The gateway on the sandbox with the portal's kubeconfig (the shipped RBAC applies)."""
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.KARMADA_NAMESPACE = "portal"
-    gateway.reset()
-    try:
+    with gateway_on(sandbox, settings, KARMADA_NAMESPACE="portal"):
         yield sandbox
-    finally:
-        gateway.reset()
 
 
 @pytest.fixture
@@ -260,11 +256,9 @@ def test_a_resume_the_site_may_not_write_is_an_event_naming_the_grant(
     """Argo's suspend-template example with clusters/proxy granted for reading only: the
     member's Workflow is read through the proxy, its write is refused, and the run's event
     says which grant is missing (the suspended node waits; nothing else breaks)."""
-    from portal import execution, tasks
-    from portal.choices import UnitPhase
-    from portal.models import UnitRun
+    from portal import tasks
     from tests.fixtures_sandbox import ARGO_EXAMPLES
-    from tests.portal.test_run_controls import submit, until
+    from tests.portal.test_run_controls import submit, until, waiting_gate
 
     path = f"{RBAC}/clusterroles/multisite-portal"
     role = admin(demo_fleet, "GET", path)
@@ -273,13 +267,7 @@ def test_a_resume_the_site_may_not_write_is_an_event_naming_the_grant(
             rule["verbs"] = ["get"]
     admin(demo_fleet, "PUT", path, role)
     run = submit((ARGO_EXAMPLES / "suspend-template.yaml").read_text())
-
-    def approve_waiting() -> UnitRun | None:
-        execution.run_advance(run.pk)
-        unit = UnitRun.objects.get(run=run, name="approve")
-        return unit if unit.phase == UnitPhase.RUNNING else None
-
-    approve = until(demo_fleet, approve_waiting, "the approval gate")
+    approve = until(demo_fleet, lambda: waiting_gate(run), "the approval gate")
     tasks.unit_resume(approve.pk, "scientist")
     partial = run.events.get(kind="resume-partial")
     assert (

@@ -10,26 +10,19 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 
 from portal import execution, gateway, services, state
 from portal.choices import DecisionSource, UnitPhase
 from portal.models import PlacementDecision, RunEvent, WorkflowRun
 from sites.models import SiteLink
 from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_stack import demo_on
 
 
 @pytest.fixture
 def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()
-    try:
+    with demo_on(sandbox, settings):
         yield sandbox
-    finally:
-        gateway.reset()
 
 
 def pipeline() -> str:

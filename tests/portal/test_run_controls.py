@@ -75,6 +75,13 @@ def until(sandbox: SandboxServer, predicate: Callable[[], Any], what: str) -> An
     return sandbox.wait_for(step, what=what)
 
 
+def waiting_gate(run: WorkflowRun, name: str = "approve") -> UnitRun | None:
+    """After an advance, the run's suspend step ``name`` once it runs (waits to be resumed)."""
+    execution.run_advance(run.pk)
+    unit = UnitRun.objects.get(run=run, name=name)
+    return unit if unit.phase == UnitPhase.RUNNING else None
+
+
 def run_to_the_end(sandbox: SandboxServer, run: WorkflowRun, most: int | None = None) -> int:
     """Advance and observe until the run ends; the most units seen running at once."""
     peak = 0
@@ -293,20 +300,14 @@ def test_an_approval_gate_resumes_from_rest_with_its_node(
     from portal import tasks
 
     run = submit((ARGO_EXAMPLES / "suspend-template.yaml").read_text())
-
-    def approve_waiting() -> UnitRun | None:
-        execution.run_advance(run.pk)
-        unit = UnitRun.objects.get(run=run, name="approve")
-        return unit if unit.phase == UnitPhase.RUNNING else None
-
-    approve = until(fleet, approve_waiting, "the approval gate")
+    approve = until(fleet, lambda: waiting_gate(run), "the approval gate")
     assert scientist_api.get(f"/api/v1/runs/{run.pk}/units/approve/").json()["suspended"]
     answer = scientist_api.post(
         f"/api/v1/runs/{run.pk}/resume/", {"node": "approve"}, format="json"
     )
     assert answer.status_code == 200
     observe()
-    assert approve_waiting() is not None  # the request alone resumes nothing: the worker does
+    assert waiting_gate(run) is not None  # the request alone resumes nothing: the worker does
     tasks.unit_resume(approve.pk, "scientist")  # what the worker runs for that request
     run_to_the_end(fleet, run)
     assert run.status == RunStatus.SUCCEEDED

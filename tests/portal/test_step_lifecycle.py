@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
 from django.utils import timezone
 
 from portal import execution, gateway, services
 from portal.choices import FINAL_UNIT, UnitPhase
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
+from tests.fixtures_stack import demo_on
 
 PROXY = "/apis/cluster.karmada.io/v1alpha1/clusters/{cluster}/proxy"
 NS = "portal"
@@ -28,16 +28,8 @@ NS = "portal"
 
 @pytest.fixture
 def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxServer]:
-    settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    settings.PORTAL_WEBHOOK_REGISTER = False
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    gateway.reset()
-    call_command("load_demo", verbosity=0)
-    execution.policies_sync()
-    try:
+    with demo_on(sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
         yield sandbox
-    finally:
-        gateway.reset()
 
 
 def one_step(sandbox: SandboxServer, duration: str = "1s", **spec: Any) -> str:

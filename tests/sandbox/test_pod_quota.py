@@ -12,23 +12,18 @@ import yaml
 
 from sandbox.argo import fnv32a
 from sandbox.fleet import DEMO_FLEET, Site
-from tests.fixtures_sandbox import SandboxServer, start_sandbox
+from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
 
 QUOTA = 2
 
 
 @pytest.fixture(scope="module")
 def small_quota(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
-    work = tmp_path_factory.mktemp("quota")
     fleet = yaml.safe_load(DEMO_FLEET.read_text())
     for site in fleet["sites"]:
         site["podsPerWorkflow"] = QUOTA
-    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
-    server = start_sandbox(work, extra_args=["--fleet", str(work / "fleet.yaml")])
-    try:
+    with sandbox_on_fleet(tmp_path_factory.mktemp("quota"), fleet) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def fan_out(name: str, items: int, seconds: int) -> dict[str, Any]:

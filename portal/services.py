@@ -29,6 +29,8 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.planning import planner_snapshot
+from portal.quotas import services as quota_services
+from portal.quotas.models import PriorityClass
 from portal.selectors import projects_of
 from portal.submission_limits import submission_count
 from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
@@ -301,9 +303,12 @@ def run_submit(
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
     resubmitted_from: WorkflowRun | None = None,
+    priority_class: str | None = None,
 ) -> WorkflowRun:
     """Store the run, its units and its submission-time decisions in one transaction, and
-    start it once committed. A unit that no site can take refuses the whole submission."""
+    start it once committed. A unit that no site can take refuses the whole submission.
+    ``priority_class``: the name of the class ordering its units in the quota queue (default:
+    its project's)."""
     with gc_paused():
         return _submit(
             user=user,
@@ -311,6 +316,7 @@ def run_submit(
             project=project,
             arguments=arguments,
             resubmitted_from=resubmitted_from,
+            priority_class=priority_class,
         )
 
 
@@ -321,8 +327,10 @@ def _submit(
     project: Project | str | None,
     arguments: dict[str, str] | None,
     resubmitted_from: WorkflowRun | None,
+    priority_class: str | None = None,
 ) -> WorkflowRun:
     proj = _project_for(user, project)
+    priority = _priority_class(proj, priority_class)
     submission_count(user=user, project=proj)  # before any parsing: that is what it bounds
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan, fleet, datasets = _plan_from(parsed, proj)
@@ -334,6 +342,8 @@ def _submit(
     # The document as parsed (arguments applied): what runs is what is stored.
     manifest = dict(parsed.document)
     compiled = _compiled(parsed)
+    if priority is not None:
+        compiled["priority_class"] = {"name": priority.name, "value": priority.value}
     for name in _run_names(parsed):
         try:
             return _store_run(
@@ -352,6 +362,19 @@ def _submit(
             if not _is_name_clash(exc):
                 raise
     raise WorkflowInvalid([FieldError("metadata.name", "no free run name; try again")])
+
+
+def _priority_class(project: Project | None, name: Any) -> PriorityClass | None:
+    """The priority class a submission asks for (else its project's default), or a 400."""
+    if name is not None and not isinstance(name, str):
+        raise WorkflowInvalid([FieldError("priority_class", "must be a priority class's name")])
+    try:
+        return quota_services.priority_for(project, name)
+    except PriorityClass.DoesNotExist:
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none"
+        raise WorkflowInvalid(
+            [FieldError("priority_class", f"no priority class {name!r} (known: {known})")]
+        ) from None
 
 
 def _is_name_clash(exc: IntegrityError) -> bool:
@@ -585,4 +608,5 @@ def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         project=run.project,
         arguments=run.arguments or None,
         resubmitted_from=run,
+        priority_class=quota_services.run_priority(run)[0] or None,
     )

@@ -1,0 +1,220 @@
+"""Quotas against the database (``portal.quotas.services``) and over REST (issue 32): units
+over their project's quota are queued with why and their position, admitted as quota frees,
+higher priority first; ``/api/v1/quotas/`` for fleet staff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from portal.choices import UnitPhase, UnitTiming
+from portal.models import UnitRun, WorkflowRun
+from portal.quotas import services
+from portal.quotas.models import PriorityClass, Quota, Workload
+from sites.models import Project, Site
+from tests.factories import ProjectFactory, SiteFactory, UnitRunFactory, WorkflowRunFactory
+
+CPU = 1000
+
+
+@pytest.fixture
+def site_b(db: Any) -> Site:
+    return SiteFactory(name="site-b")
+
+
+@pytest.fixture
+def eo(db: Any) -> Project:
+    return ProjectFactory(name="eo-demo")
+
+
+def fan_out(project: Project, tiles: int, *, cpu: int = CPU, priority: int = 0) -> WorkflowRun:
+    compiled = {"priority_class": {"name": f"p{priority}", "value": priority}} if priority else {}
+    run = WorkflowRunFactory(project=project, compiled=compiled)
+    UnitRun.objects.bulk_create(
+        [
+            UnitRunFactory.build(
+                run=run,
+                name=f"tile-{i}",
+                position=i,
+                planned_site="site-b",
+                site="site-b",
+                timing=UnitTiming.SUBMIT,
+                spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
+            )
+            for i in range(tiles)
+        ]
+    )
+    return run
+
+
+def pending(run: WorkflowRun) -> list[UnitRun]:
+    return list(run.units.filter(phase=UnitPhase.PENDING).order_by("position"))
+
+
+def start(units: list[UnitRun]) -> None:
+    """What the worker does with admitted units: their step workflows exist."""
+    for u in units:
+        UnitRun.objects.filter(pk=u.pk).update(phase=UnitPhase.RUNNING, workflow_name=u.name)
+
+
+def finish(unit: UnitRun) -> None:
+    UnitRun.objects.filter(pk=unit.pk).update(phase=UnitPhase.SUCCEEDED)
+
+
+def test_a_fan_out_over_its_quota_is_queued_with_why_and_position(
+    site_b: Site, eo: Project
+) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=8 * CPU, borrow_cpu_millicores=0)
+    run = fan_out(eo, 12)
+    admitted = services.admit(run, pending(run))
+    assert [u.name for u in admitted] == [f"tile-{i}" for i in range(8)]
+    queued = services.queue_of(pending(run))
+    assert len(queued) == 4
+    first = queued[run.units.get(name="tile-8").pk]
+    assert first.position == 1
+    assert first.reason == "eo-demo uses 8 of 8 CPU at site-b; waiting for quota"
+    assert queued[run.units.get(name="tile-11").pk].position == 4
+    assert run.units.get(name="tile-9").message == "queued: waiting for quota"
+    # Asked again before anything ended: nothing more is admitted, nothing admitted twice.
+    start(admitted)
+    assert services.admit(run, pending(run)) == []
+    assert Workload.objects.filter(run=run, admitted_at__isnull=False).count() == 8
+
+
+def test_a_unit_ending_admits_the_next_and_wakes_other_runs(site_b: Site, eo: Project) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
+    first = fan_out(eo, 2)
+    start(services.admit(first, pending(first)))
+    second = fan_out(eo, 3)
+    assert services.admit(second, pending(second)) == []
+    finish(first.units.get(name="tile-0"))
+    assert services.wake(first) == [second.pk]
+    assert services.wake(first) == []  # once per end
+    admitted = services.admit(second, pending(second))
+    assert [u.name for u in admitted] == ["tile-0"]
+    assert services.queue_of(pending(second))[second.units.get(name="tile-1").pk].position == 1
+
+
+def test_higher_priority_goes_first_then_submission_order(site_b: Site, eo: Project) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=1 * CPU, borrow_cpu_millicores=0)
+    running = fan_out(eo, 1)
+    start(services.admit(running, pending(running)))
+    bulk = fan_out(eo, 3)
+    services.admit(bulk, pending(bulk))
+    urgent = fan_out(eo, 1, priority=100)
+    services.admit(urgent, pending(urgent))
+    entry = services.queue_of(pending(urgent))[urgent.units.get().pk]
+    assert entry.position == 1  # ahead of the bulk run's three, queued before it
+    finish(running.units.get())
+    # The bulk run's advance comes first: its tile stays behind the urgent unit.
+    assert services.admit(bulk, pending(bulk)) == []
+    assert [u.name for u in services.admit(urgent, pending(urgent))] == ["tile-0"]
+
+
+def test_a_project_within_nominal_is_not_blocked_by_anothers_borrowing(site_b: Site) -> None:
+    a, b = ProjectFactory(name="a"), ProjectFactory(name="b")
+    Quota.objects.create(project=a, site=site_b, cpu_millicores=4 * CPU)
+    Quota.objects.create(project=b, site=site_b, cpu_millicores=4 * CPU)
+    greedy = fan_out(a, 10)
+    start(services.admit(greedy, pending(greedy)))
+    assert greedy.units.filter(phase=UnitPhase.RUNNING).count() == 8  # 4 + 4 borrowed
+    small = fan_out(b, 1)
+    assert len(services.admit(small, pending(small))) == 1
+
+
+def test_units_without_a_quota_pass(site_b: Site, eo: Project) -> None:
+    run = fan_out(eo, 20)
+    assert len(services.admit(run, pending(run))) == 20  # no quota anywhere
+    other = ProjectFactory(name="other")
+    Quota.objects.create(project=other, site=site_b, cpu_millicores=0)
+    assert len(services.admit(run, pending(run))) == 20  # none for eo-demo
+    assert not Workload.objects.exists()
+
+
+# REST
+
+
+@pytest.fixture
+def staff_api(api_client_for: Any, staff: User) -> APIClient:
+    return api_client_for(staff)
+
+
+BODY = {
+    "project": "eo-demo",
+    "site": "site-b",
+    "cpu": "8",
+    "memory": "32Gi",
+    "gpu": 0,
+    "borrowing": {"cpu": "0", "memory": "0", "gpu": 0},
+}
+
+
+def test_fleet_staff_post_a_quota_as_the_issue_spells_it(
+    staff_api: APIClient, site_b: Site, eo: Project
+) -> None:
+    answer = staff_api.post("/api/v1/quotas/", BODY, format="json")
+    assert answer.status_code == 201, answer.content
+    assert {k: answer.json()[k] for k in BODY} == BODY
+    q = Quota.objects.get()
+    assert (q.cpu_millicores, q.memory_bytes, q.borrow_cpu_millicores) == (8000, 32 * 2**30, 0)
+    again = staff_api.post("/api/v1/quotas/", BODY, format="json")
+    assert again.status_code == 400
+    assert again.json()["errors"][0]["path"] == "site"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "path"),
+    [
+        ("cpu", "lots", "cpu"),
+        ("memory", "-1Gi", "memory"),
+        ("gpu", "1.5", "gpu"),
+        ("borrowing", {"cpu": "x"}, "borrowing.cpu"),
+        ("project", "nobody", "project"),
+        ("site", "site-z", "site"),
+    ],
+)
+def test_bad_quota_input_is_a_400_naming_the_field(
+    staff_api: APIClient, site_b: Site, eo: Project, field: str, value: Any, path: str
+) -> None:
+    answer = staff_api.post("/api/v1/quotas/", {**BODY, field: value}, format="json")
+    assert answer.status_code == 400
+    assert [e["path"] for e in answer.json()["errors"]] == [path]
+    assert not Quota.objects.exists()
+
+
+def test_scientists_read_quotas_with_current_use_but_cannot_write(
+    scientist_api: APIClient, site_b: Site, eo: Project
+) -> None:
+    assert scientist_api.post("/api/v1/quotas/", BODY, format="json").status_code == 403
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
+    run = fan_out(eo, 3, cpu=1500)
+    start(services.admit(run, pending(run)))
+    rows = scientist_api.get("/api/v1/quotas/").json()
+    assert rows[0]["used"] == {"cpu": "1500m", "memory": "0", "gpu": 0, "queued_units": 2}
+    assert rows[0]["borrowing"] == {"cpu": "0", "memory": None, "gpu": None}
+
+
+def test_the_run_shows_queued_units_and_its_priority_class(
+    api_client_for: Any, staff: User, site_b: Site, eo: Project
+) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=1 * CPU, borrow_cpu_millicores=0)
+    PriorityClass.objects.create(name="urgent", value=100)
+    run = fan_out(eo, 2, priority=100)
+    WorkflowRun.objects.filter(pk=run.pk).update(
+        compiled={"priority_class": {"name": "urgent", "value": 100}}
+    )
+    services.admit(run, pending(run))
+    api = api_client_for(staff)
+    body = api.get(f"/api/v1/runs/{run.pk}/").json()
+    assert body["priority_class"] == "urgent"
+    phases = {u["name"]: (u["phase"], u.get("queue")) for u in body["units"]}
+    assert phases["tile-0"] == ("Pending", None)
+    assert phases["tile-1"] == (
+        "Queued",
+        {"position": 1, "reason": "eo-demo uses 1 of 1 CPU at site-b; waiting for quota"},
+    )
+    unit = api.get(f"/api/v1/runs/{run.pk}/units/tile-1/").json()
+    assert unit["phase"] == "Queued" and unit["queue"]["position"] == 1

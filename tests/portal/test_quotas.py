@@ -15,24 +15,24 @@ from portal.models import UnitRun, WorkflowRun
 from portal.quotas import services
 from portal.quotas.models import PriorityClass, Quota, Workload
 from sites.models import Project, Site
-from tests.factories import ProjectFactory, SiteFactory, UnitRunFactory, WorkflowRunFactory
+from tests.factories import UnitRunFactory, WorkflowRunFactory
 
 CPU = 1000
 
 
 @pytest.fixture
 def site_b(db: Any) -> Site:
-    return SiteFactory(name="site-b")
+    return Site.objects.create(name="site-b")
 
 
 @pytest.fixture
 def eo(db: Any) -> Project:
-    return ProjectFactory(name="eo-demo")
+    return Project.objects.create(name="eo-demo")
 
 
 def fan_out(project: Project, tiles: int, *, cpu: int = CPU, priority: int = 0) -> WorkflowRun:
     compiled = {"priority_class": {"name": f"p{priority}", "value": priority}} if priority else {}
-    run = WorkflowRunFactory(project=project, compiled=compiled)
+    run: WorkflowRun = WorkflowRunFactory(project=project, compiled=compiled)
     UnitRun.objects.bulk_create(
         [
             UnitRunFactory.build(
@@ -115,7 +115,7 @@ def test_higher_priority_goes_first_then_submission_order(site_b: Site, eo: Proj
 
 
 def test_a_project_within_nominal_is_not_blocked_by_anothers_borrowing(site_b: Site) -> None:
-    a, b = ProjectFactory(name="a"), ProjectFactory(name="b")
+    a, b = Project.objects.create(name="a"), Project.objects.create(name="b")
     Quota.objects.create(project=a, site=site_b, cpu_millicores=4 * CPU)
     Quota.objects.create(project=b, site=site_b, cpu_millicores=4 * CPU)
     greedy = fan_out(a, 10)
@@ -128,7 +128,7 @@ def test_a_project_within_nominal_is_not_blocked_by_anothers_borrowing(site_b: S
 def test_units_without_a_quota_pass(site_b: Site, eo: Project) -> None:
     run = fan_out(eo, 20)
     assert len(services.admit(run, pending(run))) == 20  # no quota anywhere
-    other = ProjectFactory(name="other")
+    other = Project.objects.create(name="other")
     Quota.objects.create(project=other, site=site_b, cpu_millicores=0)
     assert len(services.admit(run, pending(run))) == 20  # none for eo-demo
     assert not Workload.objects.exists()

@@ -136,3 +136,57 @@ def test_a_fan_out_stays_within_its_quota_and_another_project_starts_at_once(
     wait_for(
         lambda: WorkflowRun.objects.get(pk=one.pk).status == "Succeeded", 60, "the one-step run"
     )
+
+
+def test_a_high_priority_run_starts_before_the_queued_fan_outs_next_tile(
+    live_without_resync: Stack,
+) -> None:
+    from portal.quotas.models import PriorityClass
+
+    user = User.objects.get(username="scientist")
+    eo = Project.objects.get(name="eo-demo")
+    Quota.objects.create(
+        project=eo,
+        site=Site.objects.get(name="site-b"),
+        cpu_millicores=2000,
+        memory_bytes=2**34,
+        borrow_cpu_millicores=0,
+    )
+    PriorityClass.objects.create(name="urgent", value=1000)
+    for task in ("tile", "hello"):
+        PlacementRule.objects.update_or_create(
+            name=f"quota-pin-{task}",
+            defaults={
+                "order": 1,
+                "selector": {"task": task},
+                "timing": "submit",
+                "effect": "pin",
+                "parameters": {"sites": ["site-b"]},
+            },
+        )
+    fan = services.run_submit(user=user, body=workflow("fan", "tile", 12, 20), project="eo-demo")
+    wait_for(lambda: in_flight(fan.pk) == 2, 120, "the fan-out to fill its quota")
+    urgent = services.run_submit(
+        user=user,
+        body=workflow("urgent", "hello", None, 0),
+        project="eo-demo",
+        priority_class="urgent",
+    )
+    waiting = list(
+        UnitRun.objects.filter(run=fan, workflow_name="", phase="Pending").values_list(
+            "pk", flat=True
+        )
+    )
+    assert waiting, "no tile was left queued"
+    unit = wait_for(
+        lambda: UnitRun.objects.filter(run=urgent, submitted_at__isnull=False).first(),
+        300,
+        "the urgent run's step workflow",
+    )
+    assert unit.submitted_at is not None
+    assert unit.site == "site-b"
+    overtaken = UnitRun.objects.filter(pk__in=waiting, submitted_at__lt=unit.submitted_at)
+    assert not overtaken.exists(), f"{overtaken.count()} queued tiles started before it"
+    assert WorkflowRun.objects.get(pk=urgent.pk).compiled["priority_class"]["name"] == "urgent"
+    services.run_stop(run=fan, user=user, strategy="Terminate")
+    wait_for(lambda: WorkflowRun.objects.get(pk=fan.pk).finished_at is not None, 120, "the stop")

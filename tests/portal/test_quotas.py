@@ -4,16 +4,22 @@ higher priority first; ``/api/v1/quotas/`` for fleet staff."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from portal.choices import UnitPhase, UnitTiming
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import services
-from portal.quotas.models import PriorityClass, Quota, Workload
+from portal.quotas.models import PriorityClass, ProjectDefaults, Quota, Workload
 from sites.models import Project, Site
 from tests.factories import UnitRunFactory, WorkflowRunFactory
 
@@ -218,3 +224,61 @@ def test_the_run_shows_queued_units_and_its_priority_class(
     )
     unit = api.get(f"/api/v1/runs/{run.pk}/units/tile-1/").json()
     assert unit["phase"] == "Queued" and unit["queue"]["position"] == 1
+
+
+# Priority at submission
+
+
+DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
+
+
+@pytest.fixture
+def demo_sci(db: Any) -> APIClient:
+    call_command("load_demo", verbosity=0)
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="scientist"))
+    return client
+
+
+def test_a_run_submitted_over_rest_carries_its_priority_class(demo_sci: APIClient) -> None:
+    PriorityClass.objects.create(name="urgent", value=100)
+    body = {"manifest": yaml.safe_load(DEMO), "project": "eo-demo", "priority_class": "urgent"}
+    answer = demo_sci.post("/api/v1/runs/", data=json.dumps(body), content_type="application/json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["priority_class"] == "urgent"
+    run = WorkflowRun.objects.get(pk=answer.json()["id"])
+    assert services.run_priority(run) == ("urgent", 100)
+    # Resubmitted, it keeps its class.
+    again = demo_sci.post(f"/api/v1/runs/{run.pk}/resubmit/")
+    assert again.status_code == 201 and again.json()["priority_class"] == "urgent"
+
+
+def test_without_a_class_the_projects_default_applies(demo_sci: APIClient) -> None:
+    bulk = PriorityClass.objects.create(name="bulk", value=-10)
+    ProjectDefaults.objects.create(project=Project.objects.get(name="eo-demo"), priority_class=bulk)
+    answer = demo_sci.post(
+        "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
+    )
+    assert answer.status_code == 201
+    assert answer.json()["priority_class"] == "bulk"
+
+
+def test_an_unknown_priority_class_is_a_400_naming_the_field(demo_sci: APIClient) -> None:
+    body = {"manifest": yaml.safe_load(DEMO), "project": "eo-demo", "priority_class": "vip"}
+    answer = demo_sci.post("/api/v1/runs/", data=json.dumps(body), content_type="application/json")
+    assert answer.status_code == 400
+    assert answer.json()["errors"][0]["path"] == "priority_class"
+    assert not WorkflowRun.objects.exists()
+
+
+def test_the_submit_form_offers_and_applies_a_priority_class(demo_sci: APIClient) -> None:
+    PriorityClass.objects.create(name="urgent", value=100)
+    browser = Client()
+    browser.force_login(User.objects.get(username="scientist"))
+    assert 'name="priority_class"' in browser.get(reverse("ui-submit")).content.decode()
+    answer = browser.post(
+        reverse("ui-submit"),
+        {"manifest": DEMO, "project": "eo-demo", "priority_class": "urgent", "action": "submit"},
+    )
+    assert answer.status_code == 302, answer.content[:500]
+    assert services.run_priority(WorkflowRun.objects.get()) == ("urgent", 100)

@@ -16,8 +16,8 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
 from placement import parser
-from portal.selectors import projects_of
 from portal.quotas.models import PriorityClass
+from portal.selectors import projects_of
 from sites.models import Project
 
 MAX_UPLOAD_BYTES = 1024 * 1024

@@ -11,6 +11,7 @@ from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
 from portal.quotas import services as quota_services
+from portal.quotas import usage
 from portal.selectors import outputs_summary, run_global_outputs
 
 
@@ -209,6 +210,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
         row["priority_class"] = quota_services.run_priority(instance)[0] or None
         if "units" in row:
             quota_shown(list(instance.units.all()), row["units"])
+            row["cost"] = usage.run_cost(instance)
         return row
 
 

@@ -1,19 +1,25 @@
 """REST for a shared fleet: ``/api/v1/quotas/`` (fleet staff write, everyone reads, each with
-what its project holds now) and ``/api/v1/priority-classes/``."""
+what its project holds now), ``/api/v1/priority-classes/`` and ``/api/v1/usage/``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, time
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.http import HttpResponse
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.quotas import quantities, services
+from portal.models import UnitRun
+from portal.quotas import quantities, services, usage
 from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass, Quota
+from portal.selectors import runs_visible_to
 from sites.models import Project, Site
 from sites.permissions import is_fleet_staff
 
@@ -181,3 +187,59 @@ class PriorityClassViewSet(viewsets.ModelViewSet[PriorityClass]):
     queryset = PriorityClass.objects.all()
     lookup_field = "name"
     pagination_class = None
+
+
+def _moment(name: str, value: str | None) -> datetime | None:
+    if not value:
+        return None
+    parsed = parse_datetime(value)
+    if parsed is None:
+        try:
+            day = parse_date(value)
+        except ValueError:
+            day = None
+        if day is None:
+            raise serializers.ValidationError(
+                {name: ["an ISO 8601 date or date-time, such as 2026-12-01"]}
+            )
+        parsed = datetime.combine(day, time.min)
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
+
+
+class UsageView(APIView):
+    """Usage and cost of the units that ended in a period (``from`` inclusive, ``to``
+    exclusive; units still running count until now), by ``group_by`` (site, run, user, day or
+    project), for the runs the caller may see. ``?export=csv`` answers CSV."""
+
+    def get(self, request: Request) -> HttpResponse | Response:
+        params = request.query_params
+        group_by = params.get("group_by") or "site"
+        if group_by not in usage.GROUPS:
+            raise serializers.ValidationError({"group_by": [f"one of {', '.join(usage.GROUPS)}"]})
+        start = _moment("from", params.get("from"))
+        end = _moment("to", params.get("to"))
+        runs = runs_visible_to(request.user)
+        if params.get("project"):
+            runs = runs.filter(project__name=params["project"])
+        units = UnitRun.objects.filter(run__in=runs.values("pk"))
+        if params.get("site"):
+            units = units.filter(site=params["site"])
+        total, rows = usage.usage(usage.in_period(units, start, end), group_by)
+        if params.get("export") == "csv":
+            answer = HttpResponse(
+                usage.as_csv(group_by, total, rows), content_type="text/csv; charset=utf-8"
+            )
+            answer["Content-Disposition"] = 'attachment; filename="usage.csv"'
+            return answer
+        return Response(
+            {
+                "total": usage.money(total.total),
+                "compute": usage.money(total.compute),
+                "transfer": usage.money(total.transfer),
+                "currency": usage.currency(),
+                "group_by": group_by,
+                "rows": [r.as_dict() for r in rows],
+            }
+        )

@@ -115,6 +115,12 @@ def fits(project: str, request: Amount, quotas: SiteQuotas) -> str | None:
         if above <= 0:
             continue
         cap = limit.borrow_limit(r)
+        if cap is not None and request.get(r) > limit.nominal.get(r) + cap:
+            asked, most = quantity(r, request.get(r)), quantity(r, limit.nominal.get(r) + cap)
+            return (
+                f"it asks for {asked} {UNITS[r]}, more than {project}'s quota at "
+                f"{quotas.site} ever allows ({most} with borrowing); an operator must raise it"
+            )
         if cap is not None and above > cap:
             return _reason(project, quotas.site, r, used, limit, borrowing=cap)
         if request.get(r) > quotas.lendable(project, r):

@@ -182,6 +182,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         create: list[Workload] = []
         update: list[Workload] = []
         blocked: str | None = None
+        reasons: dict[int, str] = {}
         for u in sorted(units, key=key):
             w = existing.get(u.pk)
             if (
@@ -221,6 +222,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 # Units behind one that waits wait too (the queue's order is kept).
                 blocked = blocked or _behind(why, project, site)
                 fields = {"admitted_at": None, "reason": why}
+                reasons[u.pk] = why
             row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
             if w is not None and (w.attempt != u.attempt or w.site != u.site):
                 row.queued_at = now
@@ -254,7 +256,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
             ],
             batch_size=500,
         )
-    _say_queued(units, taken)
+    _say_queued(units, taken, reasons)
     return taken
 
 
@@ -264,21 +266,30 @@ def _behind(why: str, project: str, site: str) -> str:
     return f"{project}: earlier units wait for quota at {site} before this one"
 
 
-def _say_queued(units: Iterable[UnitRun], taken: set[int]) -> None:
-    """A queued unit's message says so (the pages and logs read it); cleared on admission."""
-    queued = [u.pk for u in units if u.pk not in taken and not u.message.startswith("queued: ")]
-    if queued:
-        UnitRun.objects.filter(pk__in=queued, phase=UnitPhase.PENDING, workflow_name="").update(
-            message="queued: waiting for quota"
-        )
-    cleared = [u.pk for u in units if u.pk in taken and u.message.startswith("queued: ")]
-    if cleared:
-        UnitRun.objects.filter(pk__in=cleared).update(message="")
+def _say_queued(units: Iterable[UnitRun], taken: set[int], why: dict[int, str]) -> None:
+    """A queued unit's message says why it waits (the run page's table and logs show it);
+    cleared on admission. Written only where it changes."""
+    told: dict[str, list[int]] = {}
+    cleared: list[int] = []
     for u in units:
-        if u.pk not in taken:
-            u.message = "queued: waiting for quota"
-        elif u.message.startswith("queued: "):
-            u.message = ""
+        if u.pk in taken:
+            if u.message.startswith(QUEUED):
+                cleared.append(u.pk)
+                u.message = ""
+            continue
+        text = f"{QUEUED}{why.get(u.pk, 'waiting for quota')}"[:2000]
+        if u.message != text:
+            told.setdefault(text, []).append(u.pk)
+            u.message = text
+    for text, ids in told.items():
+        UnitRun.objects.filter(pk__in=ids, phase=UnitPhase.PENDING, workflow_name="").update(
+            message=text
+        )
+    if cleared:
+        UnitRun.objects.filter(pk__in=cleared, message__startswith=QUEUED).update(message="")
+
+
+QUEUED = "queued: "
 
 
 def wake(run: WorkflowRun) -> list[int]:

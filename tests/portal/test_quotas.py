@@ -83,7 +83,8 @@ def test_a_fan_out_over_its_quota_is_queued_with_why_and_position(
     assert first.position == 1
     assert first.reason == "eo-demo uses 8 of 8 CPU at site-b; waiting for quota"
     assert queued[run.units.get(name="tile-11").pk].position == 4
-    assert run.units.get(name="tile-9").message == "queued: waiting for quota"
+    # Every queued unit's message says why (the run page's table shows it).
+    assert run.units.get(name="tile-9").message == f"queued: {first.reason}"
     # Asked again before anything ended: nothing more is admitted, nothing admitted twice.
     start(admitted)
     assert services.admit(run, pending(run)) == []

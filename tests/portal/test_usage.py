@@ -164,3 +164,30 @@ def test_usage_shows_only_the_runs_a_user_may_see(
     ran(theirs, "t", 1000, 3600)
     body = scientist_api.get("/api/v1/usage/?group_by=project").json()
     assert [r["key"] for r in body["rows"]] == ["eo"]
+
+
+def test_the_run_page_shows_its_cost_and_its_queued_units(
+    priced: tuple[Site, Site], client_for: Any, staff: User
+) -> None:
+    from portal.quotas import services
+    from portal.quotas.models import Quota
+
+    eo = Project.objects.create(name="eo-demo")
+    run: WorkflowRun = WorkflowRunFactory(project=eo)
+    ran(run, "done", 1000, 3600)
+    Quota.objects.create(project=eo, site=priced[1], cpu_millicores=1000, borrow_cpu_millicores=0)
+    waiting: UnitRun = UnitRunFactory(
+        run=run,
+        name="waits",
+        planned_site="site-b",
+        site="site-b",
+        spec={"resources": {"cpu_millicores": 2000, "memory_bytes": 0, "gpus": 0}},
+    )
+    assert services.admit(run, [waiting]) == []
+    page = client_for(staff).get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="run-cost"' in page and "0.05 EUR" in page
+    assert 'id="run-queue"' in page
+    assert (
+        "it asks for 2 CPU, more than eo-demo&#x27;s quota at site-b ever allows "
+        "(1 with borrowing); an operator must raise it"
+    ) in page

@@ -191,3 +191,20 @@ def test_the_run_page_shows_its_cost_and_its_queued_units(
         "it asks for 2 CPU, more than eo-demo&#x27;s quota at site-b ever allows "
         "(1 with borrowing); an operator must raise it"
     ) in page
+
+
+def test_metrics_carry_usage_cost_and_quota_per_project_and_site(
+    priced: tuple[Site, Site], api_client: APIClient
+) -> None:
+    from portal.quotas import metrics
+    from portal.quotas.models import Quota
+
+    eo = Project.objects.create(name="eo-demo")
+    run: WorkflowRun = WorkflowRunFactory(project=eo)
+    ran(run, "done", 2000, 3600)
+    Quota.objects.create(project=eo, site=priced[1], cpu_millicores=8000)
+    metrics.refresh(force=True)
+    text = api_client.get("/metrics").content.decode()
+    assert 'portal_usage_cpu_seconds_total{project="eo-demo",site="site-b"} 7200.0' in text
+    assert 'portal_cost_total{kind="compute",project="eo-demo",site="site-b"} 0.09' in text
+    assert 'portal_quota_cpu{project="eo-demo",site="site-b"} 8.0' in text

@@ -10,6 +10,8 @@ from django.db import IntegrityError, transaction
 from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import mixins, permissions, serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -33,6 +35,7 @@ class FleetStaffWrites(permissions.BasePermission):
         return request.method in permissions.SAFE_METHODS or is_fleet_staff(request.user)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class _Cpu(serializers.Field[int, Any, str, Any]):
     def to_internal_value(self, data: Any) -> int:
         try:
@@ -44,6 +47,7 @@ class _Cpu(serializers.Field[int, Any, str, Any]):
         return quantities.cpu_text(value)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class _Memory(serializers.Field[int, Any, str, Any]):
     def to_internal_value(self, data: Any) -> int:
         try:
@@ -55,6 +59,7 @@ class _Memory(serializers.Field[int, Any, str, Any]):
         return quantities.memory_text(value)
 
 
+@extend_schema_field(OpenApiTypes.INT)
 class _Gpu(serializers.Field[int, Any, int, Any]):
     def to_internal_value(self, data: Any) -> int:
         try:
@@ -213,6 +218,17 @@ class UsageView(APIView):
     exclusive; units still running count until now), by ``group_by`` (site, run, user, day or
     project), for the runs the caller may see. ``?export=csv`` answers CSV."""
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("project", str),
+            OpenApiParameter("site", str),
+            OpenApiParameter("from", str, description="ISO date or date-time, inclusive"),
+            OpenApiParameter("to", str, description="ISO date or date-time, exclusive"),
+            OpenApiParameter("group_by", str, enum=list(usage.GROUPS)),
+            OpenApiParameter("export", str, enum=["csv"]),
+        ],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
     def get(self, request: Request) -> HttpResponse | Response:
         params = request.query_params
         group_by = params.get("group_by") or "site"

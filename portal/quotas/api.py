@@ -227,7 +227,11 @@ class UsageView(APIView):
             OpenApiParameter("group_by", str, enum=list(usage.GROUPS)),
             OpenApiParameter("export", str, enum=["csv"]),
         ],
-        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+        responses={
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "text/csv"): OpenApiTypes.STR,
+            (400, "application/json"): OpenApiTypes.OBJECT,
+        },
     )
     def get(self, request: Request) -> HttpResponse | Response:
         params = request.query_params

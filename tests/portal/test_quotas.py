@@ -283,3 +283,27 @@ def test_the_submit_form_offers_and_applies_a_priority_class(demo_sci: APIClient
     )
     assert answer.status_code == 302, answer.content[:500]
     assert services.run_priority(WorkflowRun.objects.get()) == ("urgent", 100)
+
+
+def test_fleet_staff_set_quotas_and_classes_in_the_admin(client_for: Any, superuser: User) -> None:
+    Site.objects.create(name="site-b")
+    eo = Project.objects.create(name="eo-demo")
+    admin = client_for(superuser)
+    answer = admin.post(
+        "/admin/portal/quota/add/",
+        {
+            "project": eo.pk,
+            "site": Site.objects.get().pk,
+            "cpu_millicores": 8000,
+            "memory_bytes": 0,
+            "gpus": 0,
+            "borrow_cpu_millicores": 0,
+        },
+    )
+    assert answer.status_code == 302, answer.content[:2000]
+    assert Quota.objects.get().borrow_memory_bytes is None
+    assert (
+        admin.post("/admin/portal/priorityclass/add/", {"name": "urgent", "value": 100}).status_code
+        == 302
+    )
+    assert admin.get("/admin/portal/quota/").status_code == 200

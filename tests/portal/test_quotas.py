@@ -307,3 +307,15 @@ def test_fleet_staff_set_quotas_and_classes_in_the_admin(client_for: Any, superu
         == 302
     )
     assert admin.get("/admin/portal/quota/").status_code == 200
+
+
+def test_the_fleet_page_shows_each_sites_quota_use_per_project(
+    client_for: Any, scientist: User, site_b: Site, eo: Project
+) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=4 * CPU, borrow_cpu_millicores=0)
+    run = fan_out(eo, 5)
+    start(services.admit(run, pending(run)))
+    page = client_for(scientist).get("/fleet/").content.decode()
+    assert 'id="fleet-quotas"' in page
+    assert 'title="CPU quota of eo-demo at site-b: 4 of 4 cores allocated"' in page
+    assert 'aria-valuenow="100"' in page

@@ -522,6 +522,7 @@ class KeptLog(models.Model):
 # The shared fleet's models (issue 32) live in their own module; imported here so that Django
 # registers them with this app.
 from portal.quotas.models import (  # noqa: E402, F401
+    Budget,
     PriorityClass,
     ProjectDefaults,
     Quota,

@@ -29,7 +29,10 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.planning import planner_snapshot
+from portal.quotas import budgets
 from portal.quotas import services as quota_services
+from portal.quotas import usage as quota_usage
+from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass
 from portal.selectors import projects_of
 from portal.submission_limits import submission_count
@@ -339,6 +342,7 @@ def _submit(
         raise WorkflowInvalid(
             [FieldError(f"units.{d.unit}", f"no site can run it: {d.reason}") for d in unplaceable]
         )
+    parsed = _within_budget(proj, parsed, plan)
     # The document as parsed (arguments applied): what runs is what is stored.
     manifest = dict(parsed.document)
     compiled = _compiled(parsed)
@@ -362,6 +366,42 @@ def _submit(
             if not _is_name_clash(exc):
                 raise
     raise WorkflowInvalid([FieldError("metadata.name", "no free run name; try again")])
+
+
+def _within_budget(
+    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+) -> ParsedWorkflow:
+    """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
+    with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
+    standing = budgets.standing(project)
+    if standing is None or project is None:
+        return parsed
+    sites = {d.unit: d.site or "" for d in plan.decisions}
+    guess = budgets.estimate(
+        project,
+        (
+            (
+                u.template,
+                Amount(u.resources.cpu_millicores, u.resources.memory_bytes, u.resources.gpus),
+                sites.get(u.name, ""),
+            )
+            for u in parsed.units
+        ),
+    )
+    cur = quota_usage.currency()
+    said = (
+        f"{project.name} has spent {quota_usage.money(standing.spent)} of its "
+        f"{quota_usage.money(standing.monthly)} {cur} budget this month; this run's estimate is "
+        f"{quota_usage.money(guess.total)} {cur}"
+        + (f" ({guess.unknown} steps without history not counted)" if guess.unknown else "")
+    )
+    if standing.hard_stop and (standing.left <= 0 or guess.total > standing.left):
+        raise WorkflowInvalid([FieldError("project", f"over budget: {said}")])
+    if standing.warn or guess.total > standing.left:
+        return dataclasses.replace(
+            parsed, warnings=(*parsed.warnings, FieldWarning("project", f"budget: {said}"))
+        )
+    return parsed
 
 
 def _priority_class(project: Project | None, name: Any) -> PriorityClass | None:

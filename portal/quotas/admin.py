@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from portal.quotas.models import PriorityClass, ProjectDefaults, Quota, SitePrice
+from portal.quotas.models import Budget, PriorityClass, ProjectDefaults, Quota, SitePrice
 
 
 @admin.register(Quota)
@@ -36,3 +36,8 @@ class ProjectDefaultsAdmin(admin.ModelAdmin):
 @admin.register(SitePrice)
 class SitePriceAdmin(admin.ModelAdmin):
     list_display = ("site", "cpu_hour", "memory_gib_hour", "gpu_hour")
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ("project", "monthly", "hard_stop")

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.models import UnitRun
-from portal.quotas import quantities, services, usage
+from portal.quotas import budgets, quantities, services, usage
 from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass, Quota
 from portal.selectors import runs_visible_to
@@ -253,8 +253,14 @@ class UsageView(APIView):
             )
             answer["Content-Disposition"] = 'attachment; filename="usage.csv"'
             return answer
+        standing = None
+        if params.get("project"):
+            project = Project.objects.filter(name=params["project"]).first()
+            found = budgets.standing(project) if project is not None else None
+            standing = found.as_dict() if found is not None else None
         return Response(
             {
+                "budget": standing,
                 "total": usage.money(total.total),
                 "compute": usage.money(total.compute),
                 "transfer": usage.money(total.transfer),

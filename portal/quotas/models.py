@@ -137,3 +137,18 @@ class SitePrice(models.Model):
 
     def __str__(self) -> str:
         return f"prices at {self.site}"
+
+
+class Budget(models.Model):
+    """What a project may spend per calendar month (in ``PORTAL_CURRENCY``). At 80 % its new
+    runs carry a warning; with ``hard_stop``, a submission whose estimate exceeds what is left
+    is refused (400 with the estimate)."""
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="budget")
+    monthly = models.DecimalField(
+        max_digits=14, decimal_places=2, validators=[MinValueValidator(Decimal(0))]
+    )
+    hard_stop = models.BooleanField(default=False, help_text="refuse runs past the budget")
+
+    def __str__(self) -> str:
+        return f"budget of {self.project}"

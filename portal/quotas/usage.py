@@ -150,7 +150,7 @@ class Row:
         }
 
 
-def _prices() -> dict[str, Prices]:
+def site_prices() -> dict[str, Prices]:
     return {
         p.site.name: Prices(p.cpu_hour, p.memory_gib_hour, p.gpu_hour)
         for p in SitePrice.objects.select_related("site")
@@ -217,7 +217,7 @@ def costs(
         .order_by("id")
         .values(*UNIT_COLUMNS)
     )
-    prices = _prices()
+    prices = site_prices()
     links = _link_prices()
     moved = _bytes_moved(rows)
     for u in rows:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -208,3 +209,94 @@ def test_metrics_carry_usage_cost_and_quota_per_project_and_site(
     assert 'portal_usage_cpu_seconds_total{project="eo-demo",site="site-b"} 7200.0' in text
     assert 'portal_cost_total{kind="compute",project="eo-demo",site="site-b"} 0.09' in text
     assert 'portal_quota_cpu{project="eo-demo",site="site-b"} 8.0' in text
+
+
+# Budgets
+
+
+def spend(project: Project, site: str, template: str, cpu: int, seconds: int) -> None:
+    run: WorkflowRun = WorkflowRunFactory(project=project)
+    unit: UnitRun = UnitRunFactory(
+        run=run,
+        name=f"spent-{template}",
+        template=template,
+        planned_site=site,
+        site=site,
+        phase=UnitPhase.SUCCEEDED,
+        spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
+    )
+    end = timezone.now()
+    UnitRun.objects.filter(pk=unit.pk).update(
+        started_at=end - timedelta(seconds=seconds), finished_at=end
+    )
+
+
+@pytest.fixture
+def demo_priced(db: Any) -> Project:
+    from django.core.management import call_command
+
+    call_command("load_demo", verbosity=0)
+    for site in Site.objects.all():
+        SitePrice.objects.create(site=site, cpu_hour=Decimal(1))
+    return Project.objects.get(name="eo-demo")
+
+
+DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
+
+
+def submit(project: str = "eo-demo") -> Any:
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="scientist"))
+    return client.post(
+        f"/api/v1/runs/?project={project}", data=DEMO, content_type="application/yaml"
+    )
+
+
+def test_past_80_percent_a_run_carries_a_budget_warning(demo_priced: Project) -> None:
+    from portal.models import RunEvent
+    from portal.quotas.models import Budget
+
+    Budget.objects.create(project=demo_priced, monthly=Decimal("1.00"))
+    assert not RunEvent.objects.filter(message__contains="budget").exists()
+    spend(demo_priced, "site-b", "old", 1000, 3060)  # 0.85 of 1.00
+    answer = submit()
+    assert answer.status_code == 201, answer.content
+    warning = RunEvent.objects.get(run_id=answer.json()["id"], message__contains="budget")
+    assert warning.message.startswith(
+        "project: budget: eo-demo has spent 0.85 of its 1.00 EUR budget this month"
+    )
+
+
+def test_a_hard_stop_refuses_a_run_past_the_budget_with_the_estimate(demo_priced: Project) -> None:
+    from portal.quotas.models import Budget
+
+    Budget.objects.create(project=demo_priced, monthly=Decimal("1.00"), hard_stop=True)
+    spend(demo_priced, "site-b", "old", 1000, 3600)  # 1.00 of 1.00
+    answer = submit()
+    assert answer.status_code == 400
+    error = answer.json()["errors"][0]
+    assert error["path"] == "project"
+    assert "over budget: eo-demo has spent 1.00 of its 1.00 EUR budget" in error["message"]
+    assert (
+        "this run's estimate is 0.00 EUR (3 steps without history not counted)" in error["message"]
+    )
+    assert not WorkflowRun.objects.filter(owner__username="scientist").exists()
+    usage = APIClient()
+    usage.force_authenticate(User.objects.get(username="scientist"))
+    budget = usage.get("/api/v1/usage/?project=eo-demo").json()["budget"]
+    assert budget["spent"] == "1.00" and budget["left"] == "0.00" and budget["warning"] is True
+
+
+def test_the_estimate_is_requests_times_the_templates_past_wall_time(demo_priced: Project) -> None:
+    from portal.quotas import budgets
+
+    spend(demo_priced, "site-b", "work", 1000, 3600)
+    guess = budgets.estimate(
+        demo_priced,
+        [
+            ("work", Amount(2000), "site-b"),
+            ("work", Amount(500), "site-c"),
+            ("new", Amount(1), "site-b"),
+        ],
+    )
+    assert guess.total == Decimal("2.50") and guess.unknown == 1

@@ -245,6 +245,12 @@ def workflow_preview(
     warnings = [w.as_dict() for w in parsed.warnings]
     pods = {u.name: u.pods for u in parsed.units}
     looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
+    guess = _estimate(proj, parsed, plan)
+    estimate = {
+        "compute": quota_usage.money(guess.total),
+        "currency": quota_usage.currency(),
+        "steps_without_history": guess.unknown,
+    }
     if unit is not None:
         rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
     else:
@@ -254,7 +260,7 @@ def workflow_preview(
         row["pods"] = pods.get(row["name"])
         if loops:
             row["task"], row["item_index"] = looped.get(row["name"], (row["name"], None))
-    return {"units": rows, "warnings": warnings}
+    return {"units": rows, "warnings": warnings, "estimate": estimate}
 
 
 NAME_ATTEMPTS = 8
@@ -368,16 +374,12 @@ def _submit(
     raise WorkflowInvalid([FieldError("metadata.name", "no free run name; try again")])
 
 
-def _within_budget(
+def _estimate(
     project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
-) -> ParsedWorkflow:
-    """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
-    with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
-    standing = budgets.standing(project)
-    if standing is None or project is None:
-        return parsed
+) -> budgets.Estimate:
+    """What the run's compute is expected to cost, from the project's history (issue 32)."""
     sites = {d.unit: d.site or "" for d in plan.decisions}
-    guess = budgets.estimate(
+    return budgets.estimate(
         project,
         (
             (
@@ -388,6 +390,17 @@ def _within_budget(
             for u in parsed.units
         ),
     )
+
+
+def _within_budget(
+    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+) -> ParsedWorkflow:
+    """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
+    with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
+    standing = budgets.standing(project)
+    if standing is None or project is None:
+        return parsed
+    guess = _estimate(project, parsed, plan)
     cur = quota_usage.currency()
     said = (
         f"{project.name} has spent {quota_usage.money(standing.spent)} of its "

@@ -309,8 +309,20 @@ class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
     message = serializers.CharField(help_text="What changes across sites or at run time")
 
 
+class EstimateSerializer(serializers.Serializer[dict[str, Any]]):
+    compute = serializers.CharField(help_text="two decimals")
+    currency = serializers.CharField()
+    steps_without_history = serializers.IntegerField(
+        help_text="steps whose template never ran in the project: not counted"
+    )
+
+
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
+    estimate = EstimateSerializer(
+        required=False,
+        help_text="the run's compute cost, from the project's past wall time per template",
+    )
     warnings = PreviewWarningSerializer(
         many=True, required=False, help_text="Fields whose meaning the split changes"
     )

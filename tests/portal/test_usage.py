@@ -300,3 +300,29 @@ def test_the_estimate_is_requests_times_the_templates_past_wall_time(demo_priced
         ],
     )
     assert guess.total == Decimal("2.50") and guess.unknown == 1
+
+
+def test_the_preview_shows_the_runs_estimate(demo_priced: Project) -> None:
+    spend(demo_priced, "site-a", "ingest", 1000, 3600)
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="scientist"))
+    answer = client.post(
+        "/api/v1/runs/preview/?project=eo-demo", data=DEMO, content_type="application/yaml"
+    )
+    assert answer.status_code == 200
+    estimate = answer.json()["estimate"]
+    assert estimate["currency"] == "EUR" and estimate["steps_without_history"] == 2
+    assert Decimal(estimate["compute"]) > 0
+
+
+def test_the_submit_pages_preview_shows_the_estimate(demo_priced: Project) -> None:
+    from django.test import Client
+
+    spend(demo_priced, "site-a", "ingest", 1000, 3600)
+    browser = Client()
+    browser.force_login(User.objects.get(username="scientist"))
+    page = browser.post(
+        "/submit/preview/", {"manifest": DEMO, "project": "eo-demo"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert 'id="preview-estimate"' in page
+    assert "(2 steps never ran in this project: not counted)" in page

@@ -326,20 +326,29 @@ def queue_of(units: Sequence[UnitRun]) -> dict[int, QueueEntry]:
     pending = [u.pk for u in units if u.phase == UnitPhase.PENDING and not u.workflow_name]
     if not pending:
         return {}
-    mine = list(waiting().filter(unit_id__in=pending))
+    mine = {
+        w.unit_id: w
+        for w in waiting()
+        .filter(unit_id__in=pending)
+        .only("unit_id", "site", "project_id", "reason")
+    }
+    if not mine:
+        return {}
+    # One read of each queue concerned, in its order: a position is an index, not a count
+    # per unit (a run page of 10,000 queued tiles would have made 10,000 queries).
+    queues = {(w.site, w.project_id) for w in mine.values()}
     out: dict[int, QueueEntry] = {}
-    for w in mine:
-        ahead = (
+    for site, project_id in queues:
+        order = (
             waiting()
-            .filter(site=w.site, project_id=w.project_id)
-            .filter(
-                Q(priority__gt=w.priority)
-                | Q(priority=w.priority, queued_at__lt=w.queued_at)
-                | Q(priority=w.priority, queued_at=w.queued_at, pk__lt=w.pk)
-            )
-            .count()
+            .filter(site=site, project_id=project_id)
+            .order_by("-priority", "queued_at", "id")
+            .values_list("unit_id", flat=True)
         )
-        out[w.unit_id] = QueueEntry(position=ahead + 1, reason=w.reason)
+        for position, unit_id in enumerate(order.iterator(chunk_size=5000), start=1):
+            w = mine.get(unit_id)
+            if w is not None:
+                out[unit_id] = QueueEntry(position=position, reason=w.reason)
     return out
 
 

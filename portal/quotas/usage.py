@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import CandidateTable, PlacementDecision, UnitRun, WorkflowRun
 from portal.quotas.admission import Amount
 from portal.quotas.models import SitePrice
 from sites.models import SiteLink
@@ -167,27 +167,37 @@ def _link_prices() -> dict[str, Decimal]:
 
 
 def _bytes_moved(units: list[dict[str, Any]]) -> dict[int, int]:
-    """Bytes the newest decision of each unit counted to move to the site it ran at."""
-    ids = [u["id"] for u in units]
+    """Bytes the newest decision of each unit counted to move to the site it ran at. A
+    fan-out's decisions share a few candidate tables: each is read once."""
     site_of = {u["id"]: u["site"] for u in units}
-    out: dict[int, int] = {}
+    ids = list(site_of)
+    newest: dict[int, tuple[int | None, list[dict[str, Any]]]] = {}
     for start in range(0, len(ids), 2000):
-        chunk = ids[start : start + 2000]
-        decisions = (
-            PlacementDecision.objects.filter(unit_id__in=chunk)
-            .select_related("shared_table")
+        rows = (
+            PlacementDecision.objects.filter(unit_id__in=ids[start : start + 2000])
             .order_by("unit_id", "-id")
+            .values_list("unit_id", "shared_table_id", "candidates")
         )
-        for d in decisions:
-            assert d.unit_id is not None
-            if d.unit_id in out:
-                continue
-            for row in d.candidate_rows:
-                if row.get("site") == site_of.get(d.unit_id):
-                    out[d.unit_id] = int(row.get("bytes_to_move") or 0)
-                    break
-            else:
-                out[d.unit_id] = 0
+        for unit_id, table_id, candidates in rows:
+            if unit_id is not None and unit_id not in newest:
+                newest[unit_id] = (table_id, candidates or [])
+    tables = dict(
+        CandidateTable.objects.filter(
+            pk__in={t for t, _ in newest.values() if t is not None}
+        ).values_list("pk", "rows")
+    )
+    out: dict[int, int] = {}
+    chosen: dict[tuple[int, str], int] = {}
+    for uid, (table_id, candidates) in newest.items():
+        site = site_of[uid]
+        if table_id is not None and (table_id, site) in chosen:
+            out[uid] = chosen[(table_id, site)]
+            continue
+        rows = tables.get(table_id, []) if table_id is not None else candidates
+        found = next((r for r in rows if r.get("site") == site), None)
+        out[uid] = int((found or {}).get("bytes_to_move") or 0)
+        if table_id is not None:
+            chosen[(table_id, site)] = out[uid]
     return out
 
 

@@ -178,9 +178,9 @@ def _bytes_moved(units: list[dict[str, Any]]) -> dict[int, int]:
             .order_by("unit_id", "-id")
             .values_list("unit_id", "shared_table_id", "candidates")
         )
-        for unit_id, table_id, candidates in rows:
+        for unit_id, shared, listed in rows:
             if unit_id is not None and unit_id not in newest:
-                newest[unit_id] = (table_id, candidates or [])
+                newest[unit_id] = (shared, listed or [])
     tables = dict(
         CandidateTable.objects.filter(
             pk__in={t for t, _ in newest.values() if t is not None}

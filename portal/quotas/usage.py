@@ -193,8 +193,10 @@ def _bytes_moved(units: list[dict[str, Any]]) -> dict[int, int]:
         if table_id is not None and (table_id, site) in chosen:
             out[uid] = chosen[(table_id, site)]
             continue
-        rows = tables.get(table_id, []) if table_id is not None else candidates
-        found = next((r for r in rows if r.get("site") == site), None)
+        table: list[dict[str, Any]] = (
+            list(tables.get(table_id) or []) if table_id is not None else candidates
+        )
+        found = next((r for r in table if r.get("site") == site), None)
         out[uid] = int((found or {}).get("bytes_to_move") or 0)
         if table_id is not None:
             chosen[(table_id, site)] = out[uid]

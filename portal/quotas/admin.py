@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
+from django.contrib import admin
+from django.http import HttpRequest
+
+from portal.quotas import services
 from portal.quotas.models import Budget, PriorityClass, ProjectDefaults, Quota, SitePrice
 
 
@@ -21,6 +25,15 @@ class QuotaAdmin(admin.ModelAdmin):
         "borrow_gpus",
     )
     list_filter = ("site", "project")
+
+    def save_model(self, request: HttpRequest, obj: Quota, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        services.quota_changed(obj.site.name)
+
+    def delete_model(self, request: HttpRequest, obj: Quota) -> None:
+        site = obj.site.name
+        super().delete_model(request, obj)
+        services.quota_changed(site)
 
 
 @admin.register(PriorityClass)

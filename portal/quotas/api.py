@@ -165,6 +165,21 @@ class QuotaViewSet(
     )
     pagination_class = None
 
+    def perform_create(self, serializer: Any) -> None:
+        serializer.save()
+        services.quota_changed(serializer.instance.site.name)
+
+    def perform_update(self, serializer: Any) -> None:
+        before = serializer.instance.site.name
+        serializer.save()
+        for site in {before, serializer.instance.site.name}:
+            services.quota_changed(site)
+
+    def perform_destroy(self, instance: Quota) -> None:
+        site = instance.site.name
+        instance.delete()
+        services.quota_changed(site)
+
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         rows = services.quota_rows()
         project = request.query_params.get("project")

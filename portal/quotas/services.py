@@ -314,6 +314,26 @@ def wake(run: WorkflowRun) -> list[int]:
     )
 
 
+def queued_runs_at(site: str) -> list[int]:
+    """Runs with units queued at ``site``: to advance when its quotas change."""
+    return sorted(set(waiting().filter(site=site).values_list("run_id", flat=True).distinct()))
+
+
+def quota_changed(site: str) -> None:
+    """An operator raised, lowered or removed a quota at ``site``: the runs queued there are
+    advanced now (once the change is committed), not at the next resync."""
+    from portal import tasks
+
+    def wake_them() -> None:
+        for run_id in queued_runs_at(site):
+            try:
+                tasks.advance_request(run_id)
+            except Exception:  # noqa: BLE001 - broker down: the resync advances waiting runs
+                log.warning("could not wake run %s queued for quota", run_id, exc_info=True)
+
+    transaction.on_commit(wake_them)
+
+
 @dataclass(frozen=True)
 class QueueEntry:
     position: int

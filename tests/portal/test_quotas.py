@@ -319,3 +319,24 @@ def test_the_fleet_page_shows_each_sites_quota_use_per_project(
     assert 'id="fleet-quotas"' in page
     assert 'title="CPU quota of eo-demo at site-b: 4 of 4 cores allocated"' in page
     assert 'aria-valuenow="100"' in page
+
+
+def test_raising_a_quota_advances_the_runs_queued_at_its_site_at_once(
+    staff_api: APIClient,
+    site_b: Site,
+    eo: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    quota = Quota.objects.create(
+        project=eo, site=site_b, cpu_millicores=1 * CPU, borrow_cpu_millicores=0
+    )
+    run = fan_out(eo, 3)
+    start(services.admit(run, pending(run)))
+    asked: list[int] = []
+    monkeypatch.setattr("portal.tasks.advance_request", asked.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert asked == [run.pk]
+    assert [u.name for u in services.admit(run, pending(run))] == ["tile-1", "tile-2"]

@@ -23,6 +23,11 @@ from decimal import Decimal
 
 RESOURCES = ("cpu", "memory", "gpu")
 
+# Units of the same priority tried, in one admission pass, behind one that does not fit: a
+# smaller one that fits within its project's nominal quota goes first (Kueue's
+# BestEffortFIFO), at a bounded cost per pass.
+LOOKAHEAD = 20
+
 
 @dataclass(frozen=True)
 class Amount:

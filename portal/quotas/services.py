@@ -12,7 +12,7 @@ hand, and a unit placed again elsewhere (a new attempt) holds nothing at its old
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -162,8 +162,10 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         queue = list(
             waiting().filter(site=site).exclude(unit_id__in=ours).select_related("project")
         )
-        # The first of this project's queue at the site that is not ours: ours behind it wait.
-        first_other = min((_key(w) for w in queue if w.project.name == project), default=_LAST)
+        # This project's queue at the site that is not ours, in its order: what is ahead of ours.
+        others = sorted((w for w in queue if w.project.name == project), key=_key)
+        passed = 0
+        ahead: dict[tuple[int, Amount], None] = {}
         # Other projects' heads, for fair sharing of what is borrowed.
         heads: dict[str, _Waiter] = {}
         for w in sorted(queue, key=_key):
@@ -182,6 +184,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         create: list[Workload] = []
         update: list[Workload] = []
         blocked: str | None = None
+        tried = 0
         reasons: dict[int, str] = {}
         for u in sorted(units, key=key):
             w = existing.get(u.pk)
@@ -194,14 +197,30 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 taken.add(u.pk)  # admitted before, not created yet
                 continue
             request = request_of(u)
-            why = blocked
-            if why is None and first_other < key(u):
-                why = (
-                    f"{project}: earlier or higher-priority units wait for quota at {site} "
-                    "before this one"
-                )
+            mine = key(u)
+            while passed < len(others) and _key(others[passed]) < mine:
+                w_ahead = others[passed]
+                size = Amount(w_ahead.cpu_millicores, w_ahead.memory_bytes, w_ahead.gpus)
+                ahead[(w_ahead.priority, size)] = None
+                passed += 1
+            why = None
+            if blocked is not None:
+                tried += 1
+                if tried > admission.LOOKAHEAD:
+                    why = blocked
+            if why is None:
+                why = _ahead_waits(project, site, priority, ahead, quotas)
             if why is None:
                 why = admission.fits(project, request, quotas)
+            if (
+                why is None
+                and (ahead or blocked is not None)
+                and admission.borrows(project, request, quotas)
+            ):
+                # Passing what waits is for units within the nominal quota only.
+                why = (
+                    blocked or f"{project}: earlier units wait for quota at {site} before this one"
+                )
             if why is None and admission.borrows(project, request, quotas):
                 borrowers = [
                     h.project
@@ -219,7 +238,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 taken.add(u.pk)
                 fields = {"admitted_at": now, "reason": "", "released_at": None}
             else:
-                # Units behind one that waits wait too (the queue's order is kept).
+                # Behind one that waits, a few more are tried (``LOOKAHEAD``); the rest wait.
                 blocked = blocked or _behind(why, project, site)
                 fields = {"admitted_at": None, "reason": why}
                 reasons[u.pk] = why
@@ -258,6 +277,24 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         )
     _say_queued(units, taken, reasons)
     return taken
+
+
+def _ahead_waits(
+    project: str,
+    site: str,
+    priority: int,
+    ahead: Mapping[tuple[int, Amount], None],
+    quotas: SiteQuotas,
+) -> str | None:
+    """Why a unit must wait for the project's units queued before it at the site (None: it
+    may go). A unit of higher priority always goes first; one of the same priority that
+    fits now goes first (its run is being advanced too); one that does not fit is passed by a
+    smaller unit that fits within the nominal quota (Kueue's BestEffortFIFO)."""
+    if any(p > priority for p, _ in ahead):
+        return f"{project}: higher-priority units wait for quota at {site} before this one"
+    if any(admission.fits(project, size, quotas) is None for _, size in ahead):
+        return f"{project}: earlier units wait for quota at {site} before this one"
+    return None
 
 
 def _behind(why: str, project: str, site: str) -> str:

@@ -3,7 +3,8 @@ projects with quotas (some may borrow, some may not) at 50 sites, 15,000 units o
 (CPU, memory, some GPUs) arriving in runs over an hour, each running for a while. A discrete
 event simulation admits them with the portal's own decision (``portal.quotas.admission``):
 at every arrival and every end, one admission pass over the site's queues (higher priority
-first, then arrival; a project's queue at a site keeps its order; borrowing by fair share).
+first, then arrival; a smaller unit of the same priority passes one that does not fit, within
+the nominal quota; borrowing by fair share).
 
 Figures: admission decisions per second and per unit (CPU time of this process), simulated
 time until every unit was admitted, utilization of the quota while work waits (time-weighted,
@@ -33,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from placement.parser import parse_workflow
 from placement.planner import Fleet, SiteState, decide
 from portal.quotas.admission import (
+    LOOKAHEAD,
     RESOURCES,
     Amount,
     Limit,
@@ -118,8 +120,9 @@ class Site:
 
 
 def admission_pass(site: Site, now: float, stats: dict[str, float]) -> list[Job]:
-    """One pass at a site: the heads of each project's queue in global order; a project whose
-    head does not fit waits for the next pass (its order is kept)."""
+    """One pass at a site: the heads of each project's queue in global order; behind a head
+    that does not fit, a smaller unit of the same priority that fits within the nominal quota
+    goes (as ``portal.quotas.services``); otherwise the project waits for the next pass."""
     admitted: list[Job] = []
     blocked: set[str] = set()
     while True:
@@ -140,7 +143,27 @@ def admission_pass(site: Site, now: float, stats: dict[str, float]) -> list[Job]
             if not fair_turn(job.project, borrowers, site.quotas):
                 why = "fair share"
         if why is not None:
-            blocked.add(job.project)
+            # As the portal: behind a head that does not fit, up to LOOKAHEAD units of the
+            # same priority are tried, and one that fits within the nominal quota goes.
+            queue = site.queues[job.project]
+            passing = None
+            for k, other in enumerate(list(queue)[1 : LOOKAHEAD + 1], start=1):
+                if other.key[0] != job.key[0]:
+                    break
+                stats["decisions"] += 1
+                if fits(other.project, other.request, site.quotas) is None and not borrows(
+                    other.project, other.request, site.quotas
+                ):
+                    passing = k
+                    break
+            if passing is None:
+                blocked.add(job.project)
+                continue
+            other = queue[passing]
+            del queue[passing]
+            site.quotas = admit_with(site.quotas, other.project, other.request)
+            other.admitted = now
+            admitted.append(other)
             continue
         site.queues[job.project].popleft()
         site.quotas = admit_with(site.quotas, job.project, job.request)

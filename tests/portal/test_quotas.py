@@ -340,3 +340,51 @@ def test_raising_a_quota_advances_the_runs_queued_at_its_site_at_once(
     assert answer.status_code == 200, answer.content
     assert asked == [run.pk]
     assert [u.name for u in services.admit(run, pending(run))] == ["tile-1", "tile-2"]
+
+
+def test_a_smaller_unit_passes_one_that_does_not_fit_but_never_a_higher_priority(
+    site_b: Site, eo: Project
+) -> None:
+    """Kueue's BestEffortFIFO within a priority: a big unit waiting does not hold back a small
+    one of the same priority that fits within the nominal quota; a higher priority does."""
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=4 * CPU, borrow_cpu_millicores=0)
+    running = fan_out(eo, 3)
+    start(services.admit(running, pending(running)))  # 3 of 4 CPU held
+    big = fan_out(eo, 1, cpu=2 * CPU)
+    assert services.admit(big, pending(big)) == []
+    small = fan_out(eo, 2)
+    assert [u.name for u in services.admit(small, pending(small))] == ["tile-0"]
+    start(list(small.units.filter(name="tile-0")))  # 4 of 4 held
+    finish(running.units.get(name="tile-0"))  # 3 of 4: the big one still does not fit
+    urgent_big = fan_out(eo, 1, cpu=2 * CPU, priority=10)
+    assert services.admit(urgent_big, pending(urgent_big)) == []
+    # The small run's next tile would fit, but a higher priority waits before it.
+    assert services.admit(small, pending(small)) == []
+    reason = services.queue_of(pending(small))[small.units.get(name="tile-1").pk].reason
+    assert reason == "eo-demo: higher-priority units wait for quota at site-b before this one"
+
+
+def test_within_a_run_small_units_pass_a_big_one_that_does_not_fit(
+    site_b: Site, eo: Project
+) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
+    run: WorkflowRun = WorkflowRunFactory(project=eo)
+    UnitRun.objects.bulk_create(
+        [
+            UnitRunFactory.build(
+                run=run,
+                name=name,
+                position=i,
+                planned_site="site-b",
+                site="site-b",
+                spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
+            )
+            for i, (name, cpu) in enumerate([("a", 1000), ("huge", 8000), ("b", 1000)])
+        ]
+    )
+    assert [u.name for u in services.admit(run, pending(run))] == ["a", "b"]
+    huge = services.queue_of(pending(run))[run.units.get(name="huge").pk]
+    assert huge.reason == (
+        "it asks for 8 CPU, more than eo-demo's quota at site-b ever allows (2 with borrowing); "
+        "an operator must raise it"
+    )

@@ -127,6 +127,13 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     }
     other = api.get(f"/api/v1/runs/{second.pk}/").json()["cost"]
     assert other["total"] == "0.09"
+    # The units' costs sum to the run's total, to the cent.
+    from portal.quotas.usage import run_unit_costs
+
+    for run, cost in ((first, detail["cost"]), (second, other)):
+        units = run_unit_costs(run)
+        assert sum(Decimal(u["total"]) for u in units) == Decimal(cost["total"])
+        assert sum(Decimal(u["compute"]) for u in units) == Decimal(cost["compute"])
 
     since = (timezone.now() - timedelta(days=30)).date().isoformat()
     body = api.get(f"/api/v1/usage/?project=eo-demo&from={since}&group_by=run").json()

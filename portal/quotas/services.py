@@ -87,10 +87,40 @@ def used_at(site: str) -> dict[str, Amount]:
         .annotate(cpu=Sum("cpu_millicores"), mem=Sum("memory_bytes"), gpu=Sum("gpus"))
         .order_by()
     )
-    return {
+    used = {
         r["project__name"]: Amount(int(r["cpu"] or 0), int(r["mem"] or 0), int(r["gpu"] or 0))
         for r in rows
     }
+    for (_, project), amount in runtime_held(site).items():
+        used[project] = used.get(project, Amount()) + amount
+    return used
+
+
+def runtime_held(site: str | None = None) -> dict[tuple[str, str], Amount]:
+    """What units placed at run time hold, by (site, project): they are not admitted against
+    quotas (the webhook chooses their site; see docs/decisions.md), but once placed they hold
+    their requests there, so the quota's use counts them and other units wait for them."""
+    units = (
+        UnitRun.objects.filter(timing=UnitTiming.RUNTIME, run__project__isnull=False)
+        .exclude(site="")
+        .exclude(workflow_name="")
+        .exclude(phase__in=list(FINAL_UNIT))
+    )
+    if site is not None:
+        units = units.filter(site=site)
+    out: dict[tuple[str, str], Amount] = {}
+    for unit_site, project, resources in units.values_list(
+        "site", "run__project__name", "spec__resources"
+    ).order_by():
+        r = resources or {}
+        held = Amount(
+            int(r.get("cpu_millicores") or 0),
+            int(r.get("memory_bytes") or 0),
+            int(r.get("gpus") or 0),
+        )
+        key = (str(unit_site), str(project))
+        out[key] = out.get(key, Amount()) + held
+    return out
 
 
 def site_quotas(site: str) -> SiteQuotas:
@@ -421,6 +451,8 @@ def quota_rows() -> list[dict[str, Any]]:
         used[(r["site"], r["project__name"])] = Amount(
             int(r["cpu"] or 0), int(r["mem"] or 0), int(r["gpu"] or 0)
         )
+    for key, amount in runtime_held().items():
+        used[key] = used.get(key, Amount()) + amount
     queued: dict[tuple[str, str], int] = {}
     for r in waiting().values("site", "project__name").annotate(n=Sum(1)).order_by():
         queued[(r["site"], r["project__name"])] = int(r["n"] or 0)

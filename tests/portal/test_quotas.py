@@ -388,3 +388,23 @@ def test_within_a_run_small_units_pass_a_big_one_that_does_not_fit(
         "it asks for 8 CPU, more than eo-demo's quota at site-b ever allows (2 with borrowing); "
         "an operator must raise it"
     )
+
+
+def test_units_placed_at_run_time_count_against_the_quota_once_placed(
+    site_b: Site, eo: Project
+) -> None:
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
+    run: WorkflowRun = WorkflowRunFactory(project=eo)
+    UnitRunFactory(
+        run=run,
+        name="placed-by-webhook",
+        timing=UnitTiming.RUNTIME,
+        phase=UnitPhase.RUNNING,
+        planned_site="site-b",
+        site="site-b",
+        workflow_name="w-1",
+        spec={"resources": {"cpu_millicores": 1500, "memory_bytes": 0, "gpus": 0}},
+    )
+    tiles = fan_out(eo, 2)
+    assert [u.name for u in services.admit(tiles, pending(tiles))] == []
+    assert services.used_at("site-b")["eo-demo"].cpu == 1500

@@ -118,3 +118,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+# Quotas, priority classes and prices (issue 32).
+from portal.quotas import admin as quotas_admin  # noqa: E402, F401

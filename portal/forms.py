@@ -16,6 +16,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db.models import QuerySet
 
 from placement import parser
+from portal.quotas.models import PriorityClass
 from portal.selectors import projects_of
 from sites.models import Project
 
@@ -51,6 +52,14 @@ class SubmitForm(forms.Form):
         required=False,
         to_field_name="name",
         empty_label="(no project)",
+    )
+    # The quota queue's order (issue 32): empty is the project's default class.
+    priority_class = forms.ModelChoiceField(
+        queryset=PriorityClass.objects.all(),
+        required=False,
+        to_field_name="name",
+        empty_label="(the project's default)",
+        label="Priority",
     )
 
     def __init__(

@@ -241,4 +241,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
     errors = policy_errors()
     for name in [*Site.objects.values_list("name", flat=True), ""]:
         POLICY_FAILURES.labels(site=name).set(1 if name in errors else 0)
+    from portal.quotas import metrics as quota_metrics
+
+    quota_metrics.refresh()
     return HttpResponse(generate_latest(), content_type=CONTENT_TYPE_LATEST)

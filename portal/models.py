@@ -517,3 +517,15 @@ class KeptLog(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pod}/{self.container}"
+
+
+# The shared fleet's models (issue 32) live in their own module; imported here so that Django
+# registers them with this app.
+from portal.quotas.models import (  # noqa: E402, F401
+    Budget,
+    PriorityClass,
+    ProjectDefaults,
+    Quota,
+    SitePrice,
+    Workload,
+)

@@ -29,6 +29,11 @@ from portal.models import (
     WorkflowTemplate,
 )
 from portal.planning import planner_snapshot
+from portal.quotas import budgets
+from portal.quotas import services as quota_services
+from portal.quotas import usage as quota_usage
+from portal.quotas.admission import Amount
+from portal.quotas.models import PriorityClass
 from portal.selectors import projects_of
 from portal.submission_limits import submission_count
 from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
@@ -240,6 +245,12 @@ def workflow_preview(
     warnings = [w.as_dict() for w in parsed.warnings]
     pods = {u.name: u.pods for u in parsed.units}
     looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
+    guess = _estimate(proj, parsed, plan)
+    estimate = {
+        "compute": quota_usage.money(guess.total),
+        "currency": quota_usage.currency(),
+        "steps_without_history": guess.unknown,
+    }
     if unit is not None:
         rows = [d.as_dict() for d in plan.decisions if d.unit == unit]
     else:
@@ -249,7 +260,7 @@ def workflow_preview(
         row["pods"] = pods.get(row["name"])
         if loops:
             row["task"], row["item_index"] = looped.get(row["name"], (row["name"], None))
-    return {"units": rows, "warnings": warnings}
+    return {"units": rows, "warnings": warnings, "estimate": estimate}
 
 
 NAME_ATTEMPTS = 8
@@ -301,9 +312,12 @@ def run_submit(
     project: Project | str | None = None,
     arguments: dict[str, str] | None = None,
     resubmitted_from: WorkflowRun | None = None,
+    priority_class: str | None = None,
 ) -> WorkflowRun:
     """Store the run, its units and its submission-time decisions in one transaction, and
-    start it once committed. A unit that no site can take refuses the whole submission."""
+    start it once committed. A unit that no site can take refuses the whole submission.
+    ``priority_class``: the name of the class ordering its units in the quota queue (default:
+    its project's)."""
     with gc_paused():
         return _submit(
             user=user,
@@ -311,6 +325,7 @@ def run_submit(
             project=project,
             arguments=arguments,
             resubmitted_from=resubmitted_from,
+            priority_class=priority_class,
         )
 
 
@@ -321,8 +336,10 @@ def _submit(
     project: Project | str | None,
     arguments: dict[str, str] | None,
     resubmitted_from: WorkflowRun | None,
+    priority_class: str | None = None,
 ) -> WorkflowRun:
     proj = _project_for(user, project)
+    priority = _priority_class(proj, priority_class)
     submission_count(user=user, project=proj)  # before any parsing: that is what it bounds
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan, fleet, datasets = _plan_from(parsed, proj)
@@ -331,9 +348,12 @@ def _submit(
         raise WorkflowInvalid(
             [FieldError(f"units.{d.unit}", f"no site can run it: {d.reason}") for d in unplaceable]
         )
+    parsed = _within_budget(proj, parsed, plan)
     # The document as parsed (arguments applied): what runs is what is stored.
     manifest = dict(parsed.document)
     compiled = _compiled(parsed)
+    if priority is not None:
+        compiled["priority_class"] = {"name": priority.name, "value": priority.value}
     for name in _run_names(parsed):
         try:
             return _store_run(
@@ -352,6 +372,62 @@ def _submit(
             if not _is_name_clash(exc):
                 raise
     raise WorkflowInvalid([FieldError("metadata.name", "no free run name; try again")])
+
+
+def _estimate(
+    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+) -> budgets.Estimate:
+    """What the run's compute is expected to cost, from the project's history (issue 32)."""
+    sites = {d.unit: d.site or "" for d in plan.decisions}
+    return budgets.estimate(
+        project,
+        (
+            (
+                u.template,
+                Amount(u.resources.cpu_millicores, u.resources.memory_bytes, u.resources.gpus),
+                sites.get(u.name, ""),
+            )
+            for u in parsed.units
+        ),
+    )
+
+
+def _within_budget(
+    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+) -> ParsedWorkflow:
+    """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
+    with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
+    standing = budgets.standing(project)
+    if standing is None or project is None:
+        return parsed
+    guess = _estimate(project, parsed, plan)
+    cur = quota_usage.currency()
+    said = (
+        f"{project.name} has spent {quota_usage.money(standing.spent)} of its "
+        f"{quota_usage.money(standing.monthly)} {cur} budget this month; this run's estimate is "
+        f"{quota_usage.money(guess.total)} {cur}"
+        + (f" ({guess.unknown} steps without history not counted)" if guess.unknown else "")
+    )
+    if standing.hard_stop and (standing.left <= 0 or guess.total > standing.left):
+        raise WorkflowInvalid([FieldError("project", f"over budget: {said}")])
+    if standing.warn or guess.total > standing.left:
+        return dataclasses.replace(
+            parsed, warnings=(*parsed.warnings, FieldWarning("project", f"budget: {said}"))
+        )
+    return parsed
+
+
+def _priority_class(project: Project | None, name: Any) -> PriorityClass | None:
+    """The priority class a submission asks for (else its project's default), or a 400."""
+    if name is not None and not isinstance(name, str):
+        raise WorkflowInvalid([FieldError("priority_class", "must be a priority class's name")])
+    try:
+        return quota_services.priority_for(project, name)
+    except PriorityClass.DoesNotExist:
+        known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none"
+        raise WorkflowInvalid(
+            [FieldError("priority_class", f"no priority class {name!r} (known: {known})")]
+        ) from None
 
 
 def _is_name_clash(exc: IntegrityError) -> bool:
@@ -585,4 +661,5 @@ def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         project=run.project,
         arguments=run.arguments or None,
         resubmitted_from=run,
+        priority_class=quota_services.run_priority(run)[0] or None,
     )

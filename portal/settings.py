@@ -320,6 +320,8 @@ PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
 # How much of each output value a run, a unit and the step panel show; the rest is paged.
 PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
+# The currency of the prices operators set per site and link (issue 32); shown beside costs.
+PORTAL_CURRENCY = env("PORTAL_CURRENCY", "EUR")
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # A followed log holds one web thread while it streams (portal/log_follows.py): at most this
 # many at once per user (every process together) and per process (keep it below

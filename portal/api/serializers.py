@@ -10,6 +10,8 @@ from rest_framework import serializers
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
+from portal.quotas import services as quota_services
+from portal.quotas import usage
 from portal.selectors import outputs_summary, run_global_outputs
 
 
@@ -138,6 +140,11 @@ class UnitDetailSerializer(serializers.Serializer[dict[str, Any]]):
         d = detail.get("decision")
         return PlacementDecisionSerializer(d).data if d is not None else None
 
+    def to_representation(self, instance: dict[str, Any]) -> dict[str, Any]:
+        row = dict(super().to_representation(instance))
+        quota_shown([instance["unit"]], [row])
+        return row
+
 
 class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[WorkflowRun]):
     """A run with its units (DESIGN section 9)."""
@@ -196,6 +203,29 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
         units = list(run.units.all())
         done = sum(1 for u in units if u.phase not in ("Pending", "Running"))
         return {"done": done, "total": len(units)}
+
+    def to_representation(self, instance: WorkflowRun) -> dict[str, Any]:
+        row = dict(super().to_representation(instance))
+        # The shared fleet (issue 32): the run's priority class, and its queued units.
+        row["priority_class"] = quota_services.run_priority(instance)[0] or None
+        if "units" in row:
+            quota_shown(list(instance.units.all()), row["units"])
+            row["cost"] = usage.run_cost(instance)
+        return row
+
+
+def quota_shown(units: list[UnitRun], rows: list[dict[str, Any]]) -> None:
+    """A unit queued for quota shows ``"phase": "Queued"`` and ``"queue": {position, reason}``
+    (it is Pending in the database: nothing was pushed to Karmada)."""
+    queued = quota_services.queue_of(units)
+    if not queued:
+        return
+    by_name = {u.name: u.pk for u in units}
+    for row in rows:
+        entry = queued.get(by_name.get(str(row.get("name")), -1))
+        if entry is not None:
+            row["phase"] = "Queued"
+            row["queue"] = {"position": entry.position, "reason": entry.reason}
 
 
 @extend_schema_serializer(component_name="WorkflowRunSummary")
@@ -279,8 +309,20 @@ class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
     message = serializers.CharField(help_text="What changes across sites or at run time")
 
 
+class EstimateSerializer(serializers.Serializer[dict[str, Any]]):
+    compute = serializers.CharField(help_text="two decimals")
+    currency = serializers.CharField()
+    steps_without_history = serializers.IntegerField(
+        help_text="steps whose template never ran in the project: not counted"
+    )
+
+
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
+    estimate = EstimateSerializer(
+        required=False,
+        help_text="the run's compute cost, from the project's past wall time per template",
+    )
     warnings = PreviewWarningSerializer(
         many=True, required=False, help_text="Fields whose meaning the split changes"
     )

@@ -57,8 +57,18 @@ class PlainTextRenderer(BaseRenderer):
 def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | None]:
     """The workflow, project and arguments from the body: a raw Workflow (YAML or JSON), or the
     JSON wrapper ``{"manifest": {...}, "project": ..., "arguments": {...}}``."""
+    body, project, arguments, _ = _submission_with_priority(request)
+    return body, project, arguments
+
+
+def _submission_with_priority(
+    request: Request,
+) -> tuple[Any, str | None, dict[str, str] | None, Any]:
+    """``_submission`` and the run's priority class: ``?priority_class=`` or the wrapper's
+    ``priority_class`` (None: its project's default)."""
     raw = read_body(request)
     project = request.query_params.get("project") or None
+    priority = request.query_params.get("priority_class") or None
     content_type = (request.content_type or "").split(";")[0].strip().lower()
     if content_type == "application/json" or raw.lstrip()[:1] == b"{":
         try:
@@ -74,8 +84,13 @@ def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | Non
                     [services.FieldError("manifest", "must be a Workflow object or YAML text")]
                 )
             arguments = data.get("arguments")
-            return manifest, data.get("project") or project, arguments
-    return raw, project, None
+            return (
+                manifest,
+                data.get("project") or project,
+                arguments,
+                data.get("priority_class", priority),
+            )
+    return raw, project, None, priority
 
 
 def _json_object(request: Request) -> Any:
@@ -157,9 +172,13 @@ class WorkflowRunViewSet(
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Submit an Argo Workflow (YAML or JSON, or ``{"manifest", "project", "arguments"}``)."""
         try:
-            body, project, arguments = _submission(request)
+            body, project, arguments, priority = _submission_with_priority(request)
             run = services.run_submit(
-                user=request.user, body=body, project=project, arguments=arguments
+                user=request.user,
+                body=body,
+                project=project,
+                arguments=arguments,
+                priority_class=priority,
             )
         except (BodyTooLarge, WorkflowInvalid) as exc:
             return _refused_submission(exc)

@@ -33,6 +33,7 @@ from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
+from portal.quotas import services as quota_services
 from sites.models import SiteLink
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,20 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     else:
         run_refresh_status(run.pk)
     gates.after(run, units)
+    _wake_quota_waiters(run)
     return turn.cut
+
+
+def _wake_quota_waiters(run: WorkflowRun) -> None:
+    """Units of this run that ended freed quota: the runs queued at those sites advance now
+    (a unit's end admits what waits, not the next resync)."""
+    from portal import tasks
+
+    for run_id in quota_services.wake(run):
+        try:
+            tasks.advance_request(run_id)
+        except Exception:  # noqa: BLE001 - broker down: the resync advances waiting runs
+            log.warning("could not wake run %s queued for quota", run_id, exc_info=True)
 
 
 def _units_of(run: WorkflowRun) -> list[UnitRun]:
@@ -318,6 +332,8 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             ready.append(unit)
         ready, ended = gates.admit(run, units, ready)
         progressed |= ended
+        # Over its project's quota at its site: queued, not pushed to Karmada (issue 32).
+        ready = quota_services.admit(run, ready)
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
         for start in range(0, len(ready), CREATE_CHUNK):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -17,6 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from placement.revisions.selectors import revisions_list
 from portal.choices import UnitPhase
 from portal.models import UnitRun
+from portal.quotas import quantities
+from portal.quotas import services as quota_services
 from portal.selectors import runs_visible_to
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, page_of
 from sites.models import Site, SiteLink
@@ -111,8 +114,42 @@ def fleet(request: HttpRequest) -> HttpResponse:
         "replicas": replicas,
         # The audit trail of the placement configuration: the newest revisions.
         "revisions": list(revisions_list()[:10]),
+        "quota_rows": quota_bars(),
     }
     return render(request, "portal/fleet.html", context)
+
+
+def _quota_pct(used: int, total: int) -> int:
+    """Of a quota: a project holding something of a zero quota (borrowed) is full."""
+    return _pct(used, total) if total else (100 if used else 0)
+
+
+def quota_bars() -> list[dict[str, Any]]:
+    """Each quota with what its project holds, as the fleet page's bars (issue 32)."""
+    out = []
+    for row in quota_services.quota_rows():
+        q, used = row["quota"], row["used"]
+        name = f"{q.project.name} at {q.site.name}"
+        out.append(
+            {
+                "site": q.site.name,
+                "project": q.project.name,
+                "cpu": quantities.cpu_text(q.cpu_millicores),
+                "cpu_used": quantities.cpu_text(used.cpu),
+                "cpu_pct": _quota_pct(used.cpu, q.cpu_millicores),
+                "cpu_label": f"CPU quota of {name}",
+                "memory": quantities.memory_text(q.memory_bytes),
+                "memory_used": quantities.memory_text(used.memory),
+                "memory_pct": _quota_pct(used.memory, q.memory_bytes),
+                "memory_label": f"memory quota of {name}",
+                "gpu": q.gpus,
+                "gpu_used": used.gpu,
+                "gpu_pct": _quota_pct(used.gpu, q.gpus),
+                "gpu_label": f"GPU quota of {name}",
+                "queued": row["queued"],
+            }
+        )
+    return out
 
 
 def _get_site(name: str) -> Site:

@@ -31,6 +31,8 @@ from portal import live, services
 from portal.choices import RunStatus, UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
+from portal.quotas import services as quota_services
+from portal.quotas import usage as quota_usage
 from portal.selectors import (
     ended_attempts_of_run,
     failovers_blocked,
@@ -271,7 +273,24 @@ def run_page_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = _get_run(request, pk)
-    return render(request, "portal/run_detail.html", run_page_context(request, run))
+    context = run_page_context(request, run)
+    context.update(cost_context(run))
+    return render(request, "portal/run_detail.html", context)
+
+
+def cost_context(run: WorkflowRun) -> dict[str, Any]:
+    """The run page's cost panel and its units queued for quota (issue 32)."""
+    units = list(run.units.filter(phase=UnitPhase.PENDING, workflow_name=""))
+    queue = quota_services.queue_of(units)
+    return {
+        "cost": quota_usage.run_cost(run),
+        "unit_costs": quota_usage.run_unit_costs(run),
+        "priority_class": quota_services.run_priority(run)[0],
+        "queued_units": sorted(
+            ({"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue),
+            key=lambda q: (q["site"], q["position"]),
+        ),
+    }
 
 
 @login_required

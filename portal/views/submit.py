@@ -184,6 +184,7 @@ def submit(request: HttpRequest) -> HttpResponseBase:
                 body=text,
                 project=form.cleaned_data.get("project"),
                 arguments=params_form.arguments() or None,
+                priority_class=getattr(form.cleaned_data.get("priority_class"), "name", None),
             )
         except WorkflowInvalid as exc:
             errors = shown_errors(text, _workflow_errors(exc))

@@ -1,0 +1,56 @@
+"""The admin for a shared fleet: quotas, priority classes, project defaults and prices
+(fleet staff; registered from ``portal.admin``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from portal.quotas import services
+from portal.quotas.models import Budget, PriorityClass, ProjectDefaults, Quota, SitePrice
+
+
+@admin.register(Quota)
+class QuotaAdmin(admin.ModelAdmin):
+    list_display = (
+        "project",
+        "site",
+        "cpu_millicores",
+        "memory_bytes",
+        "gpus",
+        "borrow_cpu_millicores",
+        "borrow_memory_bytes",
+        "borrow_gpus",
+    )
+    list_filter = ("site", "project")
+
+    def save_model(self, request: HttpRequest, obj: Quota, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        services.quota_changed(obj.site.name)
+
+    def delete_model(self, request: HttpRequest, obj: Quota) -> None:
+        site = obj.site.name
+        super().delete_model(request, obj)
+        services.quota_changed(site)
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(admin.ModelAdmin):
+    list_display = ("name", "value", "description")
+
+
+@admin.register(ProjectDefaults)
+class ProjectDefaultsAdmin(admin.ModelAdmin):
+    list_display = ("project", "priority_class", "weight")
+
+
+@admin.register(SitePrice)
+class SitePriceAdmin(admin.ModelAdmin):
+    list_display = ("site", "cpu_hour", "memory_gib_hour", "gpu_hour")
+
+
+@admin.register(Budget)
+class BudgetAdmin(admin.ModelAdmin):
+    list_display = ("project", "monthly", "hard_stop")

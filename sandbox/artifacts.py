@@ -193,9 +193,16 @@ class Repository:
             finally:
                 os.close(base)
             try:
-                dst = confined.create_file(parent, parts[-1])
-                with os.fdopen(dst, "wb") as out, path.open("rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                path.chmod(0o644)
+                try:
+                    # The spooled body becomes the object at once (same file system): nothing
+                    # is copied, and a reader never sees half an object.
+                    confined.clear(parent, parts[-1])
+                    os.rename(path, parts[-1], dst_dir_fd=parent)
+                except OSError:
+                    dst = confined.create_file(parent, parts[-1])
+                    with os.fdopen(dst, "wb") as out, path.open("rb") as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
             finally:
                 os.close(parent)
 

@@ -287,7 +287,10 @@ class Leaves(Pods):
                 )
                 art = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
                 located = own.get("bucket") and own.get("endpoint")
-                art["s3"] = {**clone(own), "key": key} if located else {"key": key}
+                if (a.get("http") or {}).get("url"):
+                    art["http"] = clone(a["http"])  # a pre-signed PUT: recorded as declared
+                else:
+                    art["s3"] = {**clone(own), "key": key} if located else {"key": key}
             arts.append(art)
         if arts:
             outputs["artifacts"] = arts

@@ -668,7 +668,7 @@ class Pods(RunCore):
         fd = confined.create_file(dest[0], dest[1])
         with os.fdopen(fd, "wb") as out:
             try:
-                res = send(ep.address, split.netloc, "GET", target, {}, into=out)
+                res = send(ep.address, host_of(split), "GET", target, {}, into=out)
             except Unreachable as exc:
                 raise ArtifactError(f'Get "{url}": {exc}') from None
         if 200 <= res.status < 300:
@@ -840,7 +840,9 @@ class Pods(RunCore):
                 raise ArtifactError(f"read {arcname}: is a directory")
             with body.open("rb") as f:
                 try:
-                    res = send(ep.address, split.netloc, "PUT", target, {}, f, body.stat().st_size)
+                    res = send(
+                        ep.address, host_of(split), "PUT", target, {}, f, body.stat().st_size
+                    )
                 except Unreachable as exc:
                     raise ArtifactError(f'Put "{url}": {exc}') from None
         if not 200 <= res.status < 300:
@@ -849,6 +851,14 @@ class Pods(RunCore):
                 f"saving file {arcname} to {url} failed with reason: "
                 f"{res.status} {res.reason}: {error}"
             )
+
+
+def host_of(split: urllib.parse.SplitResult) -> str:
+    """The Host header Go's client sends for a URL (and botocore signs): the host, with its
+    port only when it is not the scheme's default."""
+    default = 443 if split.scheme == "https" else 80
+    host = split.hostname or ""
+    return host if split.port in (None, default) else f"{host}:{split.port}"
 
 
 def decode_secret(data: dict[str, Any]) -> dict[str, str]:

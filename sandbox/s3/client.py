@@ -58,7 +58,7 @@ def send(
 ) -> Response:
     """One HTTP request to a listener, `host` as its Host header; the answer's body goes to
     `into` on success when given."""
-    conn = http.client.HTTPConnection(address[0], address[1], timeout=TIMEOUT)
+    conn = http.client.HTTPConnection(address[0], address[1], timeout=TIMEOUT, blocksize=CHUNK)
     try:
         sent = {**headers, "Host": host}
         if body is not None or method == "PUT":

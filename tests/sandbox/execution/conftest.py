@@ -111,6 +111,7 @@ def s3_client(repository: dict[str, Any], access_key: str, secret_key: str, **co
             proxies={"http": repository["url"]},
             s3={"addressing_style": "path"},
             retries={"max_attempts": 1},
+            signature_version="s3v4",
             **config,
         ),
     )

@@ -54,6 +54,8 @@ def test_repositories_are_listed_with_their_listeners(site_a: Member) -> None:
     assert (a["endpoint"], a["bucket"], a["region"]) == (A_ENDPOINT, A_BUCKET, "eu-west")
     assert by_site["site-c"]["region"] == "eu-central"
     assert a["url"].startswith("http://127.0.0.1:")
+    assert (a["readableFrom"], a["credentialsSecret"]) == (["site-b"], A_SECRET)
+    assert by_site["site-b"]["readableFrom"] == ["site-a", "site-c"]
 
 
 def test_presigned_http_input_is_read_from_the_repository(site_a_s3: Any, site_b: Member) -> None:

@@ -95,6 +95,14 @@ def observe_until(sandbox: SandboxServer, unit: UnitRun) -> UnitRun:
     return sandbox.wait_for(ended, timeout=120, interval=0.2, what=f"{unit.name} to end")
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "issue #28: the sandbox's repositories now check SigV4 keys against the owning "
+        "site's own credential Secret; this test puts the Secret only on the reader's "
+        "member (it relied on the old credential shortcut)"
+    ),
+)
 def test_a_reader_that_cannot_reach_the_writers_repository_is_placed_where_it_can(
     fleet: SandboxServer, site_b: Member, site_c: Member
 ) -> None:

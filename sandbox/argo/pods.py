@@ -120,12 +120,14 @@ class Pods(RunCore):
             )
         self.repo = self.member.repository
 
-    def _configured_repository(self, s3: dict[str, Any]) -> RemoteBucket:
+    def _configured_repository(self, s3: dict[str, Any]) -> RemoteBucket | None:
         """The bucket an artifact repository ConfigMap names, reached as its config says:
         its own `accessKeySecret` / `secretKeySecret` as this member holds them, else this
         site's node identity (Argo's executor then signs with the environment's
         credentials, see `SiteExecution.keys_from`), which only this site's repository
-        accepts."""
+        accepts. None while a Secret it names is not on this member: Argo's controller
+        resolves the repository without reading Secrets, and the pods that need it wait for
+        the Secret (`_artifact_secrets`)."""
         bucket = str(s3["bucket"])
         if not BUCKET_NAME.match(bucket) or ".." in bucket:
             # What S3 answers (and where a bucket is a folder, what keeps it one).
@@ -137,9 +139,8 @@ class Pods(RunCore):
             raise ArtifactError(
                 f"bucket {bucket}: dial tcp: lookup {owner.artifact_endpoint}: no such host"
             )
-        secret = (s3.get("accessKeySecret") or {}).get("name")
-        if secret and not self.member.has_object("Secret", self.namespace, secret):
-            raise ArtifactError(f'secrets "{secret}" not found in this cluster')
+        if self._missing_secret(s3):
+            return None
         return self.member.bucket_of(owner, bucket, self.member.keys_from(s3, self.namespace))
 
     def _repository_conf(self) -> dict[str, Any]:
@@ -420,7 +421,10 @@ class Pods(RunCore):
         for c in [*containers, *(body.get("sidecars") or [])]:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
-        self._artifact_secrets(node, tmpl, scope)
+        try:
+            self._artifact_secrets(node, tmpl, scope)
+        except ArtifactError as exc:
+            return "Error", str(exc)
         try:
             # Before the inputs: an http input is fetched from the pod's network namespace.
             netns = await self._network()
@@ -602,17 +606,49 @@ class Pods(RunCore):
         then fails its save."""
         # The outputs as the controller sees them when it creates the pod: the template's,
         # with what is known before the step runs substituted.
+        inputs = (node.get("inputs") or {}).get("artifacts") or []
         outputs = render((tmpl.get("outputs") or {}).get("artifacts") or [], scope)
-        for art in [*((node.get("inputs") or {}).get("artifacts") or []), *outputs]:
-            s3 = art.get("s3") or {}
-            for ref in ("accessKeySecret", "secretKeySecret", "sessionTokenSecret"):
-                name = str((s3.get(ref) or {}).get("name") or "")
-                if "{{" in name:
-                    continue  # known only once the step has run: the save will say
-                if name and not self.member.has_object("Secret", self.namespace, name):
-                    raise NotRunnable(
-                        f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
-                    )
+        locations = [art.get("s3") or {} for art in [*inputs, *outputs]]
+        # The repository is the pod's archive location (its Secrets mounted too) when an
+        # artifact has no location of its own or the log is archived (addArchiveLocation).
+        repository = self._repository_conf().get("s3")
+
+        def located(art: dict[str, Any]) -> bool:
+            return bool(
+                (art.get("s3") or {}).get("endpoint") and (art.get("s3") or {}).get("bucket")
+            )
+
+        needs_repository = isinstance(repository, dict) and (
+            any(not located(a) for a in inputs if "s3" in a)
+            or any(
+                not located(a)
+                for a in outputs
+                if a.get("path") and not a.get("from") and "http" not in a
+            )
+            or archivelogs.enabled(self.obj.get("spec") or {}, tmpl, self._repository_conf())
+        )
+        if needs_repository and isinstance(repository, dict):
+            locations.append(repository)
+        for s3 in locations:
+            name = self._missing_secret(s3)
+            if name:
+                raise NotRunnable(
+                    f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
+                )
+        if needs_repository and isinstance(repository, dict) and self.repo is None:
+            # Its Secret has come since the Workflow started.
+            self.repo = self._configured_repository(repository)
+
+    def _missing_secret(self, s3: dict[str, Any]) -> str | None:
+        """The first credential Secret an `s3` location names that this member does not hold
+        in the Workflow's namespace."""
+        for ref in ("accessKeySecret", "secretKeySecret", "sessionTokenSecret"):
+            name = str((s3.get(ref) or {}).get("name") or "")
+            if "{{" in name:
+                continue  # known only once the step has run: the save will say
+            if name and not self.member.has_object("Secret", self.namespace, name):
+                return name
+        return None
 
     def _load_inputs(self, node: dict[str, Any], layout: PodLayout, netns: int) -> None:
         for art in (node.get("inputs") or {}).get("artifacts") or []:

@@ -285,3 +285,44 @@ def test_presigned_put_output_is_written_to_the_repository(
     assert only_pod(site_c, status)["message"] == (
         f'failed to save outputs: /tmp/o: Put "{url}": dial tcp: lookup {A_ENDPOINT}: no such host'
     )
+
+
+def test_a_repository_configs_missing_secret_keeps_the_pod_pending(site_b: Member) -> None:
+    """A repository ConfigMap naming a Secret its namespace lacks: Argo's controller resolves
+    the repository without reading Secrets, and the pod that needs it (a key-only output)
+    mounts the Secret as its archive location's, so it waits, Pending, until it exists."""
+    ns = f"repo-creds-{uuid.uuid4().hex[:6]}"
+    name_secret = "site-b-artifacts-credentials"
+    site_b.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "repo", "namespace": ns},
+            "data": {
+                "s3": (
+                    "s3:\n  bucket: site-b-artifacts\n  endpoint: s3.site-b.sandbox.invalid\n"
+                    f"  accessKeySecret: {{name: {name_secret}, key: accessKey}}\n"
+                    f"  secretKeySecret: {{name: {name_secret}, key: secretKey}}\n"
+                )
+            },
+        }
+    )
+    t = sh("main", "echo kept > /tmp/k")
+    t["outputs"] = {"artifacts": [{"name": "k", "path": "/tmp/k", "archive": {"none": {}}}]}
+    body = in_namespace(wf(t), ns)
+    body["spec"]["artifactRepositoryRef"] = {"configMap": "repo", "key": "s3"}
+    name = site_b.create(body)
+    assert pending(site_b, name) == (
+        f'MountVolume.SetUp failed for volume "{name_secret}" : secret "{name_secret}" not found'
+    )
+    keys = secret(name_secret, accessKey="ak-b-repo", secretKey="sk-b-repo")
+    keys["metadata"]["namespace"] = ns
+    site_b.put(keys)
+    status = site_b.wait(name)
+    assert status["phase"] == "Succeeded", status.get("message")
+    (art,) = only_pod(site_b, status)["outputs"]["artifacts"]
+    assert status["artifactRepositoryRef"]["configMap"] == "repo"
+    s3 = site_b.s3("ak-b-repo", "sk-b-repo")
+    assert s3.get_object(Bucket="site-b-artifacts", Key=art["s3"]["key"])["Body"].read() == (
+        b"kept\n"
+    )

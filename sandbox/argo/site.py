@@ -154,8 +154,9 @@ class SiteExecution:
             name = str(ref.get("name") or ak_ref["name"])
             obj = self.get_object("Secret", namespace, name)
             if obj is None:
-                # kube-apiserver's NotFound for a Secret read from the pod's namespace (as the
-                # executor reads its credentials, workflow/executor/executor.go GetSecrets).
+                # kube-apiserver's NotFound for a Secret read from the pod's namespace. A pod
+                # whose location names a missing Secret waits for it before it runs
+                # (pods.py, `_artifact_secrets`); this is a Secret gone since.
                 raise ArtifactError(f'secrets "{name}" not found')
             key = str(ref.get("key") or default_key)
             value = self.object_data(obj).get(key)

@@ -120,33 +120,28 @@ class Pods(RunCore):
             )
         self.repo = self.member.repository
 
-    def _configured_repository(self, s3: dict[str, Any]) -> RemoteBucket:
+    def _configured_repository(self, s3: dict[str, Any]) -> RemoteBucket | None:
         """The bucket an artifact repository ConfigMap names, reached as its config says:
-        its own `accessKeySecret` / `secretKeySecret`, else (another site's repository) that
-        repository's credential Secret, as this member holds them; this site's own bucket
-        without them with the site's node identity (the controller's `useSDKCreds`)."""
+        its own `accessKeySecret` / `secretKeySecret` as this member holds them, else this
+        site's node identity (Argo's executor then signs with the environment's
+        credentials, see `SiteExecution.keys_from`), which only this site's repository
+        accepts. None while a Secret it names is not on this member: Argo's controller
+        resolves the repository without reading Secrets, and the pods that need it wait for
+        the Secret (`_artifact_secrets`)."""
         bucket = str(s3["bucket"])
         if not BUCKET_NAME.match(bucket) or ".." in bucket:
             # What S3 answers (and where a bucket is a folder, what keeps it one).
             raise ArtifactError(
                 f"bucket {bucket!r}: InvalidBucketName: The specified bucket is not valid."
             )
-        own = self.member.site
-        owner = self.member.site_of_location(s3) or own
+        owner = self.member.site_of_location(s3) or self.member.site
         if not self.member.reachable(owner):
             raise ArtifactError(
                 f"bucket {bucket}: dial tcp: lookup {owner.artifact_endpoint}: no such host"
             )
-        secret = (s3.get("accessKeySecret") or {}).get("name") or (
-            owner.artifact_secret if owner.name != own.name else None
-        )
-        if secret is None:
-            keys = self.sb.repositories.node_keys(self.member.name)
-        else:
-            if not self.member.has_object("Secret", self.namespace, secret):
-                raise ArtifactError(f'secrets "{secret}" not found in this cluster')
-            keys = self.member.keys_from(s3, self.namespace, owner.artifact_secret)
-        return self.member.bucket_of(owner, bucket, keys)
+        if self._missing_secret(s3):
+            return None
+        return self.member.bucket_of(owner, bucket, self.member.keys_from(s3, self.namespace))
 
     def _repository_conf(self) -> dict[str, Any]:
         conf = (self.repo_ref or {}).get("artifactRepository")
@@ -426,7 +421,10 @@ class Pods(RunCore):
         for c in [*containers, *(body.get("sidecars") or [])]:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
-        self._artifact_secrets(node)
+        try:
+            self._artifact_secrets(node, tmpl, scope)
+        except ArtifactError as exc:
+            return "Error", str(exc)
         try:
             # Before the inputs: an http input is fetched from the pod's network namespace.
             netns = await self._network()
@@ -587,19 +585,70 @@ class Pods(RunCore):
         return int(self.limit_of(container, "memory")) or None
 
     # -- artifacts and outputs --------------------------------------------------------------
-    def _artifact_secrets(self, node: dict[str, Any]) -> None:
-        """The credential Secrets an input artifact's location names are volumes of the pod
-        (createSecretVolumesAndMounts, workflow/controller/workflowpod.go): with one missing
-        the kubelet cannot mount it, and the pod waits, Pending, until the Secret exists
-        (it does not fail)."""
-        for art in (node.get("inputs") or {}).get("artifacts") or []:
-            s3 = art.get("s3") or {}
-            for ref in ("accessKeySecret", "secretKeySecret", "sessionTokenSecret"):
-                name = (s3.get(ref) or {}).get("name")
-                if name and not self.member.has_object("Secret", self.namespace, name):
-                    raise NotRunnable(
-                        f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
-                    )
+    def _artifact_secrets(
+        self, node: dict[str, Any], tmpl: dict[str, Any], scope: dict[str, Any]
+    ) -> None:
+        """The credential Secrets an input or output artifact's location names are volumes
+        of the pod, mounted into its init and wait containers, which read the keys from
+        them (workflow/controller/workflowpod.go):
+            func createSecretVolumesAndMounts(tmpl *wfv1.Template) (...) {
+                ...
+                for _, art := range tmpl.Outputs.Artifacts {
+                    createSecretVolume(allVolumesMap, art, uniqueKeyMap)
+                }
+                for _, art := range tmpl.Inputs.Artifacts {
+                    createSecretVolume(allVolumesMap, art, uniqueKeyMap)
+                }
+        (workflow/executor/executor.go, GetSecret: os.ReadFile(filepath.Join(
+        common.SecretVolMountPath, accessKeyName, accessKey))). With one missing the kubelet
+        cannot mount it, and the pod waits, Pending, until the Secret exists: an output's
+        missing Secret stops the step before it runs, as an input's does; it never runs and
+        then fails its save."""
+        # The outputs as the controller sees them when it creates the pod: the template's,
+        # with what is known before the step runs substituted.
+        inputs = (node.get("inputs") or {}).get("artifacts") or []
+        outputs = render((tmpl.get("outputs") or {}).get("artifacts") or [], scope)
+        locations = [art.get("s3") or {} for art in [*inputs, *outputs]]
+        # The repository is the pod's archive location (its Secrets mounted too) when an
+        # artifact has no location of its own or the log is archived (addArchiveLocation).
+        repository = self._repository_conf().get("s3")
+
+        def located(art: dict[str, Any]) -> bool:
+            return bool(
+                (art.get("s3") or {}).get("endpoint") and (art.get("s3") or {}).get("bucket")
+            )
+
+        needs_repository = isinstance(repository, dict) and (
+            any(not located(a) for a in inputs if "s3" in a)
+            or any(
+                not located(a)
+                for a in outputs
+                if a.get("path") and not a.get("from") and "http" not in a
+            )
+            or archivelogs.enabled(self.obj.get("spec") or {}, tmpl, self._repository_conf())
+        )
+        if needs_repository and isinstance(repository, dict):
+            locations.append(repository)
+        for s3 in locations:
+            name = self._missing_secret(s3)
+            if name:
+                raise NotRunnable(
+                    f'MountVolume.SetUp failed for volume "{name}" : secret "{name}" not found'
+                )
+        if needs_repository and isinstance(repository, dict) and self.repo is None:
+            # Its Secret has come since the Workflow started.
+            self.repo = self._configured_repository(repository)
+
+    def _missing_secret(self, s3: dict[str, Any]) -> str | None:
+        """The first credential Secret an `s3` location names that this member does not hold
+        in the Workflow's namespace."""
+        for ref in ("accessKeySecret", "secretKeySecret", "sessionTokenSecret"):
+            name = str((s3.get(ref) or {}).get("name") or "")
+            if "{{" in name:
+                continue  # known only once the step has run: the save will say
+            if name and not self.member.has_object("Secret", self.namespace, name):
+                return name
+        return None
 
     def _load_inputs(self, node: dict[str, Any], layout: PodLayout, netns: int) -> None:
         for art in (node.get("inputs") or {}).get("artifacts") or []:

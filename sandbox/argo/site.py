@@ -126,23 +126,37 @@ class SiteExecution:
     def reachable(self, owner: Site) -> bool:
         return owner.name == self.name or owner.artifacts_readable_from(self.name)
 
-    def keys_from(self, s3: dict[str, Any], namespace: str, default_secret: str) -> Keys:
-        """The key pair a location's `accessKeySecret` / `secretKeySecret` name (else the
-        repository's credential Secret, keys `accessKey` / `secretKey`), read from the
+    def keys_from(self, s3: dict[str, Any], namespace: str) -> Keys:
+        """The key pair a location's `accessKeySecret` / `secretKeySecret` name, read from the
         Secret in the step's namespace on this member, as Argo's executor reads it from the
-        pod's namespace; a Secret this member does not hold fails."""
-        ak_ref = s3.get("accessKeySecret") or {"name": default_secret, "key": ACCESS_KEY}
-        sk_ref = s3.get("secretKeySecret") or {
-            "name": ak_ref.get("name") or default_secret,
-            "key": SECRET_KEY,
-        }
+        pod's namespace (a Secret this member does not hold fails); without
+        `accessKeySecret`, this site's node identity, whatever repository the location names.
+
+        Argo reads no Secret at all then (workflow/artifacts/artifacts.go, newDriver):
+            if art.S3.AccessKeySecret != nil && art.S3.AccessKeySecret.Name != "" {
+                accessKeyBytes, err := ri.GetSecret(ctx, art.S3.AccessKeySecret.Name, ...
+        and the client takes the environment's credentials (workflow/artifacts/s3/s3.go,
+        GetCredentials):
+            case opts.UseSDKCreds:
+                return getAWSCredentials(ctx, opts)
+            default:
+                log.Info(ctx, "Creating minio client using IAM role")
+                return credentials.NewIAM(nullIAMEndpoint), nil
+        Both are the node's identity here, which only its own site's repository accepts: a
+        location naming another site's repository without its Secret is refused there
+        (InvalidAccessKeyId), never signed with that repository's credential Secret."""
+        ak_ref = s3.get("accessKeySecret") or {}
+        if not ak_ref.get("name"):
+            return self.sb.repositories.node_keys(self.name)
+        sk_ref = s3.get("secretKeySecret") or {"name": ak_ref["name"], "key": SECRET_KEY}
         values = []
         for ref, default_key in ((ak_ref, ACCESS_KEY), (sk_ref, SECRET_KEY)):
-            name = str(ref.get("name") or default_secret)
+            name = str(ref.get("name") or ak_ref["name"])
             obj = self.get_object("Secret", namespace, name)
             if obj is None:
-                # kube-apiserver's NotFound for a Secret read from the pod's namespace (as the
-                # executor reads its credentials, workflow/executor/executor.go GetSecrets).
+                # kube-apiserver's NotFound for a Secret read from the pod's namespace. A pod
+                # whose location names a missing Secret waits for it before it runs
+                # (pods.py, `_artifact_secrets`); this is a Secret gone since.
                 raise ArtifactError(f'secrets "{name}" not found')
             key = str(ref.get("key") or default_key)
             value = self.object_data(obj).get(key)
@@ -157,8 +171,9 @@ class SiteExecution:
     ) -> RemoteBucket:
         """The bucket an `s3:` location names: this site's default repository when it names
         no other (and no credentials of its own); another repository only if the fleet lets
-        this site reach it, with the credential Secret the location names (else that
-        repository's `credentialsSecret`) as this member holds it."""
+        this site reach it, with the credential Secret the location names as this member
+        holds it, else this site's node identity (`keys_from`), which that repository
+        refuses."""
         endpoint = s3.get("endpoint")
         bucket = s3.get("bucket")
         own = self.site
@@ -179,7 +194,7 @@ class SiteExecution:
                 f'{s3.get("key", "")}": dial tcp: lookup {host}: no such host'
             )
         try:
-            keys = self.keys_from(s3, namespace, owner.artifact_secret)
+            keys = self.keys_from(s3, namespace)
         except ArtifactError as exc:
             raise ArtifactError(f"{what}: {exc}") from None
         return self.bucket_of(owner, str(bucket or owner.bucket), keys)

@@ -282,10 +282,12 @@ def test_another_sites_bucket_as_a_repository_needs_its_keys_and_a_bucket_name(
         body["spec"]["templates"][0]["outputs"] = {"artifacts": [{"name": "f", "path": "/tmp/f"}]}
         return str(site_b.wait(site_b.create(body)).get("message"))
 
-    # site-b may read site-a's bucket (demo fleet), but writing there takes site-a's keys.
+    # site-b may read site-a's bucket (demo fleet), but writing there takes site-a's keys: a
+    # repository config naming no Secret is signed with site-b's node identity (Argo's
+    # executor takes the environment's credentials), which site-a's repository refuses.
     assert repository("to-site-a", "site-a-artifacts") == (
-        'failed to resolve artifact repository: secrets "site-a-artifacts-credentials" '
-        "not found in this cluster"
+        "failed to save outputs: /tmp/f: The AWS Access Key Id you provided does not exist "
+        "in our records. (InvalidAccessKeyId)"
     )
     # A bucket is a folder here: a name that is no bucket name never becomes a path.
     assert repository("to-a-path", "../pods") == (

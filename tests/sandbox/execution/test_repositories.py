@@ -169,44 +169,82 @@ def in_namespace(body: dict[str, Any], namespace: str) -> dict[str, Any]:
     return body
 
 
-def test_a_step_whose_secret_is_not_on_its_member_fails(
-    site_a_s3: Any, site_a: Member, site_b: Member
+def pending(member: Member, name: str) -> str:
+    """The message of the Workflow's pod once it waits, Pending, with a reason."""
+
+    def message() -> str | None:
+        nodes = (member.status(name).get("nodes") or {}).values()
+        return next(
+            (
+                n["message"]
+                for n in nodes
+                if n["type"] == "Pod" and n["phase"] == "Pending" and "message" in n
+            ),
+            None,
+        )
+
+    return member.server.wait_for(message, what=f"{name}'s pod to wait")
+
+
+def test_a_step_whose_secret_is_not_on_its_member_waits_for_it(
+    site_a_s3: Any, site_b: Member
 ) -> None:
     ns = f"no-creds-{uuid.uuid4().hex[:6]}"
-    # site-a's member holds site-a's Secret (the repository's), site-b's namespace does not.
+    # site-a's member holds site-a's Secret (the repository's); site-b's namespace does not.
+    # The output's location names it: a volume of the pod, so the pod waits, Pending, and
+    # the step does not run (Argo mounts output artifacts' Secrets as it does inputs').
     key = f"placed/{uuid.uuid4().hex}.txt"
-    status = site_b.wait(site_b.create(in_namespace(placed(key, secret_name=None), ns)))
-    node = only_pod(site_b, status)
-    assert status["phase"] in ("Failed", "Error")
-    assert node["message"] == (
-        f'failed to save outputs: /tmp/o: failed to save artifact: secrets "{A_SECRET}" not found'
+    name = site_b.create(in_namespace(placed(key), ns))
+    assert pending(site_b, name) == (
+        f'MountVolume.SetUp failed for volume "{A_SECRET}" : secret "{A_SECRET}" not found'
     )
-    existing, _url = stored(site_a_s3, b"x")
-    t = sh("main", "cat /tmp/in")
-    t["inputs"] = {
-        "artifacts": [
-            {
-                "name": "in",
-                "path": "/tmp/in",
-                "s3": {"endpoint": A_ENDPOINT, "bucket": A_BUCKET, "key": existing},
-            }
-        ]
-    }
-    status = site_b.wait(site_b.create(in_namespace(wf(t), ns)))
-    assert status["phase"] == "Error"
-    assert only_pod(site_b, status)["message"] == (
-        f'failed to load artifact: secrets "{A_SECRET}" not found'
-    )
-    # A Secret there whose keys the repository does not know (stale, or forged): S3 refuses.
+    (node,) = site_b.pods(site_b.status(name)).values()
+    assert "outputs" not in node
+    # A Secret there whose keys the repository does not know (stale, or forged): the pod
+    # starts, and S3 refuses the save.
     forged = secret(A_SECRET, accessKey="guessed", secretKey="guessed")
     forged["metadata"] = {"name": A_SECRET, "namespace": ns}
     site_b.put(forged)
-    status = site_b.wait(site_b.create(in_namespace(wf(t), ns)))
+    status = site_b.wait(name)
+    assert status["phase"] in ("Failed", "Error")
+    assert only_pod(site_b, status)["message"] == (
+        "failed to save outputs: /tmp/o: The AWS Access Key Id you provided does not exist "
+        "in our records. (InvalidAccessKeyId)"
+    )
+    assert not site_a_s3.list_objects_v2(Bucket=A_BUCKET, Prefix=key).get("Contents")
+
+
+def test_another_sites_location_without_a_secret_is_signed_with_the_node_identity(
+    site_a_s3: Any, site_b: Member
+) -> None:
+    """A location naming site-a's repository without `accessKeySecret` does not borrow
+    site-a's credential Secret, even where site-b's namespace holds a copy: Argo's executor
+    then signs with the environment's credentials (its node's), which site-a refuses."""
+    site_b.put(secret(A_SECRET, accessKey="ak-site-a", secretKey="sk-site-a"))
+    key = f"placed/{uuid.uuid4().hex}.txt"
+    status = site_b.wait(site_b.create(placed(key, secret_name=None)))
+    assert status["phase"] in ("Failed", "Error")
+    assert only_pod(site_b, status)["message"] == (
+        "failed to save outputs: /tmp/o: The AWS Access Key Id you provided does not exist "
+        "in our records. (InvalidAccessKeyId)"
+    )
+    assert not site_a_s3.list_objects_v2(Bucket=A_BUCKET, Prefix=key).get("Contents")
+    existing, _url = stored(site_a_s3, b"x")
+    t = sh("main", "cat /tmp/in")
+    location = {"endpoint": A_ENDPOINT, "bucket": A_BUCKET, "key": existing}
+    t["inputs"] = {"artifacts": [{"name": "in", "path": "/tmp/in", "s3": location}]}
+    status = site_b.wait(site_b.create(wf(t)))
     assert status["phase"] == "Error"
     assert only_pod(site_b, status)["message"] == (
         f"failed to load artifact: s3://{A_BUCKET}/{existing}: The AWS Access Key Id you "
         "provided does not exist in our records. (InvalidAccessKeyId)"
     )
+    # Naming the Secret is what makes the same read work.
+    location["accessKeySecret"] = {"name": A_SECRET, "key": "accessKey"}
+    location["secretKeySecret"] = {"name": A_SECRET, "key": "secretKey"}
+    status = site_b.wait(site_b.create(wf(t)))
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert only_pod(site_b, status)["outputs"]["result"] == "x"
 
 
 def pusher(url: str) -> dict[str, Any]:
@@ -246,4 +284,45 @@ def test_presigned_put_output_is_written_to_the_repository(
     status = site_c.wait(site_c.create(pusher(url)))
     assert only_pod(site_c, status)["message"] == (
         f'failed to save outputs: /tmp/o: Put "{url}": dial tcp: lookup {A_ENDPOINT}: no such host'
+    )
+
+
+def test_a_repository_configs_missing_secret_keeps_the_pod_pending(site_b: Member) -> None:
+    """A repository ConfigMap naming a Secret its namespace lacks: Argo's controller resolves
+    the repository without reading Secrets, and the pod that needs it (a key-only output)
+    mounts the Secret as its archive location's, so it waits, Pending, until it exists."""
+    ns = f"repo-creds-{uuid.uuid4().hex[:6]}"
+    name_secret = "site-b-artifacts-credentials"
+    site_b.put(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "repo", "namespace": ns},
+            "data": {
+                "s3": (
+                    "s3:\n  bucket: site-b-artifacts\n  endpoint: s3.site-b.sandbox.invalid\n"
+                    f"  accessKeySecret: {{name: {name_secret}, key: accessKey}}\n"
+                    f"  secretKeySecret: {{name: {name_secret}, key: secretKey}}\n"
+                )
+            },
+        }
+    )
+    t = sh("main", "echo kept > /tmp/k")
+    t["outputs"] = {"artifacts": [{"name": "k", "path": "/tmp/k", "archive": {"none": {}}}]}
+    body = in_namespace(wf(t), ns)
+    body["spec"]["artifactRepositoryRef"] = {"configMap": "repo", "key": "s3"}
+    name = site_b.create(body)
+    assert pending(site_b, name) == (
+        f'MountVolume.SetUp failed for volume "{name_secret}" : secret "{name_secret}" not found'
+    )
+    keys = secret(name_secret, accessKey="ak-b-repo", secretKey="sk-b-repo")
+    keys["metadata"]["namespace"] = ns
+    site_b.put(keys)
+    status = site_b.wait(name)
+    assert status["phase"] == "Succeeded", status.get("message")
+    (art,) = only_pod(site_b, status)["outputs"]["artifacts"]
+    assert status["artifactRepositoryRef"]["configMap"] == "repo"
+    s3 = site_b.s3("ak-b-repo", "sk-b-repo")
+    assert s3.get_object(Bucket="site-b-artifacts", Key=art["s3"]["key"])["Body"].read() == (
+        b"kept\n"
     )

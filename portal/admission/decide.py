@@ -77,6 +77,7 @@ from portal.admission.placing import (
     snapshot_get,
 )
 from portal.models import UnitRun, WorkflowTemplate
+from portal.quotas.services import admitted_sites
 
 # The snapshot is the placing module's; these names are the webhook's interface too.
 __all__ = [
@@ -323,7 +324,15 @@ def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadl
     names = ancestor_names(unit.upstream or (), {n: r[0] for n, r in rows.items()})
     ancestors = tuple(ancestor_unit(n, rows[n][4] or (), rows[n][5] or ()) for n in sorted(names))
     project = unit.run.project.name if unit.run.project else None
-    return Context(codec.unit_from_dict(unit.spec), project, upstream, ancestors)
+    # The sites its quotas admitted it for (issue 32), as the context annotation says them.
+    sites = admitted_sites(unit)
+    return Context(
+        codec.unit_from_dict(unit.spec),
+        project,
+        upstream,
+        ancestors,
+        tuple(sites) if sites is not None else None,
+    )
 
 
 def whole_unit(parsed: parser.ParsedWorkflow) -> Unit:

@@ -134,10 +134,16 @@ class NoEligibleSite(Exception):
 
 
 def runtime_decision(
-    run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun], only: Iterable[str] | None = None
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    only: Iterable[str] | None = None,
+    *,
+    strict_capacity: bool = False,
 ) -> planner.Decision:
     """The planner's decision for a runtime unit from the newest state, capacity a
-    preference (not a filter); ``only``: the sites it may go to (None: any)."""
+    preference (not a filter) unless ``strict_capacity`` (as the webhook decides); ``only``:
+    the sites it may go to (None: any)."""
     units = list(units)
     upstream = upstream_where(units, succeeded_only=True)
     view = planner_snapshot()
@@ -153,6 +159,7 @@ def runtime_decision(
         if allowed is None
         else [s.name for s in view.fleet.sites if s.name not in allowed],
         timing="runtime",
+        strict_capacity=strict_capacity,
         ancestors=ancestors(unit, units),
     )
 

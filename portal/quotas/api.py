@@ -86,7 +86,7 @@ class QuotaSerializer(serializers.Serializer[Quota]):
     site = serializers.SlugRelatedField(
         slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True
     )
-    site_selector = serializers.JSONField(required=False)
+    site_selector = serializers.JSONField(required=False, allow_null=True)
     cpu = _Cpu(source="cpu_millicores", required=False, default=0)
     memory = _Memory(source="memory_bytes", required=False, default=0)
     gpu = _Gpu(source="gpus", required=False, default=0)
@@ -121,9 +121,14 @@ class QuotaSerializer(serializers.Serializer[Quota]):
         return dict(value)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        """A site or a group of sites (``site_selector``): one of them, on create and after
-        an update alike."""
+        """A site or a group of sites (``site_selector``): one of them. An update naming only
+        one of the two moves the quota there (the other is cleared)."""
         inst = self.instance
+        if inst is not None and self.partial:
+            if attrs.get("site") is not None and "site_selector" not in attrs:
+                attrs["site_selector"] = {}
+            if attrs.get("site_selector") and "site" not in attrs:
+                attrs["site"] = None
         site = attrs.get("site", inst.site if inst else None)
         selector = attrs.get("site_selector", inst.site_selector if inst else {})
         if site is not None and selector:
@@ -134,15 +139,6 @@ class QuotaSerializer(serializers.Serializer[Quota]):
             raise serializers.ValidationError(
                 {"site": ["name a site, or a group of sites by site_selector"]}
             )
-        if (
-            "site" in attrs
-            and site is not None
-            and inst is not None
-            and "site_selector" not in attrs
-        ):
-            attrs["site_selector"] = {}
-        if "site_selector" in attrs and selector and inst is not None and "site" not in attrs:
-            attrs["site"] = None
         return attrs
 
     def _fields(self, data: dict[str, Any]) -> dict[str, Any]:

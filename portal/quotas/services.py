@@ -312,15 +312,19 @@ def admit(
     return [u for u in ready if u.pk in admitted or u in passed]
 
 
-def eligible_sites(run: WorkflowRun, unit: UnitRun, units: Sequence[UnitRun]) -> list[str]:
-    """The sites a runtime unit may go to now by every hard constraint, best first (the
-    planner's order): those the quota admission chooses among."""
+def eligible_sites(
+    run: WorkflowRun, unit: UnitRun, units: Sequence[UnitRun]
+) -> tuple[list[str], set[str]]:
+    """The sites a runtime unit may go to by every hard constraint, best first (the
+    planner's order), and those of them with room for it now (as the webhook decides):
+    the sites the quota admission chooses among."""
     from portal.execution.steps import runtime_decision  # the execution package imports us
 
-    decision = runtime_decision(run, unit, units)
-    rows = [c for c in decision.candidates if c.eligible]
+    units = list(units)
+    rows = [c for c in runtime_decision(run, unit, units).candidates if c.eligible]
     rows.sort(key=lambda c: -(c.score or 0.0))
-    return [c.site for c in rows]
+    now = runtime_decision(run, unit, units, strict_capacity=True)
+    return [c.site for c in rows], {c.site for c in now.candidates if c.eligible}
 
 
 def _admit_runtime(
@@ -345,7 +349,7 @@ def _admit_runtime(
         if w is not None and w.admitted_at is not None and w.attempt == u.attempt and not w.site:
             taken.add(u.pk)  # admitted before, its step workflow not created yet
             continue
-        eligible = eligible_sites(run, u, every)
+        eligible, free_now = eligible_sites(run, u, every)
         if not eligible:
             taken.add(u.pk)  # its creation says it waits for a site, as without quotas
             continue
@@ -385,7 +389,9 @@ def _admit_runtime(
                 request.memory,
                 request.gpu,
             )
-            row.sites = room or eligible
+            # Where it can start now if any (the webhook places only there); else wherever
+            # its quota has room, and the member queues it, as without quotas.
+            row.sites = [s for s in room if s in free_now] or room or eligible
             row.released_at = None
             if room:
                 row.admitted_at, row.reason = now, ""

@@ -1,9 +1,10 @@
 """Quotas hold back units placed at run time, on the live stack (issue 32): eo-demo has 16 CPU
 over the group of sites in eu-west (site-a and site-b, by their region label) and none at
-site-c. Its burst of 8-CPU items that the demo's rule leaves to the webhook never has more
-than two items in flight (60 s each, 3 s at the sandbox's time scale), never lands at site-c, waits Queued with the group's reason, and
-every item succeeds. The stack runs without the periodic resync: queued items are admitted
-because items end (the webhook placed them), not because a resync came by."""
+site-c. Its burst of 8-CPU items (60 s each, 3 s at the sandbox's time scale) that the demo's
+rule leaves to the webhook never has more than two items in flight, never lands at site-c,
+waits Queued with the group's reason, and every item succeeds. The stack runs without the
+periodic resync: queued items are admitted because items end (the webhook placed them), not
+because a resync came by."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import F, OuterRef, Q, Subquery, Sum
 from django.utils import timezone
 
 from portal.choices import FINAL_UNIT, UnitPhase, UnitTiming
@@ -402,6 +402,19 @@ def _admit_runtime(
             row.save()
     _say_queued(units, taken, reasons)
     return taken
+
+
+def quota_sites_of_unit() -> Any:
+    """``admitted_sites`` as a subquery to annotate a unit query with (the webhook reads the
+    unit in one query): the list, or null."""
+    return Subquery(
+        Workload.objects.filter(
+            unit_id=OuterRef("pk"),
+            attempt=OuterRef("attempt"),
+            site="",
+            admitted_at__isnull=False,
+        ).values("sites")[:1]
+    )
 
 
 def admitted_sites(unit: UnitRun) -> list[str] | None:

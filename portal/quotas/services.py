@@ -327,6 +327,23 @@ def eligible_sites(
     return [c.site for c in rows], {c.site for c in now.candidates if c.eligible}
 
 
+# What the planner reads of a unit besides its name (placement.context's keys): the items of
+# a fan-out share it, so their eligible sites are computed once per admission.
+_PLANNED_KEYS = (
+    "kind",
+    "task",
+    "template",
+    "templates",
+    "upstream",
+    "depends",
+    "labels",
+    "images",
+    "resources",
+    "datasets",
+    "data_refs",
+)
+
+
 def _admit_runtime(
     run: WorkflowRun,
     units: list[UnitRun],
@@ -337,49 +354,77 @@ def _admit_runtime(
     """Admit runtime units as Kueue assigns a flavor: among the eligible sites (its
     flavors), those where every quota covering the site has room; the unit then holds its
     request at each of them until the webhook places it at one. No eligible site with room:
-    queued, with the reason at its best eligible site."""
+    queued, with the reason at its best eligible site. One transaction for the run's units,
+    the quotas read once and counted forward in memory as units are admitted."""
     project = run.project.name if run.project else ""
     project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
-    existing = {w.unit_id: w for w in Workload.objects.filter(unit__in=units)}
+    ordered = sorted(units, key=lambda u: u.position)
+    planned: dict[str, tuple[list[str], set[str]]] = {}
+    where: dict[int, tuple[list[str], set[str]]] = {}
+    for u in ordered:
+        key = json.dumps({k: u.spec.get(k) for k in _PLANNED_KEYS}, sort_keys=True, default=str)
+        if key not in planned:
+            planned[key] = eligible_sites(run, u, every)
+        where[u.pk] = planned[key]
+    governed_here = sorted({s for e, _ in where.values() for s in e} & quota_sites)
     taken: set[int] = set()
     reasons: dict[int, str] = {}
-    for u in sorted(units, key=lambda u: u.position):
-        w = existing.get(u.pk)
-        if w is not None and w.admitted_at is not None and w.attempt == u.attempt and not w.site:
-            taken.add(u.pk)  # admitted before, its step workflow not created yet
-            continue
-        eligible, free_now = eligible_sites(run, u, every)
-        if not eligible:
-            taken.add(u.pk)  # its creation says it waits for a site, as without quotas
-            continue
-        request = request_of(u)
-        now = timezone.now()
-        with transaction.atomic():
-            governed_here = sorted(set(eligible) & quota_sites)
-            for site in governed_here:
-                _lock_site(site)
-            _lock_groups(g for g in all_groups if set(governed_here) & set(g.sites))
+    now = timezone.now()
+    with transaction.atomic():
+        for site in governed_here:
+            _lock_site(site)
+        _lock_groups(g for g in all_groups if set(governed_here) & set(g.sites))
+        existing = {w.unit_id: w for w in Workload.objects.filter(unit__in=units)}
+        gone = []
+        for u in ordered:
+            w = existing.get(u.pk)
+            if w is None or w.admitted_at is None or w.attempt != u.attempt or w.site:
+                continue
+            if set(w.sites or ()) & set(where[u.pk][0]):
+                taken.add(u.pk)  # admitted before, its step workflow not created yet
+            else:
+                gone.append(w.pk)  # the sites it was admitted for are no longer eligible
+                w.admitted_at = None
+        if gone:
+            Workload.objects.filter(pk__in=gone).update(admitted_at=None)
+        # Each quota once by name (a site's, a group's), shared by the sites it covers.
+        scopes: dict[str, SiteQuotas] = {}
+        covering: dict[str, list[str]] = {}
+        for site in governed_here:
+            for q in scopes_at(site, all_groups):
+                scopes.setdefault(q.site, q)
+                covering.setdefault(site, []).append(q.site)
+        higher = set(
+            waiting()
+            .filter(site__in=governed_here, project_id=project_id, priority__gt=priority)
+            .values_list("site", flat=True)
+        )
+        rows: list[Workload] = []
+        for u in ordered:
+            if u.pk in taken:
+                continue
+            eligible, free_now = where[u.pk]
+            if not eligible:
+                taken.add(u.pk)  # its creation says it waits for a site, as without quotas
+                continue
+            request = request_of(u)
             room: list[str] = []
             why: str | None = None
             for site in eligible:
                 if site not in quota_sites:
                     room.append(site)
                     continue
-                ahead = (
-                    waiting()
-                    .filter(site=site, project_id=project_id, priority__gt=priority)
-                    .exists()
+                reason = (
+                    f"{project}: higher-priority units wait for quota at {site}"
+                    if site in higher
+                    else admission.fits_all(project, request, [scopes[n] for n in covering[site]])
                 )
-                reason: str | None
-                if ahead:
-                    reason = f"{project}: higher-priority units wait for quota at {site}"
-                else:
-                    reason = admission.fits_all(project, request, scopes_at(site, all_groups))
                 if reason is None:
                     room.append(site)
                 elif why is None:
                     why = reason
+            w = existing.get(u.pk)
             row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
             if w is not None and w.attempt != u.attempt:
                 row.queued_at = now
@@ -396,10 +441,31 @@ def _admit_runtime(
             if room:
                 row.admitted_at, row.reason = now, ""
                 taken.add(u.pk)
+                # It holds at each site it was admitted for: each quota covering them, once.
+                for name in {n for s in row.sites if s in covering for n in covering[s]}:
+                    scopes[name] = admission.admit_with(scopes[name], project, request)
             else:
                 row.admitted_at, row.reason = None, why or "waiting for quota"
                 reasons[u.pk] = row.reason
-            row.save()
+            rows.append(row)
+        Workload.objects.bulk_create([r for r in rows if r.pk is None], batch_size=500)
+        Workload.objects.bulk_update(
+            [r for r in rows if r.pk is not None],
+            [
+                "site",
+                "sites",
+                "attempt",
+                "priority",
+                "queued_at",
+                "admitted_at",
+                "released_at",
+                "reason",
+                "cpu_millicores",
+                "memory_bytes",
+                "gpus",
+            ],
+            batch_size=500,
+        )
     _say_queued(units, taken, reasons)
     return taken
 

@@ -290,3 +290,26 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
     assert services.wake(run) == [other.pk]
     assert len(services.admit(other, other_items, other_units)) == 1
     assert services.admitted_sites(other_items[0]) is not None
+
+
+def test_an_admitted_runtime_unit_whose_sites_went_away_is_decided_again(demo: User) -> None:
+    eo = Project.objects.get(name="eo-demo")
+    Quota.objects.create(
+        project=eo,
+        site=Site.objects.get(name="site-b"),
+        cpu_millicores=8000,
+        memory_bytes=2**34,
+        borrow_cpu_millicores=0,
+    )
+    run = portal_services.run_submit(user=demo, body=burst(1), project="eo-demo")
+    units = list(run.units.all())
+    item = next(u for u in units if u.spec.get("item_index") is not None)
+    assert len(services.admit(run, [item], units)) == 1
+    assert services.admitted_sites(item) == ["site-b", "site-c"]  # where it can start now
+    assert services.used_at("site-b")["eo-demo"].cpu == 8000
+    # Not created yet (the turn ran out), and both sites are cordoned meanwhile: it no
+    # longer holds site-b's quota for a site it cannot go to, and goes where it may.
+    Site.objects.filter(name__in=["site-b", "site-c"]).update(cordoned=True)
+    assert len(services.admit(run, [item], units)) == 1
+    assert services.admitted_sites(item) == ["site-a"]
+    assert "eo-demo" not in services.used_at("site-b")

@@ -154,6 +154,28 @@ def test_fleet_staff_post_a_quota_over_a_group_of_sites(
     assert (moved.json()["site"], moved.json()["site_selector"]) == ("site-d", None)
 
 
+def test_raising_a_group_quota_advances_the_runs_queued_at_any_of_its_sites(
+    staff_api: APIClient,
+    hpc: list[Site],
+    eo: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    quota = Quota.objects.create(
+        project=eo, site_selector=HPC, cpu_millicores=1 * CPU, borrow_cpu_millicores=0
+    )
+    at_b, at_c = tiles(eo, "site-b", 1), tiles(eo, "site-c", 2)
+    start(services.admit(at_b, pending(at_b)))
+    assert services.admit(at_c, pending(at_c)) == []
+    asked: list[int] = []
+    monkeypatch.setattr("portal.tasks.advance_request", asked.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert asked == [at_c.pk]
+    assert [u.name for u in services.admit(at_c, pending(at_c))] == ["tile-0", "tile-1"]
+
+
 @pytest.mark.parametrize(
     ("change", "path"),
     [

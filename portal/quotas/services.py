@@ -812,11 +812,12 @@ def quota_rows() -> list[dict[str, Any]]:
     """Every quota with what its project holds at its site (or across its group's sites) now,
     and how many of its units wait there."""
     labels = site_labels()
-    queued_at: dict[tuple[str, str], int] = {}
-    for r in waiting().values("site", "sites", "project__name").order_by():
+    # Which units wait where (a runtime one at each site it waits for, counted once per
+    # quota however many of its sites the quota covers).
+    queued_at: dict[tuple[str, str], set[int]] = {}
+    for r in waiting().values("pk", "site", "sites", "project__name").order_by():
         for site in [r["site"]] if r["site"] else list(r["sites"] or ()):
-            key = (site, r["project__name"])
-            queued_at[key] = queued_at.get(key, 0) + 1
+            queued_at.setdefault((site, r["project__name"]), set()).add(r["pk"])
     cache: dict[tuple[str, ...], dict[str, Amount]] = {}
     rows = []
     for q in Quota.objects.select_related("project", "site"):
@@ -833,7 +834,9 @@ def quota_rows() -> list[dict[str, Any]]:
                 "where": q.where,
                 "sites": list(members),
                 "used": cache[members].get(q.project.name, Amount()),
-                "queued": sum(queued_at.get((s, q.project.name), 0) for s in members),
+                "queued": len(
+                    set().union(*(queued_at.get((s, q.project.name), set()) for s in members))
+                ),
             }
         )
     return rows

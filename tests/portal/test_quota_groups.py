@@ -293,6 +293,9 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
         "eo-demo uses 8 of 8 CPU at sites topology.kubernetes.io/region=eu-west; waiting for quota"
     )
     assert UnitRun.objects.get(pk=items[1].pk).message.startswith("queued: eo-demo uses 8 of 8")
+    # It waits for site-a and site-b: one unit queued for the group's quota, not two.
+    group = next(r for r in services.quota_rows() if r["quota"].site_id is None)
+    assert (group["sites"], group["queued"], group["used"].cpu) == (["site-a", "site-b"], 1, 8000)
     # Placed by the webhook at site-b: it holds there only; then it ends.
     UnitRun.objects.filter(pk=items[0].pk).update(
         site="site-b", workflow_name="w-0", phase=UnitPhase.RUNNING

@@ -107,14 +107,19 @@ _CONTEXT_UNIT_KEYS = (
 
 
 def context_annotation(
-    *, project: str | None, unit_spec: Mapping[str, Any], units: Iterable[UpstreamRow]
+    *,
+    project: str | None,
+    unit_spec: Mapping[str, Any],
+    units: Iterable[UpstreamRow],
+    sites: Iterable[str] | None = None,
 ) -> str | None:
     """The ``<domain>/placement-context`` annotation of a runtime step workflow: the unit's
     needs, where its upstream units ran and what they produced, and what its ancestors read
     (the webhook binds it by their datasets' residency, as the worker's own planning does).
     Its upstream units have all ended when it is created, so this is the newest state of them;
     capacity, cordons and residency still come from the fleet snapshot at admission. None when
-    it would be too large (the webhook then reads the database)."""
+    it would be too large (the webhook then reads the database). ``sites``: the only sites
+    the unit may go to (those its project's quotas admitted it for); None: any."""
     rows = {u.name: u for u in units}
     needed = set(unit_spec.get("upstream") or ())
     upstream: dict[str, list[Any]] = {}
@@ -132,13 +137,15 @@ def context_annotation(
         datasets, refs = list(spec.get("datasets") or ()), list(spec.get("data_refs") or ())
         if datasets or refs:
             ancestors.append({"name": name, "datasets": datasets, "data_refs": refs})
-    doc = {
+    doc: dict[str, Any] = {
         "v": CONTEXT_VERSION,
         "project": project,
         "unit": {k: unit_spec[k] for k in _CONTEXT_UNIT_KEYS if k in unit_spec},
         "upstream": upstream,
         "ancestors": ancestors,
     }
+    if sites is not None:
+        doc["sites"] = sorted(sites)
     text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
     return text if len(text) <= CONTEXT_MAX_CHARS else None
 
@@ -211,6 +218,8 @@ class Context(NamedTuple):
     project: str | None
     upstream: dict[str, planner.Upstream]
     ancestors: tuple[Unit, ...]
+    # The only sites the unit may go to (its quotas admitted it there); None: any.
+    sites: tuple[str, ...] | None = None
 
 
 def ancestor_unit(name: str, datasets: Iterable[str], data_refs: Iterable[str]) -> Unit:
@@ -274,6 +283,7 @@ def context_doc(ctx: Context) -> dict[str, Any]:
             {"name": a.name, "datasets": list(a.datasets), "data_refs": list(a.data_refs)}
             for a in ctx.ancestors
         ],
+        **({"sites": list(ctx.sites)} if ctx.sites is not None else {}),
     }
 
 
@@ -308,6 +318,7 @@ def context_from_doc(doc: Any) -> Context | None:
         upstream = {name: _upstream_entry(value) for name, value in ups.items()}
         ancestors = _ancestors(doc.get("ancestors"))
         unit = _context_unit(doc.get("unit"))
+        sites = _strs(doc, "sites") if "sites" in doc else None
     except _Malformed:
         return None
-    return Context(unit, project, upstream, ancestors)
+    return Context(unit, project, upstream, ancestors, sites)

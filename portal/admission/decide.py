@@ -77,6 +77,7 @@ from portal.admission.placing import (
     snapshot_get,
 )
 from portal.models import UnitRun, WorkflowTemplate
+from portal.quotas.services import quota_sites_of_unit
 
 # The snapshot is the placing module's; these names are the webhook's interface too.
 __all__ = [
@@ -290,6 +291,8 @@ def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadl
             UnitRun.objects.select_related("run__project")
             .only("id", "name", "attempt", "spec", "upstream", "run__id", "run__project__name")
             .filter(run_id=run_id, slug=slug)
+            # The sites its quotas admitted it for, in the same query (issue 32).
+            .annotate(quota_sites=quota_sites_of_unit())
             .first()
         )
         if unit is None:
@@ -323,7 +326,15 @@ def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadl
     names = ancestor_names(unit.upstream or (), {n: r[0] for n, r in rows.items()})
     ancestors = tuple(ancestor_unit(n, rows[n][4] or (), rows[n][5] or ()) for n in sorted(names))
     project = unit.run.project.name if unit.run.project else None
-    return Context(codec.unit_from_dict(unit.spec), project, upstream, ancestors)
+    # The sites its quotas admitted it for, as the context annotation says them.
+    sites = getattr(unit, "quota_sites", None)
+    return Context(
+        codec.unit_from_dict(unit.spec),
+        project,
+        upstream,
+        ancestors,
+        tuple(sites) if isinstance(sites, list) and sites else None,
+    )
 
 
 def whole_unit(parsed: parser.ParsedWorkflow) -> Unit:

@@ -209,12 +209,22 @@ def _decide(found: Context, view: PlannerSnapshot) -> planner.Decision:
         view.datasets,
         found.project,
         found.upstream,
+        # Sites its project's quotas did not admit it for (issue 32): never chosen.
+        exclude_sites=quota_excluded(found, view.fleet),
         timing="runtime",
         strict_capacity=True,
         # Outputs computed from a residency-bound dataset are bound too, here as in the
         # worker's own planning (its fallback site, failover, withParam items).
         ancestors=found.ancestors,
     )
+
+
+def quota_excluded(found: Context, fleet: planner.Fleet) -> tuple[str, ...]:
+    """The fleet's sites outside ``found.sites`` (none when the context names no sites)."""
+    if found.sites is None:
+        return ()
+    allowed = set(found.sites)
+    return tuple(s.name for s in fleet.sites if s.name not in allowed)
 
 
 def _entry(whose: Whose, decision: planner.Decision) -> dict[str, Any]:

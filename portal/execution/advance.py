@@ -333,7 +333,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
         ready, ended = gates.admit(run, units, ready)
         progressed |= ended
         # Over its project's quota at its site: queued, not pushed to Karmada (issue 32).
-        ready = quota_services.admit(run, ready)
+        ready = quota_services.admit(run, ready, units)
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
         for start in range(0, len(ready), CREATE_CHUNK):

@@ -24,6 +24,7 @@ from portal.execution import gates
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
+from portal.quotas import services as quota_services
 from portal.selectors import run_global_outputs, run_variables_of, upstream_outputs
 
 
@@ -111,6 +112,7 @@ def step_workflow_for(
             project=run.project.name if run.project_id and run.project else None,
             unit_spec=unit.spec,
             units=units,
+            sites=quota_services.admitted_sites(unit),
         )
         if context is not None:
             body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
@@ -131,23 +133,44 @@ class NoEligibleSite(Exception):
     """No site satisfies the unit's hard constraints now: it waits unsubmitted."""
 
 
-def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> str:
-    """Where a runtime unit goes if the webhook cannot answer: the planner's choice from the
-    newest state among the sites that satisfy every hard constraint (residency, hardware,
-    pins, cordons, readiness); free capacity is a preference here, not a filter, since the
-    unit may wait in the site's queue. Raises ``NoEligibleSite`` with the planner's reason."""
+def runtime_decision(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Iterable[UnitRun],
+    only: Iterable[str] | None = None,
+    *,
+    strict_capacity: bool = False,
+) -> planner.Decision:
+    """The planner's decision for a runtime unit from the newest state, capacity a
+    preference (not a filter) unless ``strict_capacity`` (as the webhook decides); ``only``:
+    the sites it may go to (None: any)."""
+    units = list(units)
     upstream = upstream_where(units, succeeded_only=True)
     view = planner_snapshot()
-    decision = planner.decide(
+    allowed = None if only is None else set(only)
+    return planner.decide(
         codec.unit_from_dict(unit.spec),
         view.fleet,
         view.rules,
         view.datasets,
         project=run.project.name if run.project_id and run.project else None,
         upstream_sites=upstream,
+        exclude_sites=()
+        if allowed is None
+        else [s.name for s in view.fleet.sites if s.name not in allowed],
         timing="runtime",
+        strict_capacity=strict_capacity,
         ancestors=ancestors(unit, units),
     )
+
+
+def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> str:
+    """Where a runtime unit goes if the webhook cannot answer: the planner's choice from the
+    newest state among the sites that satisfy every hard constraint (residency, hardware,
+    pins, cordons, readiness) and that its project's quotas admitted it for; free capacity
+    is a preference here, not a filter, since the unit may wait in the site's queue. Raises
+    ``NoEligibleSite`` with the planner's reason."""
+    decision = runtime_decision(run, unit, units, quota_services.admitted_sites(unit))
     if decision.site is None:
         raise NoEligibleSite(decision.reason)
     return decision.site

@@ -17,6 +17,7 @@ class QuotaAdmin(admin.ModelAdmin):
     list_display = (
         "project",
         "site",
+        "site_selector",
         "cpu_millicores",
         "memory_bytes",
         "gpus",
@@ -27,13 +28,14 @@ class QuotaAdmin(admin.ModelAdmin):
     list_filter = ("site", "project")
 
     def save_model(self, request: HttpRequest, obj: Quota, form: Any, change: bool) -> None:
+        before = services.quota_sites(Quota.objects.get(pk=obj.pk)) if change else []
         super().save_model(request, obj, form, change)
-        services.quota_changed(obj.site.name)
+        services.quota_changed_at([*before, *services.quota_sites(obj)])
 
     def delete_model(self, request: HttpRequest, obj: Quota) -> None:
-        site = obj.site.name
+        sites = services.quota_sites(obj)
         super().delete_model(request, obj)
-        services.quota_changed(site)
+        services.quota_changed_at(sites)
 
 
 @admin.register(PriorityClass)

@@ -17,7 +17,7 @@ The rules (Kueue's ClusterQueue within a cohort, without preemption; see docs/de
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -158,6 +158,29 @@ def fair_turn(project: str, waiting: Iterable[str], quotas: SiteQuotas) -> bool:
         for other in waiting
         if other != project and other in quotas.limits
     )
+
+
+def fits_all(project: str, request: Amount, scopes: Sequence[SiteQuotas]) -> str | None:
+    """``fits`` against every quota covering a site (its own, its groups'): the first why not."""
+    for quotas in scopes:
+        why = fits(project, request, quotas)
+        if why is not None:
+            return why
+    return None
+
+
+def borrows_any(project: str, request: Amount, scopes: Sequence[SiteQuotas]) -> bool:
+    return any(borrows(project, request, q) for q in scopes)
+
+
+def admit_all(scopes: Sequence[SiteQuotas], project: str, request: Amount) -> list[SiteQuotas]:
+    return [admit_with(q, project, request) for q in scopes]
+
+
+def fair_turn_all(project: str, waiting: Iterable[str], scopes: Sequence[SiteQuotas]) -> bool:
+    """``fair_turn`` in every scope where ``project`` would borrow."""
+    others = list(waiting)
+    return all(fair_turn(project, others, q) for q in scopes)
 
 
 UNITS = {"cpu": "CPU", "memory": "memory", "gpu": "GPUs"}

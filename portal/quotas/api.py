@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from portal.models import UnitRun
 from portal.quotas import budgets, quantities, services, usage
 from portal.quotas.admission import Amount
-from portal.quotas.models import PriorityClass, Quota
+from portal.quotas.models import PriorityClass, Quota, selector_error
 from portal.selectors import runs_visible_to
 from sites.models import Project, Site
 from sites.permissions import is_fleet_staff
@@ -83,7 +83,10 @@ class BorrowingSerializer(serializers.Serializer[dict[str, Any]]):
 class QuotaSerializer(serializers.Serializer[Quota]):
     id = serializers.IntegerField(read_only=True)
     project = serializers.SlugRelatedField(slug_field="name", queryset=Project.objects.all())
-    site = serializers.SlugRelatedField(slug_field="name", queryset=Site.objects.all())
+    site = serializers.SlugRelatedField(
+        slug_field="name", queryset=Site.objects.all(), required=False, allow_null=True
+    )
+    site_selector = serializers.JSONField(required=False, allow_null=True)
     cpu = _Cpu(source="cpu_millicores", required=False, default=0)
     memory = _Memory(source="memory_bytes", required=False, default=0)
     gpu = _Gpu(source="gpus", required=False, default=0)
@@ -96,7 +99,9 @@ class QuotaSerializer(serializers.Serializer[Quota]):
         return {
             "id": instance.pk,
             "project": instance.project.name,
-            "site": instance.site.name,
+            "site": instance.site.name if instance.site_id is not None and instance.site else None,
+            "site_selector": instance.site_selector or None,
+            "sites": services.quota_sites(instance),
             "cpu": quantities.cpu_text(instance.cpu_millicores),
             "memory": quantities.memory_text(instance.memory_bytes),
             "gpu": instance.gpus,
@@ -106,6 +111,35 @@ class QuotaSerializer(serializers.Serializer[Quota]):
                 "gpu": instance.borrow_gpus,
             },
         }
+
+    def validate_site_selector(self, value: Any) -> dict[str, str]:
+        if value is None or value == {}:
+            return {}
+        why = selector_error(value)
+        if why:
+            raise serializers.ValidationError(why)
+        return dict(value)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """A site or a group of sites (``site_selector``): one of them. An update naming only
+        one of the two moves the quota there (the other is cleared)."""
+        inst = self.instance
+        if inst is not None and self.partial:
+            if attrs.get("site") is not None and "site_selector" not in attrs:
+                attrs["site_selector"] = {}
+            if attrs.get("site_selector") and "site" not in attrs:
+                attrs["site"] = None
+        site = attrs.get("site", inst.site if inst else None)
+        selector = attrs.get("site_selector", inst.site_selector if inst else {})
+        if site is not None and selector:
+            raise serializers.ValidationError(
+                {"site_selector": ["name a site or a group of sites, not both"]}
+            )
+        if site is None and not selector:
+            raise serializers.ValidationError(
+                {"site": ["name a site, or a group of sites by site_selector"]}
+            )
+        return attrs
 
     def _fields(self, data: dict[str, Any]) -> dict[str, Any]:
         out = {k: v for k, v in data.items() if k != "borrowing"}
@@ -122,7 +156,11 @@ class QuotaSerializer(serializers.Serializer[Quota]):
                 return Quota.objects.create(**self._fields(validated_data))
         except IntegrityError:
             raise serializers.ValidationError(
-                {"site": ["this project already has a quota at this site; PATCH it"]}
+                {
+                    "site_selector" if validated_data.get("site_selector") else "site": [
+                        "this project already has a quota at this site or group; PATCH it"
+                    ]
+                }
             ) from None
 
     def update(self, instance: Quota, validated_data: dict[str, Any]) -> Quota:
@@ -133,7 +171,11 @@ class QuotaSerializer(serializers.Serializer[Quota]):
                 instance.save()
         except IntegrityError:
             raise serializers.ValidationError(
-                {"site": ["this project already has a quota at this site"]}
+                {
+                    "site_selector" if instance.site_selector else "site": [
+                        "this project already has a quota at this site or group"
+                    ]
+                }
             ) from None
         return instance
 
@@ -167,18 +209,17 @@ class QuotaViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         serializer.save()
-        services.quota_changed(serializer.instance.site.name)
+        services.quota_changed_at(services.quota_sites(serializer.instance))
 
     def perform_update(self, serializer: Any) -> None:
-        before = serializer.instance.site.name
+        before = services.quota_sites(serializer.instance)
         serializer.save()
-        for site in {before, serializer.instance.site.name}:
-            services.quota_changed(site)
+        services.quota_changed_at([*before, *services.quota_sites(serializer.instance)])
 
     def perform_destroy(self, instance: Quota) -> None:
-        site = instance.site.name
+        sites = services.quota_sites(instance)
         instance.delete()
-        services.quota_changed(site)
+        services.quota_changed_at(sites)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         rows = services.quota_rows()
@@ -187,7 +228,7 @@ class QuotaViewSet(
         out = []
         for row in rows:
             q = row["quota"]
-            if (project and q.project.name != project) or (site and q.site.name != site):
+            if (project and q.project.name != project) or (site and site not in row["sites"]):
                 continue
             out.append({**QuotaSerializer(q).data, "used": _use(row["used"], row["queued"])})
         return Response(out)

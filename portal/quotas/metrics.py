@@ -73,7 +73,7 @@ def refresh(force: bool = False) -> None:
         COST.labels(project=project, site=site, kind="transfer").set(float(transfer))
     for held in services.quota_rows():
         q = held["quota"]
-        labels = {"project": q.project.name, "site": q.site.name}
+        labels = {"project": q.project.name, "site": held["where"]}
         QUOTA_CPU.labels(**labels).set(q.cpu_millicores / 1000)
         QUOTA_CPU_USED.labels(**labels).set(held["used"].cpu / 1000)
         QUEUED.labels(**labels).set(held["queued"])

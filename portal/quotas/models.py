@@ -4,8 +4,10 @@ Imported by ``portal.models`` so that Django registers them with the ``portal`` 
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils import timezone
@@ -56,10 +58,22 @@ class Quota(models.Model):
     """A project's nominal quota at one site, and how much more it may borrow there from what
     the other projects with a quota at that site leave unused (its cohort: every project with
     a quota at the site). A borrowing limit left empty is no limit (Kueue's default); 0 is
-    no borrowing. A project without a quota at a site is not limited there."""
+    no borrowing. A project without a quota at a site is not limited there.
+
+    A quota names either one ``site`` or a group of sites by ``site_selector``: the sites whose
+    labels include every ``key: value`` of it (Karmada's ``labelSelector.matchLabels``). What
+    the project holds across the group counts against it; its cohort is every project with a
+    quota over the same selector. A unit must fit every quota that covers its site."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="quotas")
-    site = models.ForeignKey(Site, on_delete=models.CASCADE, related_name="quotas")
+    site = models.ForeignKey(
+        Site, on_delete=models.CASCADE, related_name="quotas", null=True, blank=True
+    )
+    site_selector = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='a group of sites by their labels, e.g. {"tier": "hpc"} (instead of a site)',
+    )
     cpu_millicores = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
     memory_bytes = models.BigIntegerField(default=0, validators=[MinValueValidator(0)])
     gpus = models.IntegerField(default=0, validators=[MinValueValidator(0)])
@@ -75,11 +89,68 @@ class Quota(models.Model):
     class Meta:
         ordering = ["site__name", "project__name"]
         constraints = [
-            models.UniqueConstraint(fields=["project", "site"], name="quota_one_per_project_site")
+            models.UniqueConstraint(fields=["project", "site"], name="quota_one_per_project_site"),
+            models.UniqueConstraint(
+                fields=["project", "site_selector"],
+                condition=models.Q(site__isnull=True),
+                name="quota_one_per_project_group",
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(site__isnull=False) & models.Q(site_selector={}))
+                | (models.Q(site__isnull=True) & ~models.Q(site_selector={})),
+                name="quota_site_or_group",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.project} at {self.site}"
+        return f"{self.project} at {self.where}"
+
+    def clean(self) -> None:
+        """A site or a group, never both nor neither; a group's selector well formed."""
+        super().clean()
+        if self.site_id is not None and self.site_selector:
+            raise ValidationError({"site_selector": "name a site or a group of sites, not both"})
+        if self.site_id is None and not self.site_selector:
+            raise ValidationError({"site": "name a site, or a group of sites by site_selector"})
+        if self.site_id is None:
+            why = selector_error(self.site_selector)
+            if why:
+                raise ValidationError({"site_selector": why})
+
+    @property
+    def where(self) -> str:
+        """The site's name, or the group as the run page says it (``sites tier=hpc``)."""
+        if self.site_id is not None and self.site is not None:
+            return self.site.name
+        return group_name(self.site_selector)
+
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+def selector_error(selector: object) -> str | None:
+    """Why ``selector`` is not a group of sites (None when it is): an object of label keys
+    to values, as Kubernetes spells them (``matchLabels``), with at least one."""
+    if not isinstance(selector, dict) or not selector:
+        return 'must be an object of site labels, e.g. {"tier": "hpc"}'
+    for key, value in selector.items():
+        prefix, _, name = key.rpartition("/")
+        if not _LABEL_NAME.match(name) or (prefix and not _LABEL_PREFIX.match(prefix)):
+            return f"{key!r} is not a label key"
+        if not isinstance(value, str) or (value and not _LABEL_NAME.match(value)):
+            return f"the value of {key!r} is not a label value"
+    return None
+
+
+def group_name(selector: dict[str, str]) -> str:
+    return "sites " + ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def selects(selector: dict[str, str], labels: object) -> bool:
+    """Whether a site with ``labels`` is in the group ``selector`` names."""
+    have = labels if isinstance(labels, dict) else {}
+    return bool(selector) and all(have.get(k) == v for k, v in selector.items())
 
 
 class Workload(models.Model):
@@ -102,6 +173,10 @@ class Workload(models.Model):
     # Set once its unit was seen ended and the runs waiting at its site were woken.
     released_at = models.DateTimeField(null=True, blank=True)
     reason = models.TextField(blank=True)
+    # A unit placed at run time (``site`` empty until the webhook places it): the sites its
+    # quotas let it go to when admitted (it holds its request at each until placed), or the
+    # eligible sites it waits for when queued.
+    sites = models.JSONField(default=list, blank=True)
 
     class Meta:
         indexes = [

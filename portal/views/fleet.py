@@ -129,10 +129,10 @@ def quota_bars() -> list[dict[str, Any]]:
     out = []
     for row in quota_services.quota_rows():
         q, used = row["quota"], row["used"]
-        name = f"{q.project.name} at {q.site.name}"
+        name = f"{q.project.name} at {row['where']}"
         out.append(
             {
-                "site": q.site.name,
+                "site": row["where"],
                 "project": q.project.name,
                 "cpu": quantities.cpu_text(q.cpu_millicores),
                 "cpu_used": quantities.cpu_text(used.cpu),

@@ -837,3 +837,30 @@ def test_register_applies_the_configuration_through_the_gateway(settings, monkey
     monkeypatch.setattr(gateway, "apply_mutating_webhook", applied.append)
     body = execution.webhook_register()
     assert applied == [body]
+
+
+def test_without_a_context_it_places_only_where_the_quota_admitted_the_unit(client, demo_run):
+    # Issue 32: the worker admitted the unit for site-c only (its quota is full elsewhere);
+    # the database path reads that, in the unit's own query, as the context would say it.
+    from django.utils import timezone
+
+    from portal.quotas.models import Workload
+    from sites.models import Project
+
+    unit = demo_run.units.get(name="preprocess")
+    Workload.objects.create(
+        unit=unit,
+        run=demo_run,
+        project=Project.objects.get(name="eo-demo"),
+        site="",
+        sites=["site-c"],
+        admitted_at=timezone.now(),
+    )
+    _, patch = answer(post(client, review(step_workflow(demo_run))))
+    assert patch is not None
+    placed = [
+        op["value"] if op["path"].endswith("~1site") else op["value"].get(f"{D}/site")
+        for op in patch
+        if op["path"].startswith("/metadata/labels")
+    ]
+    assert placed == ["site-c"], patch

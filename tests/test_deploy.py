@@ -526,7 +526,7 @@ def test_the_example_is_what_karmada_manifests_prints_for_the_demo_fleet(setting
         "the demo fleet or the manifests changed: regenerate the example (see its header)"
     )
     kinds = [d["kind"] for d in printed]
-    assert kinds.count("PropagationPolicy") == 5  # three sites, the fallback, the Secrets
+    assert kinds.count("PropagationPolicy") == 7  # three sites, the fallback, a Secret per site
     for doc in printed:
         assert manifest_problems(doc) == [], doc["metadata"]["name"]
 

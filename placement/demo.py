@@ -35,7 +35,8 @@ ARTIFACT_STORES: dict[str, dict[str, str]] = {
         "endpoint": str((s.get("artifacts") or {}).get("endpoint") or f"s3.{s['name']}.invalid"),
         "bucket": str(s.get("bucket") or f"{s['name']}-artifacts"),
         "credentials_secret": str(
-            (s.get("artifacts") or {}).get("credentialsSecret") or f"{s['name']}-artifacts-credentials"
+            (s.get("artifacts") or {}).get("credentialsSecret")
+            or f"{s['name']}-artifacts-credentials"
         ),
     }
     for s in _SITES

@@ -152,7 +152,16 @@ class _Context:
         if cached is None:
             default = 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
             per_byte, known = [], []
+            blocked = self.fleet.unreachable
             for s in self.sites:
+                relay = self.fleet.relay(source, s.name) if (source, s.name) in blocked else None
+                if relay is not None:
+                    # Read through a copy at the relay: both hops.
+                    hops = ((source, relay), (relay, s.name))
+                    rates = [self.bandwidth.get(h) for h in hops]
+                    per_byte.append(sum(8 / (m * 1e6) if m else default for m in rates))
+                    known.append(all(m is not None for m in rates))
+                    continue
                 mbps = self.bandwidth.get((source, s.name))
                 per_byte.append(0.0 if s.name == source else 8 / (mbps * 1e6) if mbps else default)
                 known.append(s.name == source or mbps is not None)
@@ -178,11 +187,21 @@ class _Context:
             seconds = [nbytes * f for f in per_byte]
             no_link = f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
 
+            blocked = self.fleet.unreachable
+
             def note(i: int) -> str:
                 if sites[i].name == source:
                     return ""
                 link = "" if known[i] else no_link
-                return f"upstream output {size} from {source} ({human_seconds(seconds[i])}{link})"
+                relay = (
+                    self.fleet.relay(source, sites[i].name)
+                    if (source, sites[i].name) in blocked
+                    else None
+                )
+                via = f" through a copy at {relay}" if relay else ""
+                return (
+                    f"upstream output {size} from {source}{via} ({human_seconds(seconds[i])}{link})"
+                )
 
             moved = [0 if s.name == source else nbytes for s in sites]
             cached = self.caches.upstream.put(

@@ -6,8 +6,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from placement.gcpause import gc_paused
 from placement.parser import ParsedWorkflow, Resources, Unit
-from placement.planner.catalogue import DataCatalogue
 from placement.planner import relays
+from placement.planner.catalogue import DataCatalogue
 from placement.planner.context import _Context
 from placement.planner.filters import _Eligibility
 from placement.planner.inputs import (

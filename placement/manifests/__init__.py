@@ -74,13 +74,16 @@ from placement.manifests.substitution import (
     with_skipped_defaults,
 )
 from placement.manifests.workflows import (
+    TRANSFER_IMAGE,
     emitted_template_names,
     step_workflow,
     step_workflow_name,
+    transfer_workflow,
 )
 
 __all__ = [
     "API_VERSION",
+    "TRANSFER_IMAGE",
     "DEFAULT_POLICY_PREFIX",
     "FALLBACK_POLICY",
     "FALLBACK_POLICY_PRIORITY",
@@ -120,6 +123,7 @@ __all__ = [
     "step_workflow",
     "step_workflow_name",
     "substitute",
+    "transfer_workflow",
     "webhook_configuration",
     "with_skipped_defaults",
 ]

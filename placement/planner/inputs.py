@@ -180,8 +180,8 @@ class _FleetCaches:
         self.eligibility: _Bounded[tuple[Any, ...], _Eligibility] = _Bounded()
         self.capacity: _Bounded[Resources, tuple[list[float], list[str]]] = _Bounded()
         self.datasets: _Bounded[tuple[DatasetInfo, ...], _Costs] = _Bounded()
-        self.links: _Bounded[str, tuple[list[float], list[bool]]] = _Bounded()
-        self.upstream: _Bounded[tuple[str, int, str], _Costs] = _Bounded()
+        self.links: _Bounded[tuple[str, bool], tuple[list[float], list[bool]]] = _Bounded()
+        self.upstream: _Bounded[tuple[str, int, str, bool], _Costs] = _Bounded()
         self.relays: _Bounded[tuple[str, str], object] = _Bounded()
 
 

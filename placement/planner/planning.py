@@ -6,7 +6,6 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from placement.gcpause import gc_paused
 from placement.parser import ParsedWorkflow, Resources, Unit
-from placement.planner import relays
 from placement.planner.catalogue import DataCatalogue
 from placement.planner.context import _Context
 from placement.planner.filters import _Eligibility
@@ -26,6 +25,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Decision, Plan
 from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.relays import relay_for
 from placement.planner.reservations import reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.planner.scoring import _best
@@ -44,6 +44,7 @@ def decide(
     timing: Timing | None = None,
     strict_capacity: bool = False,
     ancestors: Iterable[Unit] = (),
+    relays: bool = True,
 ) -> Decision:
     """Decide one unit now (the webhook, failover, or a re-plan).
 
@@ -53,10 +54,12 @@ def decide(
     reported as given (default: the timing the matching rules ask for); the site is always
     chosen. ``strict_capacity`` makes free GPUs, CPU and memory a hard filter (deciding for *now*).
     ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
-    what they read binds this unit too.
+    what they read binds this unit too. ``relays``: False for a step workflow already built
+    (the webhook, a runtime unit's fallback site): its inputs are read where they are, so a
+    site that cannot read them itself is not eligible even where a copy could be relayed.
     """
     with gc_paused():
-        ctx = _Context(fleet, rules, datasets, project)
+        ctx = _Context(fleet, rules, datasets, project, relays)
         where = _normalise_upstream(upstream_sites, unit.upstream)
         bound = _bound(ctx, ancestors)
         decision = _decide(
@@ -171,11 +174,11 @@ def _reachable(
         for src in sources:
             if (src, s.name) not in blocked:
                 continue
-            relay = ctx.fleet.relay(src, s.name)
+            relay = ctx.relay(src, s.name)
             if relay is not None and regions is not None:
                 site = ctx.fleet.site_by_name.get(relay)
                 if site is None or site.region not in regions:
-                    relay = relays.relay_for(ctx.fleet, src, s.name, 1 << 20, regions)
+                    relay = relay_for(ctx.fleet, src, s.name, 1 << 20, regions)
             if relay is None:
                 cut.append(src)
         if cut:

@@ -20,7 +20,7 @@ from placement.parser import ParsedWorkflow
 from placement.revisions.selectors import active_revision_id, submission_revision_id
 from portal import gateway, labels, presign, state
 from portal.choices import UnitPhase, UnitTiming
-from portal.execution import gates
+from portal.execution import gates, transfers
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
@@ -85,6 +85,13 @@ def step_workflow_for(
     units = list(units)  # read more than once below
     if run_wide is None:
         run_wide = run_wide_of(run, units)
+    outputs = upstream_outputs(units) if outputs is None else outputs
+    if transfers.is_transfer(unit):
+        body = transfers.workflow(run, unit, units, outputs)
+        signed_inputs(body["spec"], gates.deadline_left(run))
+        return body
+    # A producer it reads through a copy (its site cannot read the producer's repository).
+    outputs = transfers.outputs_through_copies(unit, units, outputs, outputs)
     site = unit.site or None
     mirror = None
     if site:
@@ -100,7 +107,7 @@ def step_workflow_for(
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
-        outputs=upstream_outputs(units) if outputs is None else outputs,
+        outputs=outputs,
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
         run_vars=run_wide.variables,
@@ -138,9 +145,9 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None) -> None:
     for exactly those objects, valid until the step's deadline (an hour without one): the
     step never holds a repository's keys, whichever site it runs at (issue #28)."""
     arguments = spec.get("arguments")
-    artifacts = arguments.get("artifacts") if isinstance(arguments, dict) else None
-    if not artifacts:
+    if not isinstance(arguments, dict) or not arguments.get("artifacts"):
         return
+    artifacts = arguments["artifacts"]
     try:
         arguments["artifacts"] = presign.sign_inputs(
             list(artifacts), artifact_stores(), _KEYS.keys, presign.expiry_for(deadline_left)
@@ -177,6 +184,8 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
         upstream_sites=upstream,
         timing="runtime",
         ancestors=ancestors(unit, units),
+        # As the webhook: the step workflow is built, its inputs are read where they are.
+        relays=False,
     )
     if decision.site is None:
         raise NoEligibleSite(decision.reason)

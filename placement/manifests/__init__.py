@@ -83,7 +83,6 @@ from placement.manifests.workflows import (
 
 __all__ = [
     "API_VERSION",
-    "TRANSFER_IMAGE",
     "DEFAULT_POLICY_PREFIX",
     "FALLBACK_POLICY",
     "FALLBACK_POLICY_PRIORITY",
@@ -92,6 +91,7 @@ __all__ = [
     "NAME_MAX",
     "POLICY_API",
     "SITE_POLICY_PRIORITY",
+    "TRANSFER_IMAGE",
     "WEBHOOK_NAME",
     "DependsError",
     "ExpressionError",

@@ -28,6 +28,7 @@ from typing import Any
 
 from sandbox import confined
 from sandbox.executor import host_python
+from sandbox.s3.errors import S3Error
 
 # S3's bucket naming rules (3 to 63 characters: lower-case letters, digits, '.' and '-').
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -145,6 +146,90 @@ class Repository:
             unpack(confined.read_file(parent, parts[-1]), dest)
         finally:
             os.close(parent)
+
+    # -- what the repository's S3 listener serves (sandbox/s3/listener.py) -------------------
+    def get_path(self, key: str) -> tuple[int, int] | None:
+        """An open descriptor of the object at `key` and its size; None when there is no
+        such object (a folder is no object; nothing is reached through a link)."""
+        try:
+            parts = self._parts(key)
+            base = confined.open_base(self.root)
+        except (ArtifactError, OSError):
+            return None
+        try:
+            parent = confined.open_dir(base, parts[:-1], follow=False)
+        except OSError:
+            return None
+        finally:
+            os.close(base)
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+        except OSError:
+            return None
+        finally:
+            os.close(parent)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return None
+        return fd, st.st_size
+
+    def put_file(self, key: str, path: Path, size: int) -> None:
+        """Store the file at `path` as the object `key`; past the quota nothing is stored and
+        the PUT is refused as MinIO refuses it."""
+        parts = self._parts(key)
+        with _QUOTA_LOCK:
+            if self.quota is not None:
+                old = self.get_path(key)
+                replaced = 0
+                if old is not None:
+                    os.close(old[0])
+                    replaced = old[1]
+                if self.used() - replaced + size > self.quota:
+                    raise S3Error("XMinioAdminBucketQuotaExceeded")
+            base = confined.open_base(self.root, create=True)
+            try:
+                parent = confined.open_dir(base, parts[:-1], create=True, follow=False)
+            finally:
+                os.close(base)
+            try:
+                dst = confined.create_file(parent, parts[-1])
+                with os.fdopen(dst, "wb") as out, path.open("rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            finally:
+                os.close(parent)
+
+    def delete_key(self, key: str) -> None:
+        with contextlib.suppress(ArtifactError, OSError):
+            parts = self._parts(key)
+            base = confined.open_base(self.root)
+            try:
+                parent = confined.open_dir(base, parts[:-1], follow=False)
+            finally:
+                os.close(base)
+            try:
+                st = confined.lstat_at(parent, parts[-1])
+                if st is not None and not stat.S_ISDIR(st.st_mode):
+                    os.unlink(parts[-1], dir_fd=parent)
+            finally:
+                os.close(parent)
+
+    def list_keys(self, prefix: str) -> list[tuple[str, int]]:
+        """Every object whose key starts with `prefix`, in key order, with its size (links
+        are not objects and are never followed)."""
+        out: list[tuple[str, int]] = []
+        if not self.root.is_dir():
+            return out
+        base = confined.open_base(self.root)
+        try:
+            for rel, _target, st, _fd in confined.walk(base, ""):
+                if rel and stat.S_ISREG(st.st_mode):
+                    key = "/".join(rel)
+                    if key.startswith(prefix):
+                        out.append((key, st.st_size))
+        finally:
+            os.close(base)
+        return sorted(out)
 
 
 # A write past a bucket's quota, as MinIO refuses it (cmd/api-errors.go):

@@ -18,6 +18,7 @@ from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
 from sandbox.karmada import Karmada, admission
 from sandbox.resources import CLUSTER, NAMESPACE, SECRET, Registry, ResourceType
+from sandbox.s3.repositories import Repositories
 from sandbox.schema import SchemaRegistry
 from sandbox.store import Obj, Store, clone
 from sandbox.ttl import WorkflowGC
@@ -69,8 +70,11 @@ class Sandbox:
         self.store.listeners.append(lambda ev: self._wake.set())
         self.authz = Authz(self)
         self.seed()
+        # Each site's artifact repository as an S3 endpoint over HTTP (sandbox/s3/).
+        self.repositories = Repositories(self)
         if config.execute:
             seed_buckets(self)
+            self.repositories.start()
 
     def seed(self) -> None:
         for ns in DEFAULT_NAMESPACES:

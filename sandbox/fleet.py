@@ -89,6 +89,12 @@ class Site:
         return str(self.artifacts.get("endpoint") or f"s3.{self.name}.sandbox.invalid")
 
     @property
+    def artifact_region(self) -> str:
+        """The region a request to the repository is signed for (`artifacts.region`, else the
+        site's region, else S3's default us-east-1)."""
+        return str(self.artifacts.get("region") or self.region or "us-east-1")
+
+    @property
     def artifact_secret(self) -> str:
         return str(self.artifacts.get("credentialsSecret") or f"{self.name}-artifacts-credentials")
 

@@ -556,6 +556,11 @@ class Api:
             authz = self.sb.authz
             users = {name: user.name for name, (_t, user) in authz.identities.items()}
             return json_response({"identities": users, "denials": list(authz.denials)})
+        if tail == "repositories" and m == "GET":
+            # Each site's artifact repository: its S3 listener's real URL beside the endpoint
+            # name a client sends as Host (sandbox/s3/); empty without --execute.
+            items = self.sb.repositories.describe() if self.sb.config.execute else []
+            return json_response({"items": items})
         if tail == "ready" and m == "GET":
             return json_response({"ready": True})
         if tail == "resume" and m == "POST":

@@ -11,9 +11,11 @@ import os
 import posixpath
 import shutil
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandbox.artifacts import Repository
+if TYPE_CHECKING:
+    from sandbox.s3.client import RemoteBucket
+
 
 MAIN = "main"
 
@@ -40,7 +42,7 @@ def key_of(tmpl: dict[str, Any], workflow: str, pod: str, container: str = MAIN)
     return posixpath.join(prefix or f"{workflow}/{pod}", f"{container}.log")
 
 
-def save(repo: Repository, key: str, data: bytes) -> None:
+def save(repo: RemoteBucket, key: str, data: bytes) -> None:
     """Store ``data`` at ``key`` as it is (a log is not tarred), through the repository's
     confined writer. Raises what the repository raises (``ArtifactError``, ``OSError``)."""
     folder = tempfile.mkdtemp(prefix="sandbox-log-")

@@ -12,6 +12,7 @@ import os
 import posixpath
 import re
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ from sandbox.argo.expr import as_param, parse_duration, render
 from sandbox.argo.layout import PodLayout, container_path
 from sandbox.argo.run import RunCore
 from sandbox.artifacts import (
+    BUCKET_NAME,
     ArtifactError,
-    Repository,
     fetch_http,
     is_archive_none,
 )
+from sandbox.s3.client import RemoteBucket, Unreachable, send
+from sandbox.s3.errors import parse_error
 from sandbox.store import clone
 
 
@@ -56,7 +59,7 @@ class Pods(RunCore):
     daemons: dict[str, list[tuple[dict[str, Any], asyncio.Task[None]]]]
 
     # -- hooks ------------------------------------------------------------------------------
-    repo: Repository | None = None
+    repo: RemoteBucket | None = None
     repo_ref: dict[str, Any] | None = None
 
     def refusal(self) -> tuple[str, str] | None:
@@ -102,23 +105,7 @@ class Pods(RunCore):
                 conf = None
             s3 = (conf or {}).get("s3") if isinstance(conf, dict) else None
             if isinstance(s3, dict) and s3.get("bucket"):
-                owner = next((x for x in self.sb.sites.values() if x.bucket == s3["bucket"]), None)
-                if owner is not None and not owner.artifacts_readable_from(self.member.name):
-                    raise ArtifactError(
-                        f"bucket {s3['bucket']}: dial tcp: lookup {owner.artifact_endpoint}: "
-                        "no such host"
-                    )
-                # Another site's bucket takes its keys, as reading it does (repository_for).
-                secret = (s3.get("accessKeySecret") or {}).get("name") or (
-                    owner.artifact_secret if owner is not None else None
-                )
-                if (
-                    owner is not None
-                    and owner.name != self.member.name
-                    and not self.member.has_object("Secret", self.namespace, secret)
-                ):
-                    raise ArtifactError(f'secrets "{secret}" not found in this cluster')
-                self.repo = self.member.repo_named(str(s3["bucket"]), s3.get("endpoint"))
+                self.repo = self._configured_repository(s3)
                 self.repo_ref = {
                     "configMap": name,
                     "key": key,
@@ -131,6 +118,34 @@ class Pods(RunCore):
                 f'failed to find any artifact repository for artifact repository ref "{ref}"'
             )
         self.repo = self.member.repository
+
+    def _configured_repository(self, s3: dict[str, Any]) -> RemoteBucket:
+        """The bucket an artifact repository ConfigMap names, reached as its config says:
+        its own `accessKeySecret` / `secretKeySecret`, else (another site's repository) that
+        repository's credential Secret, as this member holds them; this site's own bucket
+        without them with the site's node identity (the controller's `useSDKCreds`)."""
+        bucket = str(s3["bucket"])
+        if not BUCKET_NAME.match(bucket) or ".." in bucket:
+            # What S3 answers (and where a bucket is a folder, what keeps it one).
+            raise ArtifactError(
+                f"bucket {bucket!r}: InvalidBucketName: The specified bucket is not valid."
+            )
+        own = self.member.site
+        owner = self.member.site_of_location(s3) or own
+        if not self.member.reachable(owner):
+            raise ArtifactError(
+                f"bucket {bucket}: dial tcp: lookup {owner.artifact_endpoint}: no such host"
+            )
+        secret = (s3.get("accessKeySecret") or {}).get("name") or (
+            owner.artifact_secret if owner.name != own.name else None
+        )
+        if secret is None:
+            keys = self.sb.repositories.node_keys(self.member.name)
+        else:
+            if not self.member.has_object("Secret", self.namespace, secret):
+                raise ArtifactError(f'secrets "{secret}" not found in this cluster')
+            keys = self.member.keys_from(s3, self.namespace, owner.artifact_secret)
+        return self.member.bucket_of(owner, bucket, keys)
 
     def _repository_conf(self) -> dict[str, Any]:
         conf = (self.repo_ref or {}).get("artifactRepository")
@@ -611,7 +626,8 @@ class Pods(RunCore):
             confined.write_file(*dest, str((art.get("raw") or {}).get("data", "")).encode())
         elif "http" in art:
             url = str((art.get("http") or {}).get("url", ""))
-            fetch_http(url, dest, netns, self.member.next_uid())
+            if not self._fetch_from_repository(url, dest):
+                fetch_http(url, dest, netns, self.member.next_uid())
         elif "git" in art:
             repo = (art.get("git") or {}).get("repo", "")
             raise ArtifactError(
@@ -620,12 +636,47 @@ class Pods(RunCore):
             )
         elif "s3" in art:
             s3 = art.get("s3") or {}
+            # A key-only artifact is read from the workflow's artifact repository.
             own = not s3.get("endpoint") and not s3.get("bucket")
             repo = self.repo if own and self.repo is not None else None
             repo = repo or self.member.repository_for(s3, self.namespace)
             repo.load(str(s3.get("key", "")), dest)
         else:
             raise ArtifactError(f"required artifact '{name}' not supplied")
+
+    def _fetch_from_repository(self, url: str, dest: tuple[int, str]) -> bool:
+        """An `http` input whose host is a repository's endpoint name (a pre-signed GET):
+        fetched from that repository's listener where this site may reach it, else Go's
+        resolver error; False when the host is no repository's (fetched as any URL). The
+        answer is judged as Argo's http driver judges it (workflow/artifacts/http/http.go):
+            if res.StatusCode == http.StatusNotFound {
+                return http.Response{}, errors.New(errors.CodeNotFound, res.Status)
+            }
+            if res.StatusCode < 200 || res.StatusCode >= 300 {
+                return http.Response{}, errors.InternalErrorf("loading content from %s
+                    failed with reason: %s", url, res.Status)
+        with S3's own error (message and code, from the answer's XML) after the status."""
+        split = urllib.parse.urlsplit(url)
+        owner = self.sb.repositories.site_of_endpoint(split.hostname or "")
+        if owner is None or split.scheme not in ("http", "https"):
+            return False
+        if not self.member.reachable(owner):
+            raise ArtifactError(f'Get "{url}": dial tcp: lookup {split.hostname}: no such host')
+        ep = self.sb.repositories.of(owner)
+        target = (split.path or "/") + (f"?{split.query}" if split.query else "")
+        fd = confined.create_file(dest[0], dest[1])
+        with os.fdopen(fd, "wb") as out:
+            try:
+                res = send(ep.address, split.netloc, "GET", target, {}, into=out)
+            except Unreachable as exc:
+                raise ArtifactError(f'Get "{url}": {exc}') from None
+        if 200 <= res.status < 300:
+            return True
+        status = f"{res.status} {res.reason}"
+        error = parse_error(res.body, res.status)
+        if res.status == 404:
+            raise ArtifactError(f"{status}: {error}")
+        raise ArtifactError(f"loading content from {url} failed with reason: {status}: {error}")
 
     def _real_outputs(
         self,
@@ -713,11 +764,21 @@ class Pods(RunCore):
                 f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
             )
             path = container_path(str(a["path"]))
+            # An output with its own location (bucket and endpoint) is saved there and
+            # recorded in full; any other goes to the workflow's repository and is recorded
+            # by its key only (workflow/executor/executor.go, saveArtifact: an artifact
+            # without a location gets the repository's, and Argo >= 3 keeps key-only
+            # outputs key-only; the repository is in status.artifactRepositoryRef).
+            own_s3 = a.get("s3") or {}
+            located = bool(own_s3.get("bucket") and own_s3.get("endpoint"))
             try:
                 with layout.at(path) as found:
                     if confined.lstat_at(*found) is None:
                         raise FileNotFoundError
-                    repo = self.repo or self.member.repository
+                    if located:
+                        repo = self.member.repository_for(own_s3, self.namespace, saving=True)
+                    else:
+                        repo = self.repo or self.member.repository
                     try:
                         repo.save(found, str(key), not none, posixpath.basename(path) or "artifact")
                     except OSError as exc:
@@ -735,7 +796,7 @@ class Pods(RunCore):
                 problem = problem or f"failed to save outputs: {a['path']}: {reason}"
                 continue
             entry = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
-            entry["s3"] = {"key": key}
+            entry["s3"] = {**clone(own_s3), "key": key} if located else {"key": key}
             arts.append(entry)
         return arts, problem
 

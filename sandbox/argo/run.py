@@ -402,7 +402,12 @@ class RunCore:
             "artifactRepository": {
                 "s3": {
                     "bucket": self.member.bucket,
-                    "endpoint": f"s3.{self.member.name}.sandbox.invalid",
+                    "endpoint": self.member.site.artifact_endpoint,
+                    # The controller's default repository here: plain HTTP, the nodes'
+                    # identity for credentials (sandbox/s3/repositories.py).
+                    "region": self.member.site.artifact_region,
+                    "insecure": True,
+                    "useSDKCreds": True,
                 }
             },
         }

@@ -12,9 +12,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandbox.artifacts import ArtifactError, Repository
+from sandbox.artifacts import ArtifactError
 from sandbox.executor import Tail
 from sandbox.fleet import DEMO_FLEET, Execution, Site, load_execution
+from sandbox.s3.client import Keys, RemoteBucket
+from sandbox.s3.repositories import ACCESS_KEY, SECRET_KEY
 from sandbox.store import Obj
 
 if TYPE_CHECKING:
@@ -95,57 +97,90 @@ class SiteExecution:
         cannot read another pod's folder."""
         return 200000 + next(_UIDS) % 100000
 
-    # -- artifact repositories ---------------------------------------------------------------
-    def repo_of(self, site: Site) -> Repository:
-        return Repository(
-            bucket=site.bucket,
-            endpoint=site.artifact_endpoint,
-            root=self.data_dir / "buckets" / site.bucket,
-            quota=site.bucket_quota,
-        )
-
-    def repo_named(self, bucket: str, endpoint: Any) -> Repository:
-        owner = next((s for s in self.sb.sites.values() if s.bucket == bucket), None)
-        return Repository(
-            bucket=bucket,
-            endpoint=str(endpoint or self.site.artifact_endpoint),
-            root=self.data_dir / "buckets" / bucket,
-            quota=(owner or self.site).bucket_quota,
+    # -- artifact repositories (reached over S3, sandbox/s3/) --------------------------------
+    def bucket_of(self, owner: Site, bucket: str, keys: Keys) -> RemoteBucket:
+        """`bucket` at `owner`'s repository, reached through its listener with `keys`."""
+        ep = self.sb.repositories.of(owner)
+        return RemoteBucket(
+            bucket, owner.artifact_endpoint, owner.artifact_region, ep.address, keys
         )
 
     @property
-    def repository(self) -> Repository:
-        return self.repo_of(self.site)
+    def repository(self) -> RemoteBucket:
+        """This site's default repository, with the site's node identity (the controller's
+        default repository has `useSDKCreds`, see sandbox/s3/repositories.py)."""
+        site = self.site
+        return self.bucket_of(site, site.bucket, self.sb.repositories.node_keys(self.name))
 
-    def repository_for(self, s3: dict[str, Any], namespace: str) -> Repository:
-        """The repository an `s3:` location names: this site's when it names no other; another
-        site's only if the fleet lets this site reach it and the credential Secret exists."""
+    def site_of_location(self, s3: dict[str, Any]) -> Site | None:
+        """The site whose repository an `s3:` location names (endpoint first, else bucket);
+        None when it names none of the fleet's."""
+        endpoint = str(s3.get("endpoint") or "").lower()
+        bucket = s3.get("bucket")
+        sites = [self.site, *self.sb.sites.values()]
+        if endpoint:
+            host = endpoint.split("://")[-1].split("/")[0].split(":")[0]
+            return next((x for x in sites if x.artifact_endpoint.lower() == host), None)
+        return next((x for x in sites if bucket and x.bucket == bucket), None)
+
+    def reachable(self, owner: Site) -> bool:
+        return owner.name == self.name or owner.artifacts_readable_from(self.name)
+
+    def keys_from(self, s3: dict[str, Any], namespace: str, default_secret: str) -> Keys:
+        """The key pair a location's `accessKeySecret` / `secretKeySecret` name (else the
+        repository's credential Secret, keys `accessKey` / `secretKey`), read from the
+        Secret in the step's namespace on this member, as Argo's executor reads it from the
+        pod's namespace; a Secret this member does not hold fails."""
+        ak_ref = s3.get("accessKeySecret") or {"name": default_secret, "key": ACCESS_KEY}
+        sk_ref = s3.get("secretKeySecret") or {
+            "name": ak_ref.get("name") or default_secret,
+            "key": SECRET_KEY,
+        }
+        values = []
+        for ref, default_key in ((ak_ref, ACCESS_KEY), (sk_ref, SECRET_KEY)):
+            name = str(ref.get("name") or default_secret)
+            obj = self.get_object("Secret", namespace, name)
+            if obj is None:
+                raise ArtifactError(f'secrets "{name}" not found')
+            key = str(ref.get("key") or default_key)
+            value = self.object_data(obj).get(key)
+            if value is None:
+                # kubelet's message for a key the Secret lacks (pkg/kubelet/kubelet_pods.go).
+                raise ArtifactError(f"couldn't find key {key} in Secret {namespace}/{name}")
+            values.append(value)
+        return Keys(values[0], values[1])
+
+    def repository_for(
+        self, s3: dict[str, Any], namespace: str, *, saving: bool = False
+    ) -> RemoteBucket:
+        """The bucket an `s3:` location names: this site's default repository when it names
+        no other (and no credentials of its own); another repository only if the fleet lets
+        this site reach it, with the credential Secret the location names (else that
+        repository's `credentialsSecret`) as this member holds it."""
         endpoint = s3.get("endpoint")
         bucket = s3.get("bucket")
         own = self.site
-        if endpoint in (None, "", own.artifact_endpoint) and bucket in (None, "", own.bucket):
-            return self.repository
-        other = next(
-            (
-                s
-                for s in self.sb.sites.values()
-                if (endpoint and s.artifact_endpoint == endpoint)
-                or (not endpoint and bucket and s.bucket == bucket)
-            ),
+        names_own = endpoint in (None, "", own.artifact_endpoint) and bucket in (
             None,
+            "",
+            own.bucket,
         )
-        host = str(endpoint or f"{bucket}.s3")
-        if other is None or not other.artifacts_readable_from(self.name):
+        if names_own and not s3.get("accessKeySecret"):
+            return self.repository
+        owner = self.site_of_location(s3) if not names_own else own
+        host = str(endpoint or (owner.artifact_endpoint if owner else f"{bucket}.s3"))
+        what = "failed to save artifact" if saving else "failed to load artifact"
+        if owner is None or not self.reachable(owner):
+            # What Go's resolver answers for a name this site cannot resolve.
             raise ArtifactError(
-                f'failed to load artifact: Get "https://{host}/{bucket or ""}/'
+                f'{what}: Get "https://{host}/{bucket or ""}/'
                 f'{s3.get("key", "")}": dial tcp: lookup {host}: no such host'
             )
-        secret = (s3.get("accessKeySecret") or {}).get("name") or other.artifact_secret
-        if other.name != self.name and not self.has_object("Secret", namespace, secret):
-            raise ArtifactError(
-                f'failed to load artifact: secrets "{secret}" not found in this cluster'
-            )
-        return self.repo_of(other)
+        try:
+            keys = self.keys_from(s3, namespace, owner.artifact_secret)
+        except ArtifactError as exc:
+            raise ArtifactError(f"{what}: {exc}") from None
+        return self.bucket_of(owner, str(bucket or owner.bucket), keys)
 
     # -- objects the member holds (Secrets, ConfigMaps) --------------------------------------
     def put_object(self, obj: Obj) -> None:

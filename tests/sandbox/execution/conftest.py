@@ -3,6 +3,7 @@ created directly on a member (no portal, no Karmada)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import tempfile
@@ -71,9 +72,48 @@ class Member:
         path = f"/_sandbox/members/{self.site}/pods/{NS}/{pod}/log" + (f"?{qs}" if qs else "")
         return str(self.server.request("GET", path) or "")
 
+    def repository(self) -> dict[str, Any]:
+        """This site's entry of `/_sandbox/repositories`."""
+        items = self.server.request("GET", "/_sandbox/repositories")["items"]
+        return next(r for r in items if r["site"] == self.site)
+
+    def s3(self, access_key: str, secret_key: str) -> Any:
+        """A botocore S3 client of this site's repository: requests go to its listener, with
+        the repository's endpoint name as Host (the listener as the client's proxy)."""
+        return s3_client(self.repository(), access_key, secret_key)
+
+    def create_bucket(self, bucket: str) -> None:
+        """A bucket made at this site's repository with the site's own keys (its credential
+        Secret, put on this member)."""
+        name = f"{self.site}-artifacts-credentials"
+        self.put(secret(name, accessKey=f"ak-{self.site}", secretKey=f"sk-{self.site}"))
+        client = self.s3(f"ak-{self.site}", f"sk-{self.site}")
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            client.create_bucket(Bucket=bucket)
+
     @staticmethod
     def pods(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
         return {n["displayName"]: n for n in status["nodes"].values() if n["type"] == "Pod"}
+
+
+def s3_client(repository: dict[str, Any], access_key: str, secret_key: str, **config: Any) -> Any:
+    import botocore.session
+    from botocore.config import Config
+
+    session = botocore.session.get_session()
+    return session.create_client(
+        "s3",
+        region_name=repository["region"],
+        endpoint_url=f"http://{repository['endpoint']}",
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        config=Config(
+            proxies={"http": repository["url"]},
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+            **config,
+        ),
+    )
 
 
 def secret(name: str, **data: str) -> dict[str, Any]:

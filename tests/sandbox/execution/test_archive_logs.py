@@ -70,6 +70,7 @@ def test_the_template_overrides_the_workflow(site_b: Member) -> None:
 
 def test_the_repository_turned_on_wins_over_the_template(site_b: Member) -> None:
     repo = "archiveLogs: true\ns3:\n  bucket: logs-bucket\n  endpoint: s3.site-b.sandbox.invalid\n"
+    site_b.create_bucket("logs-bucket")  # S3 has no bucket that nobody made
     site_b.put(
         {
             "apiVersion": "v1",

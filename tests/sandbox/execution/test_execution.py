@@ -305,6 +305,9 @@ def test_artifacts_across_sites_only_where_reachable(
         'MountVolume.SetUp failed for volume "site-b-artifacts-credentials" : '
         'secret "site-b-artifacts-credentials" not found'
     )
+    # The repository's keys are those of its site's Secret on its own member (site-b); the
+    # reader signs with the copy in its own namespace.
+    site_b.put(secret("site-b-artifacts-credentials", accessKey="a", secretKey="b"))
     site_a.put(secret("site-b-artifacts-credentials", accessKey="a", secretKey="b"))
     status = site_a.wait(name)
     assert status["phase"] == "Succeeded", status.get("message")
@@ -392,6 +395,7 @@ def test_artifact_repository_ref_from_the_members_configmap(site_b: Member) -> N
     # Its own ConfigMap name, so that the example run elsewhere still finds none.
     example["spec"]["artifactRepositoryRef"]["configMap"] = "team-repositories"
     repo = "s3:\n  bucket: team-bucket\n  endpoint: s3.site-b.sandbox.invalid\n"
+    site_b.create_bucket("team-bucket")  # S3 has no bucket that nobody made
     site_b.put(
         {
             "apiVersion": "v1",

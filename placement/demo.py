@@ -29,11 +29,14 @@ def _fleet_sites() -> list[dict[str, Any]]:
 _SITES = _fleet_sites()
 SITES: tuple[str, ...] = tuple(str(s["name"]) for s in _SITES)
 
-# Per site: its repository's endpoint, bucket and credential Secret, as the fleet file says.
+# Per site: its repository's endpoint, bucket, region and credential Secret, as the fleet
+# file says.
 ARTIFACT_STORES: dict[str, dict[str, str]] = {
     str(s["name"]): {
         "endpoint": str((s.get("artifacts") or {}).get("endpoint") or f"s3.{s['name']}.invalid"),
         "bucket": str(s.get("bucket") or f"{s['name']}-artifacts"),
+        # The region requests to it are signed for: the repository's own, else its site's.
+        "region": str((s.get("artifacts") or {}).get("region") or s.get("region") or "us-east-1"),
         "credentials_secret": str(
             (s.get("artifacts") or {}).get("credentialsSecret")
             or f"{s['name']}-artifacts-credentials"

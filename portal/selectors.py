@@ -292,7 +292,7 @@ def _full_location(
     if where is None or not isinstance(s3, Mapping):
         return dict(artifact)
     full = {k: v for k, v in s3.items() if k not in ("accessKeySecret", "secretKeySecret")}
-    full.update(endpoint=where.endpoint, bucket=where.bucket, key=where.key)
+    full.update(endpoint=where.endpoint, bucket=where.bucket, key=where.key, region=where.region)
     return {**artifact, "s3": full}
 
 

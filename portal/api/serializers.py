@@ -4,10 +4,11 @@ import copy
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
+from portal.execution import transfers
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
 from portal.selectors import outputs_summary, run_global_outputs
@@ -80,6 +81,7 @@ class UnitRunListSerializer(serializers.ListSerializer[UnitRun]):
                     row[name] = int(value)
                 else:
                     row[name] = str(value)
+            row.update(unit_kind(u))
             out.append(row)
         return out
 
@@ -88,13 +90,52 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
     class Meta:
         model = UnitRun
         list_serializer_class = UnitRunListSerializer
-        fields = UNIT_FIELDS
+        fields = [*UNIT_FIELDS, "kind", "transfer"]
         read_only_fields = fields
+
+    kind = serializers.SerializerMethodField(
+        help_text='"step", or "transfer" for a copy of an upstream output to a relay site'
+    )
+    transfer = serializers.SerializerMethodField(
+        help_text='a transfer unit\'s copy: {"from", "to", "bytes", "seconds", "cost"}; '
+        "null for a step"
+    )
+
+    def get_kind(self, instance: UnitRun) -> str:
+        return str(unit_kind(instance)["kind"])
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+                "bytes": {"type": "integer"},
+                "seconds": {"type": "number", "nullable": True},
+                "cost": {"type": "string"},
+            },
+        }
+    )
+    def get_transfer(self, instance: UnitRun) -> dict[str, Any] | None:
+        found = unit_kind(instance)["transfer"]
+        return found if isinstance(found, dict) else None
 
     def to_representation(self, instance: UnitRun) -> dict[str, Any]:
         row = super().to_representation(instance)
         row["outputs"] = preview(row.get("outputs"), int(settings.PORTAL_OUTPUT_PREVIEW_CHARS))
         return dict(row)
+
+
+def unit_kind(unit: UnitRun) -> dict[str, Any]:
+    """``kind`` ("step" or "transfer") and, for a transfer, what it moved (issue #28)."""
+    if not transfers.is_transfer(unit):
+        return {"kind": "step", "transfer": None}
+    found = transfers.measured(unit)
+    return {
+        "kind": "transfer",
+        "transfer": {k: found[k] for k in ("from", "to", "bytes", "seconds", "cost")},
+    }
 
 
 class AttemptSerializer(serializers.Serializer[Any]):

@@ -35,6 +35,7 @@ def test_every_site_of_the_fleet_file_is_in_the_inventory_with_its_repository(lo
         assert store["endpoint"] == spec["artifacts"]["endpoint"]
         assert store["bucket"] == spec["bucket"]
         assert store["credentials_secret"] == spec["artifacts"]["credentialsSecret"]
+        assert store["region"] == spec["artifacts"].get("region", spec["region"])
         assert site.region == spec["region"]
 
 

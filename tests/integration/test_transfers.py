@@ -169,22 +169,32 @@ def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
     assert all(r.outputs["result"] == CONTENT.removesuffix("\n") for r in readers)
 
 
-def test_a_residency_bound_output_is_never_relayed_out_of_its_regions(
+def test_a_residency_bound_output_needed_outside_its_regions_is_refused_at_submission(
     live_executing: Stack, scientist: User
 ) -> None:
-    """site-a's dataset may stay in eu-west: what ingest derives from it may not be copied to
-    site-c (eu-central), so the GPU read is refused at submission, naming why."""
-    Dataset.objects.filter(name__startswith="sentinel2").update(residency=["eu-west"])
-    dataset = Dataset.objects.filter(name__startswith="sentinel2").first()
-    assert dataset is not None
+    """The scene may stay in eu-west: what a step at site-a derives from it may not be read
+    at (or copied to) site-c, in eu-central, so the GPU read is refused at submission and the
+    preview says why, naming the dataset, its regions and the site."""
+    Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-west"])
     doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
     write = doc["spec"]["templates"][1]
-    write["script"]["source"] = f"# reads {dataset.uri_prefix}\n" + write["script"]["source"]
-    from portal.services import WorkflowInvalid
-
-    with pytest.raises(WorkflowInvalid) as refused:
-        services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
-    assert "eu-west" in str(refused.value.errors) or "eu-west" in str(refused.value)
+    write["inputs"] = {
+        "parameters": [{"name": "scene", "value": "s3://eo-archive/sentinel2/l1c/T31UDQ/"}]
+    }
+    body = yaml.safe_dump(doc)
+    api = APIClient()
+    api.force_authenticate(scientist)
+    preview = api.post("/api/v1/runs/preview/", data=body, content_type="application/yaml")
+    assert preview.status_code == 200, preview.content
+    read = next(u for u in preview.json()["units"] if u["name"] == "read")
+    assert read["site"] is None
+    rows = {c["site"]: c["why"] for c in read["candidates"]}
+    assert "sentinel2-l1c" in rows["site-c"] and "eu-west" in rows["site-c"], rows
+    refused = api.post("/api/v1/runs/", data=body, content_type="application/yaml")
+    assert refused.status_code == 400, refused.content
+    text = refused.content.decode()
+    assert "units.read" in text and "sentinel2-l1c" in text and "eu-west" in text, text
+    assert not UnitRun.objects.filter(name__endswith="-copy-site-c").exists()
 
 
 def signed_input(key: str, *, expires: int) -> dict[str, Any]:

@@ -16,10 +16,12 @@ residency-bound artifact may be in is never chosen (``regions``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, Fleet
+from placement.planner.inputs import ASSUMED_UPSTREAM_BYTES, DEFAULT_BANDWIDTH_MBPS, Fleet
+from placement.planner.outputs import Decision
 
 GB = 1_000_000_000
 
@@ -113,3 +115,35 @@ def copy_name(producer: str, relay: str) -> str:
     """The transfer unit's name: ``<producer>-copy-<relay>``, one per produced output set and
     relay (every reader relayed through that site reuses it)."""
     return f"{producer}-copy-{relay}"
+
+
+def planned(
+    decisions: Sequence[Decision],
+    upstream_of: Mapping[str, Sequence[str]],
+    fleet: Fleet,
+    sizes: Mapping[str, int | None] | None = None,
+) -> list[dict[str, Any]]:
+    """The transfers a plan implies (the preview): for each unit placed where it cannot read
+    an upstream unit's planned site, the relay's copy, once per producer and relay, with its
+    estimate (``sizes``: each producer's declared output bytes; unknown: the planner's
+    assumed size)."""
+    site_of = {d.unit: d.site or d.runtime_hint for d in decisions}
+    blocked = fleet.unreachable
+    seen: set[tuple[str, str]] = set()
+    out: list[dict[str, Any]] = []
+    for d in decisions:
+        target = d.site
+        if target is None:
+            continue
+        for up in upstream_of.get(d.unit, ()):
+            source = site_of.get(up)
+            if source is None or (source, target) not in blocked:
+                continue
+            relay = fleet.relay(source, target)
+            if relay is None or (up, relay) in seen:
+                continue
+            seen.add((up, relay))
+            size = (sizes or {}).get(up)
+            plan = transfer(fleet, source, relay, target, size or ASSUMED_UPSTREAM_BYTES)
+            out.append({"unit": copy_name(up, relay), "producer": up, **plan.as_dict()})
+    return out

@@ -320,8 +320,31 @@ class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
     message = serializers.CharField(help_text="What changes across sites or at run time")
 
 
+class PreviewTransferSerializer(serializers.Serializer[dict[str, Any]]):
+    unit = serializers.CharField(help_text="The transfer unit: <producer>-copy-<relay>")
+    producer = serializers.CharField()
+    # ``from``, ``via``, ``to`` (Python keywords aside, the JSON names).
+    from_ = serializers.CharField(help_text="Where the producer's outputs are")
+    via = serializers.CharField(help_text="The relay the copy is made at")
+    to = serializers.CharField(help_text="The reader's site, which reads the relay")
+    bytes = serializers.IntegerField(help_text="Estimated (declared, else assumed)")
+    seconds = serializers.FloatField(help_text="Estimated, from the link's bandwidth")
+    cost = serializers.CharField(help_text="From the link's cost_per_gb")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
+    transfers = PreviewTransferSerializer(
+        many=True,
+        required=False,
+        help_text="Copies the plan implies: a unit placed where it cannot read an upstream "
+        "output reads a copy made at a relay site (issue #28)",
+    )
     warnings = PreviewWarningSerializer(
         many=True, required=False, help_text="Fields whose meaning the split changes"
     )

@@ -367,35 +367,3 @@ def relay_again(run: WorkflowRun, unit: UnitRun, units: Sequence[UnitRun], lost:
         regions,
         exclude=[lost],
     )
-
-
-def planned(
-    decisions: Sequence[planner.Decision],
-    upstream_of: Mapping[str, Sequence[str]],
-    fleet: planner.Fleet,
-    sizes: Mapping[str, int | None] | None = None,
-) -> list[dict[str, Any]]:
-    """The transfers a plan implies (the preview): for each unit placed where it cannot read
-    an upstream unit's planned site, the relay's copy, once per producer and relay, with its
-    estimate (``sizes``: each producer's declared output bytes; unknown: the planner's
-    assumed size)."""
-    site_of = {d.unit: d.site or d.runtime_hint for d in decisions}
-    blocked = fleet.unreachable
-    seen: set[tuple[str, str]] = set()
-    out: list[dict[str, Any]] = []
-    for d in decisions:
-        target = d.site
-        if target is None:
-            continue
-        for up in upstream_of.get(d.unit, ()):
-            source = site_of.get(up)
-            if source is None or (source, target) not in blocked:
-                continue
-            relay = fleet.relay(source, target)
-            if relay is None or (up, relay) in seen:
-                continue
-            seen.add((up, relay))
-            size = (sizes or {}).get(up)
-            plan = relays.transfer(fleet, source, relay, target, size or ASSUMED_BYTES)
-            out.append({"unit": relays.copy_name(up, relay), "producer": up, **plan.as_dict()})
-    return out

@@ -1,11 +1,6 @@
-"""Per-site artifact repositories (a folder per bucket) and the artifact drivers a step can
-use with no internet: s3 (these buckets), raw, http (from the Workflow's own network
-namespace) and git (fails).
-
-Keys are Argo's default key format `{{workflow.name}}/{{pod.name}}/<artifact>.tgz`; outputs
-are tarred and gzipped unless `archive: none` (workflow/executor/executor.go), and the node's
-status keeps only the key, as Argo >= 3 does (the repository comes from the workflow's
-artifactRepositoryRef).
+"""Per-site buckets (a folder per bucket, served by the site's S3 listener, sandbox/s3/) and
+the artifact drivers a step can use with no internet besides s3 (sandbox/s3/client.py): raw,
+http (from the Workflow's own network namespace) and git (fails); and Argo's untar.
 """
 
 from __future__ import annotations
@@ -24,7 +19,7 @@ import threading
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from sandbox import confined
 from sandbox.executor import host_python
@@ -42,9 +37,9 @@ class ArtifactError(Exception):
 
 @dataclass
 class Repository:
-    """A bucket: a folder whose files are keys. Every read and write resolves inside it,
-    never through a symbolic link (a bucket keeps only links that stay inside an artifact,
-    and a key is never resolved through one), or fails."""
+    """A bucket: a folder whose files are objects, served only by its repository's S3
+    listener (sandbox/s3/listener.py); steps never reach it otherwise. Every read and write
+    resolves inside it, never through a symbolic link, or fails."""
 
     bucket: str
     endpoint: str
@@ -59,33 +54,11 @@ class Repository:
             )
 
     def _parts(self, key: str) -> list[str]:
+        # `..` stays at the bucket's top.
         parts = [p for p in posixpath.normpath("/" + key).split("/") if p]
         if not parts:
-            raise self._missing(key)
+            raise S3Error("NoSuchKey")
         return parts
-
-    def _missing(self, key: str) -> ArtifactError:
-        # The message an S3 GetObject of a missing key gives (workflow/artifacts/s3/s3.go).
-        return ArtifactError(
-            f"failed to load artifact: s3://{self.bucket}/{key}: "
-            "The specified key does not exist. (NoSuchKey)"
-        )
-
-    def save(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
-        """Store the file or folder `src` (parent descriptor, name) at `key`: as a .tgz
-        whose top entry is `arcname`, or with `archive: none` a file as it is and a folder as
-        keys under the prefix. Links that leave the artifact are left out. A write that takes
-        the bucket past its quota stores nothing and fails, as MinIO refuses the PUT."""
-        if self.quota is None:
-            self._write(src, key, archive, arcname)
-            return
-        with _QUOTA_LOCK:
-            # An object's size is known once written (a tarball's, a folder's of keys): the
-            # write is taken back when it went past the quota.
-            self._write(src, key, archive, arcname)
-            if self.used() > self.quota:
-                self._remove(key)
-                raise ArtifactError(QUOTA_EXCEEDED)
 
     def used(self) -> int:
         """Bytes of the objects in the bucket (links counted as themselves, never followed)."""
@@ -96,57 +69,6 @@ class Repository:
                     total += os.lstat(os.path.join(dirpath, name)).st_size
         return total
 
-    def _remove(self, key: str) -> None:
-        # The key's path was written without following a link, so it is inside the bucket;
-        # rmtree removes links themselves, never what they point at.
-        dest = self.root.joinpath(*self._parts(key))
-        if dest.is_dir() and not dest.is_symlink():
-            shutil.rmtree(dest, ignore_errors=True)
-        else:
-            dest.unlink(missing_ok=True)
-
-    def _write(self, src: tuple[int, str], key: str, archive: bool, arcname: str) -> None:
-        parts = self._parts(key)
-        base = confined.open_base(self.root, create=True)
-        try:
-            parent = confined.open_dir(base, parts[:-1], create=True, follow=False)
-        finally:
-            os.close(base)
-        try:
-            if not archive:
-                confined.copy(src[0], src[1], parent, parts[-1])
-                return
-            fd = confined.create_file(parent, parts[-1])
-            with os.fdopen(fd, "wb") as out:
-                confined.tar_gz(src[0], src[1], arcname, out)
-        finally:
-            os.close(parent)
-
-    def load(self, key: str, dest: tuple[int, str]) -> None:
-        """Put the object (or the folder of keys) at `key` at `dest` (parent descriptor,
-        name), unpacking a .tgz as Argo does."""
-        parts = self._parts(key)
-        try:
-            base = confined.open_base(self.root)
-        except OSError:
-            raise self._missing(key) from None
-        try:
-            parent = confined.open_dir(base, parts[:-1], follow=False)
-        except OSError:
-            raise self._missing(key) from None
-        finally:
-            os.close(base)
-        try:
-            st = confined.lstat_at(parent, parts[-1])
-            if st is None or not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-                raise self._missing(key)
-            if stat.S_ISDIR(st.st_mode):
-                confined.copy(parent, parts[-1], dest[0], dest[1])
-                return
-            unpack(confined.read_file(parent, parts[-1]), dest)
-        finally:
-            os.close(parent)
-
     # -- what the repository's S3 listener serves (sandbox/s3/listener.py) -------------------
     def get_path(self, key: str) -> tuple[int, int] | None:
         """An open descriptor of the object at `key` and its size; None when there is no
@@ -154,7 +76,7 @@ class Repository:
         try:
             parts = self._parts(key)
             base = confined.open_base(self.root)
-        except (ArtifactError, OSError):
+        except (S3Error, OSError):
             return None
         try:
             parent = confined.open_dir(base, parts[:-1], follow=False)
@@ -193,14 +115,21 @@ class Repository:
             finally:
                 os.close(base)
             try:
-                dst = confined.create_file(parent, parts[-1])
-                with os.fdopen(dst, "wb") as out, path.open("rb") as src:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                path.chmod(0o644)
+                try:
+                    # The spooled body becomes the object at once (same file system): nothing
+                    # is copied, and a reader never sees half an object.
+                    confined.clear(parent, parts[-1])
+                    os.rename(path, parts[-1], dst_dir_fd=parent)
+                except OSError:
+                    dst = confined.create_file(parent, parts[-1])
+                    with os.fdopen(dst, "wb") as out, path.open("rb") as src:
+                        shutil.copyfileobj(src, out, 1 << 20)
             finally:
                 os.close(parent)
 
     def delete_key(self, key: str) -> None:
-        with contextlib.suppress(ArtifactError, OSError):
+        with contextlib.suppress(S3Error, OSError):
             parts = self._parts(key)
             base = confined.open_base(self.root)
             try:
@@ -232,24 +161,22 @@ class Repository:
         return sorted(out)
 
 
-# A write past a bucket's quota, as MinIO refuses it (cmd/api-errors.go):
-#   ErrAdminBucketQuotaExceeded: {
-#       Code:           "XMinioAdminBucketQuotaExceeded",
-#       Description:    "Bucket quota exceeded",
-#       HTTPStatusCode: http.StatusBadRequest,
-# and minio-go's error reads as its message; the code is kept beside it, as NoSuchKey is.
-QUOTA_EXCEEDED = "Bucket quota exceeded (XMinioAdminBucketQuotaExceeded)"
+# One write at a time measures a bucket against its quota.
 _QUOTA_LOCK = threading.Lock()
 
 
-def unpack(data: bytes, dest: tuple[int, str]) -> None:
+def unpack(data: bytes | IO[bytes], dest: tuple[int, str]) -> None:
     """A .tgz with one entry becomes `dest` (file or folder), as Argo's untar does; anything
     that is not a tarball is copied as it is. It is unpacked in a private folder first, with
     tarfile's "data" filter (no absolute links, nothing outside), then copied over."""
+    src = io.BytesIO(data) if isinstance(data, bytes) else data
     try:
-        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 - closed below
+        tar = tarfile.open(fileobj=src, mode="r:*")  # noqa: SIM115 - closed below
     except tarfile.TarError:
-        confined.write_file(dest[0], dest[1], data)
+        src.seek(0)
+        fd = confined.create_file(dest[0], dest[1])
+        with os.fdopen(fd, "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
         return
     with tar, tempfile.TemporaryDirectory(prefix="sandbox-untar-") as tmp:
         try:

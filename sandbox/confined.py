@@ -145,6 +145,11 @@ def _clear(parent: int, name: str) -> None:
     os.rmdir(name, dir_fd=parent)
 
 
+def clear(parent: int, name: str) -> None:
+    """Remove what is at `name` (a file, a link or a whole folder), never following a link."""
+    _clear(parent, name)
+
+
 def create_file(parent: int, name: str) -> int:
     """A new, empty regular file at `name` (whatever was there goes), opened for writing."""
     _clear(parent, name)

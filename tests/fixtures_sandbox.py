@@ -137,6 +137,12 @@ class SandboxServer:
         """Drop the watch event log (an etcd compaction): older resourceVersions get 410."""
         self.request("POST", "/_sandbox/compact")
 
+    def repositories(self) -> dict[str, dict[str, Any]]:
+        """Each site's artifact repository by site (`/_sandbox/repositories`): endpoint name,
+        bucket, region and the S3 listener's real URL (empty without --execute)."""
+        items: list[dict[str, Any]] = self.request("GET", "/_sandbox/repositories")["items"]
+        return {r["site"]: r for r in items}
+
     def member_workflows(self, cluster: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.request("GET", f"/_sandbox/members/{cluster}/workflows")[
             "items"

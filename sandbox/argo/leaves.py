@@ -276,15 +276,21 @@ class Leaves(Pods):
                 art = dict(clone(ref), name=a["name"]) if isinstance(ref, dict) else clone(a)
             else:
                 # Exactly what the executing path records (pods.py `_save_outputs`), as Argo's
-                # executor does since v3: name, path, archive and a key-only location; no
-                # bucket, no endpoint (the reader resolves the key against its own repository)
-                # and no size (Argo records none).
+                # executor does since v3: name, path, archive and a key-only location (the
+                # repository is the workflow's status.artifactRepositoryRef), or the output's
+                # own location in full when it has one (bucket and endpoint); no size (Argo
+                # records none).
                 none = (a.get("archive") or {}).get("none") is not None
-                key = (a.get("s3") or {}).get("key") or (
+                own = a.get("s3") or {}
+                key = own.get("key") or (
                     f"{self.name}/{node['id']}/{a['name']}{'' if none else '.tgz'}"
                 )
                 art = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
-                art["s3"] = {"key": key}
+                located = own.get("bucket") and own.get("endpoint")
+                if (a.get("http") or {}).get("url"):
+                    art["http"] = clone(a["http"])  # a pre-signed PUT: recorded as declared
+                else:
+                    art["s3"] = {**clone(own), "key": key} if located else {"key": key}
             arts.append(art)
         if arts:
             outputs["artifacts"] = arts

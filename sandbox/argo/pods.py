@@ -12,6 +12,7 @@ import os
 import posixpath
 import re
 import shutil
+import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -675,7 +676,7 @@ class Pods(RunCore):
         fd = confined.create_file(dest[0], dest[1])
         with os.fdopen(fd, "wb") as out:
             try:
-                res = send(ep.address, split.netloc, "GET", target, {}, into=out)
+                res = send(ep.address, host_of(split), "GET", target, {}, into=out)
             except Unreachable as exc:
                 raise ArtifactError(f'Get "{url}": {exc}') from None
         if 200 <= res.status < 300:
@@ -779,19 +780,24 @@ class Pods(RunCore):
             # outputs key-only; the repository is in status.artifactRepositoryRef).
             own_s3 = a.get("s3") or {}
             located = bool(own_s3.get("bucket") and own_s3.get("endpoint"))
+            url = str((a.get("http") or {}).get("url") or "")
             try:
                 with layout.at(path) as found:
                     if confined.lstat_at(*found) is None:
                         raise FileNotFoundError
-                    if located:
-                        repo = self.member.repository_for(own_s3, self.namespace, saving=True)
+                    arcname = posixpath.basename(path) or "artifact"
+                    if url:
+                        self._put_http(found, url, none, arcname)
                     else:
-                        repo = self.repo or self.member.repository
-                    try:
-                        repo.save(found, str(key), not none, posixpath.basename(path) or "artifact")
-                    except OSError as exc:
-                        # The bucket's side: a key that would lead out of it.
-                        raise ArtifactError(exc.strerror or str(exc)) from exc
+                        if located:
+                            repo = self.member.repository_for(own_s3, self.namespace, saving=True)
+                        else:
+                            repo = self.repo or self.member.repository
+                        try:
+                            repo.save(found, str(key), not none, arcname)
+                        except OSError as exc:
+                            # Not the step's file: kept apart from a missing output.
+                            raise ArtifactError(exc.strerror or str(exc)) from exc
             except (FileNotFoundError, confined.Escape):
                 # Missing, or a link the step left there leads out of its folder.
                 if not a.get("optional") and not failed:
@@ -804,9 +810,63 @@ class Pods(RunCore):
                 problem = problem or f"failed to save outputs: {a['path']}: {reason}"
                 continue
             entry = {k: clone(v) for k, v in a.items() if k in ("name", "path", "archive")}
-            entry["s3"] = {**clone(own_s3), "key": key} if located else {"key": key}
+            if url:
+                entry["http"] = clone(a["http"])
+            else:
+                entry["s3"] = {**clone(own_s3), "key": key} if located else {"key": key}
             arts.append(entry)
         return arts, problem
+
+    def _put_http(self, found: tuple[int, str], url: str, none: bool, arcname: str) -> None:
+        """An `http` output (a pre-signed PUT) saved as Argo's executor saves it: tarred and
+        gzipped unless `archive: none`, then PUT to the URL by the http driver
+        (workflow/artifacts/http/http.go):
+            if res.StatusCode < 200 || res.StatusCode >= 300 {
+                return errors.InternalErrorf("saving file %s to %s failed with reason: %s",
+                    path, url, res.Status)
+        followed here by S3's own message and code. Only a repository's endpoint (where this
+        site may reach it) answers: nothing else is on the network here."""
+        split = urllib.parse.urlsplit(url)
+        owner = self.sb.repositories.site_of_endpoint(split.hostname or "")
+        if owner is None or not self.member.reachable(owner):
+            raise ArtifactError(f'Put "{url}": dial tcp: lookup {split.hostname}: no such host')
+        ep = self.sb.repositories.of(owner)
+        target = (split.path or "/") + (f"?{split.query}" if split.query else "")
+        with tempfile.TemporaryDirectory(prefix="sandbox-put-") as tmp:
+            top = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                if none:
+                    confined.copy(found[0], found[1], top, "artifact")
+                else:
+                    fd = confined.create_file(top, "artifact")
+                    with os.fdopen(fd, "wb") as out:
+                        confined.tar_gz(found[0], found[1], arcname, out)
+            finally:
+                os.close(top)
+            body = Path(tmp) / "artifact"
+            if body.is_dir() or not body.exists():
+                raise ArtifactError(f"read {arcname}: is a directory")
+            with body.open("rb") as f:
+                try:
+                    res = send(
+                        ep.address, host_of(split), "PUT", target, {}, f, body.stat().st_size
+                    )
+                except Unreachable as exc:
+                    raise ArtifactError(f'Put "{url}": {exc}') from None
+        if not 200 <= res.status < 300:
+            error = parse_error(res.body, res.status)
+            raise ArtifactError(
+                f"saving file {arcname} to {url} failed with reason: "
+                f"{res.status} {res.reason}: {error}"
+            )
+
+
+def host_of(split: urllib.parse.SplitResult) -> str:
+    """The Host header Go's client sends for a URL (and botocore signs): the host, with its
+    port only when it is not the scheme's default."""
+    default = 443 if split.scheme == "https" else 80
+    host = split.hostname or ""
+    return host if split.port in (None, default) else f"{host}:{split.port}"
 
 
 def decode_secret(data: dict[str, Any]) -> dict[str, str]:

@@ -141,6 +141,8 @@ class SiteExecution:
             name = str(ref.get("name") or default_secret)
             obj = self.get_object("Secret", namespace, name)
             if obj is None:
+                # kube-apiserver's NotFound for a Secret read from the pod's namespace (as the
+                # executor reads its credentials, workflow/executor/executor.go GetSecrets).
                 raise ArtifactError(f'secrets "{name}" not found')
             key = str(ref.get("key") or default_key)
             value = self.object_data(obj).get(key)

@@ -9,7 +9,6 @@ key itself is no object (`IsDirectory`, `GetDirectory`)."""
 from __future__ import annotations
 
 import http.client
-import io
 import os
 import tempfile
 import urllib.parse
@@ -59,7 +58,7 @@ def send(
 ) -> Response:
     """One HTTP request to a listener, `host` as its Host header; the answer's body goes to
     `into` on success when given."""
-    conn = http.client.HTTPConnection(address[0], address[1], timeout=TIMEOUT)
+    conn = http.client.HTTPConnection(address[0], address[1], timeout=TIMEOUT, blocksize=CHUNK)
     try:
         sent = {**headers, "Host": host}
         if body is not None or method == "PUT":
@@ -197,7 +196,10 @@ class RemoteBucket:
     def load(self, key: str, dest: tuple[int, str]) -> None:
         """Put the object (or the objects under `<key>/`) at `dest` (parent descriptor,
         name), unpacking a .tgz as Argo does."""
-        buf = io.BytesIO()
+        with tempfile.TemporaryFile(prefix="sandbox-get-") as buf:
+            self._load_object(key, buf, dest)
+
+    def _load_object(self, key: str, buf: IO[bytes], dest: tuple[int, str]) -> None:
         try:
             self.request("GET", key, into=buf)
         except Unreachable as exc:
@@ -213,7 +215,8 @@ class RemoteBucket:
                 raise self._failed(key, exc) from None
             self._load_folder(prefix, keys, dest)
             return
-        unpack(buf.getvalue(), dest)
+        buf.seek(0)
+        unpack(buf, dest)
 
     def _load_folder(self, prefix: str, keys: list[str], dest: tuple[int, str]) -> None:
         top = confined.make_dir(dest[0], dest[1])

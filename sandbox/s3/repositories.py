@@ -131,7 +131,16 @@ class Repositories:
         return None
 
     def describe(self) -> list[dict[str, Any]]:
-        return [self.of(s).describe() for s in self.sb.sites.values()]
+        """Each fleet site's repository: its listener's figures, who may reach it (its own
+        site and `readableFrom`) and the Secret whose keys it accepts."""
+        return [
+            {
+                **self.of(s).describe(),
+                "readableFrom": [str(x) for x in s.artifacts.get("readableFrom") or []],
+                "credentialsSecret": s.artifact_secret,
+            }
+            for s in self.sb.sites.values()
+        ]
 
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "Repositories"]

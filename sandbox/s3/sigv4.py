@@ -68,7 +68,17 @@ def verify(
         return _verify_header(method, path, query, headers, auth, region, secret_of, now)
     if "X-Amz-Signature" in names or "X-Amz-Credential" in names or "X-Amz-Algorithm" in names:
         return _verify_query(method, path, query, params, headers, region, secret_of, now)
+    if "Signature" in names and "AWSAccessKeyId" in names:
+        raise _SIGV2
     raise S3Error("AccessDenied")
+
+
+# Signature Version 2 (query or header): what S3 answers where only SigV4 is accepted (every
+# region opened since 2014, and every bucket since SigV2's turn-off).
+_SIGV2 = S3Error(
+    "InvalidRequest",
+    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+)
 
 
 def _query_pairs(query: str) -> list[tuple[str, str]]:
@@ -201,6 +211,8 @@ def _verify_header(
     now: datetime,
 ) -> Verified:
     algorithm, _, rest = auth.strip().partition(" ")
+    if algorithm == "AWS":
+        raise _SIGV2
     if algorithm != ALGORITHM:
         raise S3Error(
             "InvalidArgument",

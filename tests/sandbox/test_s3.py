@@ -53,7 +53,13 @@ def repo(tmp_path: Path) -> Iterator[Endpoint]:
     ep.stop()
 
 
-def client(ep: Endpoint, ak: str = AK, sk: str = SK, region: str = REGION) -> Any:
+def client(
+    ep: Endpoint,
+    ak: str = AK,
+    sk: str = SK,
+    region: str = REGION,
+    signature_version: str = "s3v4",
+) -> Any:
     """botocore's S3 client of the repository: the endpoint name in the URL (and so in the
     signed Host), the listener as its HTTP proxy."""
     return botocore.session.get_session().create_client(
@@ -63,7 +69,10 @@ def client(ep: Endpoint, ak: str = AK, sk: str = SK, region: str = REGION) -> An
         aws_access_key_id=ak,
         aws_secret_access_key=sk,
         config=Config(
-            proxies={"http": ep.url}, s3={"addressing_style": "path"}, retries={"max_attempts": 1}
+            proxies={"http": ep.url},
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+            signature_version=signature_version,
         ),
     )
 
@@ -250,3 +259,44 @@ def test_a_put_past_the_bucket_quota_is_refused_as_minio_refuses_it(repo: Endpoi
     assert error_of(exc.value) == ("XMinioAdminBucketQuotaExceeded", 400, "Bucket quota exceeded")
     with pytest.raises(ClientError):
         s3.head_object(Bucket=BUCKET, Key="big")
+
+
+def test_expiry_is_judged_before_the_key_and_the_region(repo: Endpoint) -> None:
+    for s3 in (client(repo, ak="NOSUCHKEY"), client(repo, region="us-east-1")):
+        url = s3.generate_presigned_url(
+            "get_object", Params={"Bucket": BUCKET, "Key": "k"}, ExpiresIn=1
+        )
+        time.sleep(1.1)
+        status, body = fetch(repo, url)
+        assert (status, xml_error(body)["Message"]) == (403, "Request has expired")
+    url = client(repo, region="us-east-1").generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": "k"}
+    )
+    status, body = fetch(repo, url)
+    err = xml_error(body)
+    assert (status, err["Code"]) == (400, "AuthorizationQueryParametersError")
+    assert "the region 'us-east-1' is wrong; expecting 'eu-west'" in err["Message"]
+
+
+def test_the_signature_covers_the_host_the_listener_receives(repo: Endpoint) -> None:
+    client(repo).put_object(Bucket=BUCKET, Key="k.txt", Body=b"data")
+    url = client(repo).generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": "k.txt"}
+    )
+    u = urllib.parse.urlsplit(url)
+    # The same request reaching the listener under another name does not match.
+    for host in ("s3.site-b.sandbox.invalid", f"127.0.0.1:{repo.address[1]}"):
+        res = send(repo.address, host, "GET", f"{u.path}?{u.query}", {})
+        assert res.status == 403
+        assert xml_error(res.body)["Code"] == "SignatureDoesNotMatch"
+
+
+def test_signature_version_2_is_not_supported(repo: Endpoint) -> None:
+    url = client(repo, signature_version="s3").generate_presigned_url(
+        "get_object", Params={"Bucket": BUCKET, "Key": "k"}
+    )
+    assert "AWSAccessKeyId=" in url
+    status, body = fetch(repo, url)
+    err = xml_error(body)
+    assert (status, err["Code"]) == (400, "InvalidRequest")
+    assert err["Message"].endswith("Please use AWS4-HMAC-SHA256.")

@@ -74,8 +74,7 @@ class Member:
 
     def repository(self) -> dict[str, Any]:
         """This site's entry of `/_sandbox/repositories`."""
-        items = self.server.request("GET", "/_sandbox/repositories")["items"]
-        return next(r for r in items if r["site"] == self.site)
+        return self.server.repositories()[self.site]
 
     def s3(self, access_key: str, secret_key: str) -> Any:
         """A botocore S3 client of this site's repository: requests go to its listener, with
@@ -111,6 +110,7 @@ def s3_client(repository: dict[str, Any], access_key: str, secret_key: str, **co
             proxies={"http": repository["url"]},
             s3={"addressing_style": "path"},
             retries={"max_attempts": 1},
+            signature_version="s3v4",
             **config,
         ),
     )

@@ -54,6 +54,8 @@ def test_repositories_are_listed_with_their_listeners(site_a: Member) -> None:
     assert (a["endpoint"], a["bucket"], a["region"]) == (A_ENDPOINT, A_BUCKET, "eu-west")
     assert by_site["site-c"]["region"] == "eu-central"
     assert a["url"].startswith("http://127.0.0.1:")
+    assert (a["readableFrom"], a["credentialsSecret"]) == (["site-b"], A_SECRET)
+    assert by_site["site-b"]["readableFrom"] == ["site-a", "site-c"]
 
 
 def test_presigned_http_input_is_read_from_the_repository(site_a_s3: Any, site_b: Member) -> None:
@@ -204,4 +206,44 @@ def test_a_step_whose_secret_is_not_on_its_member_fails(
     assert only_pod(site_b, status)["message"] == (
         f"failed to load artifact: s3://{A_BUCKET}/{existing}: The AWS Access Key Id you "
         "provided does not exist in our records. (InvalidAccessKeyId)"
+    )
+
+
+def pusher(url: str) -> dict[str, Any]:
+    t = sh("main", "echo pushed > /tmp/o")
+    t["outputs"] = {
+        "artifacts": [
+            {"name": "o", "path": "/tmp/o", "archive": {"none": {}}, "http": {"url": url}}
+        ]
+    }
+    return wf(t)
+
+
+def test_presigned_put_output_is_written_to_the_repository(
+    site_a_s3: Any, site_b: Member, site_c: Member
+) -> None:
+    key = f"pushed/{uuid.uuid4().hex}.txt"
+    url = site_a_s3.generate_presigned_url(
+        "put_object", Params={"Bucket": A_BUCKET, "Key": key}, ExpiresIn=600
+    )
+    status = site_b.wait(site_b.create(pusher(url)))
+    assert status["phase"] == "Succeeded", status.get("message")
+    (art,) = only_pod(site_b, status)["outputs"]["artifacts"]
+    assert art["http"] == {"url": url}
+    assert site_a_s3.get_object(Bucket=A_BUCKET, Key=key)["Body"].read() == b"pushed\n"
+    # The same URL for another key does not match its signature; nothing is written.
+    other = f"pushed/{uuid.uuid4().hex}.txt"
+    status = site_b.wait(site_b.create(pusher(url.replace(key, other))))
+    node = only_pod(site_b, status)
+    assert node["message"].startswith("failed to save outputs: /tmp/o: saving file o to ")
+    assert node["message"].endswith(
+        "failed with reason: 403 Forbidden: The request signature "
+        "we calculated does not match the signature you provided. Check your key and signing "
+        "method. (SignatureDoesNotMatch)"
+    )
+    assert not site_a_s3.list_objects_v2(Bucket=A_BUCKET, Prefix=other).get("Contents")
+    # A site that may not reach site-a's repository cannot push there either.
+    status = site_c.wait(site_c.create(pusher(url)))
+    assert only_pod(site_c, status)["message"] == (
+        f'failed to save outputs: /tmp/o: Put "{url}": dial tcp: lookup {A_ENDPOINT}: no such host'
     )

@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 TRANSFER = "transfer"
 # The weight of the newest transfer in a link's observed bandwidth.
 EWMA_ALPHA = 0.3
+# Smaller copies measure the step's overhead and Argo's whole-second timestamps, not the link:
+# they are recorded, and the link learns nothing from them.
+MIN_OBSERVED_BYTES = 64 * 1024 * 1024
 # The size assumed for a producer whose outputs' size is unknown (the planner's figure).
 ASSUMED_BYTES = planner.ASSUMED_UPSTREAM_BYTES
 
@@ -223,6 +226,7 @@ def hold(unit: UnitRun, units: Sequence[UnitRun]) -> bool | None:
         if copy is None:
             continue
         if copy.phase == UnitPhase.SUCCEEDED:
+            observe(copy)  # once per attempt: the link's observed bandwidth learns from it
             continue
         if copy.phase in FINAL_UNIT:
             why = copy.message or copy.phase
@@ -331,14 +335,16 @@ def observe(unit: UnitRun) -> None:
     if unit.phase != UnitPhase.SUCCEEDED or info.get("observed") == unit.attempt:
         return
     found = measured(unit)
-    if not found["measured"] or not found["seconds"] or not found["bytes"]:
+    if not found["measured"] or found["seconds"] is None:
+        return
+    if int(found["bytes"]) < MIN_OBSERVED_BYTES:
         return
     spec = {**unit.spec, TRANSFER: {**info, "observed": unit.attempt}}
     if not UnitRun.objects.filter(pk=unit.pk, spec=unit.spec).update(spec=spec):
         return
     unit.spec = spec
     # Whole-second timestamps: a copy under a second counts as one second.
-    mbps = found["bytes"] * 8 / 1e6 / max(float(found["seconds"]), 1.0)
+    mbps = max(int(found["bytes"]), 1) * 8 / 1e6 / max(float(found["seconds"]), 1.0)
     link = SiteLink.objects.filter(source__name=found["from"], target__name=unit.site)
     with transaction.atomic():
         row = link.select_for_update().first()

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 import yaml
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from placement.models import PlacementRule
@@ -138,6 +140,17 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     assert (moved["from"], moved["to"]) == ("site-a", "site-b")
     assert moved["bytes"] == len(CONTENT.encode())
     assert moved["seconds"] is not None and moved["cost"] == "0.00"
+    # A copy this small measures overhead, not the link: the link learns nothing from it
+    # (tests/bench/bench_transfer.py moves 256 MiB, which it learns from).
+    link = SiteLink.objects.get(source__name="site-a", target__name="site-b")
+    assert link.observed_transfers == 0 and link.observed_mbps is None
+    client = Client()
+    client.force_login(scientist)
+    page = client.get(reverse("ui-site-detail", args=["site-a"]))
+    assert page.status_code == 200 and "Observed" in page.content.decode()
+    # The run page shows the transfer beside the steps.
+    page = client.get(reverse("ui-run-detail", args=[run.pk]))
+    assert page.status_code == 200 and "write-copy-site-b" in page.content.decode()
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(

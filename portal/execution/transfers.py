@@ -121,8 +121,10 @@ def route(
         via[producer.name] = copy.name
     if via != ((unit.spec or {}).get("via") or {}):
         spec = {**(unit.spec or {}), "via": via}
+        # The pages draw the graph from the column: the copy feeds the unit there too.
+        drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
         if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
-            spec=spec
+            spec=spec, upstream=drawn
         ):
             unit.spec = spec
             out.moved = True

@@ -150,7 +150,11 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     assert page.status_code == 200 and "Observed" in page.content.decode()
     # The run page shows the transfer beside the steps.
     page = client.get(reverse("ui-run-detail", args=[run.pk]))
-    assert page.status_code == 200 and "write-copy-site-b" in page.content.decode()
+    assert page.status_code == 200
+    html = page.content.decode()
+    # A distinct shape in the DAG, fed by write and feeding read.
+    assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
+    assert html.count('class="node phase-Succeeded transfer"') == 1
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(

@@ -389,6 +389,8 @@ def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterato
     settings.PORTAL_WEBHOOK_REGISTER = False
     gateway.reset()
     call_command("load_demo", verbosity=0)
+    # The repositories' Secrets, as the demo's operators create them (the portal signs with them).
+    create_credentials(sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
     try:
         yield sandbox
     finally:

@@ -200,7 +200,6 @@ def test_a_webhook_decision_is_recorded_and_replayed_like_a_submission(
         (run.pk, "preprocess", "site-b", None, "runtime")
     }
     assert "cannot reach the artifact repository of site-a" in moved[0]["why"]
-    assert "sentinel2-l1c (read upstream)" in moved[0]["why"]
 
 
 def test_a_direct_workflows_decision_is_replayed_without_a_run(

@@ -143,11 +143,15 @@ def sign_inputs(
     stores: Mapping[str, Mapping[str, Any]],
     keys: Callable[[str], Keys],
     expires: int,
+    site: str | None = None,
 ) -> list[Any]:
     """A step workflow's argument artifacts with each one held in a repository of the fleet
     (``stores``: by site, ``endpoint``, ``bucket``, ``credentials_secret``) turned into an
     ``http`` artifact at a pre-signed GET for that object. Others (a public URL, git, a
-    repository the fleet does not know) are left as written."""
+    repository the fleet does not know) are left as written. An input in the repository of
+    the step's own ``site`` (known: placed at submission) stays an ``s3`` location read with
+    that site's own Secret, which is on its member: Argo's s3 driver reads a directory (an
+    unarchived folder of keys) where a single pre-signed GET cannot."""
     secret_of = {
         (str(s.get("endpoint")), str(s.get("bucket"))): str(s["credentials_secret"])
         for s in stores.values()
@@ -160,6 +164,15 @@ def sign_inputs(
         secret = secret_of.get((where.endpoint, where.bucket)) if where else None
         if where is None or secret is None:
             out.append(artifact)
+            continue
+        own = stores.get(site or "") or {}
+        if (own.get("endpoint"), own.get("bucket")) == (where.endpoint, where.bucket):
+            location = {
+                **dict(artifact["s3"]),
+                "accessKeySecret": {"name": secret, "key": "accessKey"},
+                "secretKeySecret": {"name": secret, "key": "secretKey"},
+            }
+            out.append({**artifact, "s3": location})
             continue
         url = presigned_url(where, keys(secret), expires=expires)
         out.append(http_artifact(artifact, url))

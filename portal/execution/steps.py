@@ -88,7 +88,7 @@ def step_workflow_for(
     outputs = upstream_outputs(units) if outputs is None else outputs
     if transfers.is_transfer(unit):
         body = transfers.workflow(run, unit, units, outputs)
-        signed_inputs(body["spec"], gates.deadline_left(run))
+        signed_inputs(body["spec"], gates.deadline_left(run), unit.site or None)
         return body
     # A producer it reads through a copy (its site cannot read the producer's repository).
     outputs = transfers.outputs_through_copies(unit, units, outputs, outputs)
@@ -117,7 +117,7 @@ def step_workflow_for(
     exit_unit = unit.spec.get("kind") == "exit"
     left = None if exit_unit else gates.deadline_left(run)
     body["spec"] = manifests.run_level_spec(body["spec"], deadline_left=left)
-    signed_inputs(body["spec"], left)
+    signed_inputs(body["spec"], left, unit.site or None)
     if not site:
         context = context_annotation(
             project=run.project.name if run.project_id and run.project else None,
@@ -140,7 +140,7 @@ def step_workflow_for(
 _KEYS = presign.KeyCache(gateway.secret_data)
 
 
-def signed_inputs(spec: dict[str, Any], deadline_left: float | None) -> None:
+def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str | None) -> None:
     """The step's input artifacts held in a repository of the fleet become pre-signed GETs
     for exactly those objects, valid until the step's deadline (an hour without one): the
     step never holds a repository's keys, whichever site it runs at (issue #28)."""
@@ -154,7 +154,11 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None) -> None:
     artifacts = arguments["artifacts"]
     try:
         arguments["artifacts"] = presign.sign_inputs(
-            list(artifacts), artifact_stores(), _KEYS.keys, presign.expiry_for(deadline_left)
+            list(artifacts),
+            artifact_stores(),
+            _KEYS.keys,
+            presign.expiry_for(deadline_left),
+            site,
         )
     except (KeyError, gateway.PermanentError) as exc:
         # The repository's Secret is missing or holds no keys: the step cannot read its input.

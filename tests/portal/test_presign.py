@@ -130,3 +130,27 @@ def test_inputs_in_a_fleet_repository_become_http_artifacts_without_secrets() ->
     )
     assert "X-Amz-Expires=600" in first["http"]["url"]
     assert signed[1:] == inputs[1:]  # not the fleet's: left as written
+
+
+def test_an_input_at_the_step_s_own_site_is_read_with_its_own_secret() -> None:
+    """Argo's s3 driver reads a folder of keys (an unarchived directory), a single pre-signed
+    GET cannot: at the producer's own site, where the site's Secret is, the input stays s3."""
+    inputs = [
+        {
+            "name": "data",
+            "s3": {
+                "endpoint": "s3.site-a.sandbox.invalid",
+                "bucket": "site-a-artifacts",
+                "key": "runs/r/out",
+            },
+        }
+    ]
+    (kept,) = presign.sign_inputs(inputs, STORES, lambda s: KEYS, 600, site="site-a")
+    assert "http" not in kept
+    assert kept["s3"]["key"] == "runs/r/out"
+    assert kept["s3"]["accessKeySecret"] == {
+        "name": "site-a-artifacts-credentials",
+        "key": "accessKey",
+    }
+    (signed,) = presign.sign_inputs(inputs, STORES, lambda s: KEYS, 600, site="site-b")
+    assert "s3" not in signed and "X-Amz-Signature=" in signed["http"]["url"]

@@ -102,7 +102,16 @@ def route(
     by_name = {u.name: u for u in units}
     via = dict((unit.spec or {}).get("via") or {})
     producers = [by_name[n] for n in unit.upstream or () if n in by_name]
-    cut = [p for p in producers if p.site and (p.site, unit.site) in blocked and p.name not in via]
+    # Only outputs there are to read: a producer without output artifacts (a suspend, a step
+    # passing parameters only) needs no copy, wherever it ran.
+    cut = [
+        p
+        for p in producers
+        if p.site
+        and (p.site, unit.site) in blocked
+        and p.name not in via
+        and (p.outputs or {}).get("artifacts")
+    ]
     if not cut:
         return out
     view = planner_snapshot()

@@ -1,34 +1,67 @@
 """The demo fleet's artifact repositories and their credential Secrets, as its sites' operators
-would set them up: the repository of each site in the inventory (``load_demo``), and each
-repository's credential Secret created once on karmada-apiserver, labelled for the
-``portal-artifact-credentials`` PropagationPolicy (``run_demo`` and ``make examples``, which
-start their own sandbox). Free of Django, so the examples runner can use it from outside the
-app. The sandbox's demo fleet file has the same endpoints, buckets and Secret names."""
+would set them up, all derived from the sandbox's demo fleet file (``sandbox/fleets/demo.yaml``),
+the one description of that fleet: each site's repository (endpoint, bucket, Secret name) and
+which sites can read it (``readableFrom``), which ``load_demo`` turns into the inventory's
+``SiteLink.artifacts_reachable``; and each repository's credential Secret, created once on
+karmada-apiserver (``run_demo`` and ``make examples``, which start their own sandbox). Free of
+Django, so the examples runner can use it from outside the app."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from placement import labels
 
-SITES = ("site-a", "site-b", "site-c")
+FLEET_FILE = Path(__file__).resolve().parent.parent / "sandbox" / "fleets" / "demo.yaml"
 
+
+def _fleet_sites() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(FLEET_FILE.read_text())
+    return [s for s in doc.get("sites") or [] if isinstance(s, dict)]
+
+
+_SITES = _fleet_sites()
+SITES: tuple[str, ...] = tuple(str(s["name"]) for s in _SITES)
+
+# Per site: its repository's endpoint, bucket, region and credential Secret, as the fleet
+# file says.
 ARTIFACT_STORES: dict[str, dict[str, str]] = {
-    name: {
-        "endpoint": f"s3.{name}.sandbox.invalid",
-        "bucket": f"{name}-artifacts",
-        "credentials_secret": f"{name}-artifacts-credentials",
+    str(s["name"]): {
+        "endpoint": str((s.get("artifacts") or {}).get("endpoint") or f"s3.{s['name']}.invalid"),
+        "bucket": str(s.get("bucket") or f"{s['name']}-artifacts"),
+        # The region requests to it are signed for: the repository's own, else its site's.
+        "region": str((s.get("artifacts") or {}).get("region") or s.get("region") or "us-east-1"),
+        "credentials_secret": str(
+            (s.get("artifacts") or {}).get("credentialsSecret")
+            or f"{s['name']}-artifacts-credentials"
+        ),
     }
-    for name in SITES
+    for s in _SITES
+}
+
+# Per repository (by its site): the other sites whose steps can read it. A site always reads
+# its own repository.
+READABLE_FROM: dict[str, frozenset[str]] = {
+    str(s["name"]): frozenset(str(r) for r in (s.get("artifacts") or {}).get("readableFrom") or [])
+    for s in _SITES
 }
 
 
+def artifacts_reachable(source: str, target: str) -> bool:
+    """Whether steps at ``target`` can read the artifact repository of ``source``: the value of
+    the inventory's ``SiteLink(source, target).artifacts_reachable``."""
+    return source == target or target in READABLE_FROM.get(source, frozenset())
+
+
 def credential_secrets(domain: str) -> list[dict[str, Any]]:
-    """The repositories' credential Secrets (the sandbox checks that they are there, not what
-    they hold)."""
+    """The repositories' credential Secrets: the keys the demo's repositories accept, labelled
+    with the site they belong to (each is propagated to that site only)."""
     label = labels.key(domain, labels.ARTIFACT_CREDENTIALS)
     return [
         {

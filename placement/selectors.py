@@ -49,14 +49,16 @@ def fleet_state() -> planner.Fleet:
             cost_per_gb=float(cost),
             latency_ms=float(lat),
             artifacts_reachable=bool(reachable),
+            observed_mbps=float(observed) if observed else None,
         )
-        for src, dst, bw, cost, lat, reachable in SiteLink.objects.values_list(
+        for src, dst, bw, cost, lat, reachable, observed in SiteLink.objects.values_list(
             "source__name",
             "target__name",
             "bandwidth_mbps",
             "cost_per_gb",
             "latency_ms",
             "artifacts_reachable",
+            "observed_mbps",
         )
     )
     return planner.Fleet(sites=sites, links=links)

@@ -96,6 +96,7 @@ class DecisionSource(models.TextChoices):
     WEBHOOK = "webhook", "Admission webhook"
     FALLBACK = "fallback", "Fallback policy"
     FAILOVER = "failover", "Failover"
+    TRANSFER = "transfer", "Transfer (relay copy)"
 
 
 # A unit is placed when its rule says: the same choice set as the rules' timing.

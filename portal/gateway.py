@@ -9,6 +9,7 @@ refused the request: the unit fails with the API's message). ``NotFound``, ``Alr
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import logging
@@ -304,6 +305,20 @@ def config_map_data(name: str, ns: str | None = None) -> dict[str, str]:
     core = k8s.CoreV1Api(_api_client())
     found = core.read_namespaced_config_map(name, ns or namespace(), _request_timeout=_timeout())
     return dict(found.data or {})
+
+
+@retrying()
+def secret_data(name: str, ns: str | None = None) -> dict[str, str]:
+    """A Secret's data on karmada-apiserver, decoded: a site's artifact repository keys, which
+    the portal signs pre-signed URLs with (``portal/presign.py``) and never passes on. Needs
+    ``get`` on ``secrets`` in the portal's namespace (``deploy/karmada/rbac.yaml``)."""
+    core = k8s.CoreV1Api(_api_client())
+    found = core.read_namespaced_secret(name, ns or namespace(), _request_timeout=_timeout())
+    data = {k: base64.b64decode(v).decode() for k, v in (found.data or {}).items()}
+    # A Secret written with stringData and read back from a server that did not fold it
+    # into data (the sandbox folds it; real Kubernetes always does).
+    data.update({k: str(v) for k, v in (found.string_data or {}).items()})
+    return data
 
 
 def _call(verb: str, resource: Resource, ns: str | None, *args: Any, **kwargs: Any) -> Any:

@@ -125,6 +125,7 @@ def graph_skeleton(run: WorkflowRun, counts: Counts, expand: Sequence[str]) -> S
             task=_kt("task"),
             item_index=_kt("item_index"),
             expanded=_kt("expanded"),
+            kind=_kt("kind"),
         )
     )
     drawn, groups = group_units(rows, expand)
@@ -132,7 +133,7 @@ def graph_skeleton(run: WorkflowRun, counts: Counts, expand: Sequence[str]) -> S
     nodes = [
         {"name": n["name"], "upstream": n["upstream"], "timing": n.get("timing"), "group": True}
         if n.get("group") is not None
-        else {k: n.get(k) for k in SKELETON_FIELDS}
+        else {**{k: n.get(k) for k in SKELETON_FIELDS}, "kind": n.get("kind")}
         for n in drawn
     ]
     needed = {str(d) for n in drawn for d in n.get("upstream") or []}

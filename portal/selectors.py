@@ -18,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from placement import manifests
 from placement.manifests import GlobalOutputs
 from placement.parser import Resources, parse_arguments
+from portal import presign
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
@@ -279,21 +280,19 @@ def artifact_stores() -> dict[str, dict[str, Any]]:
     }
 
 
-def _full_location(artifact: Mapping[str, Any], store: Mapping[str, Any]) -> dict[str, Any]:
-    """Argo records only an output's key, and a reader resolves a key against its *own* site's
-    repository: the portal writes where the producing site keeps it (endpoint, bucket, key,
-    credential Secret refs). Everywhere, the producer's own site included: a runtime step's
-    site is not known when it is built."""
+def _full_location(
+    artifact: Mapping[str, Any], store: Mapping[str, Any], recorded: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """An output as where it is: its own full location when Argo recorded one, else its key
+    in the repository its step workflow used (``recorded``), else in its site's repository of
+    the inventory (``store``). No Secret reference: a reader gets a pre-signed URL for the
+    object (``portal/presign.py``), never the repository's keys."""
+    where = presign.location_of(artifact, recorded, store)
     s3 = artifact.get("s3")
-    if not isinstance(s3, Mapping) or not s3.get("key") or not store.get("bucket"):
+    if where is None or not isinstance(s3, Mapping):
         return dict(artifact)
-    full = {**s3, "bucket": store["bucket"], "key": s3["key"]}
-    if store.get("endpoint"):
-        full["endpoint"] = store["endpoint"]
-    secret = store.get("credentials_secret")
-    if secret:
-        full["accessKeySecret"] = {"name": secret, "key": "accessKey"}
-        full["secretKeySecret"] = {"name": secret, "key": "secretKey"}
+    full = {k: v for k, v in s3.items() if k not in ("accessKeySecret", "secretKeySecret")}
+    full.update(endpoint=where.endpoint, bucket=where.bucket, key=where.key, region=where.region)
     return {**artifact, "s3": full}
 
 
@@ -311,7 +310,7 @@ def _task_outputs(
         },
         result=out.get("result"),
         artifacts={
-            str(a.get("name")): _full_location(a, store)
+            str(a.get("name")): _full_location(a, store, out.get(presign.REPOSITORY_KEY))
             for a in out.get("artifacts") or []
             if isinstance(a, dict)
         },

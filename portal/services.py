@@ -18,6 +18,7 @@ from django.utils import timezone
 from placement import codec, manifests, parser, planner
 from placement.gcpause import gc_paused
 from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
+from placement.planner import relays
 from placement.revisions.replay import planning_record
 from portal import bulk, catalogue, state, stored_decisions
 from portal.choices import RunStatus, UnitPhase, UnitTiming
@@ -241,8 +242,21 @@ def workflow_preview(
     and ``item_index``, with which the submit page groups a fan-out as the run page does."""
     proj = _project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
-    plan = _plan(parsed, proj)
+    plan, fleet, _ = _plan_from(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
+    # What submission would refuse (a residency-bound input needed where it may not go).
+    warnings += [
+        {"path": f"units.{d.unit}", "message": f"no site can run it: {d.reason}"}
+        for d in plan.decisions
+        if d.timing == "submit" and d.site is None
+    ]
+    # The copies the plan implies: a unit placed where it cannot read what it reads.
+    planned = relays.planned(
+        plan.decisions,
+        {u.name: u.upstream for u in parsed.units},
+        fleet,
+        {u.name: u.output_bytes for u in parsed.units},
+    )
     pods = {u.name: u.pods for u in parsed.units}
     looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
     guess = _estimate(proj, parsed, plan)
@@ -260,7 +274,7 @@ def workflow_preview(
         row["pods"] = pods.get(row["name"])
         if loops:
             row["task"], row["item_index"] = looped.get(row["name"], (row["name"], None))
-    return {"units": rows, "warnings": warnings, "estimate": estimate}
+    return {"units": rows, "warnings": warnings, "estimate": estimate, "transfers": planned}
 
 
 NAME_ATTEMPTS = 8

@@ -177,6 +177,10 @@ class SiteLink(models.Model):
     # False: steps at ``target`` cannot read ``source``'s artifact repository (network, bucket
     # policy), so a step reading an output made at ``source`` is not placed at ``target``.
     artifacts_reachable = models.BooleanField(default=True)
+    # What the portal's transfers over this link measured: an exponentially weighted mean
+    # (Mbit/s) the planner estimates with instead of ``bandwidth_mbps`` once known.
+    observed_mbps = models.FloatField(null=True, blank=True, editable=False)
+    observed_transfers = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["source__name", "target__name"]

@@ -132,14 +132,17 @@ OVERRIDE_KEYS = {
 # artifact takes them: host[:port], no scheme.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
-ARTIFACT_STORE_KEYS = ("endpoint", "bucket", "credentials_secret")
+ARTIFACT_STORE_KEYS = ("endpoint", "bucket", "credentials_secret", "region")
+# An S3 region name (us-east-1, eu-west, ...): what requests to the repository are signed for.
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 def artifact_store_problems(value: Any) -> list[Problem]:
     """``{"endpoint": "s3.site-a.example.org", "bucket": "site-a-artifacts",
     "credentials_secret": "site-a-artifacts-credentials"}``: where the site keeps its step
-    outputs, written in full into the step workflows of steps elsewhere that read them.
-    ``bucket`` is required; the Secret is the one propagated to every member."""
+    outputs; steps elsewhere read them through pre-signed URLs the portal signs with the Secret's
+    keys for ``region`` (default us-east-1). ``bucket`` is required; the Secret is propagated
+    to this site only."""
     if not isinstance(value, dict):
         return [("", "Must be an object with endpoint, bucket and credentials_secret.")]
     problems: list[Problem] = [
@@ -159,6 +162,9 @@ def artifact_store_problems(value: Any) -> list[Problem]:
         not isinstance(secret, str) or len(secret) > 253 or not _DNS_SUBDOMAIN.match(secret)
     ):
         problems.append(("credentials_secret", "Must be the name of a Secret."))
+    region = value.get("region")
+    if region is not None and (not isinstance(region, str) or not _REGION.match(region)):
+        problems.append(("region", "Must be an S3 region name such as eu-west-1."))
     return problems
 
 

@@ -396,6 +396,13 @@ def gateway_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[S
         gateway.reset()
 
 
+def load_demo_inventory(sandbox: SandboxServer, settings: Any) -> None:
+    """The demo inventory, and the repositories' Secrets as the demo's operators create them
+    (the portal signs cross-site reads with them)."""
+    call_command("load_demo", verbosity=0)
+    create_credentials(sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
+
+
 @contextlib.contextmanager
 def demo_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[SandboxServer]:
     """``gateway_on`` with the demo inventory loaded and the portal's policies written: what
@@ -403,7 +410,7 @@ def demo_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[Sand
     from portal import execution
 
     with gateway_on(sandbox, settings, **more):
-        call_command("load_demo", verbosity=0)
+        load_demo_inventory(sandbox, settings)
         execution.policies_sync()
         yield sandbox
 
@@ -413,7 +420,7 @@ def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterato
     """The demo inventory, with the portal's gateway pointed at the shared sandbox (no
     webhook registered). Policies are not written: ``demo_fleet`` writes them."""
     with gateway_on(sandbox, settings, PORTAL_WEBHOOK_REGISTER=False):
-        call_command("load_demo", verbosity=0)
+        load_demo_inventory(sandbox, settings)
         yield sandbox
 
 

@@ -423,6 +423,7 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
         ("coordination.k8s.io", "leases", "portal-watcher"): {"get", "update"},
         ("coordination.k8s.io", "leases", "portal-beat"): {"get", "update"},
         ("", "configmaps", "*"): {"get"},  # gateway.config_map_data (semaphore limits)
+        ("", "secrets", "*"): {"get"},  # gateway.secret_data (signing pre-signed reads)
     }
     role = next(d for p, _, d in DOCUMENTS if p.endswith("rbac.yaml") and d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "portal"
@@ -448,6 +449,7 @@ def test_the_shipped_rbac_lets_the_portal_do_what_the_gateway_does() -> None:
         ("GET", "/apis/cluster.karmada.io/v1alpha1/clusters", {"watch": "true"}),
         ("GET", "/api/v1/namespaces/portal", {}),
         ("GET", "/api/v1/namespaces/portal/configmaps/limits", {}),
+        ("GET", "/api/v1/namespaces/portal/secrets/site-a-artifacts-credentials", {}),
         ("POST", f"{ns}/workflows", {}),
         ("PATCH", f"{ns}/workflows/w", {}),
         ("DELETE", f"{ns}/workflows/w", {}),
@@ -526,7 +528,7 @@ def test_the_example_is_what_karmada_manifests_prints_for_the_demo_fleet(setting
         "the demo fleet or the manifests changed: regenerate the example (see its header)"
     )
     kinds = [d["kind"] for d in printed]
-    assert kinds.count("PropagationPolicy") == 5  # three sites, the fallback, the Secrets
+    assert kinds.count("PropagationPolicy") == 7  # three sites, the fallback, a Secret per site
     for doc in printed:
         assert manifest_problems(doc) == [], doc["metadata"]["name"]
 

@@ -74,9 +74,11 @@ from placement.manifests.substitution import (
     with_skipped_defaults,
 )
 from placement.manifests.workflows import (
+    TRANSFER_IMAGE,
     emitted_template_names,
     step_workflow,
     step_workflow_name,
+    transfer_workflow,
 )
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "NAME_MAX",
     "POLICY_API",
     "SITE_POLICY_PRIORITY",
+    "TRANSFER_IMAGE",
     "WEBHOOK_NAME",
     "DependsError",
     "ExpressionError",
@@ -120,6 +123,7 @@ __all__ = [
     "step_workflow",
     "step_workflow_name",
     "substitute",
+    "transfer_workflow",
     "webhook_configuration",
     "with_skipped_defaults",
 ]

@@ -94,38 +94,35 @@ def fallback_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str
     }
 
 
+# The one policy that once propagated every site's repository Secret to every member: the
+# policy sync deletes it where it is still there (issue #28).
 ARTIFACT_CREDENTIALS_POLICY = "portal-artifact-credentials"
 
 
-def artifact_credentials_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str, Any]:
-    """The credential Secrets of the sites' artifact repositories, propagated to every member:
-    a step reading an input another site produced names that site's Secret
-    (``accessKeySecret``/``secretKeySecret`` in its full location), and Argo reads it in the
-    reading site's namespace. Operators create each Secret once, in the portal's namespace on
-    karmada-apiserver, labelled ``P/artifact-credentials=true``; a PropagationPolicy (not
-    ``propagateDeps``: a step workflow's Secret references are inside argument artifacts, which
-    Karmada's Workflow interpreter does not report as dependencies)."""
+def artifact_credentials_policy(
+    site: str, secret: str, *, namespace: str, domain: str = DEFAULT_DOMAIN
+) -> dict[str, Any]:
+    """``portal-artifact-credentials-<site>``: the credential Secret of ``site``'s artifact
+    repository (by name, as the inventory gives it), propagated to that one cluster and no
+    other. Steps at the site write their outputs with it (Argo reads it in the step's own
+    namespace); a step elsewhere reads them through a pre-signed URL the portal makes for
+    exactly that object (``portal/presign.py``), so no member ever holds another site's keys.
+    Operators create each Secret once, in the portal's namespace on karmada-apiserver. A
+    PropagationPolicy, not ``propagateDeps``: a step workflow's Secret references are inside
+    its artifact repository, which Karmada's Workflow interpreter does not report as a
+    dependency."""
     managed = labels.key(domain, labels.MANAGED)
     return {
         "apiVersion": POLICY_API,
         "kind": "PropagationPolicy",
         "metadata": {
-            "name": ARTIFACT_CREDENTIALS_POLICY,
+            "name": dns_name(f"{ARTIFACT_CREDENTIALS_POLICY}-{site}"),
             "namespace": namespace,
-            "labels": {managed: "true"},
+            "labels": {managed: "true", labels.key(domain, labels.SITE): label_value(site)},
         },
         "spec": {
-            "resourceSelectors": [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "labelSelector": {
-                        "matchLabels": {labels.key(domain, labels.ARTIFACT_CREDENTIALS): "true"}
-                    },
-                }
-            ],
-            # No cluster affinity: every member cluster gets a copy.
-            "placement": {},
+            "resourceSelectors": [{"apiVersion": "v1", "kind": "Secret", "name": secret}],
+            "placement": {"clusterAffinity": {"clusterNames": [site]}},
         },
     }
 
@@ -287,6 +284,11 @@ def karmada_manifests(
         out.append(propagation_policy(site, namespace=namespace, domain=domain, prefix=prefix))
         out += override_policies(site, overrides, namespace=namespace, domain=domain, prefix=prefix)
     out.append(fallback_policy(namespace=namespace, domain=domain))
-    out.append(artifact_credentials_policy(namespace=namespace, domain=domain))
+    for site, overrides in pairs:
+        secret = (overrides.get("artifact_store") or {}).get("credentials_secret")
+        if secret:
+            out.append(
+                artifact_credentials_policy(site, secret, namespace=namespace, domain=domain)
+            )
     out.append(webhook_configuration(webhook_url, ca_bundle=ca_bundle, domain=domain))
     return out

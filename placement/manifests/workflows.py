@@ -335,3 +335,72 @@ def _step_labels(
     if unit.resources.gpus:
         out[labels.key(domain, labels.GPU)] = "true"
     return out
+
+
+# The transfer step's image: a shell is all it needs (Argo's executor moves the bytes).
+TRANSFER_IMAGE = "alpine:3.20"
+TRANSFER_DIR = "/tmp/transfer"
+
+
+def transfer_workflow(
+    unit: Unit,
+    artifacts: Sequence[Mapping[str, Any]],
+    *,
+    run_name: str,
+    run_id: str | int,
+    attempt: int = 1,
+    namespace: str,
+    site: str,
+    reason: str,
+    domain: str = DEFAULT_DOMAIN,
+) -> dict[str, Any]:
+    """The step workflow of a transfer unit (issue #28): each of ``artifacts`` (a producer's
+    outputs, each an input artifact at a pre-signed ``http`` URL, by the output's name) is
+    read into the step and written out again, under the same name, into the repository of the
+    site it runs at, unarchived (``archive: none``: the copy is the object as read, Argo having
+    unpacked a producer's default tgz on input). Its ``bytes`` output parameter is what was
+    moved, for the transfer's record and the link's observed bandwidth."""
+    inputs, outputs = [], []
+    for i, artifact in enumerate(artifacts):
+        path = f"{TRANSFER_DIR}/{i}"
+        inputs.append({"name": f"a{i}", "path": path})
+        outputs.append({"name": str(artifact["name"]), "path": path, "archive": {"none": {}}})
+    arguments = [
+        {**{k: v for k, v in a.items() if k != "name"}, "name": f"a{i}"}
+        for i, a in enumerate(artifacts)
+    ]
+    template = {
+        "name": "transfer",
+        "inputs": {"artifacts": inputs},
+        "outputs": {
+            "artifacts": outputs,
+            "parameters": [{"name": "bytes", "valueFrom": {"path": f"{TRANSFER_DIR}.bytes"}}],
+        },
+        "container": {
+            "image": TRANSFER_IMAGE,
+            "command": ["sh", "-c"],
+            # Bytes of every file read (a directory artifact is counted file by file).
+            "args": [
+                f"find {TRANSFER_DIR} -type f -exec cat {{}} + | wc -c "
+                f"| tr -d ' ' > {TRANSFER_DIR}.bytes"
+            ],
+        },
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workflow",
+        "metadata": {
+            "name": step_workflow_name(run_name, unit.slug, attempt),
+            "namespace": namespace,
+            "labels": _step_labels(unit, domain, run_id=run_id, attempt=attempt, site=site),
+            "annotations": {
+                labels.key(domain, labels.REASON): " ".join(reason.split())[:1024],
+                labels.key(domain, labels.UNIT_NAME): unit.name,
+            },
+        },
+        "spec": {
+            "entrypoint": "transfer",
+            "arguments": {"artifacts": arguments},
+            "templates": [template],
+        },
+    }

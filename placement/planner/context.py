@@ -57,8 +57,12 @@ class _Context:
         rules: Sequence[Rule] | RuleBook,
         datasets: Sequence[DatasetInfo] | DataCatalogue,
         project: str | None,
+        relays: bool = True,
     ) -> None:
         self.fleet = fleet
+        # False: a site reads upstream outputs only where it reaches them itself (a decision
+        # for a step workflow already built, whose inputs cannot go through a copy any more).
+        self.relays = relays
         self.rulebook = rules if isinstance(rules, RuleBook) else _compiled(rules, RuleBook)
         self.data = (
             datasets if isinstance(datasets, DataCatalogue) else _compiled(datasets, DataCatalogue)
@@ -145,22 +149,35 @@ class _Context:
             self.caches.datasets.put(key, cached)
         return cached
 
+    def relay(self, source: str, target: str) -> str | None:
+        """The relay of ``source``'s outputs for a reader at ``target`` (None: not relayed)."""
+        return self.fleet.relay(source, target) if self.relays else None
+
     def link_row(self, source: str) -> tuple[list[float], list[bool]]:
         """From ``source`` to each site (by name): seconds per byte, and whether a link is
         known (no link: the slow default). Zero to itself."""
-        cached = self.caches.links.get(source)
+        cached = self.caches.links.get((source, self.relays))
         if cached is None:
             default = 8 / (DEFAULT_BANDWIDTH_MBPS * 1e6)
             per_byte, known = [], []
+            blocked = self.fleet.unreachable
             for s in self.sites:
+                relay = self.relay(source, s.name) if (source, s.name) in blocked else None
+                if relay is not None:
+                    # Read through a copy at the relay: both hops.
+                    hops = ((source, relay), (relay, s.name))
+                    rates = [self.bandwidth.get(h) for h in hops]
+                    per_byte.append(sum(8 / (m * 1e6) if m else default for m in rates))
+                    known.append(all(m is not None for m in rates))
+                    continue
                 mbps = self.bandwidth.get((source, s.name))
                 per_byte.append(0.0 if s.name == source else 8 / (mbps * 1e6) if mbps else default)
                 known.append(s.name == source or mbps is not None)
-            cached = self.caches.links.put(source, (per_byte, known))
+            cached = self.caches.links.put((source, self.relays), (per_byte, known))
         return cached
 
     def upstream_costs(self, source: str, nbytes: int, how: SizeSource) -> _Costs:
-        key = (source, nbytes, how)
+        key = (source, nbytes, how, self.relays)
         cached = self.caches.upstream.get(key)
         if cached is None:
             sites = self.sites
@@ -178,11 +195,21 @@ class _Context:
             seconds = [nbytes * f for f in per_byte]
             no_link = f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
 
+            blocked = self.fleet.unreachable
+
             def note(i: int) -> str:
                 if sites[i].name == source:
                     return ""
                 link = "" if known[i] else no_link
-                return f"upstream output {size} from {source} ({human_seconds(seconds[i])}{link})"
+                relay = (
+                    self.relay(source, sites[i].name)
+                    if (source, sites[i].name) in blocked
+                    else None
+                )
+                via = f" through a copy at {relay}" if relay else ""
+                return (
+                    f"upstream output {size} from {source}{via} ({human_seconds(seconds[i])}{link})"
+                )
 
             moved = [0 if s.name == source else nbytes for s in sites]
             cached = self.caches.upstream.put(

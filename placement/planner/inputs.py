@@ -88,6 +88,9 @@ class Link:
     latency_ms: float = 0.0
     # False: steps at ``target`` cannot read ``source``'s artifact repository.
     artifacts_reachable: bool = True
+    # What transfers over this link measured (an exponentially weighted mean, Mbit/s); when
+    # known, the planner estimates with it instead of the configured ``bandwidth_mbps``.
+    observed_mbps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -177,8 +180,12 @@ class _FleetCaches:
         self.eligibility: _Bounded[tuple[Any, ...], _Eligibility] = _Bounded()
         self.capacity: _Bounded[Resources, tuple[list[float], list[str]]] = _Bounded()
         self.datasets: _Bounded[tuple[DatasetInfo, ...], _Costs] = _Bounded()
-        self.links: _Bounded[str, tuple[list[float], list[bool]]] = _Bounded()
-        self.upstream: _Bounded[tuple[str, int, str], _Costs] = _Bounded()
+        self.links: _Bounded[tuple[str, bool], tuple[list[float], list[bool]]] = _Bounded()
+        self.upstream: _Bounded[tuple[str, int, str, bool], _Costs] = _Bounded()
+        self.relays: _Bounded[tuple[str, str], object] = _Bounded()
+
+
+_NOT_YET = object()
 
 
 @dataclass(frozen=True)
@@ -218,9 +225,30 @@ class Fleet:
 
     @cached_property
     def bandwidth(self) -> dict[tuple[str, str], float]:
-        return {
-            (ln.source, ln.target): ln.bandwidth_mbps for ln in self.links if ln.bandwidth_mbps > 0
-        }
+        """Mbit/s per link: what transfers observed where they did, else the configured."""
+        out = {}
+        for ln in self.links:
+            mbps = ln.observed_mbps if ln.observed_mbps and ln.observed_mbps > 0 else None
+            mbps = mbps or (ln.bandwidth_mbps if ln.bandwidth_mbps > 0 else None)
+            if mbps:
+                out[(ln.source, ln.target)] = mbps
+        return out
+
+    @cached_property
+    def cost_per_gb(self) -> dict[tuple[str, str], float]:
+        return {(ln.source, ln.target): float(ln.cost_per_gb) for ln in self.links}
+
+    def relay(self, source: str, target: str) -> str | None:
+        """The site that would relay ``source``'s outputs to a reader at ``target`` (size
+        unknown: by bandwidth alone), cached per Fleet object; None when no relay is needed
+        or none can (``relays.relay_for``)."""
+        key = (source, target)
+        found = self.caches.relays.get(key, _NOT_YET)
+        if found is _NOT_YET:
+            from placement.planner.relays import relay_for
+
+            found = self.caches.relays.put(key, relay_for(self, source, target, 1 << 20))
+        return found if isinstance(found, str) else None
 
 
 @dataclass(frozen=True)

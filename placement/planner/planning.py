@@ -25,6 +25,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Decision, Plan
 from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.relays import relay_for
 from placement.planner.reservations import reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.planner.scoring import _best
@@ -43,6 +44,7 @@ def decide(
     timing: Timing | None = None,
     strict_capacity: bool = False,
     ancestors: Iterable[Unit] = (),
+    relays: bool = True,
 ) -> Decision:
     """Decide one unit now (the webhook, failover, or a re-plan).
 
@@ -52,10 +54,12 @@ def decide(
     reported as given (default: the timing the matching rules ask for); the site is always
     chosen. ``strict_capacity`` makes free GPUs, CPU and memory a hard filter (deciding for *now*).
     ``ancestors``: the units whose outputs this one reads, directly or not; the residency of
-    what they read binds this unit too.
+    what they read binds this unit too. ``relays``: False for a step workflow already built
+    (the webhook, a runtime unit's fallback site): its inputs are read where they are, so a
+    site that cannot read them itself is not eligible even where a copy could be relayed.
     """
     with gc_paused():
-        ctx = _Context(fleet, rules, datasets, project)
+        ctx = _Context(fleet, rules, datasets, project, relays)
         where = _normalise_upstream(upstream_sites, unit.upstream)
         bound = _bound(ctx, ancestors)
         decision = _decide(
@@ -148,21 +152,46 @@ def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
 
 
 def _reachable(
-    ctx: _Context, elig: _Eligibility, moving: Sequence[tuple[str, int, SizeSource]]
+    ctx: _Context,
+    elig: _Eligibility,
+    moving: Sequence[tuple[str, int, SizeSource]],
+    derived: tuple[DatasetInfo, ...] = (),
 ) -> _Eligibility:
-    """Sites that cannot read the artifact repository of a site upstream outputs are at."""
+    """Sites that cannot read the artifact repository of a site upstream outputs are at, and
+    where no relay can copy them to (``relays.py``): a relay outside the regions the outputs
+    are bound to by a residency-bound dataset read upstream (``derived``) is never used."""
     blocked = ctx.fleet.unreachable
     if not blocked or not moving:
         return elig
     sources = sorted({src for src, _, _ in moving})
+    regions = frozenset(set.intersection(*(set(d.residency) for d in derived))) if derived else None
     whys = list(elig.whys)
     changed = False
     for i, s in enumerate(ctx.sites):
         if whys[i] is not None:
             continue
-        cut = [src for src in sources if (src, s.name) in blocked]
+        cut = []
+        for src in sources:
+            if (src, s.name) not in blocked:
+                continue
+            relay = ctx.relay(src, s.name)
+            if relay is not None and regions is not None:
+                site = ctx.fleet.site_by_name.get(relay)
+                if site is None or site.region not in regions:
+                    relay = relay_for(ctx.fleet, src, s.name, 1 << 20, regions)
+            if relay is None:
+                cut.append(src)
         if cut:
-            whys[i] = f"cannot reach the artifact repository of {', '.join(cut)} (upstream outputs)"
+            why = f"cannot reach the artifact repository of {', '.join(cut)} (upstream outputs)"
+            if regions is not None:
+                names = ", ".join(d.name.removesuffix(" (read upstream)") for d in derived)
+                why += (
+                    f" and no relay in {', '.join(sorted(regions)) or 'no region'} "
+                    f"(residency of {names})"
+                )
+            else:
+                why += " and no site can relay them"
+            whys[i] = why
             changed = True
     return _Eligibility(whys) if changed else elig
 
@@ -273,7 +302,7 @@ def _evaluate(
         r.weight for r in matched if r.effect == "prefer_free_capacity"
     )
     elig = ctx.eligibility(hard, (*reads, *derived), req, exclude, strict_capacity)
-    elig = _reachable(ctx, elig, moving)
+    elig = _reachable(ctx, elig, moving, derived)
     capacity = ctx.capacity(req)
     costs = [ctx.dataset_costs(reads)] if reads else []
     costs += [ctx.upstream_costs(src, b, how) for src, b, how in moving]

@@ -416,6 +416,7 @@ def _decide_runtime(
             timing="runtime",
             strict_capacity=True,
             ancestors=found.ancestors,
+            relays=False,
         ),
     )
 

@@ -213,6 +213,8 @@ def _decide(found: Context, view: PlannerSnapshot) -> planner.Decision:
         exclude_sites=quota_excluded(found, view.fleet),
         timing="runtime",
         strict_capacity=True,
+        # The step workflow is built: its inputs are read where they are, not via a copy.
+        relays=False,
         # Outputs computed from a residency-bound dataset are bound too, here as in the
         # worker's own planning (its fallback site, failover, withParam items).
         ancestors=found.ancestors,

@@ -4,10 +4,11 @@ import copy
 from typing import Any
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
+from portal.execution import transfers
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
 from portal.quotas import services as quota_services
@@ -82,6 +83,7 @@ class UnitRunListSerializer(serializers.ListSerializer[UnitRun]):
                     row[name] = int(value)
                 else:
                     row[name] = str(value)
+            row.update(unit_kind(u))
             out.append(row)
         return out
 
@@ -90,13 +92,52 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
     class Meta:
         model = UnitRun
         list_serializer_class = UnitRunListSerializer
-        fields = UNIT_FIELDS
+        fields = [*UNIT_FIELDS, "kind", "transfer"]
         read_only_fields = fields
+
+    kind = serializers.SerializerMethodField(
+        help_text='"step", or "transfer" for a copy of an upstream output to a relay site'
+    )
+    transfer = serializers.SerializerMethodField(
+        help_text='a transfer unit\'s copy: {"from", "to", "bytes", "seconds", "cost"}; '
+        "null for a step"
+    )
+
+    def get_kind(self, instance: UnitRun) -> str:
+        return str(unit_kind(instance)["kind"])
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "from": {"type": "string"},
+                "to": {"type": "string"},
+                "bytes": {"type": "integer"},
+                "seconds": {"type": "number", "nullable": True},
+                "cost": {"type": "string"},
+            },
+        }
+    )
+    def get_transfer(self, instance: UnitRun) -> dict[str, Any] | None:
+        found = unit_kind(instance)["transfer"]
+        return found if isinstance(found, dict) else None
 
     def to_representation(self, instance: UnitRun) -> dict[str, Any]:
         row = super().to_representation(instance)
         row["outputs"] = preview(row.get("outputs"), int(settings.PORTAL_OUTPUT_PREVIEW_CHARS))
         return dict(row)
+
+
+def unit_kind(unit: UnitRun) -> dict[str, Any]:
+    """``kind`` ("step" or "transfer") and, for a transfer, what it moved (issue #28)."""
+    if not transfers.is_transfer(unit):
+        return {"kind": "step", "transfer": None}
+    found = transfers.measured(unit)
+    return {
+        "kind": "transfer",
+        "transfer": {k: found[k] for k in ("from", "to", "bytes", "seconds", "cost")},
+    }
 
 
 class AttemptSerializer(serializers.Serializer[Any]):
@@ -317,11 +358,34 @@ class EstimateSerializer(serializers.Serializer[dict[str, Any]]):
     )
 
 
+class PreviewTransferSerializer(serializers.Serializer[dict[str, Any]]):
+    unit = serializers.CharField(help_text="The transfer unit: <producer>-copy-<relay>")
+    producer = serializers.CharField()
+    # ``from``, ``via``, ``to`` (Python keywords aside, the JSON names).
+    from_ = serializers.CharField(help_text="Where the producer's outputs are")
+    via = serializers.CharField(help_text="The relay the copy is made at")
+    to = serializers.CharField(help_text="The reader's site, which reads the relay")
+    bytes = serializers.IntegerField(help_text="Estimated (declared, else assumed)")
+    seconds = serializers.FloatField(help_text="Estimated, from the link's bandwidth")
+    cost = serializers.CharField(help_text="From the link's cost_per_gb")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")
+        return fields
+
+
 class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     units = PreviewUnitSerializer(many=True)
     estimate = EstimateSerializer(
         required=False,
         help_text="the run's compute cost, from the project's past wall time per template",
+    )
+    transfers = PreviewTransferSerializer(
+        many=True,
+        required=False,
+        help_text="Copies the plan implies: a unit placed where it cannot read an upstream "
+        "output reads a copy made at a relay site (issue #28)",
     )
     warnings = PreviewWarningSerializer(
         many=True, required=False, help_text="Fields whose meaning the split changes"

@@ -19,7 +19,7 @@ from placement import codec, manifests, parser, planner
 from placement.parser import Unit
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution import gates, outcome
+from portal.execution import gates, outcome, transfers
 from portal.execution.common import (
     SiteState,
     ancestors,
@@ -318,17 +318,26 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if unit.timing == UnitTiming.SUBMIT and unit.upstream:
                 if blocked is None:
                     blocked = _unreachable_pairs()
-                cut = _out_of_reach(unit, units, blocked)
+                # Upstream outputs its site cannot read: a copy at a relay that can (issue
+                # #28), else the unit goes elsewhere.
+                routed = transfers.route(run, unit, units, blocked)
+                progressed |= routed.moved or bool(routed.added)
+                cut = sorted(set(routed.cut))
                 if cut and failover_unit(
                     run,
                     unit,
                     units,
                     reason=f"site {unit.site} cannot reach the artifact repository of "
-                    f"{', '.join(cut)}, where its upstream outputs are",
+                    f"{', '.join(cut)}, where its upstream outputs are, and no site can "
+                    "relay them",
                 ):
                     progressed = True
                     sites = None
                     continue
+            waits = transfers.hold(unit, units)
+            if waits is not None:
+                progressed |= waits
+                continue
             ready.append(unit)
         ready, ended = gates.admit(run, units, ready)
         progressed |= ended
@@ -363,17 +372,6 @@ def _unreachable_pairs() -> frozenset[tuple[str, str]]:
         .order_by()
         .values_list("source__name", "target__name")
     )
-
-
-def _out_of_reach(
-    unit: UnitRun, units: list[UnitRun], blocked: frozenset[tuple[str, str]]
-) -> list[str]:
-    """Sites holding the unit's upstream outputs that its site cannot read. It was placed at
-    submission from where they were planned; a runtime upstream may have landed elsewhere."""
-    if not blocked:
-        return []
-    upstream = set(unit.upstream or ())
-    return sorted({u.site for u in units if u.name in upstream and (u.site, unit.site) in blocked})
 
 
 def _held_back(

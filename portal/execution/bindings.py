@@ -12,7 +12,7 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from portal import state
+from portal import presign, state
 from portal.admission import queue
 from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution import refusals
@@ -62,7 +62,26 @@ def _outputs_of(name: str, status: Mapping[str, Any]) -> dict[str, Any]:
         # {{steps.x.startedAt}}, .finishedAt, .id, .hostNodeName of later units: the node
         # that ran the step, in its step workflow (Argo's own scope keeps these per node).
         outputs[NODE_KEY] = facts
+    repository = _repository_of(status)
+    if repository:
+        outputs[presign.REPOSITORY_KEY] = repository
     return outputs
+
+
+# Where the step workflow's key-only outputs are: the repository Argo resolved for it
+# (``status.artifactRepositoryRef.artifactRepository``, ``ArtifactRepositoryRefStatus`` in
+# Argo's workflow_types.go), its location only (no Secret reference is kept).
+_REPOSITORY_FIELDS = ("endpoint", "bucket", "region", "insecure")
+
+
+def _repository_of(status: Mapping[str, Any]) -> dict[str, Any]:
+    ref = status.get("artifactRepositoryRef")
+    repo = ref.get("artifactRepository") if isinstance(ref, Mapping) else None
+    s3 = repo.get("s3") if isinstance(repo, Mapping) else None
+    if not isinstance(s3, Mapping):
+        return {}
+    found = {k: s3[k] for k in _REPOSITORY_FIELDS if k in s3}
+    return {"s3": found} if found.get("endpoint") and found.get("bucket") else {}
 
 
 def _ran_again(unit: UnitRun, member: Mapping[str, Any], *, recorded_here: bool = False) -> bool:

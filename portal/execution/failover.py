@@ -15,6 +15,7 @@ from django.utils import timezone
 from placement import codec, planner
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.execution import transfers
 from portal.execution.common import ancestors, event, upstream_where
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
@@ -38,20 +39,31 @@ def failover_unit(
     lost = unit.site
     why = f"re-placed: {reason}; " if replaced else f"failover from {lost}: "
     units = list(units)
-    spec = codec.unit_from_dict(unit.spec)
-    upstream = upstream_where(units, succeeded_only=True)
-    view = planner_snapshot()
-    decision = planner.decide(
-        spec,
-        view.fleet,
-        view.rules,
-        view.datasets,
-        project=run.project.name if run.project else None,
-        upstream_sites=upstream,
-        exclude_sites=[lost] if lost else [],
-        timing="submit",
-        ancestors=ancestors(unit, units),
-    )
+    decision: planner.Decision | transfers.RelayDecision
+    if transfers.is_transfer(unit):
+        # A copy goes to another relay, chosen as the first was (relays.py), not by rules.
+        relay = transfers.relay_again(run, unit, units, lost)
+        decision = transfers.RelayDecision(
+            relay,
+            f"relay {relay}: it reads the producer's repository and the reader reads it"
+            if relay
+            else "no other site reads the producer's repository and is read by the reader",
+        )
+    else:
+        spec = codec.unit_from_dict(unit.spec)
+        upstream = upstream_where(units, succeeded_only=True)
+        view = planner_snapshot()
+        decision = planner.decide(
+            spec,
+            view.fleet,
+            view.rules,
+            view.datasets,
+            project=run.project.name if run.project else None,
+            upstream_sites=upstream,
+            exclude_sites=[lost] if lost else [],
+            timing="submit",
+            ancestors=ancestors(unit, units),
+        )
     if decision.site is None:
         message = f"{unit.name}: {reason}; no other site: {decision.reason}"
         # Tried again at every advance and resync while the site stays closed: one event
@@ -87,20 +99,35 @@ def failover_unit(
         )
         if not changed:
             return False
+        if (unit.spec or {}).get("via"):
+            # Its copies were relayed for the site it leaves: the new site routes its own.
+            unit.spec = {k: v for k, v in unit.spec.items() if k != "via"}
+            UnitRun.objects.filter(pk=unit.pk).update(spec=unit.spec)
         unit.attempt = attempt
         unit.site = decision.site
         unit.phase = UnitPhase.PENDING
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
         unit.reason = f"{why}{decision.reason}"
-        PlacementDecision.from_plan(
-            decision,
-            reason=unit.reason,
-            run=run,
-            unit=unit,
-            attempt=unit.attempt,
-            source=DecisionSource.FAILOVER,
-        ).save()
+        if isinstance(decision, transfers.RelayDecision):
+            PlacementDecision.objects.create(
+                run=run,
+                unit=unit,
+                attempt=unit.attempt,
+                source=DecisionSource.FAILOVER,
+                timing=UnitTiming.SUBMIT,
+                site=decision.site,
+                reason=unit.reason,
+            )
+        else:
+            PlacementDecision.from_plan(
+                decision,
+                reason=unit.reason,
+                run=run,
+                unit=unit,
+                attempt=unit.attempt,
+                source=DecisionSource.FAILOVER,
+            ).save()
         event(
             run.pk,
             "failover",

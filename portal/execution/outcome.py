@@ -38,7 +38,7 @@ class Outcome:
 def _counts(unit: UnitRun) -> bool:
     """One of the entrypoint's tasks or steps (or an item of one), not a fan-out's group row
     and not the exit handler."""
-    return not unit.spec.get("expanded") and unit.spec.get("kind") != "exit"
+    return not unit.spec.get("expanded") and unit.spec.get("kind") not in ("exit", "transfer")
 
 
 def _node(unit: UnitRun) -> str | None:
@@ -57,8 +57,8 @@ def task_nodes(units: Sequence[UnitRun]) -> dict[str, phase.TaskNodes]:
     rows: dict[str, list[UnitRun]] = {}
     groups: dict[str, UnitRun] = {}
     for u in units:
-        if u.spec.get("kind") == "exit":
-            continue
+        if u.spec.get("kind") in ("exit", "transfer"):
+            continue  # not a node of the entrypoint (a transfer serves one)
         task = str(u.spec.get("task") or u.name)
         if u.spec.get("expanded") is not None:
             groups[task] = u
@@ -85,7 +85,11 @@ def shape(run: WorkflowRun, units: Sequence[UnitRun]) -> phase.Shape | None:
     unit running the whole entrypoint)."""
     if any(u.spec.get("kind") == "workflow" for u in units):
         return None
-    present = {str(u.spec.get("task") or u.name) for u in units if u.spec.get("kind") != "exit"}
+    present = {
+        str(u.spec.get("task") or u.name)
+        for u in units
+        if u.spec.get("kind") not in ("exit", "transfer")
+    }
     return phase.shape_of(gates.entry_template(run), present)
 
 

@@ -18,14 +18,19 @@ from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
 from placement.revisions.selectors import active_revision_id, submission_revision_id
-from portal import gateway, labels, state
+from portal import gateway, labels, presign, state
 from portal.choices import UnitPhase, UnitTiming
-from portal.execution import gates
+from portal.execution import gates, transfers
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import services as quota_services
-from portal.selectors import run_global_outputs, run_variables_of, upstream_outputs
+from portal.selectors import (
+    artifact_stores,
+    run_global_outputs,
+    run_variables_of,
+    upstream_outputs,
+)
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -81,6 +86,13 @@ def step_workflow_for(
     units = list(units)  # read more than once below
     if run_wide is None:
         run_wide = run_wide_of(run, units)
+    outputs = upstream_outputs(units) if outputs is None else outputs
+    if transfers.is_transfer(unit):
+        body = transfers.workflow(run, unit, units, outputs)
+        signed_inputs(body["spec"], gates.deadline_left(run), unit.site or None)
+        return body
+    # A producer it reads through a copy (its site cannot read the producer's repository).
+    outputs = transfers.outputs_through_copies(unit, units, outputs, outputs)
     site = unit.site or None
     mirror = None
     if site:
@@ -96,7 +108,7 @@ def step_workflow_for(
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
-        outputs=upstream_outputs(units) if outputs is None else outputs,
+        outputs=outputs,
         domain=settings.PORTAL_LABEL_DOMAIN,
         image_mirror=mirror or None,
         run_vars=run_wide.variables,
@@ -104,9 +116,9 @@ def step_workflow_for(
     )
     # The run's deadline, locks and artifact GC are the portal's, not each member's.
     exit_unit = unit.spec.get("kind") == "exit"
-    body["spec"] = manifests.run_level_spec(
-        body["spec"], deadline_left=None if exit_unit else gates.deadline_left(run)
-    )
+    left = None if exit_unit else gates.deadline_left(run)
+    body["spec"] = manifests.run_level_spec(body["spec"], deadline_left=left)
+    signed_inputs(body["spec"], left, unit.site or None)
     if not site:
         context = context_annotation(
             project=run.project.name if run.project_id and run.project else None,
@@ -124,6 +136,39 @@ def step_workflow_for(
                 text = json.dumps(body["spec"][key]).replace("{{workflow.status}}", status)
                 body["spec"][key] = json.loads(text)
     return body
+
+
+# The repositories' keys, read from their Secrets on karmada-apiserver, cached a minute.
+_KEYS = presign.KeyCache(gateway.secret_data)
+
+
+def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str | None) -> None:
+    """The step's input artifacts held in a repository of the fleet become pre-signed GETs
+    for exactly those objects, valid until the step's deadline (an hour without one): the
+    step never holds a repository's keys, whichever site it runs at (issue #28)."""
+    arguments = spec.get("arguments")
+    if not isinstance(arguments, dict) or not arguments.get("artifacts"):
+        return
+    if not gateway.configured():
+        # No karmada-apiserver to read the keys from, and none to create the step workflow
+        # on: the body is only looked at (a preview of what would be created).
+        return
+    artifacts = arguments["artifacts"]
+    try:
+        arguments["artifacts"] = presign.sign_inputs(
+            list(artifacts),
+            artifact_stores(),
+            _KEYS.keys,
+            presign.expiry_for(deadline_left),
+            site,
+        )
+    except (KeyError, gateway.PermanentError) as exc:
+        # The repository's Secret is missing or holds no keys: the step cannot read its input.
+        raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+
+
+class CannotSign(Exception):
+    """The keys of a repository an input is in cannot be read from its Secret."""
 
 
 WAITING = "waiting:"
@@ -161,6 +206,8 @@ def runtime_decision(
         timing="runtime",
         strict_capacity=strict_capacity,
         ancestors=ancestors(unit, units),
+        # As the webhook: the step workflow is built, its inputs are read where they are.
+        relays=False,
     )
 
 
@@ -228,6 +275,9 @@ def submit_unit(
         body = step_workflow_for(run, unit, units, sites, outputs=outputs)
     except manifests.Unresolved as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
+        return False
+    except CannotSign as exc:
+        state.unit_move(unit, UnitPhase.ERROR, message=str(exc))
         return False
     if not unit.site:
         # A runtime step must never land where it must not, even with the webhook down.
@@ -333,6 +383,9 @@ def submit_units(
             body = step_workflow_for(run, unit, units, sites, outputs=outputs, run_wide=run_wide)
         except manifests.Unresolved as exc:
             state.unit_move(unit, UnitPhase.ERROR, message=f"cannot resolve arguments: {exc}")
+            continue
+        except CannotSign as exc:
+            state.unit_move(unit, UnitPhase.ERROR, message=str(exc))
             continue
         if not unit.site:
             # As submit_unit: a runtime step carries a fallback site that satisfies every

@@ -157,8 +157,16 @@ def policies_sync() -> dict[str, int]:
             owner[("OverridePolicy", op["metadata"]["name"])] = name
     fb = manifests.fallback_policy(namespace=ns, domain=domain)
     wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
-    creds = manifests.artifact_credentials_policy(namespace=ns, domain=domain)
-    wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
+    # Each site's repository Secret goes to that site only; the every-member policy of old
+    # is not wanted, so the loop below deletes it where it is still there.
+    for name, overrides in Site.objects.values_list("name", "overrides"):
+        secret = ((overrides or {}).get("artifact_store") or {}).get("credentials_secret")
+        if secret:
+            creds = manifests.artifact_credentials_policy(
+                name, str(secret), namespace=ns, domain=domain
+            )
+            wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
+            owner[("PropagationPolicy", creds["metadata"]["name"])] = name
     revision = active_revision_id()
     if revision is not None:
         # Which configuration each object came from: a rollback rewrites them, and an operator

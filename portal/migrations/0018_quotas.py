@@ -10,8 +10,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('portal', '0016_partial_live_counts'),
-        ('sites', '0006_refusals_site_taints'),
+        ('portal', '0017_decision_source_transfer'),
+        ('sites', '0007_sitelink_observed_mbps'),
     ]
 
     operations = [

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
+from portal import gateway, presign
 from portal.choices import FINAL_UNIT, RunStatus
 from portal.models import UnitRun, WorkflowRun
 from portal.ogcapi import processes
 from portal.selectors import artifact_stores
+
+log = logging.getLogger(__name__)
 
 # Run status -> OGC status code (statusCode.yaml). A run stopped by any client (this face's
 # DELETE, /api/v1/runs/{id}/stop/, the run page) reads as dismissed.
@@ -150,20 +154,48 @@ def _unit_output(unit: UnitRun, spec: processes.OutputSpec) -> Any:
     return None
 
 
-def _artifact_link(artifact: dict[str, Any], site: str, stores: dict[str, Any]) -> dict[str, Any]:
-    """An artifact as a reference: where it is stored (repository and key), never how to
-    read it (no credentials, no Secret names)."""
-    s3: dict[str, Any] = artifact["s3"] if isinstance(artifact.get("s3"), dict) else {}
-    store = stores.get(site) or {}
-    bucket = s3.get("bucket") or store.get("bucket") or ""
-    key = str(s3.get("key") or "")
+# The repositories' keys for signing download links, read from their Secrets (cached).
+_KEYS = presign.KeyCache(gateway.secret_data)
+
+
+def _artifact_link(
+    artifact: dict[str, Any], unit: UnitRun, stores: dict[str, Any]
+) -> dict[str, Any]:
+    """An artifact as a download link: a pre-signed GET for exactly that object, valid an
+    hour, never credentials or Secret names (issue #33). Where it is comes from what Argo
+    recorded (``presign.location_of``). A repository whose keys cannot be read now (its
+    Secret missing, Karmada unreachable) gives the object's ``s3://`` reference instead, so a
+    client still learns where it is."""
+    store = stores.get(unit.site) or {}
+    where = presign.location_of(artifact, (unit.outputs or {}).get(presign.REPOSITORY_KEY), store)
     archived = "none" not in (artifact.get("archive") or {})
-    return {
-        "href": f"s3://{bucket}/{key}" if bucket else f"s3:{key}",
+    link = {
         "type": "application/gzip" if archived else "application/octet-stream",
-        "title": f"{artifact.get('name')} at {site}",
+        "title": f"{artifact.get('name')} at {unit.site}",
         "rel": "enclosure",
     }
+    if where is None:
+        key = str((artifact.get("s3") or {}).get("key") or "")
+        return {"href": f"s3:{key}", **link}
+    secret = next(
+        (
+            str(s["credentials_secret"])
+            for s in stores.values()
+            if s.get("endpoint") == where.endpoint
+            and s.get("bucket") == where.bucket
+            and s.get("credentials_secret")
+        ),
+        None,
+    )
+    if secret is not None:
+        try:
+            url = presign.presigned_url(
+                where, _KEYS.keys(secret), expires=presign.DEFAULT_EXPIRY_SECONDS
+            )
+            return {"href": url, **link}
+        except (KeyError, gateway.KarmadaError) as exc:
+            log.warning("cannot sign a download link for %s: %s", where.url, exc)
+    return {"href": f"s3://{where.bucket}/{where.key}", **link}
 
 
 def results(run: WorkflowRun) -> dict[str, Any]:
@@ -190,7 +222,5 @@ def results(run: WorkflowRun) -> dict[str, Any]:
         value = _unit_output(unit, spec)
         if value is None:
             continue
-        out[spec.id] = (
-            _artifact_link(value, unit.site, stores) if spec.kind == "artifact" else value
-        )
+        out[spec.id] = _artifact_link(value, unit, stores) if spec.kind == "artifact" else value
     return out

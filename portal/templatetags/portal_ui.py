@@ -45,6 +45,7 @@ LABEL_CHARS = 19
 
 UNIT_KEYS = (
     "name",
+    "kind",
     "slug",
     "task",
     "item_index",
@@ -260,6 +261,7 @@ def dag_svg(
                 + " · ".join(f"{p} {c}" for p, c in group.phase_counts)
             )
         cls = f"node phase-{phase or 'none'}{' likely' if likely else ''}"
+        cls += " transfer" if u.get("kind") == "transfer" else ""
         cls += " group" if group is not None else ""
         cls += " retried" if earlier else ""
         href = ""
@@ -310,6 +312,14 @@ def dag_svg(
             parts.append(
                 f'<rect class="frame" x="{n.x}" y="{n.y}" width="{lay.node_w}" '
                 f'height="{lay.node_h}" rx="{3 if compact else 6}" fill="none"/>'
+            )
+        elif u.get("kind") == "transfer":
+            # A transfer (a copy to a relay site) is a parallelogram: data moving, not a step.
+            s = lay.node_h // 2
+            x0, y0, x1, y1 = n.x, n.y, n.x + lay.node_w, n.y + lay.node_h
+            parts.append(
+                f'<polygon class="transfer" points="{x0 + s},{y0} {x1},{y0} {x1 - s},{y1} '
+                f'{x0},{y1}" fill="{fill}"/>'
             )
         else:
             parts.append(
@@ -423,6 +433,10 @@ def timeline_svg(
             phase = str(u.get("phase") or "")
             tip = f"{u['name']} · {site} · {phase} · {_fmt_offset(e - s, fine=True)}"
             extra = ""
+            if u.get("kind") == "transfer":
+                # A copy to a relay site: a dashed bar (CSS), said in its tip.
+                tip = f"transfer {tip}"
+                extra = " transfer"
             if u.get("ended"):
                 tip += f" · {u['ended']}"
                 extra = " ended"

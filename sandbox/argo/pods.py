@@ -29,6 +29,7 @@ from sandbox.artifacts import (
     ArtifactError,
     fetch_http,
     is_archive_none,
+    unpack,
 )
 from sandbox.s3.client import RemoteBucket, Unreachable, send
 from sandbox.s3.errors import parse_error
@@ -678,6 +679,13 @@ class Pods(RunCore):
             url = str((art.get("http") or {}).get("url", ""))
             if not self._fetch_from_repository(url, dest):
                 fetch_http(url, dest, netns, self.member.next_uid())
+            if not is_archive_none(art):
+                # Argo's executor untars whatever input it loaded that is a tarball, from any
+                # driver, unless the artifact says `archive: none` (executor.go,
+                # loadArtifacts: isTarball, then untar into the artifact's path).
+                data = confined.read_file(*dest)
+                os.unlink(dest[1], dir_fd=dest[0])
+                unpack(data, dest)
         elif "git" in art:
             repo = (art.get("git") or {}).get("repo", "")
             raise ArtifactError(

@@ -76,6 +76,7 @@ class BenchStack:
         env: dict[str, str] | None = None,
         worker_concurrency: int = 2,
         web_workers: int = 2,
+        sandbox_args: tuple[str, ...] = (),
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.db = db
@@ -109,7 +110,7 @@ class BenchStack:
 
             redis.Redis.from_url(redis_db).flushdb()
             self.manage("migrate", "-v0")
-            extra = ["--fleet", str(fleet)] if fleet else []
+            extra = [*(["--fleet", str(fleet)] if fleet else []), *sandbox_args]
             self.processes.start(
                 "sandbox",
                 sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, *extra),
@@ -164,6 +165,13 @@ class BenchStack:
         ) as resp:
             stats = json.load(resp)
         return int(stats["total"] if verb is None else stats["requests"].get(verb, 0))
+
+    def sandbox_get(self, path: str) -> Any:
+        """A GET of the sandbox's own API (``/_sandbox/...``)."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.sandbox_port}{path}", timeout=10
+        ) as resp:
+            return json.load(resp)
 
     def api(self, method: str, path: str, body: bytes | None = None, ctype: str = "") -> Any:
         req = urllib.request.Request(

@@ -1,14 +1,14 @@
 """The portal end to end (PostgreSQL, Redis, a Celery worker, the watcher, the webhook) on a
-sandbox that really runs the steps. A file written at one site and read at another: the
-reader's step workflow carries the producer's full location with its credential Secret refs,
-and the Secret reaches the reading member only because Karmada propagates it (the portal's
-``portal-artifact-credentials`` policy). The demo pipeline, with real results on the run page.
-Issue 16, issue 17 item 2."""
+sandbox that really runs the steps. Each site's repository Secret is propagated to its own
+cluster only (issue #28); a file written at one site is read at another through a pre-signed
+URL for exactly that object. The demo pipeline, with real results on the run page. Issue 16,
+issue 17 item 2, issue 28."""
 
 from __future__ import annotations
 
-import base64
 import json
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from tests.portal import helpers
 pytestmark = [pytest.mark.integration]
 
 NS = "portal"  # KARMADA_NAMESPACE
+KUBECTL = shutil.which("kubectl")
 CREDENTIALS = "portal.multisite.io/artifact-credentials"
 SECRET = "site-a-artifacts-credentials"
 CONTENT = "line one\nsecond line: ünïcode & symbols $HOME {{not-a-template}}"
@@ -58,52 +59,6 @@ def pin(task: str, site: str) -> None:
     )
 
 
-def create_credentials(stack: Stack) -> None:
-    """What site-a's operators do once, on karmada-apiserver (``kubectl create secret``)."""
-    secret = {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": SECRET, "labels": {CREDENTIALS: "true"}},
-        "data": {
-            k: base64.b64encode(v.encode()).decode()
-            for k, v in (("accessKey", "ak"), ("secretKey", "sk"))
-        },
-    }
-    try:
-        stack.sandbox.request("POST", f"/api/v1/namespaces/{NS}/secrets", secret)
-    except SandboxHTTPError as exc:
-        if exc.status != 409:  # an earlier test of this module created it
-            raise
-
-
-def remove_credentials(stack: Stack) -> None:
-    """No credential Secret anywhere: deleted on Karmada, and so at the members."""
-    try:
-        stack.sandbox.request("DELETE", f"/api/v1/namespaces/{NS}/secrets/{SECRET}")
-    except SandboxHTTPError as exc:
-        if exc.status != 404:
-            raise
-
-    def held() -> bool:
-        for site in ("site-a", "site-b", "site-c"):
-            items = stack.sandbox.request("GET", f"/_sandbox/members/{site}/objects")["items"]
-            if any(o["metadata"]["name"] == SECRET for o in items):
-                return True
-        return False
-
-    wait_for(lambda: not held(), 30, "the credential Secret to leave the members")
-
-
-def member_pod_message(stack: Stack, site: str, workflow: str) -> str | None:
-    for wf in stack.sandbox.member_workflows(site):
-        if wf["metadata"]["name"] != workflow:
-            continue
-        for node in ((wf.get("status") or {}).get("nodes") or {}).values():
-            if node["type"] == "Pod" and node.get("message"):
-                return str(node["message"])
-    return None
-
-
 def finished(run_id: int) -> WorkflowRun | None:
     run = WorkflowRun.objects.get(pk=run_id)
     return run if run.finished_at is not None else None
@@ -129,62 +84,71 @@ def scientist(live_executing: Stack) -> User:
     return User.objects.get(username="scientist")
 
 
-def test_site_b_reads_site_a_s_file_once_karmada_has_propagated_the_credentials(
+def kubectl_json(stack: Stack, *args: str) -> Any:
+    """kubectl (the machine's, as an operator runs it) against the stack's karmada-apiserver."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(
+        [KUBECTL, "--kubeconfig", str(stack.sandbox.admin_kubeconfig), *args, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_no_member_holds_another_site_s_repository_secret(live_executing: Stack) -> None:
+    """Issue #28: each ``*-artifacts-credentials`` Secret is bound to its own cluster only
+    (its ResourceBinding, as ``kubectl get resourcebindings`` shows it), the every-member
+    policy of old is gone, and each member holds its own Secret and no other."""
+    secrets = {f"{site}-artifacts-credentials": site for site in ("site-a", "site-b", "site-c")}
+
+    def bound() -> dict[str, list[str]] | None:
+        items = kubectl_json(live_executing, "-n", NS, "get", "resourcebindings")["items"]
+        found = {
+            b["spec"]["resource"]["name"]: sorted(
+                c["name"] for c in b["spec"].get("clusters") or []
+            )
+            for b in items
+            if b["spec"]["resource"]["kind"] == "Secret"
+        }
+        return found if set(secrets) <= set(found) else None
+
+    found = wait_for(bound, 60, "the Secrets' ResourceBindings")
+    assert found is not None
+    for name, site in secrets.items():
+        assert found[name] == [site], (name, found[name])
+    policies = kubectl_json(live_executing, "-n", NS, "get", "propagationpolicies")["items"]
+    names = {p["metadata"]["name"] for p in policies}
+    assert "portal-artifact-credentials" not in names
+    assert {f"portal-artifact-credentials-{s}" for s in secrets.values()} <= names
+    for site in secrets.values():
+        items = live_executing.sandbox.request("GET", f"/_sandbox/members/{site}/objects")["items"]
+        held = {o["metadata"]["name"] for o in items if o.get("kind") == "Secret"}
+        assert held & set(secrets) == {f"{site}-artifacts-credentials"}, (site, held)
+
+
+def test_site_b_reads_site_a_s_file_through_a_presigned_url_without_site_a_s_keys(
     live_executing: Stack, scientist: User
 ) -> None:
-    remove_credentials(live_executing)
     pin("write", "site-a")
     pin("read", "site-b")
     run = services.run_submit(user=scientist, body=write_then_read(), project="eo-demo")
-    # No credential Secret on Karmada yet: the reader's pod waits at site-b for its volume.
-    read = wait_for(lambda: created(run.pk, "read"), 120, "read to be created")
-    assert read is not None
-    message = wait_for(
-        lambda: member_pod_message(live_executing, "site-b", read.workflow_name),
-        60,
-        "the reader's pod to wait for its Secret",
-    )
-    assert message == (
-        'MountVolume.SetUp failed for volume "site-a-artifacts-credentials" : '
-        'secret "site-a-artifacts-credentials" not found'
-    )
-    assert units(run.pk)["read"].phase not in ("Succeeded", "Failed", "Error")
-    # The portal's unit says the same, from the binding Karmada aggregates (issue 19).
-    waiting = wait_for(lambda: units(run.pk)["read"].message, 60, "the unit to say why it waits")
-    assert waiting.startswith("waiting at site-b: ") and waiting.endswith(message), waiting
-    step = next(
-        w for w in live_executing.workflows(run.pk) if w["metadata"]["name"] == read.workflow_name
-    )
-    (argument,) = step["spec"]["arguments"]["artifacts"]
-    assert argument["s3"]["endpoint"] == "s3.site-a.sandbox.invalid"
-    assert argument["s3"]["bucket"] == "site-a-artifacts"
-    assert argument["s3"]["accessKeySecret"]["name"] == "site-a-artifacts-credentials"
-
-    create_credentials(live_executing)
     done = wait_finished(run.pk, 120)
     assert done.status == "Succeeded", done.message
     got = units(run.pk)
     assert (got["write"].site, got["read"].site) == ("site-a", "site-b")
     assert got["read"].outputs["result"] == CONTENT
-    assert got["read"].message == ""  # cleared once its pod ran
-
-
-def test_a_site_that_cannot_reach_site_a_s_repository_fails_the_read_as_argo_does(
-    live_executing: Stack, scientist: User
-) -> None:
-    """The demo fleet lets only site-b reach site-a's repository. The inventory does not say
-    so here (its link says reachable), so the portal places the read at site-c, where Argo's
-    executor cannot resolve the endpoint."""
-    create_credentials(live_executing)
-    pin("write", "site-a")
-    pin("read", "site-c")
-    run = services.run_submit(user=scientist, body=write_then_read(), project="eo-demo")
-    done = wait_finished(run.pk, 120)
-    assert done.status == "Error"  # as Argo: the node errored (its init container)
-    read = units(run.pk)["read"]
-    assert read.site == "site-c"
-    assert read.phase == "Error"
-    assert "dial tcp: lookup s3.site-a.sandbox.invalid: no such host" in read.message
+    step = next(
+        w
+        for w in live_executing.workflows(run.pk)
+        if w["metadata"]["name"] == got["read"].workflow_name
+    )
+    (argument,) = step["spec"]["arguments"]["artifacts"]
+    assert "s3" not in argument
+    assert argument["http"]["url"].startswith("http://s3.site-a.sandbox.invalid/site-a-artifacts/")
 
 
 DEMO = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()

@@ -5,6 +5,7 @@ really runs the steps: the demo pipeline as a process, executed, followed and re
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -78,7 +79,9 @@ def _until(url: str, key: str, wanted: set[str], timeout: float = 180) -> dict[s
         raise AssertionError(f"{url}: runs {runs}, units {units}") from None
 
 
-def test_owslib_lists_describes_executes_and_reads_the_results(root: str, key: str) -> None:
+def test_owslib_lists_describes_executes_and_reads_the_results(
+    root: str, key: str, live_executing: Stack
+) -> None:
     processes = Processes(root, headers={"Authorization": f"Bearer {key}"})
     conformance = processes.conformance()["conformsTo"]
     for name in ("core", "ogc-process-description", "json", "oas30", "job-list", "dismiss"):
@@ -117,8 +120,27 @@ def test_owslib_lists_describes_executes_and_reads_the_results(root: str, key: s
     results = processes._request(path=f"jobs/{info['jobID']}/results")
     assert '"model": "land-cover-v2"' in results["inference.result"]
     masks = results["inference.masks"]
-    assert masks["href"].startswith("s3://site-c-artifacts/")
+    assert masks["href"].startswith("http://s3.site-c.sandbox.invalid/site-c-artifacts/")
+    assert "X-Amz-Signature=" in masks["href"]
     assert "Secret" not in str(masks) and "secret" not in str(masks)
+    # The link downloads the object itself (a client reaches the repository's endpoint; here
+    # its listener, by its name), and nothing else: another key with it is refused.
+    got = _download(live_executing, masks["href"])
+    assert got.status_code == 200 and got.content[:2] == b"\x1f\x8b"  # gzip
+    other = _download(
+        live_executing, masks["href"].replace("/site-c-artifacts/", "/site-c-artifacts/x")
+    )
+    assert other.status_code == 403 and b"SignatureDoesNotMatch" in other.content
+
+
+def _download(stack: Stack, url: str) -> requests.Response:
+    """GET a pre-signed URL from the repository whose endpoint name its host is."""
+    split = urllib.parse.urlsplit(url)
+    listing = stack.sandbox.request("GET", "/_sandbox/repositories")
+    repos = listing["items"] if isinstance(listing, dict) else listing
+    listener = next(r["url"] for r in repos if r["endpoint"] == split.hostname)
+    target = f"{listener.rstrip('/')}{split.path}?{split.query}"
+    return requests.get(target, headers={"Host": split.netloc}, timeout=30)
 
 
 def test_ogc_api_processes_client_does_the_same_round_trip(root: str, key: str) -> None:
@@ -147,7 +169,9 @@ def test_ogc_api_processes_client_does_the_same_round_trip(root: str, key: str) 
     assert raw.status == 200
     results = json.loads(raw.data)
     assert '"model": "cloud-segmentation-v3"' in results["inference.result"]
-    assert results["inference.masks"]["href"].startswith("s3://site-c-artifacts/")
+    assert results["inference.masks"]["href"].startswith(
+        "http://s3.site-c.sandbox.invalid/site-c-artifacts/"
+    )
     jobs = client.get_jobs()
     assert job in [j.job_id for j in jobs.jobs]
 

@@ -4,6 +4,8 @@ decision says so."""
 
 from __future__ import annotations
 
+import pytest
+
 from placement import planner
 from placement.parser import Arguments, Resources, Unit
 
@@ -71,12 +73,14 @@ def test_a_decision_now_is_bound_by_what_its_ancestors_read() -> None:
 
 
 def test_a_site_that_cannot_reach_the_producers_repository_is_not_a_candidate() -> None:
-    """site-b cannot read site-c's artifact repository: a step reading outputs made at site-c
-    is not placed there, and its row says why."""
+    """site-b cannot read site-c's artifact repository, and no site can relay (site-a reads
+    site-c but site-b cannot read site-a): a step reading outputs made at site-c is not
+    placed at site-b, and its row says why (issue #28: with a relay it would be)."""
     fleet = planner.Fleet(
         sites=regional_fleet().sites,
         links=(
             planner.Link("site-c", "site-b", bandwidth_mbps=1000, artifacts_reachable=False),
+            planner.Link("site-a", "site-b", bandwidth_mbps=1000, artifacts_reachable=False),
             planner.Link("site-c", "site-a", bandwidth_mbps=10),
         ),
     )
@@ -87,4 +91,29 @@ def test_a_site_that_cannot_reach_the_producers_repository_is_not_a_candidate() 
     use = placed.by_unit()["use"]
     why = {c.site: c.why for c in use.candidates}
     assert "cannot reach the artifact repository of site-c" in why["site-b"]
+    assert "no site can relay them" in why["site-b"]
     assert use.site in ("site-a", "site-c")
+
+
+def test_a_site_that_reads_a_relay_is_a_candidate_through_a_copy() -> None:
+    """site-b cannot read site-c's repository but reads site-a's, which reads site-c's: site-b
+    stays a candidate, its estimate counting both hops."""
+    fleet = planner.Fleet(
+        sites=regional_fleet().sites,
+        links=(
+            planner.Link("site-c", "site-b", bandwidth_mbps=1000, artifacts_reachable=False),
+            planner.Link("site-c", "site-a", bandwidth_mbps=1000),
+            planner.Link("site-a", "site-b", bandwidth_mbps=1000),
+        ),
+    )
+    units = [_unit("make"), _unit("use", upstream=("make",))]
+    placed = planner.plan(
+        units, fleet, [], [], upstream_sites={"make": planner.Upstream("site-c", 10**9)}
+    )
+    rows = {c.site: c for c in placed.by_unit()["use"].candidates}
+    assert rows["site-b"].eligible
+    assert fleet.relay("site-c", "site-b") == "site-a"
+    # 1 GB over two 1 Gbit/s hops: 16 s, twice the direct read at site-a.
+    assert rows["site-b"].est_transfer_s == pytest.approx(
+        2 * rows["site-a"].est_transfer_s, rel=0.01
+    )

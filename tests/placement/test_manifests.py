@@ -42,6 +42,7 @@ from tests.placement.schemas import (
 DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 P = "portal.multisite.io"
 OVERRIDES = {
+    "artifact_store": {"credentials_secret": "site-a-artifacts-credentials"},
     "artifact_repository": {"configMap": "artifact-repositories", "key": "site-a-s3"},
     "gpu_node_selector": {"nvidia.com/gpu.present": "true"},
     "image_registry_mirror": "mirror.site-a.example.org",
@@ -60,13 +61,30 @@ def demo_manifests() -> list[dict]:
 def test_every_karmada_object_validates_against_the_upstream_crds() -> None:
     need_reference()
     objects = [o for o in demo_manifests() if o["apiVersion"].startswith("policy.karmada.io/")]
-    assert len(objects) == 3 + 2 + 1 + 1  # three sites, site-a's two overrides, fallback, Secrets
+    # three sites, site-a's two overrides, fallback, site-a's repository Secret
+    assert len(objects) == 3 + 2 + 1 + 1
     for obj in objects:
         assert karmada_problems(obj) == [], dump(obj)
     # The check can fail: a wrong field is caught.
     broken = propagation_policy("site-a", namespace="portal")
     broken["spec"]["placement"]["spreadConstraints"] = [{"spreadByField": "galaxy"}]
     assert karmada_problems(broken)
+
+
+def test_a_site_s_repository_secret_goes_to_that_site_only() -> None:
+    """Issue #28: no member holds another site's keys."""
+    creds = [
+        o
+        for o in demo_manifests()
+        if o["kind"] == "PropagationPolicy"
+        and o["metadata"]["name"].startswith("portal-artifact-credentials")
+    ]
+    assert [c["metadata"]["name"] for c in creds] == ["portal-artifact-credentials-site-a"]
+    (policy,) = creds
+    assert policy["spec"]["resourceSelectors"] == [
+        {"apiVersion": "v1", "kind": "Secret", "name": "site-a-artifacts-credentials"}
+    ]
+    assert policy["spec"]["placement"] == {"clusterAffinity": {"clusterNames": ["site-a"]}}
 
 
 def test_the_site_policies_follow_the_contract() -> None:

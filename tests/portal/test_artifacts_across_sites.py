@@ -1,8 +1,8 @@
-"""Artifacts across sites (issue #17, item 2), against a sandbox that really runs the steps:
-Argo records only an output's key, and a reader resolves a key against its own site's
-repository, so the portal writes the producing site's full location (endpoint, bucket, key,
-credential Secret refs) into the step workflow; the credential Secret is what Karmada
-propagates to every member (``portal-artifact-credentials``)."""
+"""Artifacts across sites (issue #17, item 2; issue #28), against a sandbox that really runs the
+steps: Argo records only an output's key, and a reader resolves a key against its own site's
+repository, so the portal resolves it against the producing site's repository and gives the
+reader a pre-signed GET for exactly that object, signed with the keys of site-a's Secret on
+karmada-apiserver: the reader's site holds no credential of site-a."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, services, state
+from portal import execution, gateway, services, state
 from portal.choices import UnitPhase
 from portal.models import UnitRun
 from sites.models import Site
+from tests.fixtures_sandbox import SandboxHTTPError
 from tests.portal.helpers import write_then_read
 from tests.sandbox.execution import conftest as on_members
 from tests.sandbox.execution.conftest import Member, needs_bwrap, secret
@@ -26,6 +27,7 @@ executing = on_members.executing
 site_a = on_members.site_a
 site_b = on_members.site_b
 
+SECRET = "site-a-artifacts-credentials"
 CONTENT = "line one\nsecond line: ünïcode & symbols $HOME {{not-a-template}}"
 
 pytestmark = [needs_bwrap]
@@ -41,9 +43,25 @@ def two_steps() -> str:
 
 
 @pytest.fixture
-def inventory(db: Any, settings: Any) -> None:
+def inventory(executing: Any, site_a: Member, db: Any, settings: Any) -> Any:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.KARMADA_KUBECONFIG = str(executing.kubeconfig)
+    gateway.reset()
     call_command("load_demo", verbosity=0)
+    # site-a's repository keys: on karmada-apiserver (which the portal signs with) and on
+    # site-a's own member (which the repository checks against), nowhere else.
+    creds = secret(SECRET, accessKey="demo-site-a", secretKey="demo-site-a-secret")
+    try:
+        executing.request("POST", "/api/v1/namespaces", {"metadata": {"name": "portal"}})
+    except SandboxHTTPError as exc:
+        if exc.status != 409:
+            raise
+    try:
+        executing.request("POST", "/api/v1/namespaces/portal/secrets", creds)
+    except SandboxHTTPError as exc:
+        if exc.status != 409:
+            raise
+    site_a.put(creds)
     # What site-a's operators set in the inventory (the demo fleet's repository for site-a).
     site = Site.objects.get(name="site-a")
     site.overrides = {
@@ -51,10 +69,13 @@ def inventory(db: Any, settings: Any) -> None:
         "artifact_store": {
             "endpoint": "s3.site-a.sandbox.invalid",
             "bucket": "site-a-artifacts",
-            "credentials_secret": "site-a-artifacts-credentials",
+            "credentials_secret": SECRET,
+            "region": "eu-west",
         },
     }
     site.save()
+    yield
+    gateway.reset()
 
 
 def written_at_site_a(site_a: Member) -> dict[str, Any]:
@@ -97,25 +118,15 @@ def reader_step_workflow(outputs: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue #28: the sandbox's repositories now check SigV4 keys against the owning "
-        "site's own credential Secret; this test puts the Secret only on the reader's "
-        "member (it relied on the old credential shortcut)"
-    ),
-)
 def test_a_step_at_site_b_reads_the_exact_file_a_step_at_site_a_wrote(
     inventory, site_a: Member, site_b: Member
 ) -> None:
     body = reader_step_workflow(written_at_site_a(site_a))
     (argument,) = body["spec"]["arguments"]["artifacts"]
-    s3 = argument["s3"]
-    assert (s3["endpoint"], s3["bucket"]) == ("s3.site-a.sandbox.invalid", "site-a-artifacts")
-    assert s3["accessKeySecret"]["name"] == "site-a-artifacts-credentials"
-
-    # What the portal-artifact-credentials policy puts in every member.
-    site_b.put(secret("site-a-artifacts-credentials", accessKey="ak", secretKey="sk"))
+    assert "s3" not in argument  # no location with Secret references
+    url = argument["http"]["url"]
+    assert url.startswith("http://s3.site-a.sandbox.invalid/site-a-artifacts/")
+    assert "X-Amz-Credential=demo-site-a%2F" in url and "X-Amz-Signature=" in url
     status = site_b.wait(site_b.create(body))
     assert status["phase"] == "Succeeded", status.get("message")
     (node,) = site_b.pods(status).values()

@@ -193,12 +193,13 @@ def test_a_webhook_decision_is_recorded_and_replayed_like_a_submission(
             site["cordoned"] = True
     moved = replay.replay(base=active, draft=draft)["moved"]
     assert len(moved) == 2
+    # Decided as the webhook decides, for a step workflow already built: site-c (the only
+    # site left in its regions) reads site-a's repository only through a copy, which a built
+    # step cannot get (issue #28), so nothing could take it.
     assert {(m["run"], m["unit"], m["from"], m["to"], m["timing"]) for m in moved} == {
-        (run.pk, "preprocess", "site-b", "site-c", "runtime")
+        (run.pk, "preprocess", "site-b", None, "runtime")
     }
-    # Decided as the webhook decided: with what its upstream read (residency binds it).
-    assert "site-c is the only eligible site" in moved[0]["why"]
-    assert "by sentinel2-l1c read upstream" in moved[0]["why"]
+    assert "cannot reach the artifact repository of site-a" in moved[0]["why"]
 
 
 def test_a_direct_workflows_decision_is_replayed_without_a_run(

@@ -20,7 +20,7 @@ from portal.admission import budget, decide
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase, UnitTiming
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
-from sites.models import Dataset, Site
+from sites.models import Dataset, Site, SiteLink
 from tests.factories import SiteFactory
 
 EO_PIPELINE = Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
@@ -171,8 +171,9 @@ def test_it_places_preprocess_at_site_b_when_site_a_has_no_free_cpu(client, demo
     table = {c["site"]: c for c in decision.candidates}
     assert table["site-a"]["eligible"] is False
     assert "CPU" in table["site-a"]["why"]
-    # The fast link: ingest's 20 GB reach site-b much sooner than GPU site-c.
-    assert table["site-b"]["est_transfer_s"] < table["site-c"]["est_transfer_s"]
+    # GPU site-c cannot read site-a's repository, and a built step is not given a copy.
+    assert table["site-c"]["eligible"] is False
+    assert table["site-c"]["why"].startswith("cannot reach the artifact repository of site-a")
     assert table["site-b"]["bytes_to_move"] == 20 * GB
 
 
@@ -207,6 +208,10 @@ def test_it_places_preprocess_at_site_a_when_site_a_has_room(client, demo_run):
 
 
 def test_it_sees_a_cordon_within_the_snapshot_lifetime_only_after_refresh(client, demo_run):
+    # Here site-c reads site-a's repository (in the demo fleet it does not, issue #28).
+    SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
+        artifacts_reachable=True
+    )
     # A cordoned site-b is not a candidate once the snapshot is refreshed.
     Site.objects.filter(name="site-b").update(cordoned=True)
     decide.snapshot_clear()
@@ -561,6 +566,10 @@ def test_both_ways_the_webhook_binds_a_step_by_what_its_ancestors_read(client, d
     """ingest read sentinel2-l1c, which may now only be read in eu-central: preprocess reads
     only ingest's outputs (pulled to site-a by their 20 GB), and both the placement context
     and the database path bind it to site-c, saying why (issue #17, item 5)."""
+    # Here site-c reads site-a's repository (in the demo fleet it does not, issue #28).
+    SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
+        artifacts_reachable=True
+    )
     Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-central"])
     obj = real_step_workflow(demo_run)
     (ingest,) = context_of(obj)["ancestors"]

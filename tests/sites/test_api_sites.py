@@ -243,7 +243,7 @@ def test_it_rejects_unknown_fields(operator_api: APIClient, operated_site: Site)
             "overrides.artifact_store.credentials_secret",
         ),
         (
-            {"overrides": {"artifact_store": {"bucket": "b12", "region": "x"}}},
+            {"overrides": {"artifact_store": {"bucket": "b12", "region": "Eu West!"}}},
             "overrides.artifact_store.region",
         ),
         ({"cordoned": "maybe"}, "cordoned"),

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from placement import parser
-from placement.demo import ARTIFACT_STORES
+from placement.demo import ARTIFACT_STORES, artifacts_reachable
 from placement.models import PlacementRule
 from portal import services
 from portal.api_tokens import api_token_create
@@ -156,7 +156,13 @@ class Command(BaseCommand):
             SiteLink.objects.update_or_create(
                 source=sites[source],
                 target=sites[target],
-                defaults={"bandwidth_mbps": mbps, "cost_per_gb": cost, "latency_ms": latency},
+                defaults={
+                    "bandwidth_mbps": mbps,
+                    "cost_per_gb": cost,
+                    "latency_ms": latency,
+                    # Which site reads which repository: the fleet file's `readableFrom`.
+                    "artifacts_reachable": artifacts_reachable(source, target),
+                },
             )
         # The datasets from the demo's STAC catalogue, as an operator loads their own.
         datasets = catalogue_import(source=str(EXAMPLES / "stac" / "catalog.json"))

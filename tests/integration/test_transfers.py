@@ -1,0 +1,275 @@
+"""The data plane on the live stack (issue #28): the demo fleet's site-c (the GPUs) cannot read
+site-a's repository, so a step at site-c reading what a step at site-a wrote reads a copy a
+transfer unit made at site-b (which reads site-a and which site-c reads); every read is a
+pre-signed URL for exactly that object; a fan-out shares one copy; residency holds across
+moves; a tampered or expired URL fails the read with S3's own error."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import yaml
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from placement.models import PlacementRule
+from portal import presign, services
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from sites.models import Dataset, SiteLink
+from tests.fixtures_stack import Stack, wait_for
+from tests.portal import helpers
+
+pytestmark = [pytest.mark.integration]
+
+CONTENT = "bytes written at site-a, read at site-c: ünïcode & $HOME {{not-a-template}}\n"
+
+WRITE = {
+    "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
+    "script": {
+        "image": "python:3",
+        "command": ["python3"],
+        "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
+    },
+}
+# A GPU step: only site-c has GPUs.
+READ_ON_GPU = {
+    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
+    "container": {
+        "image": "alpine:3.23",
+        "command": ["cat", "/tmp/in.txt"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    },
+}
+
+
+def pin(task: str, site: str) -> None:
+    PlacementRule.objects.update_or_create(
+        name=f"test-pin-{task}",
+        defaults={
+            "order": 1,
+            "selector": {"task": task},
+            "timing": "submit",
+            "effect": "pin",
+            "parameters": {"sites": [site]},
+        },
+    )
+
+
+def finished(run_id: int) -> WorkflowRun | None:
+    run = WorkflowRun.objects.get(pk=run_id)
+    return run if run.finished_at is not None else None
+
+
+def wait_finished(run_id: int, timeout: float) -> WorkflowRun:
+    try:
+        run = wait_for(lambda: finished(run_id), timeout, "the run to finish")
+    except AssertionError as exc:
+        where = {n: (u.site, u.phase, u.reason[:200], u.message) for n, u in units(run_id).items()}
+        raise AssertionError(f"{exc}; units: {where}") from None
+    assert run is not None
+    return run
+
+
+def units(run_id: int) -> dict[str, UnitRun]:
+    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
+
+
+def stop(run_id: int, user: User) -> None:
+    run = WorkflowRun.objects.get(pk=run_id)
+    if run.finished_at is None:
+        services.run_stop(run=run, user=user)
+
+
+@pytest.fixture
+def scientist(live_executing: Stack) -> User:
+    return User.objects.get(username="scientist")
+
+
+def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
+    live_executing: Stack, scientist: User
+) -> None:
+    assert not SiteLink.objects.get(
+        source__name="site-a", target__name="site-c"
+    ).artifacts_reachable
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        done = wait_finished(run.pk, 60)
+    except AssertionError:
+        for wf in live_executing.sandbox.member_workflows("site-c"):
+            print("MEMBER", wf["metadata"]["name"], wf.get("status"))
+        raise
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    assert (got["write"].site, got["read"].site) == ("site-a", "site-c")
+    assert got["read"].outputs["result"] == CONTENT.removesuffix("\n")  # Argo trims one
+    copy = got["write-copy-site-b"]
+    assert copy.site == "site-b" and copy.phase == "Succeeded"
+    assert copy.spec["kind"] == "transfer"
+    assert got["read"].spec["via"] == {"write": "write-copy-site-b"}
+    decision = PlacementDecision.objects.get(unit=copy)
+    assert decision.source == "transfer" and decision.site == "site-b"
+    assert "site-c cannot read the artifact repository of site-a" in decision.reason
+    # The reader's step workflow held a pre-signed URL of the copy, never a Secret.
+    step = next(
+        w
+        for w in live_executing.workflows(run.pk)
+        if w["metadata"]["name"] == got["read"].workflow_name
+    )
+    (argument,) = step["spec"]["arguments"]["artifacts"]
+    assert "s3" not in argument
+    assert argument["http"]["url"].startswith("http://s3.site-b.sandbox.invalid/site-b-artifacts/")
+    assert "X-Amz-Signature=" in argument["http"]["url"]
+    # The REST run detail: the transfer is a unit of kind transfer, with what it moved.
+    api = APIClient()
+    api.force_authenticate(scientist)
+    body = api.get(f"/api/v1/runs/{run.pk}/").json()
+    kinds = {u["name"]: u["kind"] for u in body["units"]}
+    assert kinds == {"write": "step", "read": "step", "write-copy-site-b": "transfer"}
+    (shown,) = [u for u in body["units"] if u["kind"] == "transfer"]
+    assert shown["site"] == "site-b"
+    moved = shown["transfer"]
+    assert (moved["from"], moved["to"]) == ("site-a", "site-b")
+    assert moved["bytes"] == len(CONTENT.encode())
+    assert moved["seconds"] is not None and moved["cost"] == "0.00"
+    # A copy this small measures overhead, not the link: the link learns nothing from it
+    # (tests/bench/bench_transfer.py moves 256 MiB, which it learns from).
+    link = SiteLink.objects.get(source__name="site-a", target__name="site-b")
+    assert link.observed_transfers == 0 and link.observed_mbps is None
+    client = Client()
+    client.force_login(scientist)
+    page = client.get(reverse("ui-site-detail", args=["site-a"]))
+    assert page.status_code == 200 and "Observed" in page.content.decode()
+    # The run page shows the transfer beside the steps.
+    page = client.get(reverse("ui-run-detail", args=[run.pk]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    # A distinct shape in the DAG, fed by write and feeding read.
+    assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
+    assert html.count('class="node phase-Succeeded transfer"') == 1
+
+
+def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    read = doc["spec"]["templates"][0]["dag"]["tasks"][1]
+    read["withSequence"] = {"count": "50"}
+    # Each item asks a sliver of a GPU's time: 50 at once fit site-c's eight GPUs in turns.
+    run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
+    try:
+        done = wait_finished(run.pk, 600)
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    copies = [u for u in got.values() if u.spec.get("kind") == "transfer"]
+    assert [c.name for c in copies] == ["write-copy-site-b"]
+    readers = [
+        u
+        for u in got.values()
+        if u.spec.get("task") == "read" and u.spec.get("item_index") is not None
+    ]
+    assert len(readers) == 50
+    assert all(
+        r.site == "site-c" and r.spec["via"] == {"write": "write-copy-site-b"} for r in readers
+    )
+    assert all(r.outputs["result"] == CONTENT.removesuffix("\n") for r in readers)
+
+
+def test_a_residency_bound_output_needed_outside_its_regions_is_refused_at_submission(
+    live_executing: Stack, scientist: User
+) -> None:
+    """The scene may stay in eu-west: what a step at site-a derives from it may not be read
+    at (or copied to) site-c, in eu-central, so the GPU read is refused at submission and the
+    preview says why, naming the dataset, its regions and the site."""
+    Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-west"])
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    write = doc["spec"]["templates"][1]
+    write["inputs"] = {
+        "parameters": [{"name": "scene", "value": "s3://eo-archive/sentinel2/l1c/T31UDQ/"}]
+    }
+    body = yaml.safe_dump(doc)
+    api = APIClient()
+    api.force_authenticate(scientist)
+    preview = api.post("/api/v1/runs/preview/", data=body, content_type="application/yaml")
+    assert preview.status_code == 200, preview.content
+    read = next(u for u in preview.json()["units"] if u["name"] == "read")
+    assert read["site"] is None
+    rows = {c["site"]: c["why"] for c in read["candidates"]}
+    assert "sentinel2-l1c" in rows["site-c"] and "eu-west" in rows["site-c"], rows
+    refused = api.post("/api/v1/runs/", data=body, content_type="application/yaml")
+    assert refused.status_code == 400, refused.content
+    text = refused.content.decode()
+    assert "units.read" in text and "sentinel2-l1c" in text and "eu-west" in text, text
+    assert not UnitRun.objects.filter(name__endswith="-copy-site-c").exists()
+
+
+def signed_input(key: str, *, expires: int) -> dict[str, Any]:
+    """A step reading site-a's seeded scene manifest through a pre-signed GET made with
+    site-a's demo keys (what the portal signs with)."""
+    url = presign.presigned_url(
+        presign.Location("s3.site-a.sandbox.invalid", "site-a-artifacts", key, region="eu-west"),
+        presign.Keys("demo-site-a", "demo-site-a-secret"),
+        expires=expires,
+    )
+    return {"name": "scene", "path": "/tmp/in", "http": {"url": url}}
+
+
+def reading(artifact: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "signed-"},
+            "spec": {
+                "entrypoint": "read",
+                "templates": [
+                    {
+                        "name": "read",
+                        "inputs": {"artifacts": [artifact]},
+                        "container": {"image": "alpine:3.23", "command": ["wc", "-c", "/tmp/in"]},
+                    }
+                ],
+            },
+        }
+    )
+
+
+SEEDED = "sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE/manifest.safe"
+
+
+def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("read", "site-b")
+    good = signed_input(SEEDED, expires=600)
+    run = services.run_submit(user=scientist, body=reading(good), project="eo-demo")
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Succeeded", done.message  # the untampered URL reads
+    tampered = {**good, "http": {"url": good["http"]["url"].replace(SEEDED, SEEDED + "x")}}
+    run = services.run_submit(user=scientist, body=reading(tampered), project="eo-demo")
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Error"
+    assert "403 Forbidden" in done.message and "SignatureDoesNotMatch" in done.message, done.message
+
+
+def test_an_expired_url_ends_the_run_in_error_with_s3_s_message(
+    live_executing: Stack, scientist: User
+) -> None:
+    pin("read", "site-b")
+    expired = signed_input(SEEDED, expires=1)
+    time.sleep(2)
+    run = services.run_submit(user=scientist, body=reading(expired), project="eo-demo")
+    done = wait_finished(run.pk, 120)
+    assert done.status == "Error"
+    assert "Request has expired" in done.message and "AccessDenied" in done.message, done.message

@@ -77,7 +77,7 @@ from portal.admission.placing import (
     snapshot_get,
 )
 from portal.models import UnitRun, WorkflowTemplate
-from portal.quotas.services import quota_sites_of_unit
+from portal.quotas.selectors import quota_sites_of_unit
 
 # The snapshot is the placing module's; these names are the webhook's interface too.
 __all__ = [

@@ -24,7 +24,7 @@ from portal.execution import gates, transfers
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
-from portal.quotas import services as quota_services
+from portal.quotas import selectors as quota_selectors
 from portal.selectors import (
     artifact_stores,
     run_global_outputs,
@@ -124,7 +124,7 @@ def step_workflow_for(
             project=run.project.name if run.project_id and run.project else None,
             unit_spec=unit.spec,
             units=units,
-            sites=quota_services.admitted_sites(unit),
+            sites=quota_selectors.admitted_sites(unit),
         )
         if context is not None:
             body["metadata"]["annotations"][labels.key(labels.PLACEMENT_CONTEXT)] = context
@@ -217,7 +217,7 @@ def fallback_site(run: WorkflowRun, unit: UnitRun, units: Iterable[UnitRun]) -> 
     pins, cordons, readiness) and that its project's quotas admitted it for; free capacity
     is a preference here, not a filter, since the unit may wait in the site's queue. Raises
     ``NoEligibleSite`` with the planner's reason."""
-    decision = runtime_decision(run, unit, units, quota_services.admitted_sites(unit))
+    decision = runtime_decision(run, unit, units, quota_selectors.admitted_sites(unit))
     if decision.site is None:
         raise NoEligibleSite(decision.reason)
     return decision.site

@@ -20,7 +20,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, OuterRef, Q, Subquery, Sum
+from django.db.models import F, Q, Sum
 from django.utils import timezone
 
 from portal.choices import FINAL_UNIT, UnitPhase, UnitTiming
@@ -468,34 +468,6 @@ def _admit_runtime(
         )
     _say_queued(units, taken, reasons)
     return taken
-
-
-def quota_sites_of_unit() -> Any:
-    """``admitted_sites`` as a subquery to annotate a unit query with (the webhook reads the
-    unit in one query): the list, or null."""
-    return Subquery(
-        Workload.objects.filter(
-            unit_id=OuterRef("pk"),
-            attempt=OuterRef("attempt"),
-            site="",
-            admitted_at__isnull=False,
-        ).values("sites")[:1]
-    )
-
-
-def admitted_sites(unit: UnitRun) -> list[str] | None:
-    """The sites a runtime unit was admitted for (the webhook and the fallback site choose
-    among them); None when no quota admitted it (any site)."""
-    if unit.site or unit.timing != UnitTiming.RUNTIME:
-        return None
-    found = (
-        Workload.objects.filter(
-            unit_id=unit.pk, attempt=unit.attempt, site="", admitted_at__isnull=False
-        )
-        .values_list("sites", flat=True)
-        .first()
-    )
-    return list(found) if found else None
 
 
 @dataclass

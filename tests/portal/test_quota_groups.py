@@ -19,7 +19,7 @@ from portal import services as portal_services
 from portal.choices import UnitPhase, UnitTiming
 from portal.execution.steps import fallback_site, step_workflow_for
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services
+from portal.quotas import selectors, services
 from portal.quotas.models import Quota, Workload
 from sites.models import Project, Site
 from tests.factories import UnitRunFactory, WorkflowRunFactory
@@ -253,10 +253,10 @@ def test_a_runtime_unit_is_admitted_only_where_its_quota_has_room(demo: User) ->
     admitted = services.admit(run, items, units)
     assert len(admitted) == 3  # site-a is not limited: each may go there
     # Where it can start now and its quota has room: site-b (the webhook places only there).
-    assert services.admitted_sites(items[0]) == ["site-b"]
+    assert selectors.admitted_sites(items[0]) == ["site-b"]
     # The next: site-b's quota is held by the first until placed, site-c has none; site-a
     # is not limited (it waits in site-a's queue, as it would without quotas).
-    assert services.admitted_sites(items[1]) == ["site-a"]
+    assert selectors.admitted_sites(items[1]) == ["site-a"]
     # The webhook reads the sites from the step workflow's placement context.
     body = step_workflow_for(run, items[1], units)
     ctx = context_read(
@@ -314,7 +314,7 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
     UnitRun.objects.filter(pk=items[0].pk).update(phase=UnitPhase.SUCCEEDED)
     assert services.wake(run) == [other.pk]
     assert len(services.admit(other, other_items, other_units)) == 1
-    assert services.admitted_sites(other_items[0]) is not None
+    assert selectors.admitted_sites(other_items[0]) is not None
 
 
 def test_an_admitted_runtime_unit_whose_sites_went_away_is_decided_again(demo: User) -> None:
@@ -330,11 +330,11 @@ def test_an_admitted_runtime_unit_whose_sites_went_away_is_decided_again(demo: U
     units = list(run.units.all())
     item = next(u for u in units if u.spec.get("item_index") is not None)
     assert len(services.admit(run, [item], units)) == 1
-    assert services.admitted_sites(item) == ["site-b", "site-c"]  # where it can start now
+    assert selectors.admitted_sites(item) == ["site-b", "site-c"]  # where it can start now
     assert services.used_at("site-b")["eo-demo"].cpu == 8000
     # Not created yet (the turn ran out), and both sites are cordoned meanwhile: it no
     # longer holds site-b's quota for a site it cannot go to, and goes where it may.
     Site.objects.filter(name__in=["site-b", "site-c"]).update(cordoned=True)
     assert len(services.admit(run, [item], units)) == 1
-    assert services.admitted_sites(item) == ["site-a"]
+    assert selectors.admitted_sites(item) == ["site-a"]
     assert "eo-demo" not in services.used_at("site-b")

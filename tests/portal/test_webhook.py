@@ -849,20 +849,24 @@ def test_register_applies_the_configuration_through_the_gateway(settings, monkey
 
 
 def test_without_a_context_it_places_only_where_the_quota_admitted_the_unit(client, demo_run):
-    # Issue 32: the worker admitted the unit for site-c only (its quota is full elsewhere);
-    # the database path reads that, in the unit's own query, as the context would say it.
+    # Issue 32: the worker admitted the unit for site-b only (its quota is full at site-a,
+    # where data locality would send it now that site-a has room); the database path reads
+    # that, in the unit's own query, as the context would say it.
     from django.utils import timezone
 
     from portal.quotas.models import Workload
     from sites.models import Project
 
+    Site.objects.filter(name="site-a").update(
+        cpu_allocatable=64_000, cpu_allocated=0, memory_allocatable=256 * 2**30, memory_allocated=0
+    )
     unit = demo_run.units.get(name="preprocess")
     Workload.objects.create(
         unit=unit,
         run=demo_run,
         project=Project.objects.get(name="eo-demo"),
         site="",
-        sites=["site-c"],
+        sites=["site-b"],
         admitted_at=timezone.now(),
     )
     _, patch = answer(post(client, review(step_workflow(demo_run))))
@@ -872,4 +876,4 @@ def test_without_a_context_it_places_only_where_the_quota_admitted_the_unit(clie
         for op in patch
         if op["path"].startswith("/metadata/labels")
     ]
-    assert placed == ["site-c"], patch
+    assert placed == ["site-b"], patch

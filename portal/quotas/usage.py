@@ -300,6 +300,7 @@ def run_unit_costs(run: WorkflowRun) -> list[dict[str, Any]]:
                 "gpu_seconds": f"{cost.gpu_seconds.quantize(Decimal('0.001'))}",
                 "bytes_moved": cost.bytes_moved,
                 "link": cost.link,
+                "link_from": cost.link.partition(">")[0],
                 "compute": money(cost.compute),
                 "transfer": money(cost.transfer),
                 "total": money(cost.total),

@@ -257,7 +257,7 @@ def test_the_run_page_shows_its_cost_and_its_queued_units(
     assert 'id="run-queue"' in page
     # The units table, which the page polls, marks it Queued with its place in the queue.
     assert '<span class="phase phase-Queued">Queued</span>' in page
-    assert "#1 in eo-demo&#x27;s queue at site-b" in page
+    assert "#1 in eo-demo's queue at site-b" in page
     assert (
         "it asks for 2 CPU, more than eo-demo&#x27;s quota at site-b ever allows "
         "(1 with borrowing); an operator must raise it"

@@ -121,3 +121,23 @@ def test_the_run_page_reads_its_cost_and_its_queued_units(
     expect(copy).to_contain_text("site-a → site-b")
     assert copy.locator("td").nth(7).inner_text() == "0.50"
     page.close()
+
+
+def test_the_fleet_page_shows_each_sites_quota_use_per_project_as_bars(
+    browser: Any, live_server: Any, shared_run: WorkflowRun
+) -> None:
+    from playwright.sync_api import expect
+
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/fleet/")
+    row = page.locator("#fleet-quotas tbody tr", has_text="eo-demo")
+    expect(row).to_have_count(1)
+    assert "site-b" in row.inner_text()
+    # eo-demo holds 2 of its 2 CPU at site-b (two tiles run), three tiles wait.
+    bar = row.locator("td").nth(2)
+    expect(bar.locator('[role="progressbar"], .progress, .bar').first).to_be_visible()
+    assert "2" in bar.inner_text()
+    assert row.locator("td").nth(5).inner_text().strip() == "3"
+    # No memory quota and none held: "none", as for GPUs, not a bar of 0 of 0.
+    assert row.locator("td").nth(3).inner_text().strip() == "none"
+    page.close()

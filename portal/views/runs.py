@@ -158,7 +158,11 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     rows = list(page.object_list)
     # Only the rows shown, and only where quotas exist: a queue's order is read once per site
     # and project on the page, whatever the run's size.
-    queue = quota_services.queue_of(rows) if quota_services.governed() else {}
+    queue: dict[int, quota_services.QueueEntry] = {}
+    queued = 0
+    if quota_services.governed():
+        queue = quota_services.queue_of(rows)
+        queued = quota_services.waiting().filter(run_id=run.pk).count()
     events = live.events_since(run, since or 0, EVENTS_SHOWN)
     last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
@@ -180,6 +184,7 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
         live.page_state(rows),
         # Positions move as other runs' units are admitted: a poll sees them.
         sorted((k, q.position, q.reason) for k, q in queue.items()),
+        queued,
         last_event,
         decisions,
         [e.pk for e in blocked],
@@ -192,6 +197,7 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     return {
         "counts": counts,
         "unit_page": page,
+        "queued": queued,
         "unit_rows": [
             UnitRow(u, _duration(u.started_at, u.finished_at, now), queue.get(u.pk)) for u in rows
         ],

@@ -95,6 +95,7 @@ def test_the_run_page_reads_its_cost_and_its_queued_units(
 
     page = login(browser, live_server.url, "scientist")
     page.goto(f"{live_server.url}/runs/{shared_run.pk}/")
+    expect(page.locator(".progress-label")).to_contain_text("2 running · 3 queued for quota")
     # The units table marks each waiting tile Queued, with its place in the queue and why.
     tile = page.locator("table.units tbody tr", has_text="tile(3)")
     expect(tile.locator(".phase")).to_have_text("Queued")

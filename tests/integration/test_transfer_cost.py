@@ -86,6 +86,9 @@ def test_a_real_transfer_costs_its_bytes_at_its_link_everywhere_to_the_cent(
     assert Decimal(row["transfer"]) == expected
     assert row["total"] == detail["cost"]["total"]
     assert row["bytes_by_link"] == {"site-a>site-b": moved}
+    # The project's total for the period is the sum of its runs', to the cent.
+    assert sum(Decimal(r["total"]) for r in body["rows"]) == Decimal(body["total"])
+    assert sum(Decimal(r["transfer"]) for r in body["rows"]) == Decimal(body["transfer"])
     csv = api.get("/api/v1/usage/?project=eo-demo&group_by=run&export=csv").content.decode()
     header, *lines = csv.splitlines()
     column = header.split(",").index("bytes site-a>site-b")

@@ -250,18 +250,14 @@ def workflow_preview(
         for d in plan.decisions
         if d.timing == "submit" and d.site is None
     ]
-    # The copies the plan implies: a unit placed where it cannot read what it reads.
-    planned = relays.planned(
-        plan.decisions,
-        {u.name: u.upstream for u in parsed.units},
-        fleet,
-        {u.name: u.output_bytes for u in parsed.units},
-    )
+    planned = _planned_transfers(parsed, plan, fleet)
     pods = {u.name: u.pods for u in parsed.units}
     looped = {u.name: (u.task, u.item_index) for u in parsed.units} if loops else {}
-    guess = _estimate(proj, parsed, plan)
+    guess = _estimate(proj, parsed, plan, planned)
     estimate = {
-        "compute": quota_usage.money(guess.total),
+        "compute": quota_usage.money(guess.compute),
+        "transfer": quota_usage.money(guess.transfer),
+        "total": quota_usage.money(guess.total),
         "currency": quota_usage.currency(),
         "steps_without_history": guess.unknown,
     }
@@ -362,7 +358,7 @@ def _submit(
         raise WorkflowInvalid(
             [FieldError(f"units.{d.unit}", f"no site can run it: {d.reason}") for d in unplaceable]
         )
-    parsed = _within_budget(proj, parsed, plan)
+    parsed = _within_budget(proj, parsed, plan, fleet)
     # The document as parsed (arguments applied): what runs is what is stored.
     manifest = dict(parsed.document)
     compiled = _compiled(parsed)
@@ -389,9 +385,13 @@ def _submit(
 
 
 def _estimate(
-    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+    project: Project | None,
+    parsed: ParsedWorkflow,
+    plan: planner.Plan,
+    transfers: list[dict[str, Any]],
 ) -> budgets.Estimate:
-    """What the run's compute is expected to cost, from the project's history (issue 32)."""
+    """What the run is expected to cost (issue 32): its compute from the project's history,
+    and the copies its plan implies (``relays.planned``)."""
     sites = {d.unit: d.site or "" for d in plan.decisions}
     return budgets.estimate(
         project,
@@ -403,18 +403,31 @@ def _estimate(
             )
             for u in parsed.units
         ),
+        ((str(t["from"]), str(t["via"]), int(t["bytes"])) for t in transfers),
+    )
+
+
+def _planned_transfers(
+    parsed: ParsedWorkflow, plan: planner.Plan, fleet: planner.Fleet
+) -> list[dict[str, Any]]:
+    """The copies the plan implies: a unit placed where it cannot read what it reads."""
+    return relays.planned(
+        plan.decisions,
+        {u.name: u.upstream for u in parsed.units},
+        fleet,
+        {u.name: u.output_bytes for u in parsed.units},
     )
 
 
 def _within_budget(
-    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan
+    project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan, fleet: planner.Fleet
 ) -> ParsedWorkflow:
     """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
     with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
     standing = budgets.standing(project)
     if standing is None or project is None:
         return parsed
-    guess = _estimate(project, parsed, plan)
+    guess = _estimate(project, parsed, plan, _planned_transfers(parsed, plan, fleet))
     cur = quota_usage.currency()
     said = (
         f"{project.name} has spent {quota_usage.money(standing.spent)} of its "

@@ -352,6 +352,10 @@ class PreviewWarningSerializer(serializers.Serializer[dict[str, Any]]):
 
 class EstimateSerializer(serializers.Serializer[dict[str, Any]]):
     compute = serializers.CharField(help_text="two decimals")
+    transfer = serializers.CharField(
+        help_text="two decimals: the planned transfers' bytes at their links' cost_per_gb"
+    )
+    total = serializers.CharField(help_text="compute + transfer, two decimals")
     currency = serializers.CharField()
     steps_without_history = serializers.IntegerField(
         help_text="steps whose template never ran in the project: not counted"

@@ -36,6 +36,7 @@ from portal.choices import FINAL_UNIT, DecisionSource, UnitPhase, UnitTiming
 from portal.execution.common import ancestors, event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
+from portal.quotas import usage
 from sites.models import SiteLink
 
 log = logging.getLogger(__name__)
@@ -316,24 +317,20 @@ def measured(unit: UnitRun) -> dict[str, Any]:
     ``seconds``, ``cost`` (actual once it succeeded, else the estimate) and the estimate."""
     info = (unit.spec or {}).get(TRANSFER) or {}
     estimate = info.get("estimate") or {}
-    nbytes: int | None = None
-    for p in (unit.outputs or {}).get("parameters") or []:
-        if isinstance(p, dict) and p.get("name") == "bytes":
-            try:
-                nbytes = int(str(p.get("value", "")).strip())
-            except ValueError:
-                nbytes = None
+    nbytes = usage.transfer_bytes(unit.outputs)
     seconds: float | None = None
     if unit.started_at and unit.finished_at and unit.phase == UnitPhase.SUCCEEDED:
         seconds = max((unit.finished_at - unit.started_at).total_seconds(), 0.0)
     actual = nbytes if nbytes is not None else int(estimate.get("bytes") or 0)
-    per_gb = float(estimate.get("cost") or 0.0) / max(int(estimate.get("bytes") or 0), 1)
+    source, relay = str(info.get("from", "")), unit.site or str(info.get("to", ""))
+    # Priced as the run's cost and the usage rows price it (issue 32), to the cent.
+    cost = usage.transfer_cost(actual, usage.link_price(source, relay))
     return {
-        "from": info.get("from", ""),
-        "to": unit.site or info.get("to", ""),
+        "from": source,
+        "to": relay,
         "bytes": actual,
         "seconds": seconds if seconds is not None else estimate.get("seconds"),
-        "cost": f"{per_gb * actual:.2f}",
+        "cost": usage.money(cost),
         "estimate": estimate,
         "measured": nbytes is not None and seconds is not None,
     }

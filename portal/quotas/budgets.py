@@ -4,7 +4,8 @@ that ended this month, and of those still running until now), a submission's est
 
 A submission's estimate is each unit's requests times the mean wall time of the last units of
 the same template in the project (no history: not counted, and the estimate says how many),
-at the prices of the site it was planned at."""
+at the prices of the site it was planned at, plus the planned transfers (issue #28): each copy's
+estimated bytes at its link's ``cost_per_gb``, priced as the run's cost will price it."""
 
 from __future__ import annotations
 
@@ -71,15 +72,31 @@ def standing(project: Project | None) -> Standing | None:
 
 @dataclass(frozen=True)
 class Estimate:
-    total: Decimal
+    compute: Decimal
     unknown: int  # units without history, not counted
+    transfer: Decimal = Decimal(0)
+
+    @property
+    def total(self) -> Decimal:
+        return self.compute + self.transfer
 
 
-def estimate(project: Project | None, units: Iterable[tuple[str, Amount, str]]) -> Estimate:
-    """``units``: (template, requests, planned site) of a submission."""
+def estimate(
+    project: Project | None,
+    units: Iterable[tuple[str, Amount, str]],
+    transfers: Iterable[tuple[str, str, int]] = (),
+) -> Estimate:
+    """``units``: (template, requests, planned site) of a submission; ``transfers``: (source,
+    relay, estimated bytes) of the copies its plan implies."""
     items = list(units)
+    copies = list(transfers)
+    links = usage.link_prices() if copies else {}
+    moved = sum(
+        (usage.transfer_cost(n, links.get((s, r), usage.ZERO)) for s, r, n in copies),
+        Decimal(0),
+    )
     if project is None or not items:
-        return Estimate(Decimal(0), 0)
+        return Estimate(Decimal(0), 0, moved)
     means = _mean_seconds(project, {t for t, _, _ in items})
     prices = usage.site_prices()
     total, unknown = Decimal(0), 0
@@ -89,7 +106,7 @@ def estimate(project: Project | None, units: Iterable[tuple[str, Amount, str]]) 
             unknown += 1
             continue
         total += usage.unit_cost(request, seconds, prices.get(site, usage.Prices())).compute
-    return Estimate(total, unknown)
+    return Estimate(total, unknown, moved)
 
 
 def _mean_seconds(project: Project, templates: set[str]) -> Mapping[str, Decimal]:

@@ -34,6 +34,11 @@ COST = Gauge(
     "Cost of units in the portal's currency, by kind (compute, transfer)",
     ["project", "site", "kind"],
 )
+TRANSFER_BYTES = Gauge(
+    "portal_transfer_bytes_total",
+    "Bytes transfer units moved, by link (source site, relay site)",
+    ["project", "source", "target"],
+)
 QUOTA_CPU_USED = Gauge(
     "portal_quota_cpu_used", "CPUs a project's admitted units hold at a site", ["project", "site"]
 )
@@ -53,8 +58,11 @@ def refresh(force: bool = False) -> None:
             return
         _last = time.monotonic()
     sums: dict[tuple[str, str], list[Decimal]] = defaultdict(lambda: [Decimal(0)] * 5)
+    moved: dict[tuple[str, str], int] = defaultdict(int)
     for u, cost in usage.costs(UnitRun.objects.all()):
         row = sums[(str(u["run__project__name"] or ""), str(u["site"]))]
+        if cost.link:
+            moved[(str(u["run__project__name"] or ""), cost.link)] += cost.bytes_moved
         for i, value in enumerate(
             (
                 cost.cpu_seconds,
@@ -71,6 +79,9 @@ def refresh(force: bool = False) -> None:
         GPU_SECONDS.labels(project=project, site=site).set(float(gpu))
         COST.labels(project=project, site=site, kind="compute").set(float(compute))
         COST.labels(project=project, site=site, kind="transfer").set(float(transfer))
+    for (project, link), nbytes in moved.items():
+        source, _, target = link.partition(">")
+        TRANSFER_BYTES.labels(project=project, source=source, target=target).set(nbytes)
     for held in services.quota_rows():
         q = held["quota"]
         labels = {"project": q.project.name, "site": held["where"]}

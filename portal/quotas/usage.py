@@ -1,7 +1,9 @@
 """What units used and cost (issue 32), as OpenCost counts it: a unit's resource-seconds are
 its requests times its wall time (the larger of that and its actual usage where the member
-reports it), its compute cost those times its site's prices; its transfer cost the bytes moved
-to its site times the link's ``cost_per_gb``.
+reports it), its compute cost those times its site's prices. Transfer cost is what transfer units
+(issue #28) actually moved: the bytes a copy reported, times the ``cost_per_gb`` of the link it
+crossed (its producer's site to its relay); every other unit has none. A transfer that has not
+reported its bytes yet (still running, or failed) has moved nothing the portal can price.
 
 Money is ``Decimal``, never float. Each unit's compute and transfer costs are rounded to the
 cent once (half up); a run's, a project's and a period's totals are sums of those rounded
@@ -24,7 +26,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from portal.models import CandidateTable, PlacementDecision, UnitRun, WorkflowRun
+from portal.models import UnitRun, WorkflowRun
 from portal.quotas.admission import Amount
 from portal.quotas.models import SitePrice
 from sites.models import SiteLink
@@ -34,6 +36,8 @@ HOUR = Decimal(3600)
 GIB = Decimal(2**30)
 GB = Decimal(10**9)
 ZERO = Decimal(0)
+# A transfer unit's ``spec.kind`` (``portal.execution.transfers.TRANSFER``, which imports this).
+TRANSFER_KIND = "transfer"
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Cost:
     bytes_moved: int
     compute: Decimal
     transfer: Decimal
+    # The link a transfer's bytes crossed (``link_key``), "" for a step.
+    link: str = ""
 
     @property
     def total(self) -> Decimal:
@@ -71,6 +77,7 @@ def unit_cost(
     *,
     bytes_moved: int = 0,
     cost_per_gb: Decimal = ZERO,
+    link: str = "",
     actual: Amount | None = None,
 ) -> Cost:
     """``request`` held for ``seconds`` (``actual``: the average the member reported, when it
@@ -89,7 +96,6 @@ def unit_cost(
     compute = (
         cpu_s * prices.cpu_hour + mem_s * prices.memory_gib_hour + gpu_s * prices.gpu_hour
     ) / HOUR
-    transfer = Decimal(max(bytes_moved, 0)) / GB * cost_per_gb
     return Cost(
         seconds=seconds,
         cpu_seconds=cpu_s,
@@ -97,8 +103,49 @@ def unit_cost(
         gpu_seconds=gpu_s,
         bytes_moved=max(bytes_moved, 0),
         compute=cents(compute),
-        transfer=cents(transfer),
+        transfer=transfer_cost(bytes_moved, cost_per_gb),
+        link=link,
     )
+
+
+def transfer_cost(nbytes: int, cost_per_gb: Decimal) -> Decimal:
+    """``nbytes`` over a link at ``cost_per_gb`` (GB of 10^9 bytes, as clouds bill egress), in
+    cents: the one rounding every figure of a transfer (REST unit, run, usage row) shares."""
+    return cents(Decimal(max(nbytes, 0)) / GB * Decimal(cost_per_gb))
+
+
+def link_key(source: str, target: str) -> str:
+    """How usage rows, the CSV and the metrics name a link."""
+    return f"{source}>{target}"
+
+
+def transfer_bytes(outputs: Mapping[str, Any] | None) -> int | None:
+    """The bytes a transfer unit reported it moved (its ``bytes`` output parameter), or None
+    before it reported them."""
+    for p in (outputs or {}).get("parameters") or []:
+        if isinstance(p, dict) and p.get("name") == "bytes":
+            try:
+                return max(int(str(p.get("value", "")).strip()), 0)
+            except ValueError:
+                return None
+    return None
+
+
+def link_prices() -> dict[tuple[str, str], Decimal]:
+    """``cost_per_gb`` of every link, by (source, target)."""
+    return {
+        (s, t): Decimal(c)
+        for s, t, c in SiteLink.objects.values_list("source__name", "target__name", "cost_per_gb")
+    }
+
+
+def link_price(source: str, target: str) -> Decimal:
+    found = (
+        SiteLink.objects.filter(source__name=source, target__name=target)
+        .values_list("cost_per_gb", flat=True)
+        .first()
+    )
+    return Decimal(found) if found is not None else ZERO
 
 
 def money(value: Decimal) -> str:
@@ -121,7 +168,8 @@ class Row:
     bytes_moved: int = 0
     compute: Decimal = ZERO
     transfer: Decimal = ZERO
-    members: list[int] = field(default_factory=list)
+    # Bytes moved by transfers, per link (``link_key``).
+    links: dict[str, int] = field(default_factory=dict)
 
     def add(self, cost: Cost) -> None:
         self.units += 1
@@ -131,6 +179,8 @@ class Row:
         self.bytes_moved += cost.bytes_moved
         self.compute += cost.compute
         self.transfer += cost.transfer
+        if cost.link:
+            self.links[cost.link] = self.links.get(cost.link, 0) + cost.bytes_moved
 
     @property
     def total(self) -> Decimal:
@@ -144,6 +194,7 @@ class Row:
             "memory_gib_seconds": f"{self.memory_gib_seconds.quantize(Decimal('0.001'))}",
             "gpu_seconds": f"{self.gpu_seconds.quantize(Decimal('0.001'))}",
             "bytes_moved": self.bytes_moved,
+            "bytes_by_link": dict(sorted(self.links.items())),
             "compute": money(self.compute),
             "transfer": money(self.transfer),
             "total": money(self.total),
@@ -157,52 +208,6 @@ def site_prices() -> dict[str, Prices]:
     }
 
 
-def _link_prices() -> dict[str, Decimal]:
-    """The dearest ``cost_per_gb`` of any link into each site: what the bytes the planner
-    counted to move there are priced at (the planner's table does not say from where)."""
-    out: dict[str, Decimal] = {}
-    for target, cost in SiteLink.objects.values_list("target__name", "cost_per_gb"):
-        out[target] = max(out.get(target, ZERO), Decimal(cost))
-    return out
-
-
-def _bytes_moved(units: list[dict[str, Any]]) -> dict[int, int]:
-    """Bytes the newest decision of each unit counted to move to the site it ran at. A
-    fan-out's decisions share a few candidate tables: each is read once."""
-    site_of = {u["id"]: u["site"] for u in units}
-    ids = list(site_of)
-    newest: dict[int, tuple[int | None, list[dict[str, Any]]]] = {}
-    for start in range(0, len(ids), 2000):
-        rows = (
-            PlacementDecision.objects.filter(unit_id__in=ids[start : start + 2000])
-            .order_by("unit_id", "-id")
-            .values_list("unit_id", "shared_table_id", "candidates")
-        )
-        for unit_id, shared, listed in rows:
-            if unit_id is not None and unit_id not in newest:
-                newest[unit_id] = (shared, listed or [])
-    tables = dict(
-        CandidateTable.objects.filter(
-            pk__in={t for t, _ in newest.values() if t is not None}
-        ).values_list("pk", "rows")
-    )
-    out: dict[int, int] = {}
-    chosen: dict[tuple[int, str], int] = {}
-    for uid, (table_id, candidates) in newest.items():
-        site = site_of[uid]
-        if table_id is not None and (table_id, site) in chosen:
-            out[uid] = chosen[(table_id, site)]
-            continue
-        table: list[dict[str, Any]] = (
-            list(tables.get(table_id) or []) if table_id is not None else candidates
-        )
-        found = next((r for r in table if r.get("site") == site), None)
-        out[uid] = int((found or {}).get("bytes_to_move") or 0)
-        if table_id is not None:
-            chosen[(table_id, site)] = out[uid]
-    return out
-
-
 UNIT_COLUMNS = (
     "id",
     "name",
@@ -213,6 +218,8 @@ UNIT_COLUMNS = (
     "finished_at",
     "run__project__name",
     "run__owner__username",
+    "spec__kind",
+    "spec__transfer__from",
 )
 
 
@@ -230,8 +237,8 @@ def costs(
         .values(*UNIT_COLUMNS)
     )
     prices = site_prices()
-    links = _link_prices()
-    moved = _bytes_moved(rows)
+    links = link_prices()
+    moved = _transfers_moved(rows)
     for u in rows:
         r = u["spec__resources"] or {}
         request = Amount(
@@ -241,6 +248,7 @@ def costs(
         )
         end = u["finished_at"] or now
         seconds = Decimal(str((end - u["started_at"]).total_seconds()))
+        source = str(u["spec__transfer__from"] or "") if u["id"] in moved else ""
         yield (
             u,
             unit_cost(
@@ -248,9 +256,23 @@ def costs(
                 seconds,
                 prices.get(u["site"], Prices()),
                 bytes_moved=moved.get(u["id"], 0),
-                cost_per_gb=links.get(u["site"], ZERO),
+                cost_per_gb=links.get((source, u["site"]), ZERO),
+                link=link_key(source, u["site"]) if source else "",
             ),
         )
+
+
+def _transfers_moved(units: list[dict[str, Any]]) -> dict[int, int]:
+    """Bytes each transfer unit among ``units`` reported (0 before it did); outputs are read
+    for those alone (a step's can be large)."""
+    ids = [u["id"] for u in units if u["spec__kind"] == TRANSFER_KIND]
+    out: dict[int, int] = {}
+    for start in range(0, len(ids), 2000):
+        for pk, outputs in UnitRun.objects.filter(pk__in=ids[start : start + 2000]).values_list(
+            "pk", "outputs"
+        ):
+            out[pk] = transfer_bytes(outputs) or 0
+    return out
 
 
 def run_cost(run: WorkflowRun) -> dict[str, str]:
@@ -277,6 +299,8 @@ def run_unit_costs(run: WorkflowRun) -> list[dict[str, Any]]:
                 "cpu_seconds": f"{cost.cpu_seconds.quantize(Decimal('0.001'))}",
                 "gpu_seconds": f"{cost.gpu_seconds.quantize(Decimal('0.001'))}",
                 "bytes_moved": cost.bytes_moved,
+                "link": cost.link,
+                "link_from": cost.link.partition(">")[0],
                 "compute": money(cost.compute),
                 "transfer": money(cost.transfer),
                 "total": money(cost.total),
@@ -328,6 +352,10 @@ def in_period(
 
 
 def as_csv(group_by: str, total: Row, rows: Iterable[Row]) -> str:
+    """One line per row and the total; after ``bytes_moved``, one ``bytes <link>`` column per
+    link any row's transfers crossed."""
+    rows = list(rows)
+    links = sorted({k for r in [*rows, total] for k in r.links})
     out = io.StringIO()
     columns = [
         group_by,
@@ -339,11 +367,18 @@ def as_csv(group_by: str, total: Row, rows: Iterable[Row]) -> str:
         "compute",
         "transfer",
         "total",
-        "currency",
     ]
     writer = csv.writer(out)
-    writer.writerow(columns)
+    writer.writerow([*columns[:6], *(f"bytes {k}" for k in links), *columns[6:], "currency"])
     for row in [*rows, total]:
         d = row.as_dict()
-        writer.writerow([d["key"], *[d[c] for c in columns[1:-1]], currency()])
+        writer.writerow(
+            [
+                d["key"],
+                *[d[c] for c in columns[1:6]],
+                *[row.links.get(k, 0) for k in links],
+                *[d[c] for c in columns[6:]],
+                currency(),
+            ]
+        )
     return out.getvalue()

@@ -142,6 +142,8 @@ def quota_bars() -> list[dict[str, Any]]:
                 "memory_used": quantities.memory_text(used.memory),
                 "memory_pct": _quota_pct(used.memory, q.memory_bytes),
                 "memory_label": f"memory quota of {name}",
+                # Neither set nor held: "none", as for GPUs, rather than a bar of 0 of 0.
+                "memory_shown": bool(q.memory_bytes or used.memory),
                 "gpu": q.gpus,
                 "gpu_used": used.gpu,
                 "gpu_pct": _quota_pct(used.gpu, q.gpus),

@@ -123,6 +123,8 @@ def _duration(start: datetime | None, end: datetime | None, now: datetime) -> ti
 class UnitRow:
     unit: UnitRun
     duration: timedelta | None
+    # Waiting for its project's quota (issue 32): its position and why; None otherwise.
+    queue: quota_services.QueueEntry | None = None
 
 
 class BadParameter(ValueError):
@@ -154,6 +156,13 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     paginator.__dict__["count"] = counts.filtered(phase_filter, site_filter)
     page = paginator.get_page(request.GET.get("page"))
     rows = list(page.object_list)
+    # Only the rows shown, and only where quotas exist: a queue's order is read once per site
+    # and project on the page, whatever the run's size.
+    queue: dict[int, quota_services.QueueEntry] = {}
+    queued = 0
+    if quota_services.governed():
+        queue = quota_services.queue_of(rows)
+        queued = quota_services.waiting().filter(run_id=run.pk).count()
     events = live.events_since(run, since or 0, EVENTS_SHOWN)
     last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
@@ -173,6 +182,9 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
         (run.status, run.message, run.finished_at, run.suspended, run.updated_at),
         counts.rows,
         live.page_state(rows),
+        # Positions move as other runs' units are admitted: a poll sees them.
+        sorted((k, q.position, q.reason) for k, q in queue.items()),
+        queued,
         last_event,
         decisions,
         [e.pk for e in blocked],
@@ -185,7 +197,10 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     return {
         "counts": counts,
         "unit_page": page,
-        "unit_rows": [UnitRow(u, _duration(u.started_at, u.finished_at, now)) for u in rows],
+        "queued": queued,
+        "unit_rows": [
+            UnitRow(u, _duration(u.started_at, u.finished_at, now), queue.get(u.pk)) for u in rows
+        ],
         "phase_filter": phase_filter,
         "site_filter": site_filter,
         "events": events,

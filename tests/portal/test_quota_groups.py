@@ -293,6 +293,13 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
         "eo-demo uses 8 of 8 CPU at sites topology.kubernetes.io/region=eu-west; waiting for quota"
     )
     assert UnitRun.objects.get(pk=items[1].pk).message.startswith("queued: eo-demo uses 8 of 8")
+    # The run page's units table: Queued, placed in the project's queue for a run-time site.
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(demo)
+    page = browser.get(f"/runs/{run.pk}/").content.decode()
+    assert "#1 in eo-demo's queue for a run-time site" in page
     # It waits for site-a and site-b: one unit queued for the group's quota, not two.
     group = next(r for r in services.quota_rows() if r["quota"].site_id is None)
     assert (group["sites"], group["queued"], group["used"].cpu) == (["site-a", "site-b"], 1, 8000)

@@ -408,3 +408,29 @@ def test_units_placed_at_run_time_count_against_the_quota_once_placed(
     tiles = fan_out(eo, 2)
     assert [u.name for u in services.admit(tiles, pending(tiles))] == []
     assert services.used_at("site-b")["eo-demo"].cpu == 1500
+
+
+@pytest.mark.parametrize(("weight_a", "expected"), [("3", (3, 1)), ("1", (2, 2))])
+def test_what_two_projects_borrow_follows_their_weights(
+    site_b: Site, weight_a: str, expected: tuple[int, int]
+) -> None:
+    """Both wait to borrow the 4 CPU a third project leaves unused; each turn goes to the one
+    borrowing the smaller weighted dominant share: weights 3 and 1 share the 4 CPU 3:1,
+    equal weights 2:2 (``ProjectDefaults.weight``, the admin's Project defaults)."""
+    from decimal import Decimal
+
+    a, b, c = (Project.objects.create(name=n) for n in ("a", "b", "c"))
+    ProjectDefaults.objects.create(project=a, weight=Decimal(weight_a))
+    ProjectDefaults.objects.create(project=b, weight=Decimal(1))
+    for p in (a, b):
+        Quota.objects.create(project=p, site=site_b, cpu_millicores=2 * CPU)
+    runs = {a.name: fan_out(a, 8), b.name: fan_out(b, 8)}
+    for run in runs.values():  # each within its nominal quota; the rest waits
+        start(services.admit(run, pending(run)))
+    # The third project's quota (unused) is what the cohort can lend now.
+    Quota.objects.create(project=c, site=site_b, cpu_millicores=4 * CPU)
+    for _ in range(6):  # the runs' advances, woken in turn as quota frees
+        for run in runs.values():
+            start(services.admit(run, pending(run)))
+    running = tuple(runs[n].units.filter(phase=UnitPhase.RUNNING).count() - 2 for n in ("a", "b"))
+    assert running == expected

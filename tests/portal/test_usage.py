@@ -98,6 +98,30 @@ def ran(run: WorkflowRun, name: str, cpu: int, seconds: int, *, ended_days_ago: 
     return unit
 
 
+def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-a") -> UnitRun:
+    """A transfer unit (issue #28) at site-b that copied ``nbytes`` from ``source``."""
+    unit = ran(run, name, 0, 2)
+    outputs = (
+        {"parameters": [{"name": "bytes", "value": str(nbytes)}]} if nbytes is not None else {}
+    )
+    UnitRun.objects.filter(pk=unit.pk).update(
+        spec={
+            "kind": "transfer",
+            "resources": {},
+            "transfer": {
+                "producer": "write",
+                "from": source,
+                "to": "site-b",
+                "for": "site-c",
+                "estimate": {"bytes": 1, "seconds": 1.0, "cost": 0.0},
+            },
+        },
+        outputs=outputs,
+    )
+    unit.refresh_from_db()
+    return unit
+
+
 def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     priced: tuple[Site, Site], api_client_for: Any, staff: User
 ) -> None:
@@ -107,13 +131,15 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     # 1 CPU, 1 GiB for 1 h at site-b: 0.04 + 0.005 = 0.045 -> 0.05 (half up) each
     for i in range(3):
         ran(first, f"a{i}", 1000, 3600)
-    moved = ran(first, "moved", 0, 0)
+    copied(first, "write-copy-site-b", 5 * 10**9)  # 5 GB over site-a -> site-b at 0.02
+    # A step's bytes the planner counted are an estimate, not a transfer: not priced.
+    step = ran(first, "reads-across", 0, 0)
     PlacementDecision.objects.create(
         run=first,
-        unit=moved,
+        unit=step,
         source="rule",
         site="site-b",
-        candidates=[{"site": "site-b", "bytes_to_move": 5 * 10**9}],
+        candidates=[{"site": "site-b", "bytes_to_move": 7 * 10**9}],
     )
     ran(second, "b0", 2000, 1800)  # 2 x 0.5 x 0.04 + 0.5 x 0.005 = 0.0425 -> 0.04
     ran(second, "old", 1000, 3600, ended_days_ago=40)
@@ -125,6 +151,9 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
         "total": "0.25",
         "currency": "EUR",
     }
+    # The transfer unit's own cost in REST is the run's transfer cost, to the cent.
+    (shown,) = [u for u in detail["units"] if u["kind"] == "transfer"]
+    assert shown["transfer"]["bytes"] == 5 * 10**9 and shown["transfer"]["cost"] == "0.10"
     other = api.get(f"/api/v1/runs/{second.pk}/").json()["cost"]
     assert other["total"] == "0.09"
     # The units' costs sum to the run's total, to the cent.
@@ -143,12 +172,43 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     by_site = api.get("/api/v1/usage/?project=eo-demo&group_by=site").json()
     assert by_site["total"] == "0.34" and by_site["rows"][0]["key"] == "site-b"
     assert by_site["rows"][0]["cpu_seconds"] == "18000.000"
+    assert by_site["rows"][0]["bytes_by_link"] == {"site-a>site-b": 5 * 10**9}
+    assert by_site["rows"][0]["transfer"] == "0.10"
 
     csv = api.get("/api/v1/usage/?project=eo-demo&group_by=day&export=csv")
     assert csv["Content-Type"].startswith("text/csv")
     lines = csv.content.decode().splitlines()
-    assert lines[0].startswith("day,units,cpu_seconds")
-    assert lines[-1].startswith("total,6,") and lines[-1].endswith(",0.34,EUR")
+    assert lines[0] == (
+        "day,units,cpu_seconds,memory_gib_seconds,gpu_seconds,bytes_moved,"
+        "bytes site-a>site-b,compute,transfer,total,currency"
+    )
+    total = lines[-1].split(",")
+    assert total[0] == "total" and total[1] == "7"
+    assert total[5:] == [str(5 * 10**9), str(5 * 10**9), "0.24", "0.10", "0.34", "EUR"]
+
+
+def test_a_transfer_is_priced_by_the_bytes_it_reported_over_its_own_link(
+    priced: tuple[Site, Site], api_client_for: Any, staff: User
+) -> None:
+    """Each copy at its own link's price (a dearer link into the same site does not price
+    it); a copy that reported no bytes yet costs nothing; REST, run and usage agree."""
+    _, b = priced
+    c = Site.objects.create(name="site-c")
+    SiteLink.objects.create(source=c, target=b, bandwidth_mbps=10, cost_per_gb=Decimal("0.90"))
+    eo = Project.objects.create(name="eo-demo")
+    run: WorkflowRun = WorkflowRunFactory(project=eo)
+    copied(run, "x-copy-site-b", 1_234_567_890)  # 1.23456789 GB x 0.02 = 0.0247 -> 0.02
+    copied(run, "y-copy-site-b", 2 * 10**9, source="site-c")  # 2 GB x 0.90 = 1.80
+    copied(run, "z-copy-site-b", None)  # has not reported: nothing moved
+    api = api_client_for(staff)
+    detail = api.get(f"/api/v1/runs/{run.pk}/").json()
+    shown = {u["name"]: u["transfer"]["cost"] for u in detail["units"] if u["kind"] == "transfer"}
+    assert shown["x-copy-site-b"] == "0.02" and shown["y-copy-site-b"] == "1.80"
+    assert detail["cost"]["transfer"] == "1.82"
+    body = api.get("/api/v1/usage/?project=eo-demo&group_by=run").json()
+    (row,) = body["rows"]
+    assert row["transfer"] == "1.82" and body["transfer"] == "1.82"
+    assert row["bytes_by_link"] == {"site-a>site-b": 1_234_567_890, "site-c>site-b": 2 * 10**9}
 
 
 @pytest.mark.parametrize(
@@ -195,6 +255,9 @@ def test_the_run_page_shows_its_cost_and_its_queued_units(
     page = client_for(staff).get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-cost"' in page and "0.05 EUR" in page
     assert 'id="run-queue"' in page
+    # The units table, which the page polls, marks it Queued with its place in the queue.
+    assert '<span class="phase phase-Queued">Queued</span>' in page
+    assert "#1 in eo-demo's queue at site-b" in page
     assert (
         "it asks for 2 CPU, more than eo-demo&#x27;s quota at site-b ever allows "
         "(1 with borrowing); an operator must raise it"
@@ -210,11 +273,16 @@ def test_metrics_carry_usage_cost_and_quota_per_project_and_site(
     eo = Project.objects.create(name="eo-demo")
     run: WorkflowRun = WorkflowRunFactory(project=eo)
     ran(run, "done", 2000, 3600)
+    copied(run, "write-copy-site-b", 3 * 10**9)  # 3 GB at 0.02 per GB
     Quota.objects.create(project=eo, site=priced[1], cpu_millicores=8000)
     metrics.refresh(force=True)
     text = api_client.get("/metrics").content.decode()
     assert 'portal_usage_cpu_seconds_total{project="eo-demo",site="site-b"} 7200.0' in text
     assert 'portal_cost_total{kind="compute",project="eo-demo",site="site-b"} 0.09' in text
+    assert 'portal_cost_total{kind="transfer",project="eo-demo",site="site-b"} 0.06' in text
+    assert (
+        'portal_transfer_bytes_total{project="eo-demo",source="site-a",target="site-b"} 3e+09'
+    ) in text
     assert 'portal_quota_cpu{project="eo-demo",site="site-b"} 8.0' in text
 
 
@@ -333,3 +401,39 @@ def test_the_submit_pages_preview_shows_the_estimate(demo_priced: Project) -> No
     ).content.decode()
     assert 'id="preview-estimate"' in page
     assert "(2 steps never ran in this project: not counted)" in page
+
+
+def test_the_preview_estimate_includes_the_planned_transfers(demo_priced: Project) -> None:
+    """A GPU read (site-c) of what a step at site-a wrote needs a copy at site-b: the
+    estimate prices its bytes at the site-a -> site-b link, as the run's cost will."""
+    from placement.models import PlacementRule
+    from tests.integration.test_transfers import READ_ON_GPU, WRITE
+    from tests.portal import helpers
+
+    PlacementRule.objects.create(
+        name="pin-write",
+        order=1,
+        selector={"task": "write"},
+        timing="submit",
+        effect="pin",
+        parameters={"sites": ["site-a"]},
+    )
+    SiteLink.objects.filter(source__name="site-a", target__name="site-b").update(
+        cost_per_gb=Decimal("0.50")
+    )
+    client = APIClient()
+    client.force_authenticate(User.objects.get(username="scientist"))
+    answer = client.post(
+        "/api/v1/runs/preview/?project=eo-demo",
+        data=helpers.write_then_read(WRITE, READ_ON_GPU),
+        content_type="application/yaml",
+    )
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    (copy,) = body["transfers"]
+    assert (copy["from"], copy["via"], copy["to"]) == ("site-a", "site-b", "site-c")
+    expected = cents(Decimal(copy["bytes"]) / Decimal(10**9) * Decimal("0.50"))
+    assert expected > 0
+    estimate = body["estimate"]
+    assert Decimal(estimate["transfer"]) == expected
+    assert Decimal(estimate["total"]) == Decimal(estimate["compute"]) + expected

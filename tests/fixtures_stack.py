@@ -275,12 +275,36 @@ def executing_stack(
 
 def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
     """Stop the worker and the watcher of every stack of the session (but one): nothing of
-    theirs writes to the database any more."""
+    theirs writes to the database any more. Killed (SIGKILL), they cannot hand their leases
+    back: the harness does it for them, or the next watcher would stand by until the dead
+    one's lease expired (PORTAL_LEADER_LEASE_SECONDS, 10 s) before it watched anything."""
     for other in RUNNING_STACKS:
         if other is not but:
+            killed = False
             for name in ("worker", "watcher"):
                 if name in other.procs:
                     other.kill(name, sig)
+                    killed = True
+            if killed and sig == signal.SIGKILL:
+                leases_released(other)
+
+
+def leases_released(stack: Stack) -> None:
+    """Delete the stack's election Leases (the watcher's and beat's), when none of the stack's
+    processes runs any more: a Lease a live leader still renews is not the harness's to take.
+    (Tests of the election itself kill leaders without this: there the standby must wait the
+    lease out.)"""
+    from django.conf import settings
+    from kubernetes import client
+
+    from portal import leader
+
+    if stack.procs:  # a candidate still runs (an election test's second watcher or beat)
+        return
+    api = client.CoordinationV1Api(stack.sandbox.api_client())
+    for name in (leader.WATCHER_LEASE, leader.BEAT_LEASE):
+        with contextlib.suppress(client.ApiException):  # none yet: nobody ever led
+            api.delete_namespaced_lease(name, settings.KARMADA_NAMESPACE)
 
 
 # The stack whose worker last ran a test (its queued tasks are its own).

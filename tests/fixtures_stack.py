@@ -208,6 +208,13 @@ def running_stack(
         "PORTAL_FAILOVER_GRACE_SECONDS": "2",
         "PORTAL_STALE_SECONDS": "3",
         "KARMADA_REQUEST_TIMEOUT": "3",
+        # The leader election of the watcher and beat, shorter than production's (10, 7, 2 s):
+        # a standby takes over a killed leader sooner. The renew deadline stays above the
+        # request timeout, so a slow answer alone never ends a term, and the lease leaves
+        # 2 s past it for a leader's last fold to end before anyone may take over.
+        "PORTAL_LEADER_LEASE_SECONDS": "6",
+        "PORTAL_LEADER_RENEW_DEADLINE_SECONDS": "4",
+        "PORTAL_LEADER_RETRY_SECONDS": "1",
         "PORTAL_VAR_DIR": str(workdir / "var"),
         # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
         "PORTAL_WEBHOOK_URL": f"{live_server.url}/webhooks/placement/",
@@ -277,7 +284,7 @@ def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
     """Stop the worker and the watcher of every stack of the session (but one): nothing of
     theirs writes to the database any more. Killed (SIGKILL), they cannot hand their leases
     back: the harness does it for them, or the next watcher would stand by until the dead
-    one's lease expired (PORTAL_LEADER_LEASE_SECONDS, 10 s) before it watched anything."""
+    one's lease expired (PORTAL_LEADER_LEASE_SECONDS) before it watched anything."""
     for other in RUNNING_STACKS:
         if other is not but:
             killed = False

@@ -208,6 +208,13 @@ def running_stack(
         "PORTAL_FAILOVER_GRACE_SECONDS": "2",
         "PORTAL_STALE_SECONDS": "3",
         "KARMADA_REQUEST_TIMEOUT": "3",
+        # The leader election of the watcher and beat, shorter than production's (10, 7, 2 s):
+        # a standby takes over a killed leader sooner. The renew deadline stays above the
+        # request timeout, so a slow answer alone never ends a term, and the lease leaves
+        # 2 s past it for a leader's last fold to end before anyone may take over.
+        "PORTAL_LEADER_LEASE_SECONDS": "6",
+        "PORTAL_LEADER_RENEW_DEADLINE_SECONDS": "4",
+        "PORTAL_LEADER_RETRY_SECONDS": "1",
         "PORTAL_VAR_DIR": str(workdir / "var"),
         # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
         "PORTAL_WEBHOOK_URL": f"{live_server.url}/webhooks/placement/",
@@ -275,12 +282,36 @@ def executing_stack(
 
 def quiet_stacks(but: Stack | None = None, sig: int = signal.SIGTERM) -> None:
     """Stop the worker and the watcher of every stack of the session (but one): nothing of
-    theirs writes to the database any more."""
+    theirs writes to the database any more. Killed (SIGKILL), they cannot hand their leases
+    back: the harness does it for them, or the next watcher would stand by until the dead
+    one's lease expired (PORTAL_LEADER_LEASE_SECONDS) before it watched anything."""
     for other in RUNNING_STACKS:
         if other is not but:
+            killed = False
             for name in ("worker", "watcher"):
                 if name in other.procs:
                     other.kill(name, sig)
+                    killed = True
+            if killed and sig == signal.SIGKILL:
+                leases_released(other)
+
+
+def leases_released(stack: Stack) -> None:
+    """Delete the stack's election Leases (the watcher's and beat's), when none of the stack's
+    processes runs any more: a Lease a live leader still renews is not the harness's to take.
+    (Tests of the election itself kill leaders without this: there the standby must wait the
+    lease out.)"""
+    from django.conf import settings
+    from kubernetes import client
+
+    from portal import leader
+
+    if stack.procs:  # a candidate still runs (an election test's second watcher or beat)
+        return
+    api = client.CoordinationV1Api(stack.sandbox.api_client())
+    for name in (leader.WATCHER_LEASE, leader.BEAT_LEASE):
+        with contextlib.suppress(client.ApiException):  # none yet: nobody ever led
+            api.delete_namespaced_lease(name, settings.KARMADA_NAMESPACE)
 
 
 # The stack whose worker last ran a test (its queued tasks are its own).

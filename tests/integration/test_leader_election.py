@@ -3,8 +3,9 @@ karmada-apiserver: the leader killed (SIGKILL) or frozen (SIGSTOP) mid-work, the
 takes over and nothing is lost, duplicated or sent twice. The stack runs without the worker's
 beat, so only the watchers fold what Karmada does (the resync would hide a missing watcher).
 
-The election's timing is the default (lease 10 s, renew deadline 7 s, retry 2 s); each
-takeover's time, from the kill to the Lease naming the standby, is printed (``-s``)."""
+The election's timing is the stack's (lease 6 s, renew deadline 4 s, retry 1 s: shorter than
+production's 10, 7 and 2 s, the same rules); each takeover's time, from the kill to the Lease
+naming the standby, is printed (``-s``)."""
 
 from __future__ import annotations
 

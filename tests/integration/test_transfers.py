@@ -273,3 +273,76 @@ def test_an_expired_url_ends_the_run_in_error_with_s3_s_message(
     done = wait_finished(run.pk, 120)
     assert done.status == "Error"
     assert "Request has expired" in done.message and "AccessDenied" in done.message, done.message
+
+
+def test_a_copy_failing_transiently_is_retried_and_the_reader_reads_it(
+    live_executing: Stack, scientist: User
+) -> None:
+    """The copy's first attempt fails (a fault on its template, once): the member's Argo
+    retries it (the transfer's retryStrategy), and the run succeeds through the second."""
+    pin("write", "site-a")
+    live_executing.sandbox.fault("template-fail", template="transfer", count=1)
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+        live_executing.sandbox.clear_faults()
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    copy = got["write-copy-site-b"]
+    assert copy.phase == "Succeeded" and copy.attempt == 1
+    assert got["read"].outputs["result"] == CONTENT.removesuffix("\n")
+    member = next(
+        w
+        for w in live_executing.sandbox.member_workflows("site-b")
+        if w["metadata"]["name"] == copy.workflow_name
+    )
+    phases = sorted(
+        n["phase"] for n in member["status"]["nodes"].values() if n.get("type") == "Pod"
+    )
+    assert phases == ["Failed", "Succeeded"], phases
+
+
+BIG = {
+    "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.bin"}]},
+    "script": {
+        "image": "python:3",
+        "command": ["python3"],
+        # Incompressible: the copy moves all of it, which takes a while.
+        "source": "import os; open('/tmp/out.bin', 'wb').write(os.urandom(96 * 2**20))",
+    },
+}
+
+
+def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scientist: User) -> None:
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        copy = wait_for(
+            lambda: (u := units(run.pk).get("write-copy-site-b")) and u.phase == "Running" and u,
+            180,
+            "the copy to run",
+        )
+        services.run_stop(run=WorkflowRun.objects.get(pk=run.pk), user=scientist)
+    finally:
+        stop(run.pk, scientist)
+    done = wait_finished(run.pk, 60)
+    assert done.status == "Stopped", done.status
+
+    def shut_down() -> bool:
+        found = [
+            w
+            for w in live_executing.workflows(run.pk)
+            if w["metadata"]["name"] == copy.workflow_name
+        ]
+        return bool(found) and found[0]["spec"].get("shutdown") == "Stop"
+
+    wait_for(shut_down, 30, "spec.shutdown on the copy's step workflow")
+    got = units(run.pk)
+    assert got["write-copy-site-b"].phase not in ("Succeeded", "Running", "Pending")
+    assert got["read"].phase == "Omitted" and not got["read"].workflow_name

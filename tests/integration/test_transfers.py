@@ -346,3 +346,37 @@ def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scien
     got = units(run.pk)
     assert got["write-copy-site-b"].phase not in ("Succeeded", "Running", "Pending")
     assert got["read"].phase == "Omitted" and not got["read"].workflow_name
+
+
+def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
+    live_executing: Stack, scientist: User
+) -> None:
+    """site-b, the only site that reads site-a's repository and that site-c reads, is lost
+    while it copies: the copy cannot move, so it ends in Error saying so, and the reader with
+    it, naming the copy (rather than wait for site-b)."""
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+    )
+    fault = None
+    try:
+        wait_for(
+            lambda: (u := units(run.pk).get("write-copy-site-b")) and u.phase == "Running" and u,
+            180,
+            "the copy to run",
+        )
+        fault = live_executing.sandbox.fault("site-not-ready", site="site-b")
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+        if fault:
+            live_executing.sandbox.clear_fault(fault["id"])
+    got = units(run.pk)
+    copy, read = got["write-copy-site-b"], got["read"]
+    assert done.status in ("Error", "Failed"), done.status
+    assert copy.phase == "Error" and copy.attempt == 1
+    assert copy.message.startswith("site site-b not ready; no other relay: no other site reads")
+    assert read.phase == "Error" and not read.workflow_name
+    assert read.message.startswith(
+        "transfer write-copy-site-b of write's outputs to site-b failed: site site-b not ready"
+    ), read.message

@@ -64,9 +64,12 @@ def failover_unit(
             timing="submit",
             ancestors=ancestors(unit, units),
         )
-    if decision.site is None and isinstance(decision, transfers.RelayDecision):
-        if unit.workflow_name or unit.phase != UnitPhase.PENDING:
-            return _copy_lost(run, unit, f"{reason}; no other relay: {decision.reason}")
+    if (
+        decision.site is None
+        and isinstance(decision, transfers.RelayDecision)
+        and (unit.workflow_name or unit.phase != UnitPhase.PENDING)
+    ):
+        return _copy_lost(run, unit, f"{reason}; no other relay: {decision.reason}")
     if decision.site is None:
         message = f"{unit.name}: {reason}; no other site: {decision.reason}"
         # Tried again at every advance and resync while the site stays closed: one event

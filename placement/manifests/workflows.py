@@ -411,6 +411,9 @@ def transfer_workflow(
             },
         },
         "spec": {
+            # The copy is the portal's, not the user's: it goes when its step workflow is
+            # deleted (after the run ends), whatever the run's own artifactGC says.
+            "artifactGC": {"strategy": "OnWorkflowDeletion"},
             "entrypoint": "transfer",
             "arguments": {"artifacts": arguments},
             "templates": [template],

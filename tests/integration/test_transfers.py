@@ -380,3 +380,62 @@ def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
     assert read.message.startswith(
         "transfer write-copy-site-b of write's outputs to site-b failed: site site-b not ready"
     ), read.message
+
+
+def repository_keys(stack: Stack, site: str, prefix: str) -> list[str]:
+    """The keys under ``prefix`` in ``site``'s repository, listed over S3 (ListObjectsV2,
+    botocore's SigV4) with the site's demo keys, through its listener."""
+    import botocore.session
+    from botocore.config import Config
+
+    repo = stack.sandbox.repositories()[site]
+    s3 = botocore.session.get_session().create_client(
+        "s3",
+        region_name=repo["region"],
+        endpoint_url=f"http://{repo['endpoint']}",
+        aws_access_key_id=f"demo-{site}",
+        aws_secret_access_key=f"demo-{site}-secret",
+        config=Config(
+            proxies={"http": repo["url"]},
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+            signature_version="s3v4",
+        ),
+    )
+    listed = s3.list_objects_v2(Bucket=repo["bucket"], Prefix=prefix)
+    return [str(o["Key"]) for o in listed.get("Contents") or []]
+
+
+@pytest.mark.parametrize("run_gc", [False, True], ids=["no-artifact-gc", "artifact-gc"])
+def test_a_run_s_copies_are_deleted_once_it_ends(
+    live_executing: Stack, scientist: User, run_gc: bool
+) -> None:
+    """Copies are the portal's: they go once the run has ended (its step workflows deleted,
+    when the member's Argo collects ``OnWorkflowDeletion`` artifacts), whatever the run says;
+    the run's own outputs go only under its ``artifactGC`` (``OnWorkflowCompletion``, held
+    until the run ends), as in Argo."""
+    from portal.execution.lifecycle import step_workflows_cleanup
+
+    pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    if run_gc:
+        doc["spec"]["artifactGC"] = {"strategy": "OnWorkflowCompletion"}
+    run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
+    try:
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+    assert done.status == "Succeeded", done.message
+    got = units(run.pk)
+    copy, write = got["write-copy-site-b"], got["write"]
+    copied = repository_keys(live_executing, "site-b", f"{copy.workflow_name}/")
+    written = repository_keys(live_executing, "site-a", f"{write.workflow_name}/")
+    assert copied and written
+    step_workflows_cleanup(keep_seconds=0)
+    wait_for(
+        lambda: not repository_keys(live_executing, "site-b", f"{copy.workflow_name}/"),
+        30,
+        "the copy to be collected",
+    )
+    left = repository_keys(live_executing, "site-a", f"{write.workflow_name}/")
+    assert left == ([] if run_gc else written)

@@ -155,6 +155,8 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     # A distinct shape in the DAG, fed by write and feeding read.
     assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
     assert html.count('class="node phase-Succeeded transfer"') == 1
+    # Its timeline bar says what it moved.
+    assert 'class="bar-label" ' in html and f">{len(CONTENT.encode())} B</text>" in html, html
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(

@@ -83,3 +83,28 @@ def test_a_plan_without_copies_shows_no_transfer_table(scientist: User) -> None:
         **HX,
     ).content.decode()
     assert "Placement preview" in page and "Planned transfers" not in page
+
+
+def test_a_transfer_s_timeline_bar_shows_its_bytes_estimated_then_moved() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from portal.templatetags.portal_ui import timeline_svg
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    bar = {
+        "name": "write-copy-site-b",
+        "kind": "transfer",
+        "site": "site-b",
+        "phase": "Running",
+        "started_at": t0,
+        "finished_at": None,
+    }
+    step = {**bar, "name": "write", "kind": "", "site": "site-a", "phase": "Succeeded"}
+    estimated = {"bytes": 2**30, "measured": False}
+    svg = timeline_svg([step, {**bar, "moved": estimated}], {}, t0 + timedelta(seconds=60))
+    assert svg.count('class="bar-label"') == 1 and ">≈1.0 GiB</text>" in svg
+    assert "1.0 GiB estimated" in svg
+    moved = {"bytes": 5 * 2**20, "measured": True}
+    done = {**bar, "phase": "Succeeded", "finished_at": t0 + timedelta(seconds=30), "moved": moved}
+    svg = timeline_svg([step, done], {}, t0 + timedelta(seconds=60))
+    assert ">5.0 MiB</text>" in svg and "5.0 MiB moved" in svg

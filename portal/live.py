@@ -201,11 +201,19 @@ TIMES = "\u00d7"
 
 
 def timeline_rows(
-    counts: Counts, drawn: Iterable[dict[str, Any]], skeleton: Skeleton
+    counts: Counts,
+    drawn: Iterable[dict[str, Any]],
+    skeleton: Skeleton,
+    moved: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """What the timeline draws: a unit's own bar, and one bar per site and phase of a group
-    (from its first start to its last end), so the timeline of a huge loop stays a few bars."""
-    out = [u for u in drawn if u.get("group") is None and u.get("started_at")]
+    (from its first start to its last end), so the timeline of a huge loop stays a few bars.
+    ``moved``: each transfer's bytes (``transfers.moved_of``), shown on its bar."""
+    out = [
+        {**u, "moved": (moved or {}).get(str(u.get("name")))} if u.get("kind") == "transfer" else u
+        for u in drawn
+        if u.get("group") is None and u.get("started_at")
+    ]
     for r in counts.rows:
         if not r.item or r.started_at is None or r.node not in skeleton.grouped:
             continue

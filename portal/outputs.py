@@ -1,7 +1,9 @@
 """What the portal keeps of a step's outputs, whatever a member reports: a parameter over
 PORTAL_MAX_PARAMETER_BYTES is not stored and fails its unit, and a ``result`` keeps its last
 PORTAL_MAX_PARAMETER_BYTES, as Argo's executor keeps the last 256 kB of one
-(workflow/executor/executor.go). Pure: plain data in, plain data out."""
+(workflow/executor/executor.go). A parameter holding a NUL byte fails its unit too, and
+every other NUL reported becomes U+FFFD (PostgreSQL cannot store U+0000). Pure: plain data
+in, plain data out."""
 
 from __future__ import annotations
 
@@ -17,9 +19,36 @@ def parameter_too_large(name: str, size: int, limit: int) -> str:
     )
 
 
+def parameter_with_nul(name: str) -> str:
+    return (
+        f"output parameter {name} holds NUL bytes (U+0000), which the portal cannot store "
+        "or pass on; it was not stored (pass binary data as an output artifact)"
+    )
+
+
+NUL = "\x00"
+# What stands for a NUL the portal cannot keep: the character Go's encoding/json (and so
+# Argo) writes for bytes it cannot represent, so a reader sees where a byte was lost.
+NUL_STANDIN = "\ufffd"
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every NUL in its strings (keys too) replaced by U+FFFD: PostgreSQL's
+    text and jsonb refuse U+0000 (``unsupported Unicode escape sequence``), which the
+    Kubernetes API and Argo accept (Go's encoding/json writes it as ``\\u0000``)."""
+    if isinstance(value, str):
+        return value.replace(NUL, NUL_STANDIN) if NUL in value else value
+    if isinstance(value, Mapping):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
+
+
 def bound_outputs(outputs: dict[str, Any], limit: int) -> tuple[dict[str, Any], str]:
-    """``outputs`` with every parameter value over ``limit`` bytes left out and ``result``
-    cut to its last ``limit`` bytes, and the message for the first parameter left out."""
+    """``outputs`` with every parameter value over ``limit`` bytes or holding a NUL left out,
+    ``result`` cut to its last ``limit`` bytes with its NULs as U+FFFD (as is any other NUL
+    reported), and the message for the first parameter left out."""
     problem = ""
     kept = []
     for p in outputs.get("parameters") or []:
@@ -28,6 +57,11 @@ def bound_outputs(outputs: dict[str, Any], limit: int) -> tuple[dict[str, Any], 
         if size > limit:
             problem = problem or parameter_too_large(str(p.get("name")), size, limit)
             continue
+        if isinstance(value, str) and NUL in value:
+            # A parameter is a value later steps receive: one changed silently would be
+            # passed on as if it were the step's, so it fails as one too large does.
+            problem = problem or parameter_with_nul(str(storable(p.get("name"))))
+            continue
         kept.append(p)
     out = dict(outputs)
     if "parameters" in out:
@@ -35,7 +69,9 @@ def bound_outputs(outputs: dict[str, Any], limit: int) -> tuple[dict[str, Any], 
     result = out.get("result")
     if isinstance(result, str) and len(result.encode()) > limit:
         out["result"] = result.encode()[-limit:].decode("utf-8", "ignore")
-    return out, problem
+    # ``result`` is the step's standard output as seen (already cut, as Argo cuts it): a
+    # program printing binary data is common and fine in Argo, so it is kept readable.
+    return storable(out), problem
 
 
 def preview(outputs: dict[str, Any] | None, limit: int) -> dict[str, Any]:

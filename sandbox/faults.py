@@ -140,5 +140,9 @@ class Faults:
                 and f.workflow in (None, workflow)
                 and f.namespace in (None, namespace)
             ):
+                if f.count is not None:  # fails the first ``count`` nodes of the template
+                    f.count -= 1
+                    if f.count <= 0:
+                        self._faults.pop(f.id, None)
                 return f.message or f"template {template} failed by sandbox fault"
         return None

@@ -339,6 +339,13 @@ def _step_labels(
 
 # The transfer step's image: a shell is all it needs (Argo's executor moves the bytes).
 TRANSFER_IMAGE = "alpine:3.20"
+# Argo's retryStrategy (workflow_types.go, RetryStrategy): ``Always`` retries a node that
+# ended Failed or Error; the backoff waits 2 s, then 4 s.
+TRANSFER_RETRY = {
+    "limit": "2",
+    "retryPolicy": "Always",
+    "backoff": {"duration": "2s", "factor": "2"},
+}
 TRANSFER_DIR = "/tmp/transfer"
 
 
@@ -376,6 +383,11 @@ def transfer_workflow(
             "artifacts": outputs,
             "parameters": [{"name": "bytes", "valueFrom": {"path": f"{TRANSFER_DIR}.bytes"}}],
         },
+        # A copy is idempotent (the same objects written again under the same keys), so a
+        # transient failure (a dropped connection, a repository answering 503 SlowDown) is
+        # retried in place by the member's Argo, whatever phase it ended in, as any step
+        # with a retryStrategy is; a permanent one (an expired URL) fails after the last.
+        "retryStrategy": dict(TRANSFER_RETRY),
         "container": {
             "image": TRANSFER_IMAGE,
             "command": ["sh", "-c"],
@@ -399,6 +411,9 @@ def transfer_workflow(
             },
         },
         "spec": {
+            # The copy is the portal's, not the user's: it goes when its step workflow is
+            # deleted (after the run ends), whatever the run's own artifactGC says.
+            "artifactGC": {"strategy": "OnWorkflowDeletion"},
             "entrypoint": "transfer",
             "arguments": {"artifacts": arguments},
             "templates": [template],

@@ -20,7 +20,7 @@ from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.node_status import NodeStatusUnreadable, nodes_of
-from portal.outputs import bound_outputs
+from portal.outputs import bound_outputs, storable
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,8 @@ def _waiting_message(site: str, member: Mapping[str, Any]) -> str:
             and node.get("message")
         ):
             name = node.get("displayName") or node.get("name") or "a pod"
-            return f"{WAITING_PREFIX}{site or 'its site'}: {name}: {node['message']}"[:2000]
+            text = f"{WAITING_PREFIX}{site or 'its site'}: {name}: {node['message']}"
+            return str(storable(text[:2000]))
     return ""
 
 
@@ -284,7 +285,9 @@ def _fold(
     if started:
         fields["started_at"] = started
     message = (
-        str(member.get("message") or "") if phase in (UnitPhase.FAILED, UnitPhase.ERROR) else ""
+        storable(str(member.get("message") or ""))
+        if phase in (UnitPhase.FAILED, UnitPhase.ERROR)
+        else ""
     )
     if phase in FINAL_UNIT:
         fields["finished_at"] = finished or timezone.now()

@@ -64,6 +64,12 @@ def failover_unit(
             timing="submit",
             ancestors=ancestors(unit, units),
         )
+    if (
+        decision.site is None
+        and isinstance(decision, transfers.RelayDecision)
+        and (unit.workflow_name or unit.phase != UnitPhase.PENDING)
+    ):
+        return _copy_lost(run, unit, f"{reason}; no other relay: {decision.reason}")
     if decision.site is None:
         message = f"{unit.name}: {reason}; no other site: {decision.reason}"
         # Tried again at every advance and resync while the site stays closed: one event
@@ -145,6 +151,17 @@ def failover_unit(
             # whatever it reports later is ignored, and the resync deletes it then.
             log.info("could not delete %s after failover: %s", old_name, exc)
             superseded_remember(unit, old_name)
+    return True
+
+
+def _copy_lost(run: WorkflowRun, unit: UnitRun, message: str) -> bool:
+    """A copy lost mid-way with no other relay ends in Error saying so; its readers then end
+    in Error naming it (``transfers.hold``) rather than wait, unexplained, for a site that
+    may never return. A copy not started yet waits like any unit. Its step workflow stays,
+    as a failed unit's does: the run's end deletes it."""
+    if not state.unit_move(unit, UnitPhase.ERROR, message=message):
+        return False
+    event(run.pk, "failover-blocked", f"{unit.name}: {message}", unit)
     return True
 
 

@@ -60,6 +60,9 @@ def step_workflows_cleanup(*, keep_seconds: int | None = None) -> int:
             # ends: deleting one is when its member collects, and a later unit may still read
             # them.
             .exclude(run__status__in=ACTIVE_RUN, run__compiled__artifact_gc=True)
+            # A copy (transfer unit) is collected with its step workflow: kept while the run
+            # is active, since a reader not yet started reads it.
+            .exclude(run__status__in=ACTIVE_RUN, spec__kind="transfer")
             .values_list("pk", "workflow_name", "attempt", "site", "finished_at")[
                 : BATCH - len(tried)
             ]

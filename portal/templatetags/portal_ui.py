@@ -433,10 +433,17 @@ def timeline_svg(
             phase = str(u.get("phase") or "")
             tip = f"{u['name']} · {site} · {phase} · {_fmt_offset(e - s, fine=True)}"
             extra = ""
+            label = ""
             if u.get("kind") == "transfer":
-                # A copy to a relay site: a dashed bar (CSS), said in its tip.
+                # A copy to a relay site: a dashed bar (CSS), said in its tip, labelled with
+                # what it moved (the estimate, marked so, until it has moved).
                 tip = f"transfer {tip}"
                 extra = " transfer"
+                moved = u.get("moved") or {}
+                if moved.get("bytes") is not None:
+                    size = human_bytes(moved["bytes"])
+                    label = size if moved.get("measured") else f"≈{size}"
+                    tip += f" · {size} " + ("moved" if moved.get("measured") else "estimated")
             if u.get("ended"):
                 tip += f" · {u['ended']}"
                 extra = " ended"
@@ -445,6 +452,14 @@ def timeline_svg(
                 f'width="{w:.1f}" height="{BAR_H}" fill="{fill}">'
                 f"<title>{escape(tip)}</title></rect>"
             )
+            if label:
+                # Inside the bar when it has room, else just after it.
+                inside = w >= 7.5 * len(label) + 6
+                lx = x + 4 if inside else x + w + 3
+                parts.append(
+                    f'<text class="bar-label" x="{lx:.1f}" y="{by + BAR_H - 4}">'
+                    f"{escape(label)}</text>"
+                )
         parts.append("</g>")
         y += lane_h + 4
     ticks = []

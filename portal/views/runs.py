@@ -29,6 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from placement.parser import WorkflowInvalid
 from portal import live, services
 from portal.choices import RunStatus, UnitPhase
+from portal.execution import transfers
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import services as quota_services
@@ -214,6 +215,10 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     }
 
 
+def _has_transfer(units: Iterable[dict[str, Any]]) -> bool:
+    return any(u.get("kind") == "transfer" for u in units)
+
+
 def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) -> dict[str, Any]:
     """Everything the live part of the run page draws (DAG, timeline, units table), from
     ``state``: the graph's nodes and groups from the counts, not from every unit."""
@@ -249,7 +254,9 @@ def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) 
         **state,
         "run": run,
         "units": units,
-        "timeline_units": live.timeline_rows(counts, units, skeleton),
+        "timeline_units": live.timeline_rows(
+            counts, units, skeleton, transfers.moved_of(run) if _has_transfer(units) else None
+        ),
         "colours": colours,
         "legend": legend(colours, counts.where()),
         "total": total,

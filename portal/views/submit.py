@@ -133,6 +133,8 @@ def _preview(request: HttpRequest) -> dict[str, Any]:
     units = [u for u in plan.get("units") or [] if isinstance(u, dict)]
     rows = _preview_rows(units)
     sites = {r.site for r in rows if r.site}
+    # A planned copy's relay is coloured in the transfers table: the legend names it too.
+    sites |= {str(t["via"]) for t in plan.get("transfers") or [] if t.get("via")}
     colours = fleet_colours(sites)
     context.update(
         {

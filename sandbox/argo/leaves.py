@@ -308,8 +308,11 @@ class Leaves(Pods):
             outputs["exitCode"] = "1"
         node["outputs"] = outputs
 
-    def _failure(self, tmpl: dict[str, Any], ctx: Ctx) -> str | None:
-        msg = self._fault(tmpl)
+    def _failure(self, tmpl: dict[str, Any], ctx: Ctx, fault: str | None) -> str | None:
+        """Why the leaf fails: ``fault`` as read when it started (a fault with a ``count`` is
+        used up by reading it: read again, it would spare this leaf), else one set since,
+        else its annotations."""
+        msg = fault or self._fault(tmpl)
         if msg:
             return msg
         fail = self.annotation(tmpl, "fail")
@@ -393,7 +396,7 @@ class Leaves(Pods):
         if real is not None:
             self.finish(node, real[0], real[1])
             return False
-        failure = self._failure(tmpl, ctx)
+        failure = self._failure(tmpl, ctx, fault)
         simulated: tuple[str, str] | None = None
         if (
             not failure

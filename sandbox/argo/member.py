@@ -181,11 +181,47 @@ class Member(SiteExecution):
         run = self.runs.pop((namespace, name), None)
         if run is not None:
             run.cancel()
+            if self.sb.config.execute:  # only an executing fleet saves artifacts
+                self.collect_artifacts(run.obj, run.render_status())
             # A step's pods are owned by their Workflow (workflow/controller/workflowpod.go:
             # ``OwnerReferences: NewControllerRef(woc.wf, ...)``): the garbage collector deletes
             # them with it, and their logs with them.
             for pod in run.nodes:
                 self.logs.pop((namespace, pod), None)
+
+    def collect_artifacts(self, obj: Obj, status: Obj) -> int:
+        """Argo's artifact GC at deletion: every output artifact whose strategy is
+        ``OnWorkflowDeletion`` (its own ``artifactGC.strategy``, else the workflow's
+        ``spec.artifactGC.strategy``: ``GetArtifactGCStrategy`` in workflow_types.go) is
+        deleted from where it was saved, with every key under it (an unarchived folder is one
+        object per file). Argo runs GC pods for it (workflow/controller/artifact_gc.go);
+        here it is done at once, and ``OnWorkflowCompletion`` (which the portal turns into
+        ``OnWorkflowDeletion``) is not collected. Returns how many objects went."""
+        spec = obj.get("spec") or {}
+        default = str(((spec.get("artifactGC") or {}).get("strategy")) or "")
+        ref = (status.get("artifactRepositoryRef") or {}).get("artifactRepository") or {}
+        repo = ref.get("s3") or {}
+        gone = 0
+        for node in (status.get("nodes") or {}).values():
+            if not isinstance(node, dict) or node.get("type") != "Pod":
+                continue
+            for art in (node.get("outputs") or {}).get("artifacts") or []:
+                own = str(((art.get("artifactGC") or {}).get("strategy")) or "")
+                s3 = art.get("s3") if isinstance(art, dict) else None
+                if (own or default) != "OnWorkflowDeletion" or not isinstance(s3, dict):
+                    continue
+                endpoint = str(s3.get("endpoint") or repo.get("endpoint") or "")
+                bucket = str(s3.get("bucket") or repo.get("bucket") or "")
+                site = self.sb.repositories.site_of_endpoint(endpoint.split(":")[0])
+                store = self.sb.repositories.of(site).bucket(bucket) if site else None
+                key = str(s3.get("key") or "")
+                if store is None or not key:
+                    continue
+                for found, _size in store.list_keys(key):
+                    if found == key or found.startswith(key.rstrip("/") + "/"):
+                        store.delete_key(found)
+                        gone += 1
+        return gone
 
     def orphans(self, live: set[tuple[str, str]]) -> list[tuple[str, str]]:
         return [k for k in self.runs if k not in live]

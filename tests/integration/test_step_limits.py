@@ -77,6 +77,26 @@ def test_a_parameter_over_the_bound_fails_its_step_and_the_run_stays_small(
     assert len(run.content) < 20_000
 
 
+def test_nul_bytes_in_outputs_end_the_run_with_the_output_named(member: requests.Session) -> None:
+    """Argo keeps a value holding NUL (Go's JSON writes \\u0000, the API accepts it);
+    PostgreSQL refuses it: a parameter holding one fails its step, naming it, and a result
+    keeps its text with U+FFFD in place of each NUL. Before, both stayed Running forever."""
+    param = post_run(
+        member,
+        workflow(
+            "printf 'a\\000b' > /tmp/p",
+            outputs={"parameters": [{"name": "raw", "valueFrom": {"path": "/tmp/p"}}]},
+        ),
+    )
+    stdout = post_run(member, workflow("printf 'x\\000y'"))
+    assert finished_run(param).status == "Failed"
+    got = unit(member, param)
+    assert got["phase"] in ("Failed", "Error")
+    assert got["message"].startswith("output parameter raw holds NUL bytes (U+0000)")
+    assert finished_run(stdout).status == "Succeeded"
+    assert unit(member, stdout)["outputs"]["result"] == "x\ufffdy"
+
+
 def test_a_long_output_is_shown_in_part_and_paged(
     member: requests.Session, web: requests.Session
 ) -> None:

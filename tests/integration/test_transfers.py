@@ -155,6 +155,8 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     # A distinct shape in the DAG, fed by write and feeding read.
     assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
     assert html.count('class="node phase-Succeeded transfer"') == 1
+    # Its timeline bar says what it moved.
+    assert 'class="bar-label" ' in html and f">{len(CONTENT.encode())} B</text>" in html, html
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
@@ -273,3 +275,169 @@ def test_an_expired_url_ends_the_run_in_error_with_s3_s_message(
     done = wait_finished(run.pk, 120)
     assert done.status == "Error"
     assert "Request has expired" in done.message and "AccessDenied" in done.message, done.message
+
+
+def test_a_copy_failing_transiently_is_retried_and_the_reader_reads_it(
+    live_executing: Stack, scientist: User
+) -> None:
+    """The copy's first attempt fails (a fault on its template, once): the member's Argo
+    retries it (the transfer's retryStrategy), and the run succeeds through the second."""
+    pin("write", "site-a")
+    live_executing.sandbox.fault("template-fail", template="transfer", count=1)
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+        live_executing.sandbox.clear_faults()
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    copy = got["write-copy-site-b"]
+    assert copy.phase == "Succeeded" and copy.attempt == 1
+    assert got["read"].outputs["result"] == CONTENT.removesuffix("\n")
+    member = next(
+        w
+        for w in live_executing.sandbox.member_workflows("site-b")
+        if w["metadata"]["name"] == copy.workflow_name
+    )
+    phases = sorted(
+        n["phase"] for n in member["status"]["nodes"].values() if n.get("type") == "Pod"
+    )
+    assert phases == ["Failed", "Succeeded"], phases
+
+
+BIG = {
+    "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.bin"}]},
+    "script": {
+        "image": "python:3",
+        "command": ["python3"],
+        # Incompressible: the copy moves all of it, which takes a while.
+        "source": "import os; open('/tmp/out.bin', 'wb').write(os.urandom(96 * 2**20))",
+    },
+}
+
+
+def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scientist: User) -> None:
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+    )
+    try:
+        copy = wait_for(
+            lambda: (u := units(run.pk).get("write-copy-site-b")) and u.phase == "Running" and u,
+            180,
+            "the copy to run",
+        )
+        services.run_stop(run=WorkflowRun.objects.get(pk=run.pk), user=scientist)
+    finally:
+        stop(run.pk, scientist)
+    done = wait_finished(run.pk, 60)
+    assert done.status == "Stopped", done.status
+
+    def shut_down() -> bool:
+        found = [
+            w
+            for w in live_executing.workflows(run.pk)
+            if w["metadata"]["name"] == copy.workflow_name
+        ]
+        return bool(found) and found[0]["spec"].get("shutdown") == "Stop"
+
+    wait_for(shut_down, 30, "spec.shutdown on the copy's step workflow")
+    got = units(run.pk)
+    assert got["write-copy-site-b"].phase not in ("Succeeded", "Running", "Pending")
+    assert got["read"].phase == "Omitted" and not got["read"].workflow_name
+
+
+def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
+    live_executing: Stack, scientist: User
+) -> None:
+    """site-b, the only site that reads site-a's repository and that site-c reads, is lost
+    while it copies: the copy cannot move, so it ends in Error saying so, and the reader with
+    it, naming the copy (rather than wait for site-b)."""
+    pin("write", "site-a")
+    run = services.run_submit(
+        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+    )
+    fault = None
+    try:
+        wait_for(
+            lambda: (u := units(run.pk).get("write-copy-site-b")) and u.phase == "Running" and u,
+            180,
+            "the copy to run",
+        )
+        fault = live_executing.sandbox.fault("site-not-ready", site="site-b")
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+        if fault:
+            live_executing.sandbox.clear_fault(fault["id"])
+    got = units(run.pk)
+    copy, read = got["write-copy-site-b"], got["read"]
+    assert done.status in ("Error", "Failed"), done.status
+    assert copy.phase == "Error" and copy.attempt == 1
+    assert copy.message.startswith("site site-b not ready; no other relay: no other site reads")
+    assert read.phase == "Error" and not read.workflow_name
+    assert read.message.startswith(
+        "transfer write-copy-site-b of write's outputs to site-b failed: site site-b not ready"
+    ), read.message
+
+
+def repository_keys(stack: Stack, site: str, prefix: str) -> list[str]:
+    """The keys under ``prefix`` in ``site``'s repository, listed over S3 (ListObjectsV2,
+    botocore's SigV4) with the site's demo keys, through its listener."""
+    import botocore.session
+    from botocore.config import Config
+
+    repo = stack.sandbox.repositories()[site]
+    s3 = botocore.session.get_session().create_client(
+        "s3",
+        region_name=repo["region"],
+        endpoint_url=f"http://{repo['endpoint']}",
+        aws_access_key_id=f"demo-{site}",
+        aws_secret_access_key=f"demo-{site}-secret",
+        config=Config(
+            proxies={"http": repo["url"]},
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 1},
+            signature_version="s3v4",
+        ),
+    )
+    listed = s3.list_objects_v2(Bucket=repo["bucket"], Prefix=prefix)
+    return [str(o["Key"]) for o in listed.get("Contents") or []]
+
+
+@pytest.mark.parametrize("run_gc", [False, True], ids=["no-artifact-gc", "artifact-gc"])
+def test_a_run_s_copies_are_deleted_once_it_ends(
+    live_executing: Stack, scientist: User, run_gc: bool
+) -> None:
+    """Copies are the portal's: they go once the run has ended (its step workflows deleted,
+    when the member's Argo collects ``OnWorkflowDeletion`` artifacts), whatever the run says;
+    the run's own outputs go only under its ``artifactGC`` (``OnWorkflowCompletion``, held
+    until the run ends), as in Argo."""
+    from portal.execution.lifecycle import step_workflows_cleanup
+
+    pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    if run_gc:
+        doc["spec"]["artifactGC"] = {"strategy": "OnWorkflowCompletion"}
+    run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
+    try:
+        done = wait_finished(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+    assert done.status == "Succeeded", done.message
+    got = units(run.pk)
+    copy, write = got["write-copy-site-b"], got["write"]
+    copied = repository_keys(live_executing, "site-b", f"{copy.workflow_name}/")
+    written = repository_keys(live_executing, "site-a", f"{write.workflow_name}/")
+    assert copied and written
+    step_workflows_cleanup(keep_seconds=0)
+    wait_for(
+        lambda: not repository_keys(live_executing, "site-b", f"{copy.workflow_name}/"),
+        30,
+        "the copy to be collected",
+    )
+    left = repository_keys(live_executing, "site-a", f"{write.workflow_name}/")
+    assert left == ([] if run_gc else written)

@@ -128,3 +128,46 @@ def test_a_page_request_names_each_bad_field() -> None:
     assert errors == [] and (wanted.parameter, wanted.offset, wanted.limit) == (None, 0, 50)
     _, errors = page_request({"parameter": "p", "result": "1"}, 100)
     assert [f for f, _m in errors] == ["result"]
+
+
+def test_a_parameter_holding_nul_is_left_out_and_named_and_other_nuls_are_replaced() -> None:
+    outputs = {
+        "parameters": [{"name": "raw", "value": "a\x00b"}, {"name": "ok", "value": "fine"}],
+        "result": "x\x00y",
+        "artifacts": [{"name": "n\x00", "s3": {"key": "k\x00"}}],
+    }
+    kept, problem = bound_outputs(outputs, 1024)
+    assert kept["parameters"] == [{"name": "ok", "value": "fine"}]
+    assert kept["result"] == "x\ufffdy"
+    assert kept["artifacts"] == [{"name": "n\ufffd", "s3": {"key": "k\ufffd"}}]
+    assert problem == (
+        "output parameter raw holds NUL bytes (U+0000), which the portal cannot store or pass "
+        "on; it was not stored (pass binary data as an output artifact)"
+    )
+    assert "\x00" not in repr(kept)
+
+
+@pytest.mark.django_db
+def test_a_member_reporting_nul_bytes_ends_the_unit_in_postgresql() -> None:
+    """PostgreSQL's jsonb refuses U+0000: before, the fold failed and was retried forever,
+    the unit Running for good."""
+    unit = cast(UnitRun, UnitRunFactory(phase=UnitPhase.RUNNING, workflow_name="wf-nul-1"))
+    binding = _binding(
+        "wf-nul-1", {"parameters": [{"name": "raw", "value": "a\x00b"}], "result": "x\x00y"}
+    )
+    binding["status"]["aggregatedStatus"][0]["status"]["message"] = "bad\x00news"
+    execution.binding_observe(binding)
+    unit.refresh_from_db()
+    assert unit.phase == UnitPhase.FAILED
+    assert unit.message.startswith("output parameter raw holds NUL bytes (U+0000)")
+    assert unit.outputs["parameters"] == [] and unit.outputs["result"] == "x\ufffdy"
+    unit.phase = UnitPhase.RUNNING
+    unit.save()
+    binding = _binding("wf-nul-1", {"result": "only\x00stdout"})
+    binding["metadata"]["resourceVersion"] = "9"
+    binding["status"]["aggregatedStatus"][0]["status"]["phase"] = "Failed"
+    binding["status"]["aggregatedStatus"][0]["status"]["message"] = "bad\x00news"
+    execution.binding_observe(binding)
+    unit.refresh_from_db()
+    assert unit.phase == UnitPhase.FAILED and unit.message == "bad\ufffdnews"
+    assert unit.outputs["result"] == "only\ufffdstdout"

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from placement.context import PLANNED_UNIT_KEYS
 from portal.choices import FINAL_UNIT, UnitPhase, UnitTiming
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import admission
@@ -327,23 +328,6 @@ def eligible_sites(
     return [c.site for c in rows], {c.site for c in now.candidates if c.eligible}
 
 
-# What the planner reads of a unit besides its name (placement.context's keys): the items of
-# a fan-out share it, so their eligible sites are computed once per admission.
-_PLANNED_KEYS = (
-    "kind",
-    "task",
-    "template",
-    "templates",
-    "upstream",
-    "depends",
-    "labels",
-    "images",
-    "resources",
-    "datasets",
-    "data_refs",
-)
-
-
 def _admit_runtime(
     run: WorkflowRun,
     units: list[UnitRun],
@@ -360,10 +344,12 @@ def _admit_runtime(
     project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     ordered = sorted(units, key=lambda u: u.position)
+    # Keyed on what the planner reads of a unit besides its name: the items of a fan-out
+    # share it, so their eligible sites are computed once per admission.
     planned: dict[str, tuple[list[str], set[str]]] = {}
     where: dict[int, tuple[list[str], set[str]]] = {}
     for u in ordered:
-        key = json.dumps({k: u.spec.get(k) for k in _PLANNED_KEYS}, sort_keys=True, default=str)
+        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
         if key not in planned:
             planned[key] = eligible_sites(run, u, every)
         where[u.pk] = planned[key]

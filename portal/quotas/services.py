@@ -328,6 +328,22 @@ def eligible_sites(
     return [c.site for c in rows], {c.site for c in now.candidates if c.eligible}
 
 
+# What an admission writes to the Workload rows it keeps (the runtime admission also rewrites
+# the sites each row was admitted for).
+_WORKLOAD_FIELDS = (
+    "site",
+    "attempt",
+    "priority",
+    "queued_at",
+    "admitted_at",
+    "released_at",
+    "reason",
+    "cpu_millicores",
+    "memory_bytes",
+    "gpus",
+)
+
+
 def _admit_runtime(
     run: WorkflowRun,
     units: list[UnitRun],
@@ -437,19 +453,7 @@ def _admit_runtime(
         Workload.objects.bulk_create([r for r in rows if r.pk is None], batch_size=500)
         Workload.objects.bulk_update(
             [r for r in rows if r.pk is not None],
-            [
-                "site",
-                "sites",
-                "attempt",
-                "priority",
-                "queued_at",
-                "admitted_at",
-                "released_at",
-                "reason",
-                "cpu_millicores",
-                "memory_bytes",
-                "gpus",
-            ],
+            ["sites", *_WORKLOAD_FIELDS],
             batch_size=500,
         )
     _say_queued(units, taken, reasons)
@@ -576,18 +580,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         Workload.objects.bulk_create(create, batch_size=500)
         Workload.objects.bulk_update(
             update,
-            [
-                "site",
-                "attempt",
-                "priority",
-                "queued_at",
-                "admitted_at",
-                "released_at",
-                "reason",
-                "cpu_millicores",
-                "memory_bytes",
-                "gpus",
-            ],
+            _WORKLOAD_FIELDS,
             batch_size=500,
         )
     _say_queued(units, taken, reasons)

@@ -22,10 +22,9 @@ from portal.models import UnitRun, WorkflowRun
 from portal.quotas import selectors, services
 from portal.quotas.models import Quota, Workload
 from sites.models import Project, Site
-from tests.factories import UnitRunFactory, WorkflowRunFactory
 from tests.portal.helpers import fan_out as burst
+from tests.portal.quota_runs import CPU, pending, start, tiles
 
-CPU = 1000
 HPC = {"tier": "hpc"}
 
 
@@ -41,34 +40,6 @@ def hpc(db: Any) -> list[Site]:
 @pytest.fixture
 def eo(db: Any) -> Project:
     return Project.objects.create(name="eo-demo")
-
-
-def tiles(project: Project, site: str, n: int, *, cpu: int = CPU) -> WorkflowRun:
-    run: WorkflowRun = WorkflowRunFactory(project=project)
-    UnitRun.objects.bulk_create(
-        [
-            UnitRunFactory.build(
-                run=run,
-                name=f"tile-{i}",
-                position=i,
-                planned_site=site,
-                site=site,
-                timing=UnitTiming.SUBMIT,
-                spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
-            )
-            for i in range(n)
-        ]
-    )
-    return run
-
-
-def pending(run: WorkflowRun) -> list[UnitRun]:
-    return list(run.units.filter(phase=UnitPhase.PENDING).order_by("position"))
-
-
-def start(units: list[UnitRun]) -> None:
-    for u in units:
-        UnitRun.objects.filter(pk=u.pk).update(phase=UnitPhase.RUNNING, workflow_name=u.name)
 
 
 def test_a_group_quota_limits_what_the_project_holds_across_its_sites(

@@ -87,11 +87,9 @@ def ancestor_names(upstream: Iterable[str], upstream_of: Mapping[str, Any]) -> l
 # 2: upstream entries may say their size was declared; the ancestors' data is carried.
 CONTEXT_VERSION = 2
 CONTEXT_MAX_CHARS = 32 * 1024  # well inside the 256 KiB Kubernetes allows all annotations
-# What planner.decide reads of a unit (codec names); arguments and items can be large and the
-# planner reads neither.
-_CONTEXT_UNIT_KEYS = (
-    "name",
-    "slug",
+# What planner.decide reads of a unit (codec names) besides its name; arguments and items can
+# be large and the planner reads neither. The quota admission keys its per-spec cache on these.
+PLANNED_UNIT_KEYS = (
     "kind",
     "task",
     "template",
@@ -104,6 +102,7 @@ _CONTEXT_UNIT_KEYS = (
     "datasets",
     "data_refs",
 )
+_CONTEXT_UNIT_KEYS = ("name", "slug", *PLANNED_UNIT_KEYS)
 
 
 def context_annotation(

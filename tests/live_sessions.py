@@ -1,7 +1,7 @@
 """``requests`` sessions acting as a user against a live server (pytest-django's
 ``live_server``), for the tests that go over HTTP end to end: one with the user's API token,
 one logged in to the web pages through the login form (each carries the server's URL as
-``.base``); and a run submitted over the API, followed to its end."""
+``.base``); and a run submitted over the API, followed to its end, with its units."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 
 from portal.api_tokens import api_token_create
 from portal.management.commands.load_demo import DEMO_PASSWORD
-from portal.models import WorkflowRun
+from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_stack import wait_for
 
 
@@ -57,13 +57,23 @@ def post_run(api: requests.Session, body: str, project: str = "eo-demo") -> int:
     return int(answer.json()["id"])
 
 
+def units(run_id: int) -> dict[str, UnitRun]:
+    """The run's units by name."""
+    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
+
+
 def finished_run(run_id: int, seconds: float = 120) -> WorkflowRun:
-    """The run once it has finished (the live stack's worker and watcher drive it)."""
+    """The run once it has finished (the live stack's worker and watcher drive it); if it does
+    not, the failure says where each unit stands."""
 
     def done() -> WorkflowRun | None:
         run = WorkflowRun.objects.get(pk=run_id)
         return run if run.finished_at is not None else None
 
-    found = wait_for(done, seconds, "the run to finish")
+    try:
+        found = wait_for(done, seconds, "the run to finish")
+    except AssertionError as exc:
+        where = {n: (u.site, u.phase, u.reason[:200], u.message) for n, u in units(run_id).items()}
+        raise AssertionError(f"{exc}; units: {where}") from None
     assert found is not None
     return found

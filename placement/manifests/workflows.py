@@ -206,15 +206,16 @@ def step_workflow(
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
-        "metadata": {
-            "name": step_workflow_name(run_name, unit.slug, attempt),
-            "namespace": namespace,
-            "labels": _step_labels(unit, domain, run_id=run_id, attempt=attempt, site=site),
-            "annotations": {
-                labels.key(domain, labels.REASON): " ".join(reason.split())[:1024],
-                labels.key(domain, labels.UNIT_NAME): unit.name,
-            },
-        },
+        "metadata": _step_metadata(
+            unit,
+            domain,
+            run_name=run_name,
+            namespace=namespace,
+            run_id=run_id,
+            attempt=attempt,
+            site=site,
+            reason=reason,
+        ),
         "spec": spec,
     }
     if image_mirror:
@@ -337,6 +338,30 @@ def _step_labels(
     return out
 
 
+def _step_metadata(
+    unit: Unit,
+    domain: str,
+    *,
+    run_name: str,
+    namespace: str,
+    run_id: str | int,
+    attempt: int,
+    site: str | None,
+    reason: str,
+) -> dict[str, Any]:
+    """A step workflow's metadata (a transfer's as a task's): its name, the contract's labels,
+    and why it goes where it goes."""
+    return {
+        "name": step_workflow_name(run_name, unit.slug, attempt),
+        "namespace": namespace,
+        "labels": _step_labels(unit, domain, run_id=run_id, attempt=attempt, site=site),
+        "annotations": {
+            labels.key(domain, labels.REASON): " ".join(reason.split())[:1024],
+            labels.key(domain, labels.UNIT_NAME): unit.name,
+        },
+    }
+
+
 # The transfer step's image: a shell is all it needs (Argo's executor moves the bytes).
 TRANSFER_IMAGE = "alpine:3.20"
 # Argo's retryStrategy (workflow_types.go, RetryStrategy): ``Always`` retries a node that
@@ -401,15 +426,16 @@ def transfer_workflow(
     return {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
-        "metadata": {
-            "name": step_workflow_name(run_name, unit.slug, attempt),
-            "namespace": namespace,
-            "labels": _step_labels(unit, domain, run_id=run_id, attempt=attempt, site=site),
-            "annotations": {
-                labels.key(domain, labels.REASON): " ".join(reason.split())[:1024],
-                labels.key(domain, labels.UNIT_NAME): unit.name,
-            },
-        },
+        "metadata": _step_metadata(
+            unit,
+            domain,
+            run_name=run_name,
+            namespace=namespace,
+            run_id=run_id,
+            attempt=attempt,
+            site=site,
+            reason=reason,
+        ),
         "spec": {
             # The copy is the portal's, not the user's: it goes when its step workflow is
             # deleted (after the run ends), whatever the run's own artifactGC says.

@@ -23,6 +23,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q, Sum
 from django.utils import timezone
 
+from placement.context import PLANNED_UNIT_KEYS
 from portal.choices import FINAL_UNIT, UnitPhase, UnitTiming
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import admission
@@ -327,20 +328,19 @@ def eligible_sites(
     return [c.site for c in rows], {c.site for c in now.candidates if c.eligible}
 
 
-# What the planner reads of a unit besides its name (placement.context's keys): the items of
-# a fan-out share it, so their eligible sites are computed once per admission.
-_PLANNED_KEYS = (
-    "kind",
-    "task",
-    "template",
-    "templates",
-    "upstream",
-    "depends",
-    "labels",
-    "images",
-    "resources",
-    "datasets",
-    "data_refs",
+# What an admission writes to the Workload rows it keeps (the runtime admission also rewrites
+# the sites each row was admitted for).
+_WORKLOAD_FIELDS = (
+    "site",
+    "attempt",
+    "priority",
+    "queued_at",
+    "admitted_at",
+    "released_at",
+    "reason",
+    "cpu_millicores",
+    "memory_bytes",
+    "gpus",
 )
 
 
@@ -360,10 +360,12 @@ def _admit_runtime(
     project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     ordered = sorted(units, key=lambda u: u.position)
+    # Keyed on what the planner reads of a unit besides its name: the items of a fan-out
+    # share it, so their eligible sites are computed once per admission.
     planned: dict[str, tuple[list[str], set[str]]] = {}
     where: dict[int, tuple[list[str], set[str]]] = {}
     for u in ordered:
-        key = json.dumps({k: u.spec.get(k) for k in _PLANNED_KEYS}, sort_keys=True, default=str)
+        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
         if key not in planned:
             planned[key] = eligible_sites(run, u, every)
         where[u.pk] = planned[key]
@@ -451,19 +453,7 @@ def _admit_runtime(
         Workload.objects.bulk_create([r for r in rows if r.pk is None], batch_size=500)
         Workload.objects.bulk_update(
             [r for r in rows if r.pk is not None],
-            [
-                "site",
-                "sites",
-                "attempt",
-                "priority",
-                "queued_at",
-                "admitted_at",
-                "released_at",
-                "reason",
-                "cpu_millicores",
-                "memory_bytes",
-                "gpus",
-            ],
+            ["sites", *_WORKLOAD_FIELDS],
             batch_size=500,
         )
     _say_queued(units, taken, reasons)
@@ -590,18 +580,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         Workload.objects.bulk_create(create, batch_size=500)
         Workload.objects.bulk_update(
             update,
-            [
-                "site",
-                "attempt",
-                "priority",
-                "queued_at",
-                "admitted_at",
-                "released_at",
-                "reason",
-                "cpu_millicores",
-                "memory_bytes",
-                "gpus",
-            ],
+            _WORKLOAD_FIELDS,
             batch_size=500,
         )
     _say_queued(units, taken, reasons)

@@ -95,12 +95,30 @@ def _unquote(value: str) -> str:
     return unquote(value)
 
 
-def _scope(credential: str, malformed: Callable[[str], S3Error]) -> tuple[str, str, str]:
-    """(access key, date, region) of `AK/yyyymmdd/region/s3/aws4_request`."""
+def _credential(
+    credential: str,
+    region: str,
+    secret_of: Callable[[str], str | None],
+    code: str,
+    where: str,
+) -> tuple[str, str, str]:
+    """(access key, date, secret) of `AK/yyyymmdd/region/s3/aws4_request`, checked in S3's
+    order: its form, then the key, then the region. S3 words a bad credential the same way in
+    a query and in a header but for the error code and the opening (``where``)."""
     parts = credential.split("/")
     if len(parts) != 5 or parts[3] != "s3" or parts[4] != "aws4_request":
-        raise malformed(credential)
-    return parts[0], parts[1], parts[2]
+        raise S3Error(
+            code,
+            f"{where} the Credential is mal-formed; expecting "
+            f'"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request". ({credential})',
+        )
+    access_key, day, scope_region = parts[0], parts[1], parts[2]
+    secret = secret_of(access_key)
+    if secret is None:
+        raise S3Error("InvalidAccessKeyId")
+    if scope_region != region:
+        raise S3Error(code, f"{where} the region '{scope_region}' is wrong; expecting '{region}'")
+    return access_key, day, secret
 
 
 def _verify_query(
@@ -161,24 +179,13 @@ def _verify_query(
         raise S3Error("AccessDenied", "Request has expired")
     if signed_at - now > MAX_SKEW:
         raise S3Error("AccessDenied", "Request is not valid yet")
-
-    def malformed(value: str) -> S3Error:
-        return S3Error(
-            "AuthorizationQueryParametersError",
-            f"Error parsing the X-Amz-Credential parameter; the Credential is mal-formed; "
-            f'expecting "<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request". ({value})',
-        )
-
-    access_key, day, scope_region = _scope(got["X-Amz-Credential"], malformed)
-    secret = secret_of(access_key)
-    if secret is None:
-        raise S3Error("InvalidAccessKeyId")
-    if scope_region != region:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            f"Error parsing the X-Amz-Credential parameter; the region '{scope_region}' is "
-            f"wrong; expecting '{region}'",
-        )
+    access_key, day, secret = _credential(
+        got["X-Amz-Credential"],
+        region,
+        secret_of,
+        "AuthorizationQueryParametersError",
+        "Error parsing the X-Amz-Credential parameter;",
+    )
     if day != got["X-Amz-Date"][:8]:
         raise S3Error("SignatureDoesNotMatch")
     # The canonical query string holds every parameter but X-Amz-Signature (botocore's
@@ -229,23 +236,13 @@ def _verify_header(
             "components: Credential, SignedHeaders, and Signature.",
         )
 
-    def malformed(value: str) -> S3Error:
-        return S3Error(
-            "AuthorizationHeaderMalformed",
-            f"The authorization header is malformed; the Credential is mal-formed; expecting "
-            f'"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request". ({value})',
-        )
-
-    access_key, day, scope_region = _scope(fields["Credential"], malformed)
-    secret = secret_of(access_key)
-    if secret is None:
-        raise S3Error("InvalidAccessKeyId")
-    if scope_region != region:
-        raise S3Error(
-            "AuthorizationHeaderMalformed",
-            f"The authorization header is malformed; the region '{scope_region}' is wrong; "
-            f"expecting '{region}'",
-        )
+    access_key, day, secret = _credential(
+        fields["Credential"],
+        region,
+        secret_of,
+        "AuthorizationHeaderMalformed",
+        "The authorization header is malformed;",
+    )
     stamp = headers.get("x-amz-date")
     if stamp is None:
         raise S3Error(

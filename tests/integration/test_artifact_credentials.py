@@ -16,11 +16,11 @@ import pytest
 from django.contrib.auth.models import User
 
 from placement.demo import credential_secrets
-from placement.models import PlacementRule
 from portal import services
-from portal.models import UnitRun, WorkflowRun
+from portal.models import UnitRun
 from tests.fixtures_sandbox import SandboxHTTPError
 from tests.fixtures_stack import Stack, wait_for
+from tests.live_sessions import finished_run, units
 from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
@@ -46,37 +46,9 @@ def write_then_read() -> str:
     )
 
 
-def pin(task: str, site: str) -> None:
-    PlacementRule.objects.update_or_create(
-        name=f"test-pin-{task}",
-        defaults={
-            "order": 1,
-            "selector": {"task": task},
-            "timing": "submit",
-            "effect": "pin",
-            "parameters": {"sites": [site]},
-        },
-    )
-
-
-def finished(run_id: int) -> WorkflowRun | None:
-    run = WorkflowRun.objects.get(pk=run_id)
-    return run if run.finished_at is not None else None
-
-
-def wait_finished(run_id: int, timeout: float) -> WorkflowRun:
-    run = wait_for(lambda: finished(run_id), timeout, "the run to finish")
-    assert run is not None
-    return run
-
-
 def created(run_id: int, name: str) -> UnitRun | None:
     unit = units(run_id)[name]
     return unit if unit.workflow_name else None
-
-
-def units(run_id: int) -> dict[str, UnitRun]:
-    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
 
 
 @pytest.fixture
@@ -133,10 +105,10 @@ def test_no_member_holds_another_site_s_repository_secret(live_executing: Stack)
 def test_site_b_reads_site_a_s_file_through_a_presigned_url_without_site_a_s_keys(
     live_executing: Stack, scientist: User
 ) -> None:
-    pin("write", "site-a")
-    pin("read", "site-b")
+    helpers.pin("write", "site-a")
+    helpers.pin("read", "site-b")
     run = services.run_submit(user=scientist, body=write_then_read(), project="eo-demo")
-    done = wait_finished(run.pk, 120)
+    done = finished_run(run.pk, 120)
     assert done.status == "Succeeded", done.message
     got = units(run.pk)
     assert (got["write"].site, got["read"].site) == ("site-a", "site-b")
@@ -165,7 +137,7 @@ def test_the_demo_pipeline_really_runs_and_its_results_show_on_the_run_page(
                 raise
     body = DEMO.replace("value: cloud-segmentation-v3", "value: land-cover-v2", 1)
     run = services.run_submit(user=scientist, body=body, project="eo-demo")
-    done = wait_finished(run.pk, 180)
+    done = finished_run(run.pk, 180)
     got = units(run.pk)
     assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
     assert {n: u.site for n, u in got.items()} == {

@@ -15,13 +15,13 @@ import yaml
 from django.contrib.auth.models import User
 from django.db import close_old_connections
 
-from placement.models import PlacementRule
 from portal import services
 from portal.choices import FINAL_UNIT
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas.models import Quota
 from sites.models import Project, Site
 from tests.fixtures_stack import Stack, wait_for
+from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
 
@@ -80,16 +80,7 @@ def test_a_fan_out_stays_within_its_quota_and_another_project_starts_at_once(
     )
     Quota.objects.create(project=other, site=site_b, cpu_millicores=4000, memory_bytes=2**34)
     for task in ("tile", "hello"):
-        PlacementRule.objects.update_or_create(
-            name=f"quota-pin-{task}",
-            defaults={
-                "order": 1,
-                "selector": {"task": task},
-                "timing": "submit",
-                "effect": "pin",
-                "parameters": {"sites": ["site-b"]},
-            },
-        )
+        helpers.pin(task, "site-b", prefix="quota-pin")
     fan = services.run_submit(user=user, body=workflow("fan", "tile", TILES, 2), project="eo-demo")
 
     peak = 0
@@ -154,16 +145,7 @@ def test_a_high_priority_run_starts_before_the_queued_fan_outs_next_tile(
     )
     PriorityClass.objects.create(name="urgent", value=1000)
     for task in ("tile", "hello"):
-        PlacementRule.objects.update_or_create(
-            name=f"quota-pin-{task}",
-            defaults={
-                "order": 1,
-                "selector": {"task": task},
-                "timing": "submit",
-                "effect": "pin",
-                "parameters": {"sites": ["site-b"]},
-            },
-        )
+        helpers.pin(task, "site-b", prefix="quota-pin")
     fan = services.run_submit(user=user, body=workflow("fan", "tile", 12, 20), project="eo-demo")
     wait_for(lambda: in_flight(fan.pk) == 2, 120, "the fan-out to fill its quota")
     urgent = services.run_submit(

@@ -18,7 +18,8 @@ from portal.quotas import metrics, usage
 from portal.quotas.models import SitePrice
 from sites.models import Site, SiteLink
 from tests.fixtures_stack import Stack
-from tests.integration.test_transfers import pin, stop, wait_finished
+from tests.integration.test_transfers import stop
+from tests.live_sessions import finished_run
 from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
@@ -55,12 +56,12 @@ def test_a_real_transfer_costs_its_bytes_at_its_link_everywhere_to_the_cent(
     )
     for site in Site.objects.all():
         SitePrice.objects.update_or_create(site=site, defaults={"cpu_hour": Decimal("1.00")})
-    pin("write", "site-a")
+    helpers.pin("write", "site-a")
     run = services.run_submit(
         user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
     )
     try:
-        done = wait_finished(run.pk, 90)
+        done = finished_run(run.pk, 90)
     finally:
         stop(run.pk, scientist)
     assert done.status == "Succeeded", done.message

@@ -16,11 +16,11 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from placement.models import PlacementRule
 from portal import presign, services
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, SiteLink
 from tests.fixtures_stack import Stack, wait_for
+from tests.live_sessions import finished_run, units
 from tests.portal import helpers
 
 pytestmark = [pytest.mark.integration]
@@ -35,47 +35,6 @@ WRITE = {
         "source": f"open('/tmp/out.txt', 'w').write({CONTENT!r})",
     },
 }
-# A GPU step: only site-c has GPUs.
-READ_ON_GPU = {
-    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
-    "container": {
-        "image": "alpine:3.23",
-        "command": ["cat", "/tmp/in.txt"],
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    },
-}
-
-
-def pin(task: str, site: str) -> None:
-    PlacementRule.objects.update_or_create(
-        name=f"test-pin-{task}",
-        defaults={
-            "order": 1,
-            "selector": {"task": task},
-            "timing": "submit",
-            "effect": "pin",
-            "parameters": {"sites": [site]},
-        },
-    )
-
-
-def finished(run_id: int) -> WorkflowRun | None:
-    run = WorkflowRun.objects.get(pk=run_id)
-    return run if run.finished_at is not None else None
-
-
-def wait_finished(run_id: int, timeout: float) -> WorkflowRun:
-    try:
-        run = wait_for(lambda: finished(run_id), timeout, "the run to finish")
-    except AssertionError as exc:
-        where = {n: (u.site, u.phase, u.reason[:200], u.message) for n, u in units(run_id).items()}
-        raise AssertionError(f"{exc}; units: {where}") from None
-    assert run is not None
-    return run
-
-
-def units(run_id: int) -> dict[str, UnitRun]:
-    return {u.name: u for u in UnitRun.objects.filter(run_id=run_id)}
 
 
 def stop(run_id: int, user: User) -> None:
@@ -95,12 +54,12 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     assert not SiteLink.objects.get(
         source__name="site-a", target__name="site-c"
     ).artifacts_reachable
-    pin("write", "site-a")
+    helpers.pin("write", "site-a")
     run = services.run_submit(
-        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+        user=scientist, body=helpers.write_then_read(WRITE, helpers.READ_ON_GPU), project="eo-demo"
     )
     try:
-        done = wait_finished(run.pk, 60)
+        done = finished_run(run.pk, 60)
     except AssertionError:
         for wf in live_executing.sandbox.member_workflows("site-c"):
             print("MEMBER", wf["metadata"]["name"], wf.get("status"))
@@ -162,14 +121,14 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
     live_executing: Stack, scientist: User
 ) -> None:
-    pin("write", "site-a")
-    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    helpers.pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, helpers.READ_ON_GPU))
     read = doc["spec"]["templates"][0]["dag"]["tasks"][1]
     read["withSequence"] = {"count": "50"}
     # Each item asks a sliver of a GPU's time: 50 at once fit site-c's eight GPUs in turns.
     run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
     try:
-        done = wait_finished(run.pk, 600)
+        done = finished_run(run.pk, 600)
     finally:
         stop(run.pk, scientist)
     got = units(run.pk)
@@ -195,7 +154,7 @@ def test_a_residency_bound_output_needed_outside_its_regions_is_refused_at_submi
     at (or copied to) site-c, in eu-central, so the GPU read is refused at submission and the
     preview says why, naming the dataset, its regions and the site."""
     Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-west"])
-    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, helpers.READ_ON_GPU))
     write = doc["spec"]["templates"][1]
     write["inputs"] = {
         "parameters": [{"name": "scene", "value": "s3://eo-archive/sentinel2/l1c/T31UDQ/"}]
@@ -253,14 +212,14 @@ SEEDED = "sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE/manifest.safe"
 def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
     live_executing: Stack, scientist: User
 ) -> None:
-    pin("read", "site-b")
+    helpers.pin("read", "site-b")
     good = signed_input(SEEDED, expires=600)
     run = services.run_submit(user=scientist, body=reading(good), project="eo-demo")
-    done = wait_finished(run.pk, 120)
+    done = finished_run(run.pk, 120)
     assert done.status == "Succeeded", done.message  # the untampered URL reads
     tampered = {**good, "http": {"url": good["http"]["url"].replace(SEEDED, SEEDED + "x")}}
     run = services.run_submit(user=scientist, body=reading(tampered), project="eo-demo")
-    done = wait_finished(run.pk, 120)
+    done = finished_run(run.pk, 120)
     assert done.status == "Error"
     assert "403 Forbidden" in done.message and "SignatureDoesNotMatch" in done.message, done.message
 
@@ -268,11 +227,11 @@ def test_a_tampered_url_ends_the_run_in_error_with_s3_s_message(
 def test_an_expired_url_ends_the_run_in_error_with_s3_s_message(
     live_executing: Stack, scientist: User
 ) -> None:
-    pin("read", "site-b")
+    helpers.pin("read", "site-b")
     expired = signed_input(SEEDED, expires=1)
     time.sleep(2)
     run = services.run_submit(user=scientist, body=reading(expired), project="eo-demo")
-    done = wait_finished(run.pk, 120)
+    done = finished_run(run.pk, 120)
     assert done.status == "Error"
     assert "Request has expired" in done.message and "AccessDenied" in done.message, done.message
 
@@ -282,13 +241,13 @@ def test_a_copy_failing_transiently_is_retried_and_the_reader_reads_it(
 ) -> None:
     """The copy's first attempt fails (a fault on its template, once): the member's Argo
     retries it (the transfer's retryStrategy), and the run succeeds through the second."""
-    pin("write", "site-a")
+    helpers.pin("write", "site-a")
     live_executing.sandbox.fault("template-fail", template="transfer", count=1)
     run = services.run_submit(
-        user=scientist, body=helpers.write_then_read(WRITE, READ_ON_GPU), project="eo-demo"
+        user=scientist, body=helpers.write_then_read(WRITE, helpers.READ_ON_GPU), project="eo-demo"
     )
     try:
-        done = wait_finished(run.pk, 120)
+        done = finished_run(run.pk, 120)
     finally:
         stop(run.pk, scientist)
         live_executing.sandbox.clear_faults()
@@ -320,9 +279,9 @@ BIG = {
 
 
 def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scientist: User) -> None:
-    pin("write", "site-a")
+    helpers.pin("write", "site-a")
     run = services.run_submit(
-        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+        user=scientist, body=helpers.write_then_read(BIG, helpers.READ_ON_GPU), project="eo-demo"
     )
     try:
         copy = wait_for(
@@ -333,7 +292,7 @@ def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scien
         services.run_stop(run=WorkflowRun.objects.get(pk=run.pk), user=scientist)
     finally:
         stop(run.pk, scientist)
-    done = wait_finished(run.pk, 60)
+    done = finished_run(run.pk, 60)
     assert done.status == "Stopped", done.status
 
     def shut_down() -> bool:
@@ -356,9 +315,9 @@ def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
     """site-b, the only site that reads site-a's repository and that site-c reads, is lost
     while it copies: the copy cannot move, so it ends in Error saying so, and the reader with
     it, naming the copy (rather than wait for site-b)."""
-    pin("write", "site-a")
+    helpers.pin("write", "site-a")
     run = services.run_submit(
-        user=scientist, body=helpers.write_then_read(BIG, READ_ON_GPU), project="eo-demo"
+        user=scientist, body=helpers.write_then_read(BIG, helpers.READ_ON_GPU), project="eo-demo"
     )
     fault = None
     try:
@@ -368,7 +327,7 @@ def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
             "the copy to run",
         )
         fault = live_executing.sandbox.fault("site-not-ready", site="site-b")
-        done = wait_finished(run.pk, 120)
+        done = finished_run(run.pk, 120)
     finally:
         stop(run.pk, scientist)
         if fault:
@@ -418,13 +377,13 @@ def test_a_run_s_copies_are_deleted_once_it_ends(
     until the run ends), as in Argo."""
     from portal.execution.lifecycle import step_workflows_cleanup
 
-    pin("write", "site-a")
-    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    helpers.pin("write", "site-a")
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, helpers.READ_ON_GPU))
     if run_gc:
         doc["spec"]["artifactGC"] = {"strategy": "OnWorkflowCompletion"}
     run = services.run_submit(user=scientist, body=yaml.safe_dump(doc), project="eo-demo")
     try:
-        done = wait_finished(run.pk, 120)
+        done = finished_run(run.pk, 120)
     finally:
         stop(run.pk, scientist)
     assert done.status == "Succeeded", done.message

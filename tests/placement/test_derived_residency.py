@@ -7,28 +7,19 @@ from __future__ import annotations
 import pytest
 
 from placement import planner
-from placement.parser import Arguments, Resources, Unit
+from placement.parser import Resources, Unit
+from tests.placement.planned_units import task_unit
 
 CPU = 1000
 
 
 def _unit(name: str, upstream: tuple[str, ...] = (), datasets: tuple[str, ...] = ()) -> Unit:
-    return Unit(
-        name=name,
-        slug=name,
-        kind="task",
-        task=name,
-        template=name,
-        templates=(name,),
-        upstream=upstream,
-        depends=" && ".join(upstream),
-        when=None,
-        arguments=Arguments(),
-        labels={},
+    return task_unit(
+        name,
+        upstream,
         images=("busybox",),
         resources=Resources(cpu_millicores=CPU),
         datasets=datasets,
-        data_refs=(),
     )
 
 

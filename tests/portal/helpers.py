@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from placement.models import PlacementRule
 from portal.choices import RunStatus, UnitPhase
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from sites.models import Project
@@ -15,6 +16,31 @@ from tests.factories import PlacementDecisionFactory, UnitRunFactory, WorkflowRu
 
 REPO = Path(__file__).resolve().parents[2]
 EO_PIPELINE = REPO / "examples" / "eo-pipeline.yaml"
+
+# A step reading an input artifact that only site-c (the demo fleet's GPUs) can run.
+READ_ON_GPU: dict[str, Any] = {
+    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
+    "container": {
+        "image": "alpine:3.23",
+        "command": ["cat", "/tmp/in.txt"],
+        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+    },
+}
+
+
+def pin(task: str, site: str, prefix: str = "test-pin") -> None:
+    """A submit-time rule pinning the units of ``task`` to ``site`` (named ``prefix-task``)."""
+    PlacementRule.objects.update_or_create(
+        name=f"{prefix}-{task}",
+        defaults={
+            "order": 1,
+            "selector": {"task": task},
+            "timing": "submit",
+            "effect": "pin",
+            "parameters": {"sites": [site]},
+        },
+    )
+
 
 # A decision's table: the chosen site first, then one it ruled out.
 CHOSEN: dict[str, Any] = {

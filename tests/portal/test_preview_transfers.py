@@ -15,7 +15,6 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from placement.models import PlacementRule
 from tests.portal import helpers
 
 HX = {"HTTP_HX_REQUEST": "true"}
@@ -24,34 +23,19 @@ WRITE = {
     "outputs": {"artifacts": [{"name": "data", "path": "/tmp/out.txt"}]},
     "container": {"image": "alpine:3.23", "command": ["sh", "-c", "echo x > /tmp/out.txt"]},
 }
-READ_ON_GPU = {
-    "inputs": {"artifacts": [{"name": "data", "path": "/tmp/in.txt"}]},
-    "container": {
-        "image": "alpine:3.23",
-        "command": ["cat", "/tmp/in.txt"],
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    },
-}
 
 
 @pytest.fixture
 def scientist(db: Any) -> User:
     call_command("load_demo", verbosity=0)
-    PlacementRule.objects.create(
-        name="test-pin-write",
-        order=1,
-        selector={"task": "write"},
-        timing="submit",
-        effect="pin",
-        parameters={"sites": ["site-a"]},
-    )
+    helpers.pin("write", "site-a")
     return User.objects.get(username="scientist")
 
 
 def test_the_preview_page_lists_the_planned_transfer_as_the_rest_preview_does(
     scientist: User,
 ) -> None:
-    body = helpers.write_then_read(WRITE, READ_ON_GPU)
+    body = helpers.write_then_read(WRITE, helpers.READ_ON_GPU)
     api = APIClient()
     api.force_authenticate(scientist)
     rest = api.post("/api/v1/runs/preview/", data=body, content_type="application/yaml")
@@ -73,7 +57,7 @@ def test_the_preview_page_lists_the_planned_transfer_as_the_rest_preview_does(
 
 
 def test_a_plan_without_copies_shows_no_transfer_table(scientist: User) -> None:
-    doc = yaml.safe_load(helpers.write_then_read(WRITE, READ_ON_GPU))
+    doc = yaml.safe_load(helpers.write_then_read(WRITE, helpers.READ_ON_GPU))
     del doc["spec"]["templates"][2]["container"]["resources"]  # the reader runs anywhere
     client = Client()
     client.force_login(scientist)

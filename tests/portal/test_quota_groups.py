@@ -22,10 +22,9 @@ from portal.models import UnitRun, WorkflowRun
 from portal.quotas import selectors, services
 from portal.quotas.models import Quota, Workload
 from sites.models import Project, Site
-from tests.factories import UnitRunFactory, WorkflowRunFactory
 from tests.portal.helpers import fan_out as burst
+from tests.portal.quota_runs import CPU, pending, start, tiles
 
-CPU = 1000
 HPC = {"tier": "hpc"}
 
 
@@ -41,34 +40,6 @@ def hpc(db: Any) -> list[Site]:
 @pytest.fixture
 def eo(db: Any) -> Project:
     return Project.objects.create(name="eo-demo")
-
-
-def tiles(project: Project, site: str, n: int, *, cpu: int = CPU) -> WorkflowRun:
-    run: WorkflowRun = WorkflowRunFactory(project=project)
-    UnitRun.objects.bulk_create(
-        [
-            UnitRunFactory.build(
-                run=run,
-                name=f"tile-{i}",
-                position=i,
-                planned_site=site,
-                site=site,
-                timing=UnitTiming.SUBMIT,
-                spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
-            )
-            for i in range(n)
-        ]
-    )
-    return run
-
-
-def pending(run: WorkflowRun) -> list[UnitRun]:
-    return list(run.units.filter(phase=UnitPhase.PENDING).order_by("position"))
-
-
-def start(units: list[UnitRun]) -> None:
-    for u in units:
-        UnitRun.objects.filter(pk=u.pk).update(phase=UnitPhase.RUNNING, workflow_name=u.name)
 
 
 def test_a_group_quota_limits_what_the_project_holds_across_its_sites(
@@ -228,6 +199,17 @@ def items_of(run: WorkflowRun) -> list[UnitRun]:
     )
 
 
+def submitted_burst(user: User, n: int) -> tuple[WorkflowRun, list[UnitRun], list[UnitRun]]:
+    """A fan-out of ``n`` run-time items submitted by ``user`` to eo-demo: the run, its units,
+    and its items."""
+    run = portal_services.run_submit(user=user, body=burst(n), project="eo-demo")
+    units = list(run.units.all())
+    items = [
+        u for u in units if u.timing == UnitTiming.RUNTIME and u.spec.get("item_index") is not None
+    ]
+    return run, units, items
+
+
 def test_a_runtime_unit_is_admitted_only_where_its_quota_has_room(demo: User) -> None:
     eo = Project.objects.get(name="eo-demo")
     # 8 CPU items; eo-demo may hold one at site-b, none at site-c; site-a has no quota.
@@ -241,11 +223,7 @@ def test_a_runtime_unit_is_admitted_only_where_its_quota_has_room(demo: User) ->
     Quota.objects.create(
         project=eo, site=Site.objects.get(name="site-c"), cpu_millicores=0, borrow_cpu_millicores=0
     )
-    run = portal_services.run_submit(user=demo, body=burst(3), project="eo-demo")
-    units = list(run.units.all())
-    items = [
-        u for u in units if u.timing == UnitTiming.RUNTIME and u.spec.get("item_index") is not None
-    ]
+    run, units, items = submitted_burst(demo, 3)
     assert len(items) == 3
     eligible, free_now = services.eligible_sites(run, items[0], units)
     assert set(eligible) == {"site-a", "site-b", "site-c"}, eligible
@@ -280,11 +258,7 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
     Quota.objects.create(
         project=eo, site=Site.objects.get(name="site-c"), cpu_millicores=0, borrow_cpu_millicores=0
     )
-    run = portal_services.run_submit(user=demo, body=burst(2), project="eo-demo")
-    units = list(run.units.all())
-    items = [
-        u for u in units if u.timing == UnitTiming.RUNTIME and u.spec.get("item_index") is not None
-    ]
+    run, units, items = submitted_burst(demo, 2)
     admitted = services.admit(run, items, units)
     assert [u.pk for u in admitted] == [items[0].pk]
     entry = services.queue_of([items[1]])[items[1].pk]
@@ -310,13 +284,7 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
     assert services.used_at("site-b")["eo-demo"].cpu == 8000
     assert services.wake(run) == []  # narrowed to site-b (its own run advances itself)
     assert Workload.objects.get(unit_id=items[0].pk).sites == ["site-b"]
-    other = portal_services.run_submit(user=demo, body=burst(1), project="eo-demo")
-    other_units = list(other.units.all())
-    other_items = [
-        u
-        for u in other_units
-        if u.timing == UnitTiming.RUNTIME and u.spec.get("item_index") is not None
-    ]
+    other, other_units, other_items = submitted_burst(demo, 1)
     assert services.admit(other, other_items, other_units) == []
     UnitRun.objects.filter(pk=items[0].pk).update(phase=UnitPhase.SUCCEEDED)
     assert services.wake(run) == [other.pk]

@@ -22,8 +22,8 @@ from portal.quotas import services
 from portal.quotas.models import PriorityClass, ProjectDefaults, Quota, Workload
 from sites.models import Project, Site
 from tests.factories import UnitRunFactory, WorkflowRunFactory
-
-CPU = 1000
+from tests.portal import quota_runs
+from tests.portal.quota_runs import CPU, pending, start
 
 
 @pytest.fixture
@@ -36,34 +36,8 @@ def eo(db: Any) -> Project:
     return Project.objects.create(name="eo-demo")
 
 
-def fan_out(project: Project, tiles: int, *, cpu: int = CPU, priority: int = 0) -> WorkflowRun:
-    compiled = {"priority_class": {"name": f"p{priority}", "value": priority}} if priority else {}
-    run: WorkflowRun = WorkflowRunFactory(project=project, compiled=compiled)
-    UnitRun.objects.bulk_create(
-        [
-            UnitRunFactory.build(
-                run=run,
-                name=f"tile-{i}",
-                position=i,
-                planned_site="site-b",
-                site="site-b",
-                timing=UnitTiming.SUBMIT,
-                spec={"resources": {"cpu_millicores": cpu, "memory_bytes": 0, "gpus": 0}},
-            )
-            for i in range(tiles)
-        ]
-    )
-    return run
-
-
-def pending(run: WorkflowRun) -> list[UnitRun]:
-    return list(run.units.filter(phase=UnitPhase.PENDING).order_by("position"))
-
-
-def start(units: list[UnitRun]) -> None:
-    """What the worker does with admitted units: their step workflows exist."""
-    for u in units:
-        UnitRun.objects.filter(pk=u.pk).update(phase=UnitPhase.RUNNING, workflow_name=u.name)
+def fan_out(project: Project, n: int, *, cpu: int = CPU, priority: int = 0) -> WorkflowRun:
+    return quota_runs.tiles(project, "site-b", n, cpu=cpu, priority=priority)
 
 
 def finish(unit: UnitRun) -> None:

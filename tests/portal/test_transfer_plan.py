@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from placement import planner
-from placement.parser import Arguments, Resources, Unit
+from placement.parser import Resources, Unit
 from placement.planner import relays
+from tests.placement.planned_units import task_unit
 
 GB = 10**9
 
@@ -39,23 +40,7 @@ def demo_fleet(**ready: bool) -> planner.Fleet:
 
 
 def unit(name: str, upstream: tuple[str, ...] = (), gpus: int = 0) -> Unit:
-    return Unit(
-        name=name,
-        slug=name,
-        kind="task",
-        task=name,
-        template=name,
-        templates=(name,),
-        upstream=upstream,
-        depends=" && ".join(upstream),
-        when=None,
-        arguments=Arguments(),
-        labels={},
-        images=(),
-        resources=Resources(gpus=gpus),
-        datasets=(),
-        data_refs=(),
-    )
+    return task_unit(name, upstream, resources=Resources(gpus=gpus))
 
 
 def test_a_reader_that_cannot_read_the_source_reads_through_a_site_that_can() -> None:

@@ -406,18 +406,10 @@ def test_the_submit_pages_preview_shows_the_estimate(demo_priced: Project) -> No
 def test_the_preview_estimate_includes_the_planned_transfers(demo_priced: Project) -> None:
     """A GPU read (site-c) of what a step at site-a wrote needs a copy at site-b: the
     estimate prices its bytes at the site-a -> site-b link, as the run's cost will."""
-    from placement.models import PlacementRule
-    from tests.integration.test_transfers import READ_ON_GPU, WRITE
+    from tests.integration.test_transfers import WRITE
     from tests.portal import helpers
 
-    PlacementRule.objects.create(
-        name="pin-write",
-        order=1,
-        selector={"task": "write"},
-        timing="submit",
-        effect="pin",
-        parameters={"sites": ["site-a"]},
-    )
+    helpers.pin("write", "site-a", prefix="pin")
     SiteLink.objects.filter(source__name="site-a", target__name="site-b").update(
         cost_per_gb=Decimal("0.50")
     )
@@ -425,7 +417,7 @@ def test_the_preview_estimate_includes_the_planned_transfers(demo_priced: Projec
     client.force_authenticate(User.objects.get(username="scientist"))
     answer = client.post(
         "/api/v1/runs/preview/?project=eo-demo",
-        data=helpers.write_then_read(WRITE, READ_ON_GPU),
+        data=helpers.write_then_read(WRITE, helpers.READ_ON_GPU),
         content_type="application/yaml",
     )
     assert answer.status_code == 200, answer.content

@@ -107,6 +107,8 @@ def test_a_nested_fan_out_is_killed_at_once(
         n for n in status["nodes"].values() if n["type"] == "Pod" and n["templateName"] == "sleep"
     ]
     assert len(sleepers) == 4  # none created after the stop
-    assert all(n["phase"] == "Failed" for n in sleepers)
+    assert all(n["phase"] == "Failed" for n in sleepers), [
+        (n["name"], n["phase"], n.get("message")) for n in sleepers
+    ]
     # Stop runs the exit handler (its pod is created after the stop); Terminate does not.
     assert (f"{name}.onExit" in {n["name"] for n in status["nodes"].values()}) == (how == "Stop")

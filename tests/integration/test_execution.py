@@ -164,7 +164,7 @@ def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack, user: User)
     run = services.run_submit(user=user, body=_slow_demo(120, only="preprocess"), project="eo-demo")
     wait_for(lambda: _units(run.pk)["preprocess"].phase == "Running", 90, "preprocess running")
     lost = _units(run.pk)["preprocess"].site
-    live.sandbox.fault("site-not-ready", site=lost)
+    fault = live.sandbox.fault("site-not-ready", site=lost)
     try:
         pre = wait_for(
             lambda: (u := _units(run.pk)["preprocess"]).attempt == 2 and u,
@@ -186,6 +186,8 @@ def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack, user: User)
         left = WorkflowRun.objects.get(pk=run.pk)
         if left.finished_at is None:
             services.run_stop(run=left, user=user)
+        # The site comes back for the module's next tests.
+        live.sandbox.clear_fault(fault["id"])
     stopped = _wait_finished(live, run.pk, timeout=60)
     assert stopped.status in ("Stopped", "Failed"), stopped.status
 

@@ -1,17 +1,35 @@
-"""Running a run: create step workflows on Karmada, read their state back, move the DAG on.
+"""The runs controller: the worker's side of running a run, laid out as a Kubernetes controller.
 
-* ``steps``: building step workflows and creating them;
-* ``advance``: moving a run on (dependencies, withParam, the exit handler, its status);
-* ``bindings``: folding ResourceBindings into units (site, phase, outputs);
-* ``sync``: Clusters into Sites, policies and the webhook's registration on Karmada;
-* ``failover``: units at lost sites placed again, runs nothing would move on;
-* ``lifecycle``: finished and superseded step workflows deleted on karmada-apiserver.
-* ``claims`` and ``turns``: one advance per run at a time, coalesced requests, turns;
-* ``fairness``: advances in their project's order (a project's prompt slots, a big run's
-  further turns);
-* ``vanished``: units whose step workflow disappeared from Karmada, run again or ended.
-* ``refusals``: steps Karmada refuses (not scheduled, a Work the member refused): the unit
-  says why at once, and is placed again elsewhere after the site's grace.
+The loop:
+
+* ``workqueue``: one item per run. Requests are coalesced (``workqueue.claims``: one
+  reconcile queued and one running per run), go first when a user waits on them, and take
+  turns between projects (``workqueue.fairness``).
+* ``worker``: an item taken off the queue (the ``run_advance`` Celery task) and reconciled
+  under the run's lock; what its ``Result`` asks for is queued next.
+* ``reconcile``: ``reconcile(run_id) -> Result``, one turn of the run's advance, counted (a
+  run whose reconcile keeps failing ends in Error).
+* ``enqueue``: the Celery tasks sent by name, with the broker's priorities.
+* ``resync``: the periodic safety net (lost requests, lost sites, refused steps, locks).
+
+What a reconcile does:
+
+* ``advance``: the run moved on, pass after pass, in turns; ``depends`` (``depends`` and
+  ``when``), ``expand`` (withParam), ``exit_handler`` (``onExit``), ``status`` (the run's
+  status from its units, a stopped run's steps stopped), ``outcome`` (how a run ends, as
+  Argo assesses its DAG or steps);
+* ``submit``: step workflows created on karmada-apiserver (a runtime unit's fallback site,
+  several creates at once, the created ones claimed); ``step_workflow``: building one;
+* ``gates``: what a run's spec holds back (parallelism, failFast, deadline, suspend);
+  ``locks``: Argo's ``synchronization``, kept by the portal across sites;
+* ``failover``: units at lost sites placed again; ``refusals``: steps Karmada refuses;
+  ``vanished``: units whose step workflow disappeared; ``transfers``: copies of upstream
+  outputs through a relay site; ``resume``: suspended steps resumed;
+* ``cleanup``: finished and superseded step workflows deleted (``keep_logs``: their logs
+  kept first).
+
+What the informers feed it: ``bindings`` (ResourceBindings folded into units) and ``sync``
+(Clusters into Sites; policies and the webhook's registration on Karmada).
 
 Every function here is safe to call twice and from several workers at once:
 
@@ -21,56 +39,7 @@ Every function here is safe to call twice and from several workers at once:
   attempt, allowed by the transition tables, so a late or duplicated message changes nothing;
 * no database transaction is held across a Karmada call, so a worker that dies mid-task leaves
   rows as they were and the next delivery (acks_late) or the periodic resync finishes the job.
+
+The controller never loads the webhook's modules (``portal.admission``'s decision, queue and
+budget) nor the Celery task module: it queues its work through ``enqueue``.
 """
-
-from portal.execution import claims, fairness, vanished
-from portal.execution.advance import run_advance, run_refresh_status
-from portal.execution.bindings import Folded, binding_observe, bindings_observe
-from portal.execution.common import SiteState, sites_state
-from portal.execution.failover import failover_check, stale_runs
-from portal.execution.lifecycle import step_workflows_cleanup
-from portal.execution.refusals import refusals_replace
-from portal.execution.steps import parsed_of, step_workflow_for, submit_unit, upstream_outputs
-from portal.execution.sync import (
-    cluster_deleted,
-    cluster_note,
-    cluster_observe,
-    policies_sync,
-    policy_errors,
-    webhook_configuration,
-    webhook_register,
-    webhook_url,
-)
-from portal.execution.turns import AGAIN, CUT, run_advance_turn
-
-__all__ = [
-    "AGAIN",
-    "CUT",
-    "Folded",
-    "SiteState",
-    "binding_observe",
-    "bindings_observe",
-    "claims",
-    "cluster_deleted",
-    "cluster_note",
-    "cluster_observe",
-    "failover_check",
-    "fairness",
-    "parsed_of",
-    "policies_sync",
-    "policy_errors",
-    "refusals_replace",
-    "run_advance",
-    "run_advance_turn",
-    "run_refresh_status",
-    "sites_state",
-    "stale_runs",
-    "step_workflow_for",
-    "step_workflows_cleanup",
-    "submit_unit",
-    "upstream_outputs",
-    "vanished",
-    "webhook_configuration",
-    "webhook_register",
-    "webhook_url",
-]

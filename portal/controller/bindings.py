@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -13,11 +13,10 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from portal import presign, state
-from portal.admission import queue
 from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution import refusals
-from portal.execution.advance import run_refresh_status
-from portal.execution.common import event
+from portal.controller import refusals
+from portal.controller.common import event
+from portal.controller.status import run_refresh_status
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.node_status import NodeStatusUnreadable, nodes_of
 from portal.outputs import bound_outputs, storable
@@ -34,6 +33,26 @@ ARGO_TO_UNIT = {
     "Failed": UnitPhase.FAILED,
     "Error": UnitPhase.ERROR,
 }
+
+
+# The webhook queues its decisions; the controller does not load the webhook's modules, so the
+# process that runs it names the function that writes the queued decisions to the database
+# (``portal.apps``). It answers None once they are written, else why they could not be read;
+# ``wait``: behind a write running elsewhere (a few seconds at most), not instead of it.
+DecisionsWriter = Callable[[bool], str | None]
+_decisions_writer: DecisionsWriter | None = None
+
+
+def decisions_writer_set(writer: DecisionsWriter | None) -> None:
+    """Name the function that writes the webhook's queued decisions (None: nobody)."""
+    global _decisions_writer
+    _decisions_writer = writer
+
+
+def decisions_written(*, wait: bool) -> str | None:
+    """Write the webhook's queued decisions: None once done (or with no writer named),
+    else why the queue could not be read."""
+    return _decisions_writer(wait) if _decisions_writer is not None else None
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -291,26 +310,7 @@ def _fold(
     )
     if phase in FINAL_UNIT:
         fields["finished_at"] = finished or timezone.now()
-        try:
-            outputs, too_large = bound_outputs(
-                _outputs_of(name, member), int(settings.PORTAL_MAX_PARAMETER_BYTES)
-            )
-            fields["outputs"] = outputs
-            if too_large and phase == UnitPhase.SUCCEEDED:
-                # A member may report anything: a value the portal does not keep cannot be
-                # passed on, so the step cannot count as done.
-                phase, message = UnitPhase.FAILED, too_large
-            elif too_large:
-                message = f"{message}; {too_large}" if message else too_large
-        except NodeStatusUnreadable as exc:
-            # Its outputs are lost to the portal: a success it cannot read is no success.
-            site_name = site or unit.site or "its site"
-            phase = UnitPhase.ERROR
-            message = (
-                f"{site_name}: {exc}; the portal cannot read this step's outputs. "
-                f"Turn off Argo's nodeStatusOffLoad at {site_name}."
-            )
-            log.error("%s: %s", name, message)
+        phase, message = _ended(name, member, phase, message, fields, site or unit.site)
     if phase == UnitPhase.PENDING:
         return None
     fields["binding_version"] = version
@@ -324,6 +324,39 @@ def _fold(
         # handler, or anything else left, is its to do, and settling twice changes nothing.
         run_refresh_status(unit.run_id)
     return unit.run_id if changed and phase in FINAL_UNIT else None
+
+
+def _ended(
+    name: str,
+    member: Mapping[str, Any],
+    phase: UnitPhase,
+    message: str,
+    fields: dict[str, Any],
+    site: str,
+) -> tuple[UnitPhase, str]:
+    """An ended step's outputs into ``fields``, bounded; the phase and message it ends with
+    (a success whose outputs the portal cannot keep or read is no success)."""
+    try:
+        outputs, too_large = bound_outputs(
+            _outputs_of(name, member), int(settings.PORTAL_MAX_PARAMETER_BYTES)
+        )
+        fields["outputs"] = outputs
+        if too_large and phase == UnitPhase.SUCCEEDED:
+            # A member may report anything: a value the portal does not keep cannot be
+            # passed on, so the step cannot count as done.
+            return UnitPhase.FAILED, too_large
+        if too_large:
+            return phase, f"{message}; {too_large}" if message else too_large
+    except NodeStatusUnreadable as exc:
+        # Its outputs are lost to the portal: a success it cannot read is no success.
+        site_name = site or "its site"
+        message = (
+            f"{site_name}: {exc}; the portal cannot read this step's outputs. "
+            f"Turn off Argo's nodeStatusOffLoad at {site_name}."
+        )
+        log.error("%s: %s", name, message)
+        return UnitPhase.ERROR, message
+    return phase, message
 
 
 def _run_status(run_id: int) -> str | None:
@@ -372,14 +405,14 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
     (unreachable, too slow) was placed by the fallback policy: record that decision.
 
     The webhook queues its decision before it answers, so before the binding exists: the queue
-    is written first, and then a webhook decision is in the database if there was one."""
+    is written first (``decisions_written``), and then a webhook decision is in the database
+    if there was one."""
     queue_read = True
     if unit.timing == UnitTiming.RUNTIME:
-        try:
-            queue.decisions_flush(wait=True)
-        except queue.QueueUnavailable as exc:
+        unreadable = decisions_written(wait=True)
+        if unreadable is not None:
             queue_read = False
-            log.warning("%s: decision queue unreadable (%s)", unit.workflow_name, exc)
+            log.warning("%s: decision queue unreadable (%s)", unit.workflow_name, unreadable)
         unit.refresh_from_db(fields=["site", "reason"])
         if unit.site == site:
             return  # placed by the webhook, as its decision says

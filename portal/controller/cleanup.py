@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from portal import gateway
 from portal.choices import ACTIVE_RUN, FINAL_UNIT
-from portal.execution import keep_logs
+from portal.controller import keep_logs
 from portal.models import UnitRun
 
 log = logging.getLogger(__name__)
@@ -142,3 +142,10 @@ def superseded_cleanup() -> int:
             spec["superseded_workflows"] = left
         UnitRun.objects.filter(pk=unit.pk).update(spec=spec)
     return done
+
+
+def step_workflows_delete(names: list[str]) -> None:
+    """The step workflows of a deleted run; a 404 counts as done, so doing it twice is
+    harmless."""
+    for name in names:
+        gateway.delete(gateway.WORKFLOW, name)

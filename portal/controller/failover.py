@@ -15,9 +15,9 @@ from django.utils import timezone
 from placement import codec, planner
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
-from portal.execution import transfers
-from portal.execution.common import ancestors, event, upstream_where
-from portal.execution.lifecycle import superseded_remember
+from portal.controller import transfers
+from portal.controller.cleanup import superseded_remember
+from portal.controller.common import ancestors, event, upstream_where
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from sites.models import Site
@@ -37,8 +37,36 @@ def failover_unit(
     ``replaced``: Karmada refused the step there; the decision says "re-placed: <reason>"
     and the new attempt starts with no message."""
     lost = unit.site
-    why = f"re-placed: {reason}; " if replaced else f"failover from {lost}: "
     units = list(units)
+    decision = _decide(run, unit, units, lost)
+    if (
+        decision.site is None
+        and isinstance(decision, transfers.RelayDecision)
+        and (unit.workflow_name or unit.phase != UnitPhase.PENDING)
+    ):
+        return _copy_lost(run, unit, f"{reason}; no other relay: {decision.reason}")
+    if decision.site is None:
+        _blocked(run, unit, f"{unit.name}: {reason}; no other site: {decision.reason}")
+        return False
+    old_name = unit.workflow_name
+    if not _move(run, unit, decision, decision.site, reason, replaced=replaced):
+        return False
+    if old_name:
+        try:
+            gateway.delete(gateway.WORKFLOW, old_name)
+        except gateway.KarmadaError as exc:
+            # Karmada is unreachable: the old attempt's name no longer matches the unit, so
+            # whatever it reports later is ignored, and the resync deletes it then.
+            log.info("could not delete %s after failover: %s", old_name, exc)
+            superseded_remember(unit, old_name)
+    return True
+
+
+def _decide(
+    run: WorkflowRun, unit: UnitRun, units: list[UnitRun], lost: str
+) -> planner.Decision | transfers.RelayDecision:
+    """Where the unit goes instead of ``lost``: the planner's choice, or, for a copy,
+    another relay."""
     decision: planner.Decision | transfers.RelayDecision
     if transfers.is_transfer(unit):
         # A copy goes to another relay, chosen as the first was (relays.py), not by rules.
@@ -64,21 +92,31 @@ def failover_unit(
             timing="submit",
             ancestors=ancestors(unit, units),
         )
-    if (
-        decision.site is None
-        and isinstance(decision, transfers.RelayDecision)
-        and (unit.workflow_name or unit.phase != UnitPhase.PENDING)
-    ):
-        return _copy_lost(run, unit, f"{reason}; no other relay: {decision.reason}")
-    if decision.site is None:
-        message = f"{unit.name}: {reason}; no other site: {decision.reason}"
-        # Tried again at every advance and resync while the site stays closed: one event
-        # says so until something changes (the run page shows a banner meanwhile).
-        last = RunEvent.objects.filter(run_id=run.pk, unit=unit).order_by("-created_at", "-id")
-        previous = last.values_list("kind", "message").first()
-        if previous != ("failover-blocked", message):
-            event(run.pk, "failover-blocked", message, unit)
-        return False
+    return decision
+
+
+def _blocked(run: WorkflowRun, unit: UnitRun, message: str) -> None:
+    """No other site can take the unit. Tried again at every advance and resync while the
+    site stays closed: one event says so until something changes (the run page shows a
+    banner meanwhile)."""
+    last = RunEvent.objects.filter(run_id=run.pk, unit=unit).order_by("-created_at", "-id")
+    previous = last.values_list("kind", "message").first()
+    if previous != ("failover-blocked", message):
+        event(run.pk, "failover-blocked", message, unit)
+
+
+def _move(
+    run: WorkflowRun,
+    unit: UnitRun,
+    decision: planner.Decision | transfers.RelayDecision,
+    site: str,
+    reason: str,
+    *,
+    replaced: bool,
+) -> bool:
+    """The unit at the decided ``site``, Pending with no step workflow, its decision and event
+    recorded, in one transaction; False when the unit changed meanwhile."""
+    why = f"re-placed: {reason}; " if replaced else f"failover from {unit.site}: "
     old_name = unit.workflow_name
     # A unit with no step workflow yet (a retried unit whose site was closed meanwhile) has
     # not run this attempt anywhere: it is placed again within the same attempt, so attempts
@@ -93,7 +131,7 @@ def failover_unit(
             UnitPhase.PENDING,
             from_=[UnitPhase.PENDING, UnitPhase.RUNNING],
             attempt=attempt,
-            site=decision.site,
+            site=site,
             timing=UnitTiming.SUBMIT,
             workflow_name="",
             submitted_at=None,
@@ -110,48 +148,47 @@ def failover_unit(
             unit.spec = {k: v for k, v in unit.spec.items() if k != "via"}
             UnitRun.objects.filter(pk=unit.pk).update(spec=unit.spec)
         unit.attempt = attempt
-        unit.site = decision.site
+        unit.site = site
         unit.phase = UnitPhase.PENDING
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
         unit.reason = f"{why}{decision.reason}"
-        if isinstance(decision, transfers.RelayDecision):
-            PlacementDecision.objects.create(
-                run=run,
-                unit=unit,
-                attempt=unit.attempt,
-                source=DecisionSource.FAILOVER,
-                timing=UnitTiming.SUBMIT,
-                site=decision.site,
-                reason=unit.reason,
-            )
-        else:
-            PlacementDecision.from_plan(
-                decision,
-                reason=unit.reason,
-                run=run,
-                unit=unit,
-                attempt=unit.attempt,
-                source=DecisionSource.FAILOVER,
-            ).save()
+        _record(run, unit, decision)
         event(
             run.pk,
             "failover",
-            f"{unit.name}: {reason}; attempt {unit.attempt} at {decision.site}"
+            f"{unit.name}: {reason}; attempt {unit.attempt} at {site}"
             if started
-            else f"{unit.name}: {reason}; attempt {unit.attempt} placed at {decision.site} instead",
+            else f"{unit.name}: {reason}; attempt {unit.attempt} placed at {site} instead",
             unit,
             data={"ended_attempt": ended} if ended else {},
         )
-    if old_name:
-        try:
-            gateway.delete(gateway.WORKFLOW, old_name)
-        except gateway.KarmadaError as exc:
-            # Karmada is unreachable: the old attempt's name no longer matches the unit, so
-            # whatever it reports later is ignored, and the resync deletes it then.
-            log.info("could not delete %s after failover: %s", old_name, exc)
-            superseded_remember(unit, old_name)
     return True
+
+
+def _record(
+    run: WorkflowRun, unit: UnitRun, decision: planner.Decision | transfers.RelayDecision
+) -> None:
+    """The new attempt's decision row (source "failover")."""
+    if isinstance(decision, transfers.RelayDecision):
+        PlacementDecision.objects.create(
+            run=run,
+            unit=unit,
+            attempt=unit.attempt,
+            source=DecisionSource.FAILOVER,
+            timing=UnitTiming.SUBMIT,
+            site=unit.site,
+            reason=unit.reason,
+        )
+    else:
+        PlacementDecision.from_plan(
+            decision,
+            reason=unit.reason,
+            run=run,
+            unit=unit,
+            attempt=unit.attempt,
+            source=DecisionSource.FAILOVER,
+        ).save()
 
 
 def _copy_lost(run: WorkflowRun, unit: UnitRun, message: str) -> bool:

@@ -33,8 +33,8 @@ from django.utils import timezone
 from placement import phase
 from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
-from portal.execution import locks
-from portal.execution.common import event
+from portal.controller import locks
+from portal.controller.common import event
 from portal.models import BULK_ROWS, UnitRun, WorkflowRun
 
 

@@ -1,4 +1,4 @@
-"""Keeping finished attempts' logs before their step workflows are deleted (``lifecycle``):
+"""Keeping finished attempts' logs before their step workflows are deleted (``cleanup``):
 each pod's main-container log is read once more through Karmada's cluster proxy and stored,
 at most ``PORTAL_KEPT_LOG_MAX_BYTES`` of its end, in ``KeptAttempt`` and ``KeptLog`` rows; the
 log views serve it from there afterwards (``portal.logs``).

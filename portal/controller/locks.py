@@ -39,7 +39,8 @@ from django.utils import timezone
 
 from portal import gateway
 from portal.choices import ACTIVE_RUN, FINAL_UNIT
-from portal.execution.common import event
+from portal.controller import workqueue
+from portal.controller.common import event
 from portal.models import FleetLock, SyncHold, UnitRun, WorkflowRun
 from sites.models import priority_clamp
 
@@ -341,11 +342,9 @@ def _lock_name(key: str) -> None:
 
 
 def _wake(run_ids: list[int]) -> None:
-    from portal import tasks
-
     for run_id in run_ids:
         try:
-            tasks.advance_request(run_id)
+            workqueue.add(run_id)
         except Exception:  # noqa: BLE001 - broker down: the resync advances waiting runs
             log.warning("could not wake run %s waiting for a lock", run_id, exc_info=True)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from placement import phase
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
-from portal.execution import gates
+from portal.controller import gates
 from portal.models import UnitRun, WorkflowRun
 
 _STATUS = {

@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from portal.choices import ACTIVE_RUN, UnitPhase
-from portal.execution.common import event
+from portal.controller.common import event
 from portal.models import RunEvent, UnitRun
 from sites.models import CORDON_TAINT, Site, untolerated_taint
 
@@ -213,7 +213,7 @@ def _grace(site: str, graces: Mapping[str, int | None]) -> timedelta:
 def refusals_replace() -> list[int]:
     """Units Karmada has refused for longer than their site's grace are placed again
     elsewhere (a new attempt, decision "re-placed: ..."). Returns the runs to advance."""
-    from portal.execution.failover import failover_unit
+    from portal.controller.failover import failover_unit
 
     refused = UnitRun.objects.filter(
         refused_at__isnull=False, phase=UnitPhase.PENDING, run__status__in=ACTIVE_RUN

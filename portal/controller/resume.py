@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from portal import gateway
-from portal.execution.common import event
+from portal.controller.common import event
 from portal.models import UnitRun
 from portal.node_status import NodeStatusUnreadable, nodes_of
 
@@ -118,6 +118,12 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
         unit,
     )
     return True
+
+
+def unit_resume_by_id(unit_id: int, *, by: str) -> bool:
+    """``unit_resume`` of the unit with this id; False when it is gone."""
+    unit = UnitRun.objects.filter(pk=unit_id).first()
+    return unit is not None and unit_resume(unit, by=by)
 
 
 def _partial(unit: UnitRun, exc: gateway.KarmadaError) -> None:

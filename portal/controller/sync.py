@@ -136,60 +136,21 @@ def cluster_deleted(name: str) -> None:
     Site.objects.filter(name=name, ready=True).update(ready=False, ready_changed_at=timezone.now())
 
 
+Key = tuple[str, str]  # (kind, name) of a policy on karmada-apiserver
+
+
 def policies_sync() -> dict[str, int]:
     """Keep the per-site and fallback PropagationPolicies, the per-site OverridePolicies and
     (``PORTAL_WEBHOOK_REGISTER``) the webhook configuration in step with the inventory: create
     or update what should be there, delete what should not."""
     ns = gateway.namespace()
-    domain = settings.PORTAL_LABEL_DOMAIN
-    prefix = settings.PORTAL_POLICY_PREFIX
     gateway.ensure_namespace(ns)
-    wanted: dict[tuple[str, str], dict[str, Any]] = {}
-    owner: dict[tuple[str, str], str] = {}  # the site an object belongs to ("" for none)
-    for name, overrides in Site.objects.values_list("name", "overrides"):
-        pp = manifests.propagation_policy(name, namespace=ns, domain=domain, prefix=prefix)
-        wanted[("PropagationPolicy", pp["metadata"]["name"])] = pp
-        owner[("PropagationPolicy", pp["metadata"]["name"])] = name
-        for op in manifests.override_policies(
-            name, overrides or {}, namespace=ns, domain=domain, prefix=prefix
-        ):
-            wanted[("OverridePolicy", op["metadata"]["name"])] = op
-            owner[("OverridePolicy", op["metadata"]["name"])] = name
-    fb = manifests.fallback_policy(namespace=ns, domain=domain)
-    wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
-    # Each site's repository Secret goes to that site only; the every-member policy of old
-    # is not wanted, so the loop below deletes it where it is still there.
-    for name, overrides in Site.objects.values_list("name", "overrides"):
-        secret = ((overrides or {}).get("artifact_store") or {}).get("credentials_secret")
-        if secret:
-            creds = manifests.artifact_credentials_policy(
-                name, str(secret), namespace=ns, domain=domain
-            )
-            wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
-            owner[("PropagationPolicy", creds["metadata"]["name"])] = name
-    revision = active_revision_id()
-    if revision is not None:
-        # Which configuration each object came from: a rollback rewrites them, and an operator
-        # reading one on karmada-apiserver can find the revision that wrote it.
-        for body in wanted.values():
-            meta = body["metadata"]
-            meta["annotations"] = {
-                **(meta.get("annotations") or {}),
-                labels.key(labels.RULES_REVISION): str(revision),
-            }
+    wanted, owner = _policies_wanted(ns)
     counts = {"applied": 0, "deleted": 0}
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()
         counts["applied"] += 1
-    # One list per kind tells what is there already: an object in step with what the portal
-    # wants is not written (the resync runs this every few seconds, and writing every policy
-    # was a create and a read per object: two requests per site each time, the most of what
-    # a fan-out over 50 sites cost Karmada beyond its creates).
-    selector = f"{labels.key(labels.MANAGED)}=true"
-    present: dict[tuple[str, str], dict[str, Any]] = {}
-    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
-        items, _ = gateway.list_objects(resource, label_selector=selector)
-        present.update({(resource.kind, item["metadata"]["name"]): item for item in items})
+    present = _policies_present()
     failed: list[gateway.KarmadaError] = []
     errors: dict[str, list[str]] = {}  # by site ("" for the objects of no site)
     for (kind, name), body in wanted.items():
@@ -218,6 +179,59 @@ def policies_sync() -> dict[str, int]:
     if transient:
         raise transient[0]
     return counts
+
+
+def _policies_wanted(ns: str) -> tuple[dict[Key, dict[str, Any]], dict[Key, str]]:
+    """The policies the inventory wants, by (kind, name), and the site each belongs to
+    ("" for none), annotated with the rule revision that wrote them."""
+    domain = settings.PORTAL_LABEL_DOMAIN
+    prefix = settings.PORTAL_POLICY_PREFIX
+    wanted: dict[Key, dict[str, Any]] = {}
+    owner: dict[Key, str] = {}
+    for name, overrides in Site.objects.values_list("name", "overrides"):
+        pp = manifests.propagation_policy(name, namespace=ns, domain=domain, prefix=prefix)
+        wanted[("PropagationPolicy", pp["metadata"]["name"])] = pp
+        owner[("PropagationPolicy", pp["metadata"]["name"])] = name
+        for op in manifests.override_policies(
+            name, overrides or {}, namespace=ns, domain=domain, prefix=prefix
+        ):
+            wanted[("OverridePolicy", op["metadata"]["name"])] = op
+            owner[("OverridePolicy", op["metadata"]["name"])] = name
+    fb = manifests.fallback_policy(namespace=ns, domain=domain)
+    wanted[("PropagationPolicy", fb["metadata"]["name"])] = fb
+    # Each site's repository Secret goes to that site only; the every-member policy of old
+    # is not wanted, so the sync deletes it where it is still there.
+    for name, overrides in Site.objects.values_list("name", "overrides"):
+        secret = ((overrides or {}).get("artifact_store") or {}).get("credentials_secret")
+        if secret:
+            creds = manifests.artifact_credentials_policy(
+                name, str(secret), namespace=ns, domain=domain
+            )
+            wanted[("PropagationPolicy", creds["metadata"]["name"])] = creds
+            owner[("PropagationPolicy", creds["metadata"]["name"])] = name
+    revision = active_revision_id()
+    if revision is not None:
+        # Which configuration each object came from: a rollback rewrites them, and an operator
+        # reading one on karmada-apiserver can find the revision that wrote it.
+        for body in wanted.values():
+            meta = body["metadata"]
+            meta["annotations"] = {
+                **(meta.get("annotations") or {}),
+                labels.key(labels.RULES_REVISION): str(revision),
+            }
+    return wanted, owner
+
+
+def _policies_present() -> dict[Key, dict[str, Any]]:
+    """The portal's policies on karmada-apiserver, one list per kind: an object in step with
+    what the portal wants is not written (the resync runs the sync every few seconds; writing
+    every policy was a create and a read per object, two requests per site each time)."""
+    selector = f"{labels.key(labels.MANAGED)}=true"
+    present: dict[Key, dict[str, Any]] = {}
+    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
+        items, _ = gateway.list_objects(resource, label_selector=selector)
+        present.update({(resource.kind, item["metadata"]["name"]): item for item in items})
+    return present
 
 
 FLEET_POLICY_ERROR_KEY = "policy-sync:fleet-error"

@@ -33,7 +33,7 @@ from placement.context import upstream_location
 from placement.planner import relays
 from portal import gateway, state
 from portal.choices import FINAL_UNIT, DecisionSource, UnitPhase, UnitTiming
-from portal.execution.common import ancestors, event
+from portal.controller.common import ancestors, event
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import usage
@@ -158,36 +158,9 @@ def _copy_unit(
     reason = (
         f"transfer: {target} cannot read the artifact repository of {producer.site}; "
         f"{relay} reads it and {target} reads {relay}: "
-        f"estimated {_human_bytes(size)} in {plan.seconds:.1f}s, cost {plan.cost:.2f}"
+        f"estimated {planner.human_bytes(size)} in {plan.seconds:.1f}s, cost {plan.cost:.2f}"
     )
-    unit = parser.Unit(
-        name=name,
-        slug=manifests.label_value(name)[:63],
-        kind="workflow",  # the spec's kind says transfer; the parser knows three kinds
-        task=name,
-        template=TRANSFER,
-        templates=(TRANSFER,),
-        upstream=(producer.name,),
-        depends="",
-        when=None,
-        arguments=parser.Arguments(),
-        labels={},
-        images=(manifests.TRANSFER_IMAGE,),
-        resources=parser.Resources(),
-        datasets=(),
-        data_refs=(),
-    )
-    spec = {
-        **codec.unit_to_dict(unit),
-        "kind": TRANSFER,
-        "transfer": {
-            "producer": producer.name,
-            "from": producer.site,
-            "to": relay,
-            "for": target,
-            "estimate": {"bytes": size, "seconds": round(plan.seconds, 3), "cost": plan.cost},
-        },
-    }
+    unit, spec = _copy_spec(name, producer, relay, target, size, plan)
     try:
         with transaction.atomic():
             row, created = UnitRun.objects.get_or_create(
@@ -221,8 +194,40 @@ def _copy_unit(
     return row, created
 
 
-def _human_bytes(n: int) -> str:
-    return planner.human_bytes(n)
+def _copy_spec(
+    name: str, producer: UnitRun, relay: str, target: str, size: int, plan: relays.Transfer
+) -> tuple[parser.Unit, dict[str, Any]]:
+    """The copy unit as the parser would have made it, and its stored spec (what it copies,
+    from where, for whom, and the estimate)."""
+    unit = parser.Unit(
+        name=name,
+        slug=manifests.label_value(name)[:63],
+        kind="workflow",  # the spec's kind says transfer; the parser knows three kinds
+        task=name,
+        template=TRANSFER,
+        templates=(TRANSFER,),
+        upstream=(producer.name,),
+        depends="",
+        when=None,
+        arguments=parser.Arguments(),
+        labels={},
+        images=(manifests.TRANSFER_IMAGE,),
+        resources=parser.Resources(),
+        datasets=(),
+        data_refs=(),
+    )
+    spec = {
+        **codec.unit_to_dict(unit),
+        "kind": TRANSFER,
+        "transfer": {
+            "producer": producer.name,
+            "from": producer.site,
+            "to": relay,
+            "for": target,
+            "estimate": {"bytes": size, "seconds": round(plan.seconds, 3), "cost": plan.cost},
+        },
+    }
+    return unit, spec
 
 
 def hold(unit: UnitRun, units: Sequence[UnitRun]) -> bool | None:

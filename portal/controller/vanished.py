@@ -29,8 +29,8 @@ from django.utils import timezone
 
 from portal import gateway, state
 from portal.choices import ACTIVE_RUN, RunStatus, UnitPhase
-from portal.execution import locks
-from portal.execution.common import event
+from portal.controller import locks
+from portal.controller.common import event
 from portal.models import RunEvent, UnitRun, WorkflowRun
 
 log = logging.getLogger(__name__)

@@ -15,8 +15,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from placement import manifests
-from portal import execution, gateway, services
-from portal.execution import advance, claims, turns
+from portal import gateway, services
+from portal.controller import reconcile, worker
+from portal.controller.advance import run_advance
+from portal.controller.common import units_of
+from portal.controller.reconcile import Result
+from portal.controller.workqueue import claims
 from portal.models import RunEvent, UnitRun, WorkflowRun
 
 WHEN = """
@@ -42,7 +46,7 @@ def run(transactional_db: Any, settings: Any) -> Iterator[WorkflowRun]:
     settings.KARMADA_KUBECONFIG = ""
     user = User.objects.get(username="scientist")
     r = services.run_submit(user=user, body=WHEN, project="eo-demo")
-    client = claims._redis()
+    client = claims.redis_client()
     assert client is not None, "these tests need REDIS_URL"
     keys = [k % r.pk for k in (claims.QUEUED, claims.AGAIN, claims.TRIES, claims.LAST_ERROR)]
     client.delete(*keys)
@@ -60,7 +64,7 @@ def test_it_errors_the_unit_when_its_when_cannot_be_evaluated(
         raise error
 
     monkeypatch.setattr(manifests, "evaluate_when", crash)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit = UnitRun.objects.get(run=run, name="first")
     assert unit.phase == "Error"
     assert type(error).__name__ in unit.message
@@ -77,10 +81,10 @@ def test_it_marks_the_run_error_when_its_advance_keeps_failing(
     def broken(run_id: int, turn: Any = None) -> bool:
         raise ValueError("a bug in the advance")
 
-    monkeypatch.setattr(turns, "run_advance", broken)
-    assert execution.run_advance_turn(run.pk) == 5.0  # tried again later, not forever
-    assert execution.run_advance_turn(run.pk) == 10.0
-    assert execution.run_advance_turn(run.pk) is None
+    monkeypatch.setattr(reconcile, "run_advance", broken)
+    assert worker.reconcile_once(run.pk) == (Result(requeue_after=5.0), False)  # not forever
+    assert worker.reconcile_once(run.pk) == (Result(requeue_after=10.0), False)
+    assert worker.reconcile_once(run.pk) == (Result(), False)
     run.refresh_from_db()
     assert run.status == "Error"
     assert "failed 3 times" in run.message and "a bug in the advance" in run.message
@@ -93,7 +97,7 @@ def test_it_gives_up_on_a_run_whose_advances_never_return(run: WorkflowRun, sett
     settings.PORTAL_ADVANCE_MAX_FAILURES = 2
     claims.tries_begin(run.pk)
     claims.tries_begin(run.pk)
-    assert execution.run_advance_turn(run.pk) is None
+    assert worker.reconcile_once(run.pk) == (Result(), False)
     run.refresh_from_db()
     assert run.status == "Error"
     assert "did not finish" in run.message
@@ -116,16 +120,16 @@ def test_an_advance_of_a_locked_run_is_left_to_the_holder(
     run: WorkflowRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(turns, "run_advance", lambda run_id, turn=None: calls.append(run_id))
+    monkeypatch.setattr(reconcile, "run_advance", lambda run_id, turn=None: calls.append(run_id))
     holder = _other_session_holds_the_lock(run.pk)
     try:
-        assert execution.run_advance_turn(run.pk) is None
+        assert worker.reconcile_once(run.pk) is None
         assert calls == []  # never two advances of one run at once
     finally:
         holder.close()
     # The holder, once it unlocks, finds the request and asks for one more advance.
     assert claims.asked_again(run.pk)
-    assert execution.run_advance_turn(run.pk) is None
+    assert worker.reconcile_once(run.pk) == (Result(), False)
     assert calls == [run.pk]
 
 
@@ -146,7 +150,7 @@ def test_a_unit_waiting_for_karmada_says_why(
     monkeypatch.setattr(gateway, "create", down)
     for _ in range(2):  # the task's retries: one event per outage, not one per retry
         with pytest.raises(gateway.TransientError):
-            execution.run_advance(run.pk)
+            run_advance(run.pk)
     unit = UnitRun.objects.get(run=run, name="first")
     assert unit.phase == "Pending"
     assert unit.message.startswith("waiting for Karmada:")
@@ -179,7 +183,7 @@ def test_an_advance_reads_the_units_upstream_without_a_query_each(transactional_
     call_command("load_demo", verbosity=0)
     user = User.objects.get(username="scientist")
     run = services.run_submit(user=user, body=CHAIN, project="eo-demo")
-    units = advance._units_of(run)
+    units = units_of(run)
     with CaptureQueriesContext(connection) as queries:
         read = {u.name: list(u.upstream) for u in units}
     assert len(queries) == 0

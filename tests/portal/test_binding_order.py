@@ -15,8 +15,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.choices import FINAL_UNIT, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import Folded, binding_observe, bindings_observe
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
 from tests.portal.test_step_lifecycle import NS, fleet, submit  # noqa: F401 - the fixture
@@ -40,7 +42,7 @@ def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
     what a 200-item fan-out did 120-140 times, each logged as a re-run."""
     run = submit(fleet, duration="1500s")  # 1.5 s at the fixture's time scale
     _, version = gateway.list_objects(gateway.RESOURCE_BINDING)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     name = run.units.get().workflow_name
     states = []
     for _kind, binding in gateway.watch(gateway.RESOURCE_BINDING, version, timeout_seconds=60):
@@ -51,13 +53,13 @@ def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
             break
     assert "Running" in {_phase(b) for b in states}, "the watch saw the step running"
 
-    execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])  # the resync
+    bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])  # the resync
     unit = run.units.get()
     assert unit.phase == UnitPhase.SUCCEEDED
     recorded = (unit.finished_at, unit.outputs, unit.message)
-    with caplog.at_level(logging.WARNING, logger="portal.execution.bindings"):
+    with caplog.at_level(logging.WARNING, logger="portal.controller.bindings"):
         for binding in states:  # the watcher, behind
-            assert execution.binding_observe(binding) is None
+            assert binding_observe(binding) is None
     assert "ignored a re-run" not in caplog.text
     unit.refresh_from_db()
     assert (unit.phase, unit.finished_at, unit.outputs, unit.message) == (
@@ -80,7 +82,7 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
     most of its time reading the unit again for them."""
     run = submit(fleet, duration="1500s")
     _, version = gateway.list_objects(gateway.RESOURCE_BINDING)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit = run.units.get()
     states = []
     for _kind, binding in gateway.watch(gateway.RESOURCE_BINDING, version, timeout_seconds=60):
@@ -88,18 +90,18 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
             states.append(binding)
             if _phase(binding) in ("Succeeded", "Failed", "Error"):
                 break
-    folded = execution.Folded()
+    folded = Folded()
 
     # Seen before the unit was claimed (the claim follows the create): not remembered.
     UnitRun.objects.filter(pk=unit.pk).update(workflow_name="")
-    assert execution.binding_observe(states[-1], folded=folded) is None
+    assert binding_observe(states[-1], folded=folded) is None
     UnitRun.objects.filter(pk=unit.pk).update(workflow_name=unit.workflow_name)
 
     reads = 0
     last: tuple[str, Any] | None = None
     for binding in states:
         with CaptureQueriesContext(connection) as queries:
-            execution.binding_observe(binding, folded=folded)
+            binding_observe(binding, folded=folded)
         read = any(
             q["sql"].startswith("SELECT") and '"portal_unitrun"' in q["sql"] for q in queries
         )
@@ -126,10 +128,10 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
     assert 0 < reads < len(states)
     assert run.units.get().phase == UnitPhase.SUCCEEDED
     with CaptureQueriesContext(connection) as queries:
-        assert execution.binding_observe(states[-1], folded=folded) is None
+        assert binding_observe(states[-1], folded=folded) is None
     assert len(queries) == 0  # the final state again (a relist): nothing read
     with CaptureQueriesContext(connection) as queries:  # the resync: without the memory
-        execution.bindings_observe(states)
+        bindings_observe(states)
     assert not any(
         '"portal_unitrun"."spec"' in q["sql"] and '"workflow_name" IN' in q["sql"] for q in queries
     )
@@ -167,7 +169,7 @@ def _claiming(sandbox: SandboxServer) -> str:
 
 
 def _fold(run: WorkflowRun) -> UnitRun:
-    execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+    bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
     return run.units.get()
 
 
@@ -176,7 +178,7 @@ def test_a_unit_whose_pod_waits_says_why_until_it_runs(
 ) -> None:
     user = get_user_model().objects.get(username="scientist")
     run = services.run_submit(user=user, body=_claiming(fleet))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     unit = fleet.wait_for(
         lambda: (u := _fold(run)).message and u, what="the unit to say why it waits"

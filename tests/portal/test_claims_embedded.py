@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
-from portal import execution
-from portal.execution import claims, turns
+from portal.controller import worker
+from portal.controller.reconcile import Result
+from portal.controller.workqueue import claims
 
 HOLD = (
     "import fcntl, sys, time\n"
@@ -71,13 +72,13 @@ def test_a_locked_run_is_tried_again_later_and_not_advanced_twice(
     holder: subprocess.Popen[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[int] = []
-    monkeypatch.setattr(turns, "_advance_counted", lambda run_id: calls.append(run_id))
-    assert execution.run_advance_turn(7) == turns._LOCKED_RETRY_S
+    monkeypatch.setattr(worker, "reconcile", lambda run_id: calls.append(run_id) or Result())
+    assert worker.reconcile_once(7) == (Result(requeue_after=worker.LOCKED_RETRY_S), False)
     assert calls == []
     # The holder dies (killed, out of memory): the kernel drops its lock with it.
     holder.kill()
     holder.wait()
-    assert execution.run_advance_turn(7) is None
+    assert worker.reconcile_once(7) == (Result(), False)
     assert calls == [7]
 
 

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from portal import execution, gateway
+from portal import gateway
+from portal.controller import sync
+from portal.controller.bindings import binding_observe
+from portal.controller.sync import cluster_note, cluster_observe
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
 
@@ -29,7 +32,7 @@ def _cluster(allocatable: str, allocated: str, allocating: str) -> dict[str, Any
 
 @pytest.mark.django_db
 def test_it_counts_pods_being_scheduled_as_taken() -> None:
-    site, _ = execution.cluster_observe(_cluster("32", "10", "6500m"))
+    site, _ = cluster_observe(_cluster("32", "10", "6500m"))
     assert site.cpu_free == 32000 - 10000 - 6500
     assert site.memory_free == (64 - 8 - 2) * 1024**3
     assert Site.objects.get(name="site-x").pods_allocated == 6
@@ -43,9 +46,9 @@ def test_the_watcher_notes_a_capacity_change_in_one_update_and_the_rest_in_full(
     such a change with one conditional UPDATE, and anything else through ``cluster_observe``
     (a new Site, readiness, labels, GPUs)."""
     cluster = _cluster("32", "10", "0")
-    assert execution.cluster_note(cluster) is True  # a new Site
+    assert cluster_note(cluster) is True  # a new Site
     cluster["metadata"]["labels"] = {"region": "eu"}
-    assert execution.cluster_note(cluster) is False  # a label the Site lacks: the full path
+    assert cluster_note(cluster) is False  # a label the Site lacks: the full path
     site = Site.objects.get(name="site-x")
     site.labels = {**site.labels, "owner": "ops"}  # added by an operator: kept
     site.save()
@@ -53,17 +56,17 @@ def test_the_watcher_notes_a_capacity_change_in_one_update_and_the_rest_in_full(
     busier = _cluster("32", "20", "4")
     busier["metadata"]["labels"] = {"region": "eu"}
     with django_assert_num_queries(1):
-        assert execution.cluster_note(busier) is False
+        assert cluster_note(busier) is False
     site = Site.objects.get(name="site-x")
     assert (site.cpu_allocated, site.labels) == (24000, {"region": "eu", "owner": "ops"})
 
     busier["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
-    assert execution.cluster_note(busier) is True  # readiness: the full path says so
+    assert cluster_note(busier) is True  # readiness: the full path says so
     site = Site.objects.get(name="site-x")
     assert site.ready is False and site.ready_changed_at is not None
 
     busier["status"]["resourceSummary"]["allocatable"]["nvidia.com/gpu"] = "2"
-    assert execution.cluster_note(busier) is False
+    assert cluster_note(busier) is False
     assert "gpu" in Site.objects.get(name="site-x").capabilities
 
 
@@ -78,11 +81,11 @@ def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_a
         gateway.reset()
     assert clusters
     for cluster in clusters:
-        site, _ = execution.cluster_observe(cluster)
+        site, _ = cluster_observe(cluster)
         summary = cluster["status"]["resourceSummary"]
         assert "allocating" in summary
         milli = {
-            part: execution.sync._quantity(summary[part].get("cpu"), milli=True)
+            part: sync._quantity(summary[part].get("cpu"), milli=True)
             for part in ("allocatable", "allocated", "allocating")
         }
         assert site.cpu_free == max(
@@ -129,9 +132,7 @@ def test_outputs_are_read_from_compressed_nodes(scientist: Any) -> None:
         }
     }
     packed = base64.b64encode(gzip.compress(json.dumps(nodes).encode())).decode()
-    execution.binding_observe(
-        _binding(unit.workflow_name, _finished_member(compressedNodes=packed))
-    )
+    binding_observe(_binding(unit.workflow_name, _finished_member(compressedNodes=packed)))
     unit.refresh_from_db()
     assert unit.phase == "Succeeded"
     assert unit.outputs["parameters"] == [{"name": "tiles", "value": "42"}]
@@ -142,7 +143,7 @@ def test_a_member_that_offloads_node_status_ends_the_unit_in_error_naming_it(
 ) -> None:
     unit = _preprocess(scientist)
     member = _finished_member(offloadNodeStatusVersion="fnv:1234")
-    execution.binding_observe(_binding(unit.workflow_name, member))
+    binding_observe(_binding(unit.workflow_name, member))
     unit.refresh_from_db()
     assert unit.phase == "Error"
     assert "site-b" in unit.message
@@ -155,13 +156,13 @@ def test_a_sites_zone_is_read_from_the_clusters_zones() -> None:
     ``spec.zone`` is deprecated and never set by Karmada's tools."""
     cluster = _cluster("32", "0", "0")
     cluster["spec"] = {"region": "eu-west", "zones": ["eu-west-1a", "eu-west-1b"]}
-    site, _ = execution.cluster_observe(cluster)
+    site, _ = cluster_observe(cluster)
     assert site.zone == "eu-west-1a,eu-west-1b"
     # A cluster registered before `zones` existed still says where it is.
     cluster["spec"] = {"region": "eu-west", "zone": "eu-west-1c"}
-    assert execution.cluster_observe(cluster)[0].zone == "eu-west-1c"
+    assert cluster_observe(cluster)[0].zone == "eu-west-1c"
     cluster["spec"] = {"region": "eu-west", "zones": ["eu-west-1a"], "zone": "stale"}
-    assert execution.cluster_observe(cluster)[0].zone == "eu-west-1a"
+    assert cluster_observe(cluster)[0].zone == "eu-west-1a"
 
 
 def test_the_sandboxs_clusters_carry_zones_as_karmadactl_join_writes_them(

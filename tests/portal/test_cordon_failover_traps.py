@@ -9,8 +9,10 @@ from typing import Any
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Site
 from sites.services import site_set_cordoned
@@ -51,12 +53,12 @@ def submit(body: str) -> WorkflowRun:
 
 def settle(sandbox: SandboxServer, run: WorkflowRun) -> WorkflowRun:
     """What the worker and the watcher do: push, fold bindings in, until the run ends."""
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     def ended() -> WorkflowRun | None:
         items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-        execution.bindings_observe(items)
-        execution.run_advance(run.pk)
+        bindings_observe(items)
+        run_advance(run.pk)
         fresh = WorkflowRun.objects.get(pk=run.pk)
         unit = fresh.units.get()
         failed = fresh.status in (RunStatus.FAILED, RunStatus.ERROR)
@@ -80,7 +82,7 @@ def test_retrying_a_unit_whose_site_was_cordoned_says_cordoned_and_counts_attemp
     site_set_cordoned(site=Site.objects.get(name=first_site), cordoned=True, user=None)
     user = get_user_model().objects.get(username="scientist")
     services.run_retry(run=run, user=user)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     unit = UnitRun.objects.get(pk=unit.pk)
     assert unit.attempt == 2, "attempts go 1 -> 2, not 1 -> 3"
@@ -105,7 +107,7 @@ def test_a_blocked_failover_is_one_event_with_a_banner_until_it_unblocks(
     assert gpu_site, "a GPU step is placed at submission"
     site_set_cordoned(site=Site.objects.get(name=gpu_site), cordoned=True, user=None)
     for _ in range(3):  # every advance and resync tries again
-        execution.run_advance(run.pk)
+        run_advance(run.pk)
     blocked = list(RunEvent.objects.filter(run=run, kind="failover-blocked"))
     assert len(blocked) == 1, [e.message for e in blocked]
     assert f"site {gpu_site} is cordoned; no other site" in blocked[0].message
@@ -115,7 +117,7 @@ def test_a_blocked_failover_is_one_event_with_a_banner_until_it_unblocks(
     assert "Failover blocked:" in html and blocked[0].message in html
 
     site_set_cordoned(site=Site.objects.get(name=gpu_site), cordoned=False, user=None)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     assert UnitRun.objects.get(pk=unit.pk).workflow_name, "submitted once the site opened"
     html = page.get(f"/runs/{run.pk}/").content.decode()
     assert "Failover blocked:" not in html

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from portal import tasks
-from portal.execution import claims, fairness
-from portal.execution.fairness import Turn
+from portal.controller import enqueue, workqueue
+from portal.controller.workqueue import claims, fairness
+from portal.controller.workqueue.fairness import Turn
 
 A, B = 990001, 990002  # project ids of this test's own (the keys are per project)
 R1, R2, R3, R4 = 880001, 880002, 880003, 880004  # run ids no other test uses
@@ -70,15 +71,15 @@ def test_continuations_and_housekeeping_queue_behind_what_users_wait_on(
 
     with app.connection_for_write() as conn:
         sep = conn.default_channel.sep
-    prompt, bulk = "celery", f"celery{sep}{tasks.BULK}"
+    prompt, bulk = "celery", f"celery{sep}{enqueue.BULK}"
     before = client.llen(prompt), client.llen(bulk)
     # Run A is in no project (no such run): its lane is project 0's, left as it was found.
     lane = [k % fairness.NO_PROJECT for k in (fairness.PROMPT_WAITING, fairness.PROMPT_SLOTS)]
     for key in lane:
         client.zrem(key, A)
     claims.started(A)
-    tasks.advance_request(A)
-    tasks._turns_enqueue([(B, B)])
+    workqueue.add(A)
+    workqueue.turns_enqueue([(B, B)])
     tasks.resync.apply_async()
     assert (client.llen(prompt), client.llen(bulk)) == (before[0] + 1, before[1] + 2)
     claims.started(A)
@@ -194,7 +195,8 @@ def wait_until(predicate: Any, tries: int = 200) -> bool:
 
 def test_many_small_runs_of_one_project_do_not_delay_another_projects_run(lanes: Any) -> None:
     """The broker's prompt queue as the worker takes it (first in, first out), driven by the
-    lane as ``portal.tasks`` drives it: fifty runs of project A, each ending a unit on every
+    lane as ``portal.controller.workqueue`` drives it: fifty runs of project A, each ending a
+    unit on every
     advance for twenty advances, and project B's one-step run submitted once A's flood is
     queued. B's first advance, and the one after its unit ends, each wait behind at most
     ``PORTAL_PROJECT_ADVANCES`` advances of A, not behind A's thousand."""
@@ -246,9 +248,9 @@ def test_advance_requests_reach_the_broker_through_their_projects_lane(
     before = client.llen("celery")
     try:
         for run in many:
-            tasks.advance_request(run)
+            workqueue.add(run)
         assert client.llen("celery") == before + 2
-        tasks.advance_request(one)
+        workqueue.add(one)
         assert client.llen("celery") == before + 3
         assert client.zcard(fairness.PROMPT_WAITING % flood.pk) == 8
     finally:

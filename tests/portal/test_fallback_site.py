@@ -13,8 +13,11 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, gateway, services, state
+from portal import gateway, services, state
 from portal.choices import DecisionSource, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
+from portal.controller.sync import policies_sync
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, Site, SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -34,7 +37,7 @@ def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSer
     call_command("load_demo", verbosity=0)
     # Residency only site-c's region satisfies.
     Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-central"])
-    execution.policies_sync()
+    policies_sync()
     try:
         yield sandbox
     finally:
@@ -84,14 +87,14 @@ def test_with_the_webhook_refusing_a_residency_bound_runtime_unit_lands_where_it
     fleet,
 ) -> None:
     run, unit = submit(fleet)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit.refresh_from_db()
     created = gateway.get(gateway.WORKFLOW, unit.workflow_name)
     assert created["metadata"]["labels"][FALLBACK] == "site-c"
     assert "portal.multisite.io/site" not in created["metadata"]["labels"]  # no webhook ran
 
     def placed() -> UnitRun | None:
-        execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == UnitPhase.SUCCEEDED else None
 
@@ -105,7 +108,7 @@ def test_with_the_webhook_refusing_a_residency_bound_runtime_unit_lands_where_it
 def test_with_no_eligible_site_the_unit_waits_pending_and_says_why(fleet) -> None:
     Site.objects.filter(name="site-c").update(cordoned=True)
     run, unit = submit(fleet)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.PENDING
     assert unit.workflow_name == ""
@@ -118,7 +121,7 @@ def test_with_no_eligible_site_the_unit_waits_pending_and_says_why(fleet) -> Non
 
     # The site comes back: the next advance submits it there.
     Site.objects.filter(name="site-c").update(cordoned=False)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit.refresh_from_db()
     assert unit.workflow_name
     labels = gateway.get(gateway.WORKFLOW, unit.workflow_name)["metadata"]["labels"]
@@ -143,7 +146,7 @@ def test_a_step_reading_outputs_of_a_bound_dataset_is_bound_too(fleet) -> None:
     stay where they are even if ingest ran elsewhere: its fallback is still in eu-central."""
     from pathlib import Path
 
-    from portal.execution.steps import fallback_site
+    from portal.controller.submit import fallback_site
 
     user = get_user_model().objects.get(username="scientist")
     demo = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
@@ -202,7 +205,7 @@ def test_with_param_items_get_their_own_bound_decisions(fleet) -> None:
     assert gen.site == "site-c"
     state.unit_move(gen, UnitPhase.RUNNING)
     state.unit_move(gen, UnitPhase.SUCCEEDED, outputs={"result": "[1, 2, 3]"})
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     items = [u for u in run.units.all() if u.spec.get("item_index") is not None]
     assert len(items) == 3

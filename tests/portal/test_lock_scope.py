@@ -15,9 +15,9 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from portal import execution
 from portal.choices import RunStatus
-from portal.execution import locks
+from portal.controller import locks
+from portal.controller.advance import run_advance
 from portal.models import FleetLock, RunEvent, SyncHold, UnitRun, WorkflowRun
 from sites.models import Project
 from tests.factories import ProjectFactory, UserFactory
@@ -81,7 +81,7 @@ def submit(client: APIClient, body: str, project: str) -> WorkflowRun:
     answer = client.post(f"/api/v1/runs/?project={project}", body, content_type="application/yaml")
     assert answer.status_code == 201, answer.content
     run = WorkflowRun.objects.get(pk=answer.json()["id"])
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     return run
 
 
@@ -113,8 +113,8 @@ def test_one_projects_mutex_does_not_block_another(
     assert "waiting for the lock eo-demo/Mutex/shared (spec.synchronization" in waiting_for(same)
     # Stopped, the holder frees it for its project (and leaves nothing suspended behind).
     assert eo.post(f"/api/v1/runs/{holder.pk}/stop/", {}, format="json").status_code == 200
-    execution.run_advance(holder.pk)
-    execution.run_advance(same.pk)
+    run_advance(holder.pk)
+    run_advance(same.pk)
     assert started(same)
 
 
@@ -165,8 +165,8 @@ def test_priority_is_clamped_to_the_projects_range(
     assert sar.get(f"/api/v1/runs/{jumper.pk}/").json()["priority"] == 0
     assert RunEvent.objects.filter(run=jumper, kind="warning", data__path="spec.priority").exists()
     assert eo.post(f"/api/v1/runs/{holder.pk}/stop/", {}, format="json").status_code == 200
-    execution.run_advance(jumper.pk)
-    execution.run_advance(first.pk)
+    run_advance(jumper.pk)
+    run_advance(first.pk)
     assert started(first) and not started(jumper)
     # An operator widens one project's range: its runs go first within it, and no further.
     Project.objects.filter(name="sar").update(priority_min=-5, priority_max=5)
@@ -191,7 +191,7 @@ def test_a_hold_ends_at_its_runs_deadline(
     assert not SyncHold.objects.filter(run=holder).exists()
     (expired,) = RunEvent.objects.filter(run=holder, kind="lock-expired")
     assert "activeDeadlineSeconds passed" in expired.message
-    execution.run_advance(waiter.pk)
+    run_advance(waiter.pk)
     assert started(waiter)
 
 
@@ -204,5 +204,5 @@ def test_a_vanished_units_hold_is_released(
     assert started(holder) and not started(waiter)
     assert locks.release_unit(holder.pk, "a") is True
     assert locks.release_unit(holder.pk, "a") is False
-    execution.run_advance(waiter.pk)
+    run_advance(waiter.pk)
     assert started(waiter)

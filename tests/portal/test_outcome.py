@@ -1,4 +1,4 @@
-"""A run's status from its units (``portal.execution.outcome``), without the database: the
+"""A run's status from its units (``portal.controller.outcome``), without the database: the
 units' rows as the advance reads them, the entrypoint's DAG or steps from the compiled spec."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from placement.phase import FAIL_FAST_MESSAGE
 from portal.choices import RunStatus
-from portal.execution import outcome
+from portal.controller import outcome
 from portal.models import UnitRun, WorkflowRun
 
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from portal import execution
 from portal.choices import UnitPhase
+from portal.controller.bindings import binding_observe
 from portal.models import UnitRun
 from portal.outputs import bound_outputs, page, page_request, preview
 from tests.factories import UnitRunFactory
@@ -73,7 +73,7 @@ def test_a_member_reporting_a_parameter_over_the_bound_fails_the_unit(settings: 
         "parameters": [{"name": "big", "value": "a" * 5000}, {"name": "ok", "value": "1"}],
         "result": "r" * 3000,
     }
-    execution.binding_observe(_binding("wf-big-1", outputs))
+    binding_observe(_binding("wf-big-1", outputs))
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.FAILED
     assert unit.message.startswith("output parameter big is 5000 bytes, more than the 1000")
@@ -85,9 +85,7 @@ def test_a_member_reporting_a_parameter_over_the_bound_fails_the_unit(settings: 
 def test_a_member_reporting_parameters_within_the_bound_succeeds(settings: Any) -> None:
     settings.PORTAL_MAX_PARAMETER_BYTES = 1000
     unit = cast(UnitRun, UnitRunFactory(phase=UnitPhase.RUNNING, workflow_name="wf-small-1"))
-    execution.binding_observe(
-        _binding("wf-small-1", {"parameters": [{"name": "p", "value": "a" * 1000}]})
-    )
+    binding_observe(_binding("wf-small-1", {"parameters": [{"name": "p", "value": "a" * 1000}]}))
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.SUCCEEDED and unit.message == ""
     assert unit.outputs["parameters"] == [{"name": "p", "value": "a" * 1000}]
@@ -156,7 +154,7 @@ def test_a_member_reporting_nul_bytes_ends_the_unit_in_postgresql() -> None:
         "wf-nul-1", {"parameters": [{"name": "raw", "value": "a\x00b"}], "result": "x\x00y"}
     )
     binding["status"]["aggregatedStatus"][0]["status"]["message"] = "bad\x00news"
-    execution.binding_observe(binding)
+    binding_observe(binding)
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.FAILED
     assert unit.message.startswith("output parameter raw holds NUL bytes (U+0000)")
@@ -167,7 +165,7 @@ def test_a_member_reporting_nul_bytes_ends_the_unit_in_postgresql() -> None:
     binding["metadata"]["resourceVersion"] = "9"
     binding["status"]["aggregatedStatus"][0]["status"]["phase"] = "Failed"
     binding["status"]["aggregatedStatus"][0]["status"]["message"] = "bad\x00news"
-    execution.binding_observe(binding)
+    binding_observe(binding)
     unit.refresh_from_db()
     assert unit.phase == UnitPhase.FAILED and unit.message == "bad\ufffdnews"
     assert unit.outputs["result"] == "only\ufffdstdout"

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import execution, gateway
+from portal import gateway
 from portal.choices import UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import binding_observe, bindings_observe
+from portal.controller.failover import failover_check
 from portal.models import PlacementDecision, UnitRun
 from sites.models import Site
 from tests.portal.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
@@ -30,12 +33,12 @@ def test_the_old_attempt_finishing_after_the_site_returns_is_ignored_and_deleted
 ) -> None:
     # A step long enough to still run when its site is lost (simulated hours).
     run = submit(fleet, duration="3h")
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit = run.units.get()
     old_name, lost = unit.workflow_name, unit.site
 
     def running() -> UnitRun | None:
-        execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == UnitPhase.RUNNING else None
 
@@ -45,7 +48,7 @@ def test_the_old_attempt_finishing_after_the_site_returns_is_ignored_and_deleted
     Site.objects.filter(name=lost).update(
         ready=False, ready_changed_at=timezone.now() - timedelta(hours=1)
     )
-    assert execution.failover_check() == [run.pk]
+    assert failover_check() == [run.pk]
     unit.refresh_from_db()
     assert unit.attempt == 2 and unit.site != lost
     with pytest.raises(gateway.NotFound):
@@ -69,7 +72,7 @@ def test_the_old_attempt_finishing_after_the_site_returns_is_ignored_and_deleted
             ]
         },
     }
-    assert execution.binding_observe(late) is None
+    assert binding_observe(late) is None
     unit.refresh_from_db()
     assert unit.attempt == 2 and unit.phase == UnitPhase.PENDING and unit.outputs == {}
 

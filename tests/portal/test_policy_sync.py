@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from portal import execution, gateway
+from portal import gateway
+from portal.controller.sync import policies_sync
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
 
@@ -33,7 +34,7 @@ def _override(name: str) -> dict[str, Any]:
 
 
 def test_policies_synced_again_after_an_override_change_keep_karmadas_label(fleet) -> None:
-    first = execution.policies_sync()
+    first = policies_sync()
     assert first["failed"] == 0
     pid = _policy("portal-site-site-b")["metadata"]["labels"][PERMANENT_ID]
     assert pid  # Karmada's webhook added it on create
@@ -41,10 +42,10 @@ def test_policies_synced_again_after_an_override_change_keep_karmadas_label(flee
     site = Site.objects.get(name="site-b")
     site.overrides = {**(site.overrides or {}), "gpu_node_selector": {"pool": "gpu-one"}}
     site.save()
-    assert execution.policies_sync()["failed"] == 0
+    assert policies_sync()["failed"] == 0
     site.overrides = {**site.overrides, "gpu_node_selector": {"pool": "gpu-two"}}
     site.save()
-    assert execution.policies_sync()["failed"] == 0
+    assert policies_sync()["failed"] == 0
 
     policy = _policy("portal-site-site-b")
     assert policy["metadata"]["labels"][PERMANENT_ID] == pid
@@ -60,24 +61,24 @@ def test_policies_synced_again_after_an_override_change_keep_karmadas_label(flee
 
 
 def test_a_sync_that_finds_everything_in_step_writes_nothing(fleet) -> None:
-    execution.policies_sync()
+    policies_sync()
     before = _policy("portal-site-site-a")["metadata"]["resourceVersion"]
-    execution.policies_sync()
+    policies_sync()
     assert _policy("portal-site-site-a")["metadata"]["resourceVersion"] == before
 
 
 def test_a_sync_that_finds_everything_in_step_costs_karmada_a_list_per_kind(fleet) -> None:
     """The resync runs the sync every few seconds: in step, it reads the namespace and lists
     the two kinds, whatever the number of sites (it was a create and a read per object)."""
-    execution.policies_sync()
+    policies_sync()
     before = fleet.request("GET", "/_sandbox/stats")["total"]
-    counts = execution.policies_sync()
+    counts = policies_sync()
     assert fleet.request("GET", "/_sandbox/stats")["total"] - before == 3
     assert counts["applied"] == 0 and counts["in_step"] >= Site.objects.count()
 
 
 def test_a_policy_changed_on_karmada_is_put_back_by_the_next_sync(fleet) -> None:
-    execution.policies_sync()
+    policies_sync()
     changed = _policy("portal-site-site-b")
     wanted = changed["spec"]["placement"]
     changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
@@ -86,16 +87,16 @@ def test_a_policy_changed_on_karmada_is_put_back_by_the_next_sync(fleet) -> None
     # Karmada's finalizer keeps it a moment (terminating); a sync then finds it there, as a
     # create would (AlreadyExists), and the next one writes it: wait until it is gone.
     fleet.wait_for(lambda: "portal-site-site-a" not in _policy_names(), what="the deletion")
-    counts = execution.policies_sync()
+    counts = policies_sync()
     assert counts["applied"] == 2
     assert _policy("portal-site-site-b")["spec"]["placement"] == wanted
     assert _policy("portal-site-site-a")["metadata"]["labels"][PERMANENT_ID]
 
 
 def test_a_site_added_after_the_first_sync_gets_its_policy(fleet) -> None:
-    execution.policies_sync()
+    policies_sync()
     Site.objects.create(name="site-d", region="eu-west")
-    counts = execution.policies_sync()
+    counts = policies_sync()
     assert counts["failed"] == 0
     assert _policy("portal-site-site-d")["metadata"]["labels"][PERMANENT_ID]
 
@@ -124,7 +125,7 @@ def test_a_field_karmada_defaulted_is_kept_and_one_the_portal_dropped_is_removed
 def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
     fleet, client, django_user_model
 ) -> None:
-    execution.policies_sync()
+    policies_sync()
     # Out of step (changed on Karmada behind the portal's back), so the next sync writes it;
     # a policy in step is not written at all.
     changed = _policy("portal-site-site-c")
@@ -134,7 +135,7 @@ def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
         "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/portal-site-site-c"
     )
     fleet.fault("api-error", status=403, path=path)
-    counts = execution.policies_sync()
+    counts = policies_sync()
     assert counts["failed"] == 1
     assert "403" in Site.objects.get(name="site-c").policy_error
     assert Site.objects.get(name="site-a").policy_error == ""
@@ -150,7 +151,7 @@ def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
     assert "403" in ready.get("policies", {}).get("site-c", "")
 
     fleet.clear_faults()
-    assert execution.policies_sync()["failed"] == 0
+    assert policies_sync()["failed"] == 0
     assert Site.objects.get(name="site-c").policy_error == ""
     assert (
         'portal_policy_write_failures{site="site-c"} 0.0' in client.get("/metrics").content.decode()

@@ -11,8 +11,9 @@ import pytest
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import execution, gateway, services, state
+from portal import gateway, services, state
 from portal.choices import DecisionSource, UnitPhase
+from portal.controller.advance import run_advance
 from portal.models import PlacementDecision, RunEvent, WorkflowRun
 from sites.models import SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -76,7 +77,7 @@ def test_a_step_whose_site_cannot_read_where_its_upstream_ran_is_placed_again(fl
         pre, UnitPhase.SUCCEEDED, outputs={"artifacts": [{"name": "out", "s3": {"key": "k"}}]}
     )
 
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     use.refresh_from_db()
     assert use.site != planned

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from portal import execution, gateway
+from portal import gateway
 from portal.choices import DecisionSource, UnitPhase
-from portal.execution.refusals import refusal_of
+from portal.controller.advance import run_advance
+from portal.controller.bindings import Folded, bindings_observe
+from portal.controller.refusals import refusal_of, refusals_replace
 from portal.models import PlacementDecision, RunEvent, UnitRun
 from portal.selectors import unit_waiting_for
 from sites.models import Site
@@ -28,12 +30,12 @@ def taint(sandbox: SandboxServer, site: str, taints: list[dict[str, Any]]) -> No
     )
 
 
-def observe(folded: execution.Folded) -> UnitRun:
+def observe(folded: Folded) -> UnitRun:
     """What the watcher does with every binding it sees (twice: a repeated state)."""
     items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
     for _ in range(2):
-        execution.bindings_observe(items, folded=folded)
-        execution.bindings_observe(items)  # the resync, without the watcher's memory
+        bindings_observe(items, folded=folded)
+        bindings_observe(items)  # the resync, without the watcher's memory
     return UnitRun.objects.get()
 
 
@@ -42,8 +44,8 @@ def refused_unit(sandbox: SandboxServer) -> UnitRun:
     run = submit(sandbox, duration="1s")
     assert run.units.get().site == "site-a"
     taint(sandbox, "site-a", [TAINT])
-    execution.run_advance(run.pk)
-    folded = execution.Folded()
+    run_advance(run.pk)
+    folded = Folded()
 
     def said() -> UnitRun | None:
         unit = observe(folded)
@@ -65,7 +67,7 @@ def test_a_taint_is_named_said_once_and_cleared_when_karmada_accepts(
     assert unit_waiting_for(unit, {}).startswith(
         "Karmada refuses it: site-a has the taint dedicated=gpu:NoSchedule"
     )
-    observe(execution.Folded())
+    observe(Folded())
     (said,) = RunEvent.objects.filter(unit=unit, kind="karmada-refused")
     assert said.message == f"main: {unit.message}"
     assert said.data == {
@@ -77,7 +79,7 @@ def test_a_taint_is_named_said_once_and_cleared_when_karmada_accepts(
     taint(fleet, "site-a", [])
 
     def gone() -> UnitRun | None:
-        unit = observe(execution.Folded())
+        unit = observe(Folded())
         return unit if unit.refused_at is None else None
 
     accepted = fleet.wait_for(gone, what="the refusal gone")
@@ -90,12 +92,12 @@ def test_the_step_is_placed_again_after_the_sites_grace_once(
 ) -> None:
     unit = refused_unit(fleet)
     Site.objects.filter(name="site-a").update(refusal_grace_seconds=3600)
-    assert execution.refusals_replace() == []  # within the site's grace
+    assert refusals_replace() == []  # within the site's grace
     assert UnitRun.objects.get(pk=unit.pk).attempt == 1
 
     Site.objects.filter(name="site-a").update(refusal_grace_seconds=0)
-    assert execution.refusals_replace() == [unit.run_id]
-    assert execution.refusals_replace() == []  # nothing twice
+    assert refusals_replace() == [unit.run_id]
+    assert refusals_replace() == []  # nothing twice
     moved = UnitRun.objects.get(pk=unit.pk)
     assert moved.attempt == 2 and moved.site not in ("", "site-a")
     assert moved.refused_at is None and moved.message == ""

@@ -8,8 +8,8 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from portal import execution
 from portal.choices import UnitPhase
+from portal.controller.bindings import binding_observe, bindings_observe
 from portal.models import UnitRun
 from tests.portal.helpers import make_run
 
@@ -38,7 +38,7 @@ def test_missed_changes_are_folded_in_and_the_ended_runs_returned(scientist) -> 
         binding(f"r{run.pk}-ingest", "site-a", "Succeeded", kind="ConfigMap"),
     ]
 
-    ended = execution.bindings_observe(items)
+    ended = bindings_observe(items)
 
     assert ended == {run.pk}
     assert run.units.get(name="preprocess").phase == UnitPhase.SUCCEEDED
@@ -56,7 +56,7 @@ def test_the_units_are_read_in_one_query_whatever_the_number_of_bindings(scienti
             items.append(binding(f"r{r.pk}-{unit.name}", unit.site or "site-c", None))
 
     with CaptureQueriesContext(connection) as queries:
-        assert execution.bindings_observe(items) == set()
+        assert bindings_observe(items) == set()
 
     unit_reads = [q for q in queries if 'FROM "portal_unitrun"' in q["sql"]]
     assert len(unit_reads) == 1, [q["sql"] for q in queries]
@@ -69,9 +69,9 @@ def test_a_binding_not_scheduled_yet_is_not_looked_up(scientist, django_assert_n
     created = {"spec": {"resource": {"kind": "Workflow", "name": f"r{run.pk}-ingest"}}}
     # Karmada creates every binding before it schedules it: the watcher sees that first.
     with django_assert_num_queries(0):
-        assert execution.binding_observe(created) is None
+        assert binding_observe(created) is None
     with django_assert_num_queries(1):
-        assert execution.binding_observe(binding(f"r{run.pk}-ingest", "site-a", None)) is None
+        assert binding_observe(binding(f"r{run.pk}-ingest", "site-a", None)) is None
 
 
 def test_the_last_unit_ending_settles_its_run_without_waiting_for_a_worker(scientist) -> None:
@@ -88,10 +88,10 @@ def test_the_last_unit_ending_settles_its_run_without_waiting_for_a_worker(scien
     for unit in run.units.all():
         UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-{unit.name}")
 
-    assert execution.binding_observe(binding(f"r{run.pk}-preprocess", "site-b", "Succeeded"))
+    assert binding_observe(binding(f"r{run.pk}-preprocess", "site-b", "Succeeded"))
     run.refresh_from_db()
     assert run.status == "Running"  # inference still runs
-    assert execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Succeeded"))
+    assert binding_observe(binding(f"r{run.pk}-inference", "site-c", "Succeeded"))
     run.refresh_from_db()
     assert run.status == "Succeeded"
     assert run.events.filter(kind="run-finished").count() == 1
@@ -104,7 +104,7 @@ def test_a_unit_that_starts_does_not_read_its_runs_manifest(scientist) -> None:
     unit = run.units.get(name="inference")
     UnitRun.objects.filter(pk=unit.pk).update(workflow_name=f"r{run.pk}-inference")
     with CaptureQueriesContext(connection) as queries:
-        execution.binding_observe(binding(f"r{run.pk}-inference", "site-c", "Running"))
+        binding_observe(binding(f"r{run.pk}-inference", "site-c", "Running"))
     assert run.units.get(name="inference").phase == UnitPhase.RUNNING
     run_reads = [q["sql"] for q in queries if 'FROM "portal_workflowrun"' in q["sql"]]
     assert run_reads and not [q for q in run_reads if '"manifest"' in q or '"compiled"' in q]

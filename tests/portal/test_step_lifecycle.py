@@ -16,8 +16,11 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.choices import FINAL_UNIT, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
+from portal.controller.cleanup import step_workflows_cleanup
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
 from tests.fixtures_stack import demo_on
@@ -63,11 +66,11 @@ def one_step(sandbox: SandboxServer, duration: str = "1s", **spec: Any) -> str:
 
 def run_to_the_end(sandbox: SandboxServer, run: WorkflowRun) -> UnitRun:
     """What the worker and the watcher would do, in this process: push, fold bindings in."""
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
 
     def ended() -> UnitRun | None:
         items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-        execution.bindings_observe(items)
+        bindings_observe(items)
         unit = run.units.get()
         return unit if unit.phase in FINAL_UNIT else None
 
@@ -97,7 +100,7 @@ def test_a_users_ttl_strategy_is_not_inherited_by_step_workflows(fleet) -> None:
     run = submit(
         fleet, ttlStrategy={"secondsAfterCompletion": 1}, podGC={"strategy": "OnPodCompletion"}
     )
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit = run.units.get()
     spec = gateway.get(gateway.WORKFLOW, unit.workflow_name)["spec"]
     assert "ttlStrategy" not in spec
@@ -132,10 +135,10 @@ def test_a_step_the_member_deleted_after_completion_is_not_counted_twice(fleet, 
         return bool(copy and copy["metadata"]["uid"] != first["metadata"]["uid"])
 
     fleet.wait_for(ran_again, what="the copy re-created by Karmada")
-    with caplog.at_level(logging.WARNING, logger="portal.execution.bindings"):
+    with caplog.at_level(logging.WARNING, logger="portal.controller.bindings"):
 
         def seen_and_ignored() -> bool:
-            execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+            bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
             return "ignored a re-run" in caplog.text
 
         fleet.wait_for(seen_and_ignored, what="the re-run seen and ignored")
@@ -145,7 +148,7 @@ def test_a_step_the_member_deleted_after_completion_is_not_counted_twice(fleet, 
     assert PlacementDecision.objects.filter(unit=unit).count() == decisions
 
     # Deleted at the control plane, the member's copy goes with its Work and stays gone.
-    assert execution.step_workflows_cleanup(keep_seconds=0) == 1
+    assert step_workflows_cleanup(keep_seconds=0) == 1
     fleet.wait_for(
         lambda: member_copy(fleet, unit.site, unit.workflow_name) is None,
         what="the member's copy removed with its Work",
@@ -157,13 +160,13 @@ def test_finished_step_workflows_are_gone_from_karmada_after_the_keep_time(fleet
     unit = run_to_the_end(fleet, run)
     assert gateway.get(gateway.WORKFLOW, unit.workflow_name)
 
-    assert execution.step_workflows_cleanup(keep_seconds=3600) == 0  # kept for debugging
-    assert execution.step_workflows_cleanup(keep_seconds=0) == 1
+    assert step_workflows_cleanup(keep_seconds=3600) == 0  # kept for debugging
+    assert step_workflows_cleanup(keep_seconds=0) == 1
     with pytest.raises(gateway.NotFound):
         gateway.get(gateway.WORKFLOW, unit.workflow_name)
     unit.refresh_from_db()
     assert unit.workflow_deleted_at is not None
-    assert execution.step_workflows_cleanup(keep_seconds=0) == 0  # done once
+    assert step_workflows_cleanup(keep_seconds=0) == 0  # done once
     fleet.wait_for(
         lambda: not any(
             b["spec"]["resource"]["name"] == unit.workflow_name

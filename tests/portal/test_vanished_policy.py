@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from portal.choices import RunStatus, UnitPhase
-from portal.execution.vanished import retry_verdict
+from portal.controller.vanished import retry_verdict
 from tests.factories import UnitRunFactory, WorkflowRunFactory
 
 

@@ -1,16 +1,15 @@
 """Fairness between projects: the turns a big run still needs go through its project.
 
-A turn that leaves work (``turns.CUT``: a fan-out bigger than one turn) does not ask for the
-run's next turn straight away. The run joins its project's waiting set, and each project has
-at most one such continuation queued or running at a time, its *holder*. When the holder's turn
-ends, the project's run that has waited longest gets the next one. Projects take turns through
-the queue's order, so a project with ten big runs holds one worker at a time, as a project
-with one big run does; before, every run had a turn of its own and a project with many big
-runs had as many turns.
+A turn that leaves work (``Result(requeue=True)``: a fan-out bigger than one turn) does not
+ask for the run's next turn straight away. The run joins its project's waiting set, and each
+project has at most one such continuation queued or running at a time, its *holder*. When the
+holder's turn ends, the project's run that has waited longest gets the next one. Projects take
+turns through the queue's order, so a project with ten big runs holds one worker at a time, as
+a project with one big run does.
 
 What a user waits on (a submission's first advance, an advance because a unit ended) goes
 ahead of continuations and the periodic housekeeping (the broker's priorities,
-``portal.tasks``), and through a *prompt lane* per project: a project has at most
+``portal.controller.enqueue``), and through a *prompt lane* per project: a project has at most
 ``PORTAL_PROJECT_ADVANCES`` such advances queued or running at a time, and its further requests
 wait in the project's own set, oldest first, until one of them ends. Before, every request went
 straight to the broker: a project whose thousand small runs each ended a unit every second
@@ -41,7 +40,7 @@ from typing import cast
 import redis
 from django.conf import settings
 
-from portal.execution.claims import redis_client as _redis
+from portal.controller.workqueue.claims import redis_client
 from portal.models import WorkflowRun
 
 log = logging.getLogger(__name__)
@@ -103,7 +102,7 @@ def _dispatch(client: redis.Redis, project: int) -> list[Turn]:
 def wait_turn(project: int, run_id: int) -> list[Turn]:
     """The run has work left after its turn: queue it behind its project's other big runs.
     Returns the continuations to enqueue now (this run's, when its project has none)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return [(project, run_id)]
     keys = [HOLDER % project, WAITING % project, PROJECTS]
@@ -117,7 +116,7 @@ def wait_turn(project: int, run_id: int) -> list[Turn]:
 
 def release(project: int, run_id: int) -> list[Turn]:
     """The project's continuation (run ``run_id``) has ended: the next waiting run's turn."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return []
     try:
@@ -131,7 +130,7 @@ def release(project: int, run_id: int) -> list[Turn]:
 def dispatch_all() -> list[Turn]:
     """For the resync: a continuation for every project with runs waiting and no holder (its
     holder's message lost, or Redis briefly away when a turn ended)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return []
     try:
@@ -148,7 +147,7 @@ def waiting_runs() -> set[int]:
     ``PORTAL_STALE_SECONDS`` behind other projects' turns; advancing it then as a stale run
     gave its project an extra turn each resync, ahead of everyone.) A project stays in
     ``PROJECTS`` while it has a holder or waiting runs."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return set()
     try:
@@ -223,7 +222,7 @@ def prompt_request(project: int, run_id: int) -> list[Turn]:
     """A user waits on the run's advance (its first, or a unit ended): it joins its
     project's prompt lane. Returns the advances to enqueue now (at most the project's free
     slots; none while the project has ``PORTAL_PROJECT_ADVANCES`` in flight)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return [(project, run_id)]
     try:
@@ -252,7 +251,7 @@ def _renew(client: redis.Redis, project: int, run_id: int, prompt: bool) -> None
 def lease_renew(project: int, run_id: int, *, prompt: bool) -> None:
     """The run's advance has started, or is still running: its slot (``prompt``) or its
     project's holder lasts ``RUNNING_TTL_S`` from now."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return
     try:
@@ -265,7 +264,7 @@ def lease_renew(project: int, run_id: int, *, prompt: bool) -> None:
 def advance_lease(project: int, run_id: int, *, prompt: bool) -> Iterator[None]:
     """Hold the advance's slot (or holder) for as long as the block runs, and no longer than
     ``RUNNING_TTL_S`` once the process running it is gone."""
-    if _redis() is None:
+    if redis_client() is None:
         yield
         return
     lease_renew(project, run_id, prompt=prompt)
@@ -286,7 +285,7 @@ def advance_lease(project: int, run_id: int, *, prompt: bool) -> Iterator[None]:
 
 def prompt_done(project: int, run_id: int) -> list[Turn]:
     """The run's prompt advance has ended: its slot goes to the project's next waiting run."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return []
     try:
@@ -300,7 +299,7 @@ def prompt_done(project: int, run_id: int) -> list[Turn]:
 def prompt_dispatch_all() -> list[Turn]:
     """For the resync: the waiting runs of projects whose slots expired or were never
     handed on (Redis briefly away when an advance ended)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return []
     try:

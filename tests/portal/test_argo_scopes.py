@@ -16,7 +16,7 @@ from portal.controller.bindings import bindings_observe
 from portal.controller.step_workflow import step_workflow_for
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import fleet  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import fleet  # noqa: F401 - the fixture
 
 SITES = ("site-a", "site-b", "site-c")
 CM_LABEL = {"workflows.argoproj.io/configmap-type": "Parameter"}

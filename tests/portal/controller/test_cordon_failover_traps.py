@@ -17,7 +17,7 @@ from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Site
 from sites.services import site_set_cordoned
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import fleet  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import fleet  # noqa: F401 - the fixture
 
 
 def workflow(sandbox: SandboxServer, *, fail: bool = False, gpu: bool = False) -> str:

@@ -19,7 +19,7 @@ from portal.models import PlacementDecision, RunEvent, UnitRun
 from portal.selectors import unit_waiting_for
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
 
 TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 

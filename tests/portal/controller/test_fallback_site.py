@@ -149,7 +149,7 @@ def test_a_step_reading_outputs_of_a_bound_dataset_is_bound_too(fleet) -> None:
     from portal.controller.submit import fallback_site
 
     user = get_user_model().objects.get(username="scientist")
-    demo = (Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml").read_text()
+    demo = (Path(__file__).resolve().parents[3] / "examples" / "eo-pipeline.yaml").read_text()
     run = services.run_submit(user=user, body=demo)
     UnitRun.objects.filter(run=run, name="ingest").update(phase=UnitPhase.SUCCEEDED)
     units = list(run.units.all())

@@ -18,7 +18,7 @@ from portal.controller.bindings import binding_observe, bindings_observe
 from portal.controller.failover import failover_check
 from portal.models import PlacementDecision, UnitRun
 from sites.models import Site
-from tests.portal.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
 
 
 def member_names(sandbox: Any, site: str) -> set[str]:

@@ -21,7 +21,11 @@ from portal.controller.advance import run_advance
 from portal.controller.bindings import Folded, binding_observe, bindings_observe
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import NS, fleet, submit  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import (  # noqa: F401 - the fixture
+    NS,
+    fleet,
+    submit,
+)
 
 
 def _bound(binding: dict[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""Run-level controls the portal holds across units (issue 18, items 11, 14, 15): what Argo's
+"""Run-level controls the portal holds across units: what Argo's
 controller decides for one workflow, decided here for the run whose units are step workflows
 at several sites. Each advance asks ``gate`` once per pass before it starts units.
 

@@ -1,4 +1,4 @@
-"""Argo's ``synchronization`` held by the portal (issue 18, item 13): a workflow-level mutex or
+"""Argo's ``synchronization`` held by the portal: a workflow-level mutex or
 semaphore is the run's from its first step until it ends; a template-level one, on the
 template a unit runs, is the unit's while its step workflow runs. Argo's controller keeps
 these locks for the workflows of one cluster; a run's units run at several sites, each with

@@ -151,7 +151,7 @@ _KEYS = presign.KeyCache(gateway.secret_data)
 def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str | None) -> None:
     """The step's input artifacts held in a repository of the fleet become pre-signed GETs
     for exactly those objects, valid until the step's deadline (an hour without one): the
-    step never holds a repository's keys, whichever site it runs at (issue #28)."""
+    step never holds a repository's keys, whichever site it runs at."""
     arguments = spec.get("arguments")
     if not isinstance(arguments, dict) or not arguments.get("artifacts"):
         return

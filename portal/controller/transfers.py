@@ -1,4 +1,4 @@
-"""Transfer units (issue #28): a step whose site cannot read the repository an upstream output
+"""Transfer units: a step whose site cannot read the repository an upstream output
 is in reads a copy a *transfer unit* made at a relay site that can.
 
 When the advance is about to create a unit placed at submission and one of its producers'
@@ -328,7 +328,7 @@ def measured(unit: UnitRun) -> dict[str, Any]:
         seconds = max((unit.finished_at - unit.started_at).total_seconds(), 0.0)
     actual = nbytes if nbytes is not None else int(estimate.get("bytes") or 0)
     source, relay = str(info.get("from", "")), unit.site or str(info.get("to", ""))
-    # Priced as the run's cost and the usage rows price it (issue 32), to the cent.
+    # Priced as the run's cost and the usage rows price it, to the cent.
     cost = usage.transfer_cost(actual, usage.link_price(source, relay))
     return {
         "from": source,

@@ -1,9 +1,10 @@
-"""One advance per run at a time, and advance requests coalesced.
+"""One reconcile per run at a time, and requests for it coalesced: the workqueue's
+"processing" and "dirty" sets, as a Kubernetes workqueue keeps them per key.
 
-Every unit that ends asks for its run to be advanced. Without a bound, a 5,000-unit run put
-thousands of ``run_advance`` messages in the queue, every worker process advanced the same run
-at once (each walking every unit and racing to create the same objects), and other users'
-runs waited behind them for minutes. Two things bound it:
+Every unit that ends asks for its run to be reconciled. Unbounded, a big run would put a
+message per unit in the queue, every worker process would reconcile the same run at once
+(each walking every unit and racing to create the same objects), and other users' runs would
+wait behind them. Two things bound it:
 
 * **A lock per run**: a PostgreSQL session advisory lock (``pg_try_advisory_lock``), taken
   without waiting. The database drops it when the session ends, so a worker killed while it
@@ -12,18 +13,17 @@ runs waited behind them for minutes. Two things bound it:
   queue that has not started; further requests add nothing. A task clears the mark as it
   starts, so a request that comes after it reads the units enqueues a new task. A task that
   finds the run locked sets ``AGAIN``; the holder looks at it after unlocking and enqueues
-  one more advance (at the tail of the queue, behind other runs' work).
+  one more reconcile (at the tail of the queue, behind other runs' work).
 
 A run has therefore at most one task queued and one running, and a big run's advance is cut
 into turns (``PORTAL_ADVANCE_BATCH`` creations or ``PORTAL_ADVANCE_TURN_SECONDS``), each
 followed by a request at the tail of the queue: every run with work gets a turn in order.
 
 With no Redis (the embedded demo, every process on one machine) the ``QUEUED`` mark is a file
-in ``PORTAL_VAR_DIR/advance-queued/``, created with ``O_EXCL`` (as Redis's ``SET NX``): without
-it a 200-item fan-out queued a ``run_advance`` per unit change, hundreds of them still in the
-queue when the run had ended, and a one-step run submitted next waited three minutes behind
-them. The lock is then an ``flock`` on a file beside it, and a locked run is tried again a
-second later (there is nobody to ask for one more advance).
+in ``PORTAL_VAR_DIR/advance-queued/``, created with ``O_EXCL`` (as Redis's ``SET NX``), so a
+fan-out does not leave a reconcile per unit change queued in front of the next run. The lock
+is then an ``flock`` on a file beside it, and a locked run is tried again a second later
+(there is nobody to ask for one more reconcile).
 """
 
 from __future__ import annotations

@@ -11,11 +11,9 @@ What a user waits on (a submission's first advance, an advance because a unit en
 ahead of continuations and the periodic housekeeping (the broker's priorities,
 ``portal.controller.enqueue``), and through a *prompt lane* per project: a project has at most
 ``PORTAL_PROJECT_ADVANCES`` such advances queued or running at a time, and its further requests
-wait in the project's own set, oldest first, until one of them ends. Before, every request went
-straight to the broker: a project whose thousand small runs each ended a unit every second
-queued thousands of advances, and another project's one-step run waited behind all of them
-(minutes). Now it waits behind at most ``PORTAL_PROJECT_ADVANCES`` advances of each other
-project, whatever they submit. A run already in the lane (waiting, or its advance queued or
+wait in the project's own set, oldest first, until one of them ends: another project's
+one-step run waits behind at most ``PORTAL_PROJECT_ADVANCES`` advances of each other project,
+whatever they submit (a thousand small runs each ending a unit every second included). A run already in the lane (waiting, or its advance queued or
 running) is not added twice: a request that comes while its advance runs waits until it ends.
 
 State lives in Redis next to the broker. A holder (or a prompt slot) whose message is lost

@@ -13,8 +13,9 @@ ahead of continuations and the periodic housekeeping (the broker's priorities,
 ``PORTAL_PROJECT_ADVANCES`` such advances queued or running at a time, and its further requests
 wait in the project's own set, oldest first, until one of them ends: another project's
 one-step run waits behind at most ``PORTAL_PROJECT_ADVANCES`` advances of each other project,
-whatever they submit (a thousand small runs each ending a unit every second included). A run already in the lane (waiting, or its advance queued or
-running) is not added twice: a request that comes while its advance runs waits until it ends.
+whatever they submit (a thousand small runs each ending a unit every second included). A run
+already in the lane (waiting, or its advance queued or running) is not added twice: a request
+that comes while its advance runs waits until it ends.
 
 State lives in Redis next to the broker. A holder (or a prompt slot) whose message is lost
 expires after ``HOLDER_TTL_S`` (a prompt slot after ``PROMPT_SLOT_TTL_S``). Once its advance

@@ -109,19 +109,7 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
         read = any(
             q["sql"].startswith("SELECT") and '"portal_unitrun"' in q["sql"] for q in queries
         )
-        # Nor a JSON column it never uses, then or later (a deferred one read later is
-        # fetched by the unit's id).
-        unit_reads = [
-            q["sql"]
-            for q in queries
-            if 'WHERE "portal_unitrun"."workflow_name" =' in q["sql"]
-            or 'WHERE "portal_unitrun"."id" =' in q["sql"]
-        ]
-        assert not any(
-            f'"portal_unitrun"."{column}"' in sql
-            for sql in unit_reads
-            for column in ("spec", "outputs", "upstream")
-        ), unit_reads
+        _assert_no_json_read(queries)
         seen = _what_is_folded(binding)
         unscheduled = not seen[0] and not isinstance(seen[1], dict)
         # Read exactly when a scheduled binding's site or member status moved.
@@ -139,6 +127,22 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
     assert not any(
         '"portal_unitrun"."spec"' in q["sql"] and '"workflow_name" IN' in q["sql"] for q in queries
     )
+
+
+def _assert_no_json_read(queries: CaptureQueriesContext) -> None:
+    """A fold reads no JSON column of the unit it never uses, then or later (a deferred one
+    read later is fetched by the unit's id)."""
+    unit_reads = [
+        q["sql"]
+        for q in queries
+        if 'WHERE "portal_unitrun"."workflow_name" =' in q["sql"]
+        or 'WHERE "portal_unitrun"."id" =' in q["sql"]
+    ]
+    assert not any(
+        f'"portal_unitrun"."{column}"' in sql
+        for sql in unit_reads
+        for column in ("spec", "outputs", "upstream")
+    ), unit_reads
 
 
 def _claiming(sandbox: SandboxServer) -> str:

@@ -130,7 +130,7 @@ def unscheduled(reason: str, message: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.django_db
-def test_each_refusal_is_said_in_words() -> None:
+def test_a_cordoned_site_is_said_so() -> None:
     cordoned = refusal_of(
         binding(
             unscheduled(
@@ -145,6 +145,8 @@ def test_each_refusal_is_said_in_words() -> None:
     assert cordoned is not None and cordoned.cause == "cordoned"
     assert cordoned.text.startswith("site-b is cordoned (cluster.karmada.io/unschedulable). ")
 
+
+def test_a_site_not_ready_is_said_so() -> None:
     lost = refusal_of(
         binding(
             unscheduled(
@@ -160,6 +162,8 @@ def test_each_refusal_is_said_in_words() -> None:
         "site-b is not ready (cluster.karmada.io/not-ready). "
     )
 
+
+def test_an_unmatched_affinity_names_its_policy() -> None:
     affinity = refusal_of(
         binding(
             unscheduled(
@@ -193,6 +197,8 @@ def test_each_refusal_is_said_in_words() -> None:
         "Karmada could not schedule to site-a: no cluster matches the affinity"
     )
 
+
+def test_a_site_without_argo_and_a_scheduler_error_are_said_so() -> None:
     api = refusal_of(
         binding(
             unscheduled(
@@ -212,6 +218,8 @@ def test_each_refusal_is_said_in_words() -> None:
         "Karmada could not schedule it. Karmada: Scheduled=False, SchedulerError: etcd timed out"
     )
 
+
+def test_a_work_the_member_refused_is_said_and_an_applied_one_is_not() -> None:
     work = refusal_of(
         binding(
             [{"type": "Scheduled", "status": "True", "reason": "Success"}],

@@ -146,6 +146,7 @@ def test_a_cordoned_site_is_said_so() -> None:
     assert cordoned.text.startswith("site-b is cordoned (cluster.karmada.io/unschedulable). ")
 
 
+@pytest.mark.django_db
 def test_a_site_not_ready_is_said_so() -> None:
     lost = refusal_of(
         binding(
@@ -163,6 +164,7 @@ def test_a_site_not_ready_is_said_so() -> None:
     )
 
 
+@pytest.mark.django_db
 def test_an_unmatched_affinity_names_its_policy() -> None:
     affinity = refusal_of(
         binding(
@@ -198,6 +200,7 @@ def test_an_unmatched_affinity_names_its_policy() -> None:
     )
 
 
+@pytest.mark.django_db
 def test_a_site_without_argo_and_a_scheduler_error_are_said_so() -> None:
     api = refusal_of(
         binding(
@@ -219,6 +222,7 @@ def test_a_site_without_argo_and_a_scheduler_error_are_said_so() -> None:
     )
 
 
+@pytest.mark.django_db
 def test_a_work_the_member_refused_is_said_and_an_applied_one_is_not() -> None:
     work = refusal_of(
         binding(

@@ -56,7 +56,9 @@ _client: redis.Redis | None = None
 _client_url = ""
 
 
-def _redis() -> redis.Redis | None:
+def redis_client() -> redis.Redis | None:
+    """The Redis next to the broker (None without one): the marks here, the workqueue's
+    lanes and the housekeeping marks."""
     global _client, _client_url
     url = settings.REDIS_URL
     if not url:
@@ -95,15 +97,10 @@ def _file_mark_set(run_id: int) -> bool:
     return True  # cannot tell: a spare task is harmless
 
 
-def redis_client() -> redis.Redis | None:
-    """The Redis next to the broker (None without one), for the other per-run marks."""
-    return _redis()
-
-
 def should_enqueue(run_id: int) -> bool:
     """Mark the run as having a queued advance; False when one is queued already (this
     request is folded into it). Redis unreachable: True (a spare task is harmless)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         try:
             return _file_mark_set(run_id)
@@ -119,7 +116,7 @@ def should_enqueue(run_id: int) -> bool:
 
 def started(run_id: int) -> None:
     """The queued advance has started: requests from now on need a task of their own."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         with contextlib.suppress(OSError):
             _mark_file(run_id).unlink(missing_ok=True)
@@ -131,7 +128,7 @@ def started(run_id: int) -> None:
 def ask_again(run_id: int) -> bool:
     """The run is locked by another advance: tell it to enqueue one more. False when there
     is no Redis to tell it through (the caller then retries later itself)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return False
     try:
@@ -143,7 +140,7 @@ def ask_again(run_id: int) -> bool:
 
 def asked_again(run_id: int) -> bool:
     """Whether an advance was asked for while this one held the lock (and clear it)."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return False
     try:
@@ -210,7 +207,7 @@ _TRIES_TTL_S = 3600
 def tries_begin(run_id: int) -> int | None:
     """Count an advance that starts (its end resets the count, so a count that grows is one
     of advances that failed or never ended: killed by the hard time limit). None: no Redis."""
-    client = _redis()
+    client = redis_client()
     if client is None:
         return None
     try:
@@ -224,21 +221,21 @@ def tries_begin(run_id: int) -> int | None:
 
 
 def tries_end(run_id: int) -> None:
-    client = _redis()
+    client = redis_client()
     if client is not None:
         with contextlib.suppress(redis.RedisError):
             client.delete(TRIES % run_id, LAST_ERROR % run_id)
 
 
 def error_record(run_id: int, message: str) -> None:
-    client = _redis()
+    client = redis_client()
     if client is not None:
         with contextlib.suppress(redis.RedisError):
             client.set(LAST_ERROR % run_id, message[:2000], ex=_TRIES_TTL_S)
 
 
 def error_last(run_id: int) -> str:
-    client = _redis()
+    client = redis_client()
     if client is None:
         return ""
     try:

@@ -13,6 +13,7 @@ class PortalConfig(AppConfig):
         from portal import checks  # noqa: F401 - registers the deploy checks
 
         on_apply(_policies_follow)
+        _decisions_writer_name()
 
 
 def _policies_follow(revision: Any) -> None:
@@ -20,3 +21,19 @@ def _policies_follow(revision: Any) -> None:
     from portal import tasks
 
     tasks.policies_sync.delay()
+
+
+def _decisions_writer_name() -> None:
+    """The controller writes the webhook's queued decisions before it reads where a runtime
+    step went, through the webhook's queue, which it does not load itself."""
+    from portal.admission import queue
+    from portal.controller import bindings
+
+    def write(wait: bool) -> str | None:
+        try:
+            queue.decisions_flush(wait=wait)
+        except queue.QueueUnavailable as exc:
+            return str(exc)
+        return None
+
+    bindings.decisions_writer_set(write)

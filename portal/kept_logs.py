@@ -1,5 +1,5 @@
 """Logs kept past their step workflow, as the log views read them: an attempt whose logs were
-kept (``portal.execution.keep_logs``) is served from PostgreSQL, with the kubelet's meaning of
+kept (``portal.controller.keep_logs``) is served from PostgreSQL, with the kubelet's meaning of
 ``tailLines``, so that a log read after the cleanup gives the text it gave before."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ class UnitRun(models.Model):
     # When the portal deleted the finished step workflow on karmada-apiserver (None: not yet).
     workflow_deleted_at = models.DateTimeField(null=True, blank=True)
     # The resourceVersion of the ResourceBinding this unit was last folded from: a watch that
-    # lags behind the resync's list delivers older states after it (portal.execution.bindings).
+    # lags behind the resync's list delivers older states after it (portal.controller.bindings).
     binding_version = models.CharField(max_length=32, blank=True, default="")
     # Since when Karmada refuses this attempt's step workflow (not scheduled, or the member
     # refused its Work); None while it does not. After the site's grace it is placed again.
@@ -393,7 +393,7 @@ class RunEvent(models.Model):
 
 class SyncHold(models.Model):
     """A run's (``scope`` "") or one of its units' (``scope``: the unit's name) place on an Argo
-    lock, a mutex or a semaphore (``portal.execution.locks``): waiting, or holding it.
+    lock, a mutex or a semaphore (``portal.controller.locks``): waiting, or holding it.
 
     ``key`` is Argo's lock name with the run's project in place of the namespace
     (``<project>/Mutex/<name>``, ``<project>/ConfigMap/<configmap>/<key>``), or ``*/...`` for
@@ -423,7 +423,7 @@ class SyncHold(models.Model):
 
 class FleetLock(models.Model):
     """A mutex or semaphore an operator declared fleet-wide: runs of every project that name it
-    share it (any other lock is its project's own, ``portal.execution.locks``). ``name`` is the
+    share it (any other lock is its project's own, ``portal.controller.locks``). ``name`` is the
     lock as a workflow's ``synchronization`` names it, without a namespace:
     ``Mutex/<name>`` or ``ConfigMap/<configmap>/<key>`` (a semaphore, its limit in that
     ConfigMap on karmada-apiserver)."""
@@ -468,7 +468,7 @@ class ApiToken(models.Model):
 
 class KeptAttempt(models.Model):
     """What the portal kept of one attempt's pods before it deleted the attempt's step
-    workflow (``portal.execution.keep_logs``), so that its logs are served afterwards.
+    workflow (``portal.controller.keep_logs``), so that its logs are served afterwards.
 
     Complete once ``kept_at`` is set: a keeping cut short (a worker killed mid-way) leaves a
     row without it, which readers ignore and the next cleanup finishes. ``pods`` lists each pod

@@ -2,7 +2,7 @@
 
 Submission and preview (``portal.services``), the webhook (``portal.admission.decide``), the
 worker's own decisions (a runtime unit's fallback site, loop items expanded at run time, the
-exit handler), failover (``portal.execution.failover``) and any later decider call
+exit handler), failover (``portal.controller.failover``) and any later decider call
 ``planner_snapshot()`` and plan on what it returns; replay plans on what those decisions
 recorded of it. So two decisions made at the same moment see the same fleet: the same sites,
 capacity, rules, links and datasets, and the same capacity taken, whichever process decides.
@@ -29,7 +29,6 @@ from placement import planner
 from placement.parser import Resources
 from placement.selectors import planner_inputs
 from portal.admission import reservations
-from portal.admission.queue import queue_client
 from portal.selectors import held_reservations
 
 log = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ class PlannerSnapshot:
 def planner_base() -> PlannerBase:
     """The database part of the snapshot (queries: the change stamp, the holds, and the
     tables when they changed), with the Redis counter read first."""
-    client = queue_client()
+    client = reservations.client()
     stamp = 0
     if client is not None:
         try:
@@ -105,7 +104,7 @@ def planner_snapshot(
     (``reservations.unit_key``), left out when that unit is decided again."""
     base = planner_base() if base is None else base
     pending: dict[str, Resources] = {}
-    client = queue_client()
+    client = reservations.client()
     if held is not None:
         pending = held.totals(since=base.stamp, excluding=excluding)
     elif client is not None:

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def run_suspend(*, run: WorkflowRun, user: Any) -> WorkflowRun:
     """Hold the run as ``argo suspend`` holds a workflow: its ``spec.suspend`` is set, so no
-    further unit starts (``execution.gates``); steps already running go on, as Argo's pods
+    further unit starts (``controller.gates``); steps already running go on, as Argo's pods
     do. ``run_resume`` clears it."""
     with transaction.atomic():
         locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)

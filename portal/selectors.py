@@ -168,7 +168,7 @@ def unit_waiting_for(unit: UnitRun, phases: dict[str, str]) -> str:
         if run.status == RunStatus.STOPPED:
             return "The run was stopped before this unit started."
     if unit.refused_at is not None and unit.message:
-        # Karmada's refusal in words (portal.execution.refusals), the real cause rather than a
+        # Karmada's refusal in words (portal.controller.refusals), the real cause rather than a
         # guess; the unit's message goes on with Karmada's own text.
         cause = unit.message.split(". Karmada: ", 1)[0].rstrip(".")
         return f"Karmada refuses it: {cause}. It is placed elsewhere after the site's grace."

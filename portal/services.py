@@ -546,10 +546,10 @@ def with_units(run: WorkflowRun) -> WorkflowRun | None:
 
 
 def _enqueue_advance(run_id: int) -> None:
-    from portal import tasks
+    from portal.controller import workqueue
 
     try:
-        tasks.advance_request(run_id)
+        workqueue.add(run_id)
     except Exception:  # noqa: BLE001 - broker down: the periodic resync picks the run up
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
 

@@ -285,7 +285,8 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
 # Advances a user waits on (a run's first, one because a unit ended) of one project queued or
-# running at once; the project's further requests wait their turn (portal/execution/fairness.py).
+# running at once; the project's further requests wait their turn
+# (portal/controller/workqueue/fairness.py).
 PORTAL_PROJECT_ADVANCES = envint("PORTAL_PROJECT_ADVANCES", 4)
 # Step workflows created at once by one advance (threads; each create is idempotent).
 PORTAL_CREATE_CONCURRENCY = envint("PORTAL_CREATE_CONCURRENCY", 4)

@@ -7,7 +7,7 @@ refused by changing nothing and answering False (or 0): a redelivered task, or t
 racing, find the row already moved and do nothing. A call that asks for a move no named
 state allows is a bug in the caller, not a race, and raises ``IllegalTransition``.
 
-Services (``portal.services``), the execution package and the webhook's decision recorder
+Services (``portal.services``), the controller and the webhook's decision recorder
 (``portal.admission.queue``) call these; nothing else writes ``status``, ``phase`` or a
 unit's ``site``. ``unit_move`` also writes the unit's "unit-phase" event; other events stay
 with the callers, who know what to say.

@@ -10,7 +10,7 @@ and planning it is the cost bounded here). A run in no project counts against it
 ``0`` turns the limit off.
 
 What runs at once is the quota's business; this bounds how fast runs, and the advances they
-bring, arrive from one project (``portal.execution.fairness`` orders those advances).
+bring, arrive from one project (``portal.controller.workqueue.fairness`` orders those advances).
 """
 
 from __future__ import annotations

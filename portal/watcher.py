@@ -23,8 +23,9 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from portal import execution, gateway
+from portal import gateway
 from portal.admission import queue
+from portal.controller import bindings, sync, workqueue
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +119,10 @@ def on_cluster(kind: str, obj: dict[str, Any]) -> None:
 
     name = (obj.get("metadata") or {}).get("name", "")
     if kind == "DELETED":
-        execution.cluster_deleted(name)
+        sync.cluster_deleted(name)
         tasks.policies_sync.delay()
         return
-    if execution.cluster_note(obj):
+    if sync.cluster_note(obj):
         tasks.policies_sync.delay()
 
 
@@ -165,7 +166,7 @@ class Pending:
 
 PENDING = Pending()
 # What this watcher folded in from each binding (one watcher process, one memory).
-FOLDED = execution.Folded()
+FOLDED = bindings.Folded()
 
 
 def on_binding(kind: str, obj: dict[str, Any]) -> None:
@@ -176,14 +177,12 @@ def on_binding(kind: str, obj: dict[str, Any]) -> None:
 def fold_bindings(
     stop: threading.Event,
     pending: Pending = PENDING,
-    folded: execution.Folded = FOLDED,
+    folded: bindings.Folded = FOLDED,
     leading: Callable[[], bool] = _always,
 ) -> None:
     """Fold what the binding watch saw, batch by batch, and ask for the next step of every
     run whose unit ended; a batch taken when this watcher no longer leads is dropped (the
     next leader lists every binding)."""
-    from portal import tasks
-
     checked = 0.0
     while not stop.is_set():
         batch = pending.take(stop)
@@ -191,9 +190,9 @@ def fold_bindings(
             continue
         failed = False
         try:
-            ended = execution.bindings_observe(batch, folded=folded)
+            ended = bindings.bindings_observe(batch, folded=folded)
             for run_id in sorted(ended):
-                tasks.advance_request(run_id)
+                workqueue.add(run_id)
         except Exception:  # the batch's units could not be read: the resync folds them
             failed = True
             log.exception("folding %d bindings failed", len(batch))
@@ -231,7 +230,7 @@ def run_forever(
     """Start the loops and the folding and draining threads until ``stop`` (a leader's term):
     each term lists everything afresh, into its own queue of bindings and its own memory of
     what it folded (another leader may have folded meanwhile)."""
-    pending, folded = Pending(), execution.Folded()
+    pending, folded = Pending(), bindings.Folded()
 
     def on_binding_of_term(kind: str, obj: dict[str, Any]) -> None:
         if kind != "DELETED":

@@ -13,6 +13,6 @@ from placement.parser import _fast_validator  # noqa: E402
 
 _fast_validator("Workflow")
 
-# And load what a submission enqueues with (the tasks, the execution engine, the kubernetes
+# And load what a submission enqueues with (the tasks, the controller, the kubernetes
 # client: about half a second), so that the first submission a process serves does not pay it.
 import portal.tasks  # noqa: E402, F401

@@ -37,7 +37,7 @@ class Project(models.Model):
     """A group of scientists who share runs and datasets.
 
     ``priority_min`` / ``priority_max``: the range its runs' ``spec.priority`` is clamped to
-    (what orders the waiters of a lock, ``portal.execution.locks``); set by operators."""
+    (what orders the waiters of a lock, ``portal.controller.locks``); set by operators."""
 
     name = models.CharField(max_length=63, unique=True, validators=[dns_label])
     description = models.TextField(blank=True)

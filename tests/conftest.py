@@ -73,9 +73,9 @@ def _own_decision_queue(settings) -> Iterator[None]:
     queued is never written into another test's database."""
     settings.PORTAL_DECISION_QUEUE_KEY = f"test:webhook-decisions:{uuid.uuid4().hex}"
     yield
-    from portal.admission import queue
+    from portal.admission import queue, reservations
 
-    if queue._clients:  # only tests that used the queue
+    if reservations.connected():  # only tests that used the queue
         key = settings.PORTAL_DECISION_QUEUE_KEY
         with contextlib.suppress(Exception):
             client = queue._queue()

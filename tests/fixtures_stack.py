@@ -438,11 +438,11 @@ def load_demo_inventory(sandbox: SandboxServer, settings: Any) -> None:
 def demo_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[SandboxServer]:
     """``gateway_on`` with the demo inventory loaded and the portal's policies written: what
     ``demo_fleet`` is on the shared sandbox, on any sandbox."""
-    from portal import execution
+    from portal.controller import sync
 
     with gateway_on(sandbox, settings, **more):
         load_demo_inventory(sandbox, settings)
-        execution.policies_sync()
+        sync.policies_sync()
         yield sandbox
 
 
@@ -458,7 +458,7 @@ def demo_over_sandbox(sandbox: SandboxServer, db: Any, settings: Any) -> Iterato
 @pytest.fixture
 def demo_fleet(demo_over_sandbox: SandboxServer) -> SandboxServer:
     """``demo_over_sandbox`` with the portal's policies written, as the resync leaves them."""
-    from portal import execution
+    from portal.controller import sync
 
-    execution.policies_sync()
+    sync.policies_sync()
     return demo_over_sandbox

@@ -53,8 +53,6 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-_clients: dict[tuple[str, float], redis.Redis] = {}
-_clients_lock = threading.Lock()
 
 
 class QueueUnavailable(Exception):
@@ -62,21 +60,9 @@ class QueueUnavailable(Exception):
 
 
 def _queue(timeout: float = _PUSH_TIMEOUT_S) -> redis.Redis | None:
-    """The Redis client of ``PORTAL_DECISION_QUEUE_URL`` (one pool per process and timeout),
-    or None when there is no queue (the embedded demo)."""
-    url = settings.PORTAL_DECISION_QUEUE_URL
-    if not url:
-        return None
-    client = _clients.get((url, timeout))
-    if client is None:
-        with _clients_lock:
-            client = _clients.get((url, timeout))
-            if client is None:
-                client = redis.Redis.from_url(
-                    url, socket_timeout=timeout, socket_connect_timeout=timeout
-                )
-                _clients[(url, timeout)] = client
-    return client
+    """The Redis client of ``PORTAL_DECISION_QUEUE_URL`` (``reservations.client``), or None
+    when there is no queue (the embedded demo)."""
+    return reservations.client(timeout)
 
 
 def queue_client() -> redis.Redis | None:

@@ -40,6 +40,37 @@ from placement.parser import Resources
 
 PENDING_TTL_S = 600.0
 WRITTEN_TTL_S = 10.0
+# An unreachable Redis costs an admission little of its budget.
+CLIENT_TIMEOUT_S = 0.25
+
+_clients: dict[tuple[str, float], redis.Redis] = {}
+_clients_lock = threading.Lock()
+
+
+def client(timeout: float = CLIENT_TIMEOUT_S) -> redis.Redis | None:
+    """The Redis client of ``PORTAL_DECISION_QUEUE_URL``, where the webhook queues its
+    decisions and keeps its reservations (one pool per process and timeout), or None when
+    there is no queue (the embedded demo). The planner's readers use it without loading the
+    queue."""
+    url = settings.PORTAL_DECISION_QUEUE_URL
+    if not url:
+        return None
+    found = _clients.get((url, timeout))
+    if found is None:
+        with _clients_lock:
+            found = _clients.get((url, timeout))
+            if found is None:
+                found = redis.Redis.from_url(
+                    url, socket_timeout=timeout, socket_connect_timeout=timeout
+                )
+                _clients[(url, timeout)] = found
+    return found
+
+
+def connected() -> bool:
+    """Whether this process has made a client yet."""
+    return bool(_clients)
+
 
 # A reservation's value: [site, cpu, memory, gpus, uid, stamp (0: not yet written), expires ms].
 # ARGV: now ms, pending TTL ms, then per asked reservation 14 values (``_ask_args``), each

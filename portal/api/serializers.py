@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
-from portal.execution import transfers
+from portal.controller import transfers
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
 from portal.quotas import services as quota_services

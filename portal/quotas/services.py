@@ -319,7 +319,7 @@ def eligible_sites(
     """The sites a runtime unit may go to by every hard constraint, best first (the
     planner's order), and those of them with room for it now (as the webhook decides):
     the sites the quota admission chooses among."""
-    from portal.execution.steps import runtime_decision  # the execution package imports us
+    from portal.controller.submit import runtime_decision  # the controller imports us
 
     units = list(units)
     rows = [c for c in runtime_decision(run, unit, units).candidates if c.eligible]
@@ -707,14 +707,14 @@ def quota_sites(quota: Quota) -> list[str]:
 def quota_changed_at(sites: Iterable[str]) -> None:
     """A quota covering ``sites`` changed: the runs queued there (or, placed at run time,
     for one of them) are advanced once the change is committed."""
-    from portal import tasks
+    from portal.controller import workqueue
 
     names = sorted(set(sites))
 
     def wake_them() -> None:
         for run_id in queued_runs_in(names):
             try:
-                tasks.advance_request(run_id)
+                workqueue.add(run_id)
             except Exception:  # noqa: BLE001 - broker down: the resync advances waiting runs
                 log.warning("could not wake run %s queued for quota", run_id, exc_info=True)
 

@@ -36,7 +36,7 @@ HOUR = Decimal(3600)
 GIB = Decimal(2**30)
 GB = Decimal(10**9)
 ZERO = Decimal(0)
-# A transfer unit's ``spec.kind`` (``portal.execution.transfers.TRANSFER``, which imports this).
+# A transfer unit's ``spec.kind`` (``portal.controller.transfers.TRANSFER``, which imports this).
 TRANSFER_KIND = "transfer"
 
 

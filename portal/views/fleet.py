@@ -104,7 +104,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
         }
         for d in datasets
     ]
-    from portal.execution.sync import policy_errors
+    from portal.controller.sync import policy_errors
 
     context = {
         "rows": rows,

@@ -29,7 +29,7 @@ from django.views.decorators.http import require_GET, require_POST
 from placement.parser import WorkflowInvalid
 from portal import live, services
 from portal.choices import RunStatus, UnitPhase
-from portal.execution import transfers
+from portal.controller import transfers
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import services as quota_services

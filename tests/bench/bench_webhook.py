@@ -77,7 +77,8 @@ def prepare() -> dict[str, Any]:
     from django.core.management import call_command
     from django.utils import timezone
 
-    from portal import execution, services
+    from portal import services
+    from portal.controller.step_workflow import step_workflow_for
     from portal.models import UnitRun
 
     redis.Redis.from_url(REDIS).flushdb()
@@ -98,7 +99,7 @@ def prepare() -> dict[str, Any]:
     )
     units = list(run.units.all())
     pre = next(u for u in units if u.name == "preprocess")
-    wf = execution.step_workflow_for(run, pre, units)
+    wf = step_workflow_for(run, pre, units)
     return {
         "kind": "AdmissionReview",
         "apiVersion": "admission.k8s.io/v1",

@@ -16,7 +16,8 @@ import requests
 import yaml
 
 from portal import gateway
-from portal.execution import keep_logs, step_workflows_cleanup
+from portal.controller import keep_logs
+from portal.controller.cleanup import step_workflows_cleanup
 from portal.models import KeptAttempt, KeptLog, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
 from tests.live_sessions import api_session, finished_run, post_run, web_session

@@ -375,7 +375,7 @@ def test_a_run_s_copies_are_deleted_once_it_ends(
     when the member's Argo collects ``OnWorkflowDeletion`` artifacts), whatever the run says;
     the run's own outputs go only under its ``artifactGC`` (``OnWorkflowCompletion``, held
     until the run ends), as in Argo."""
-    from portal.execution.lifecycle import step_workflows_cleanup
+    from portal.controller.cleanup import step_workflows_cleanup
 
     helpers.pin("write", "site-a")
     doc = yaml.safe_load(helpers.write_then_read(WRITE, helpers.READ_ON_GPU))

@@ -10,11 +10,13 @@ import yaml
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from portal import execution, gateway, services
-from portal.execution.steps import step_workflow_for
+from portal import gateway, services
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
+from portal.controller.step_workflow import step_workflow_for
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
-from tests.portal.test_step_lifecycle import fleet  # noqa: F401 - the fixture
+from tests.portal.controller.test_step_lifecycle import fleet  # noqa: F401 - the fixture
 
 SITES = ("site-a", "site-b", "site-c")
 CM_LABEL = {"workflows.argoproj.io/configmap-type": "Parameter"}
@@ -61,9 +63,9 @@ def _drive(sandbox: SandboxServer, run: WorkflowRun, until: Any) -> Any:
     """What the worker and the watcher do, in this process, until ``until()`` answers."""
 
     def step() -> Any:
-        execution.run_advance(run.pk)
+        run_advance(run.pk)
         items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-        execution.bindings_observe(items)
+        bindings_observe(items)
         return until()
 
     return sandbox.wait_for(step, what="the run to get there")

@@ -13,8 +13,9 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, gateway, services, state
+from portal import gateway, services, state
 from portal.choices import UnitPhase
+from portal.controller.step_workflow import step_workflow_for
 from portal.models import UnitRun
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxHTTPError
@@ -113,7 +114,7 @@ def reader_step_workflow(outputs: dict[str, Any]) -> dict[str, Any]:
     state.unit_move(write, UnitPhase.SUCCEEDED, outputs=outputs)
     units = list(run.units.all())
     read = next(u for u in units if u.name == "read")
-    body = execution.step_workflow_for(run, read, units)
+    body = step_workflow_for(run, read, units)
     body["metadata"] = {"generateName": "reader-"}  # created directly on a member
     return body
 

@@ -11,8 +11,10 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.choices import UnitPhase
+from portal.controller.bindings import bindings_observe
+from portal.controller.sync import policies_sync
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, DatasetReplica, Site, SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -56,7 +58,7 @@ def fleet(executing: SandboxServer, db: Any, settings: Any) -> SandboxServer:
     # Data the reader also reads, held only at site-c: without the link it would go there.
     aux = Dataset.objects.create(name="aux-c", bytes=200 * 2**30)
     DatasetReplica.objects.create(dataset=aux, site=Site.objects.get(name="site-c"))
-    execution.policies_sync()
+    policies_sync()
     return executing
 
 
@@ -84,7 +86,7 @@ def pipeline() -> str:
 
 def observe_until(sandbox: SandboxServer, unit: UnitRun) -> UnitRun:
     def ended() -> UnitRun | None:
-        execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase in (UnitPhase.SUCCEEDED, UnitPhase.FAILED, UnitPhase.ERROR) else None
 

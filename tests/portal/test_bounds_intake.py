@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from portal import forms, services
 from portal.choices import UnitPhase
-from portal.execution.advance import run_advance
+from portal.controller.advance import run_advance
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import SiteFactory
 from tests.portal.test_webhook import answer, direct_workflow, post, review

@@ -14,7 +14,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from portal import execution, gateway
+from portal import gateway
+from portal.controller.advance import run_advance
+from portal.controller.sync import cluster_observe, policies_sync
 from portal.models import UnitRun
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
@@ -51,7 +53,7 @@ def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSe
     def synced() -> bool:
         clusters, _ = gateway.list_objects(gateway.CLUSTER)
         for cluster in clusters:
-            execution.cluster_observe(cluster)
+            cluster_observe(cluster)
         return all(s.cpu_allocatable == 20_000 for s in Site.objects.all())
 
     with gateway_on(twenties, settings):
@@ -60,7 +62,7 @@ def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSe
         assert {s.name: s.cpu_allocatable - s.cpu_allocated for s in Site.objects.all()} == {
             name: 20_000 for name, _ in SITES
         }
-        execution.policies_sync()
+        policies_sync()
         try:
             yield twenties
         finally:
@@ -78,7 +80,7 @@ def test_sixty_tiles_over_three_sites_of_twenty_are_bound_twenty_to_each(fleet) 
 
     # The worker creates every step workflow (in as many turns as it takes).
     for _ in range(10):
-        execution.run_advance(run_id)
+        run_advance(run_id)
         if not UnitRun.objects.filter(run_id=run_id, workflow_name="").exists():
             break
     names = set(UnitRun.objects.filter(run_id=run_id).values_list("workflow_name", flat=True))

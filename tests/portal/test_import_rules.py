@@ -13,8 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("portal", "placement", "sites", "sandbox")
 
-# The worker side: the Celery tasks, the watcher and everything that runs a run.
-WORKER = ("portal.tasks", "portal.watcher", "portal.execution")
+# The controller: everything that runs a run.
+CONTROLLER = ("portal.controller",)
+# The worker side: the Celery tasks and the watcher, which feed the controller.
+WORKER = ("portal.tasks", "portal.watcher", *CONTROLLER)
 # The webhook's decision and the recording of its decisions.
 WEBHOOK = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
 PURE = ("placement.context", "placement.codec")
@@ -102,6 +104,17 @@ def _offending(modules: tuple[str, ...], forbidden: tuple[str, ...]) -> dict[str
 
 def test_the_worker_side_never_loads_the_webhooks_decision():
     assert _offending(WORKER, ("portal.admission.decide",)) == {}
+
+
+def test_the_controller_never_loads_the_webhooks_modules():
+    """The webhook's decision, its queue and its budget are the webhook's; the controller
+    reads queued decisions only through the writer the process names for it."""
+    assert _offending(CONTROLLER, WEBHOOK) == {}
+
+
+def test_the_controller_never_loads_the_celery_tasks():
+    """The tasks call the controller; the controller queues them by name."""
+    assert _offending(CONTROLLER, ("portal.tasks",)) == {}
 
 
 def test_the_webhooks_decision_and_recorder_never_load_the_gateway():

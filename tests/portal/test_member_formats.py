@@ -13,8 +13,10 @@ import yaml
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from portal import execution, gateway, logs, services, tasks
+from portal import gateway, logs, services, tasks
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, sandbox_on_fleet
 from tests.fixtures_stack import demo_on
@@ -82,8 +84,8 @@ def until(sandbox: SandboxServer, run: WorkflowRun, predicate: Callable[[], Any]
 
     def step() -> Any:
         items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-        execution.bindings_observe(items)
-        execution.run_advance(run.pk)
+        bindings_observe(items)
+        run_advance(run.pk)
         return predicate()
 
     return sandbox.wait_for(step, what=what)

@@ -17,12 +17,13 @@ from django.core.management import call_command
 
 from placement import planner
 from placement.parser import Resources
-from portal import execution, planning, services, state
+from portal import planning, services, state
 from portal.admission import decide, placing, reservations
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase
-from portal.execution import failover
-from portal.execution.steps import fallback_site
+from portal.controller import failover
+from portal.controller.step_workflow import step_workflow_for
+from portal.controller.submit import fallback_site
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
 from tests.portal.helpers import FAN_OUT_CPU, fan_out
@@ -60,7 +61,7 @@ def burst(db: Any) -> WorkflowRun:
 def _bodies(run: WorkflowRun) -> list[dict[str, Any]]:
     units = list(run.units.order_by("position", "id"))
     return [
-        review(execution.step_workflow_for(run, u, units), uid=f"burst-{u.slug}")
+        review(step_workflow_for(run, u, units), uid=f"burst-{u.slug}")
         for u in units
         if u.spec.get("item_index") is not None
     ]

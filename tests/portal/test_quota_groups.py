@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 from placement.context import context_read
 from portal import services as portal_services
 from portal.choices import UnitPhase, UnitTiming
-from portal.execution.steps import fallback_site, step_workflow_for
+from portal.controller.step_workflow import step_workflow_for
+from portal.controller.submit import fallback_site
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import selectors, services
 from portal.quotas.models import Quota, Workload
@@ -139,7 +140,7 @@ def test_raising_a_group_quota_advances_the_runs_queued_at_any_of_its_sites(
     start(services.admit(at_b, pending(at_b)))
     assert services.admit(at_c, pending(at_c)) == []
     asked: list[int] = []
-    monkeypatch.setattr("portal.tasks.advance_request", asked.append)
+    monkeypatch.setattr("portal.controller.workqueue.add", asked.append)
     with django_capture_on_commit_callbacks(execute=True):
         answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
     assert answer.status_code == 200, answer.content

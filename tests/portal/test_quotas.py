@@ -308,7 +308,7 @@ def test_raising_a_quota_advances_the_runs_queued_at_its_site_at_once(
     run = fan_out(eo, 3)
     start(services.admit(run, pending(run)))
     asked: list[int] = []
-    monkeypatch.setattr("portal.tasks.advance_request", asked.append)
+    monkeypatch.setattr("portal.controller.workqueue.add", asked.append)
     with django_capture_on_commit_callbacks(execute=True):
         answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
     assert answer.status_code == 200, answer.content

@@ -7,7 +7,8 @@ from typing import Any
 
 from placement.revisions import services
 from placement.revisions.selectors import current_config
-from portal import execution, gateway, labels
+from portal import gateway, labels
+from portal.controller.sync import policies_sync
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer
 
@@ -51,7 +52,7 @@ def test_policies_carry_the_active_revision_and_a_rollback_restores_the_earlier_
     settings.PORTAL_RULES_REVIEW = False
     alice = UserFactory(username="alice", is_staff=True)
     baseline = services.revision_baseline()
-    execution.policies_sync()
+    policies_sync()
     assert _revisions(demo_fleet) == {str(baseline.pk)}
     earlier = _objects()
 
@@ -61,7 +62,7 @@ def test_policies_carry_the_active_revision_and_a_rollback_restores_the_earlier_
             site["overrides"] = {**site["overrides"], "gpu_node_selector": {"pool": "gpu"}}
     draft = services.revision_draft_create(user=alice, config=config)
     services.revision_apply(revision=draft, user=alice)
-    execution.policies_sync()
+    policies_sync()
     assert _revisions(demo_fleet) == {str(draft.pk)}
     changed = _objects()
     assert ("OverridePolicy", "portal-site-site-b-gpu") in changed
@@ -69,7 +70,7 @@ def test_policies_carry_the_active_revision_and_a_rollback_restores_the_earlier_
 
     back = services.revision_rollback(revision=baseline, user=alice)
     services.revision_apply(revision=back, user=alice)
-    execution.policies_sync()  # one sync
+    policies_sync()  # one sync
     assert _revisions(demo_fleet) == {str(back.pk)}
     assert _objects() == earlier
 
@@ -95,7 +96,7 @@ def test_an_applied_revision_places_the_next_run_and_runs_in_flight_keep_their_d
             rule["effect"], rule["parameters"] = "pin", {"sites": ["site-b"]}
     draft = services.revision_draft_create(user=alice, config=config)
     services.revision_apply(revision=draft, user=alice)
-    execution.policies_sync()
+    policies_sync()
 
     after = services_run_submit(scientist, pipeline)
     assert after.units.get(name="inference").site == "site-b"

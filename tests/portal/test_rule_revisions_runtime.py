@@ -17,12 +17,15 @@ from django.test import Client
 from placement.revisions import replay, services
 from placement.revisions.models import PlanningRecord, PlanningSnapshot
 from placement.revisions.selectors import current_config
-from portal import execution, gateway, labels
+from portal import gateway, labels
 from portal import services as run_services
 from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import UnitPhase
+from portal.controller.step_workflow import step_workflow_for
+from portal.controller.submit import submit_units
 from portal.models import UnitRun, WorkflowRun
+from portal.selectors import upstream_outputs
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer
 
@@ -70,12 +73,12 @@ def test_step_workflows_carry_the_revision_their_site_came_from(
     units = list(run.units.order_by("position", "id"))
     ingest = next(u for u in units if u.name == "ingest")
     assert ingest.timing == "submit" and ingest.site
-    assert execution.submit_unit(run, ingest, units)
+    assert submit_units(run, [ingest], units, None, upstream_outputs(units)) == 1
     _ingest_done(run)
     units = list(run.units.order_by("position", "id"))
     preprocess = next(u for u in units if u.name == "preprocess")
     assert preprocess.timing == "runtime" and not preprocess.site
-    assert execution.submit_unit(run, preprocess, units)
+    assert submit_units(run, [preprocess], units, None, upstream_outputs(units)) == 1
 
     def annotation(unit_name: str) -> str:
         name = run.units.get(name=unit_name).workflow_name
@@ -135,7 +138,7 @@ def _admit(client: Client, obj: dict[str, Any], uid: str) -> list[dict[str, Any]
 
 def _runtime_step(run: WorkflowRun) -> dict[str, Any]:
     units = list(run.units.order_by("position", "id"))
-    return execution.step_workflow_for(run, next(u for u in units if u.name == "preprocess"), units)
+    return step_workflow_for(run, next(u for u in units if u.name == "preprocess"), units)
 
 
 def test_the_webhooks_patch_carries_the_revision_active_when_it_decides(

@@ -13,8 +13,11 @@ import pytest
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
+from portal.controller.cleanup import step_workflows_cleanup
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer
 
@@ -58,7 +61,7 @@ def submit(body: str) -> WorkflowRun:
 
 def observe() -> None:
     items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
-    execution.bindings_observe(items)
+    bindings_observe(items)
 
 
 def created(run: WorkflowRun) -> set[str]:
@@ -77,7 +80,7 @@ def until(sandbox: SandboxServer, predicate: Callable[[], Any], what: str) -> An
 
 def waiting_gate(run: WorkflowRun, name: str = "approve") -> UnitRun | None:
     """After an advance, the run's suspend step ``name`` once it runs (waits to be resumed)."""
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     unit = UnitRun.objects.get(run=run, name=name)
     return unit if unit.phase == UnitPhase.RUNNING else None
 
@@ -88,7 +91,7 @@ def run_to_the_end(sandbox: SandboxServer, run: WorkflowRun, most: int | None = 
 
     def ended() -> bool:
         nonlocal peak
-        execution.run_advance(run.pk)
+        run_advance(run.pk)
         running = UnitRun.objects.filter(run=run).exclude(workflow_name="")
         peak = max(peak, running.exclude(phase__in=list(FINAL_UNIT)).count())
         if most is not None:
@@ -105,7 +108,7 @@ FOUR = [{"name": n, "template": "work"} for n in "abcd"]
 
 def test_template_parallelism_holds_across_units(fleet: SandboxServer) -> None:
     run = submit(workflow(dag(FOUR, parallelism=2), leaf(fleet, "work")))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     assert len(created(run)) == 2
     assert run_to_the_end(fleet, run, most=2) == 2
     assert run.status == RunStatus.SUCCEEDED
@@ -118,7 +121,7 @@ def test_workflow_parallelism_holds_across_a_loops_units(fleet: SandboxServer) -
         "steps": [[{"name": "item", "template": "work", "withItems": [1, 2, 3]}]],
     }
     run = submit(workflow(steps, leaf(fleet, "work"), parallelism=1))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     assert len(created(run)) == 1
     assert run_to_the_end(fleet, run, most=1) == 1
     assert run.status == RunStatus.SUCCEEDED
@@ -156,7 +159,7 @@ def test_dag_fail_fast_by_default_still_starts_ready_tasks(fleet: SandboxServer)
 
 def test_a_suspended_run_starts_nothing_until_resumed(fleet: SandboxServer, scientist_api) -> None:
     run = submit(workflow(dag(FOUR[:1]), leaf(fleet, "work"), suspend=True))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     assert created(run) == set()
     answer = scientist_api.get(f"/api/v1/runs/{run.pk}/")
     assert answer.json()["suspended"] is True
@@ -180,7 +183,7 @@ def test_resuming_a_run_that_is_neither_suspended_nor_running_is_refused(
 @pytest.mark.parametrize("strategy", ["Stop", "Terminate"])
 def test_a_run_submitted_with_shutdown_starts_nothing(fleet: SandboxServer, strategy: str) -> None:
     run = submit(workflow(dag(FOUR[:2]), leaf(fleet, "work"), shutdown=strategy))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     run.refresh_from_db()
     assert run.status == RunStatus.STOPPED
     assert f"strategy '{strategy}'" in run.message
@@ -194,7 +197,7 @@ def test_the_deadline_is_the_runs_not_each_steps(fleet: SandboxServer) -> None:
     # The run started 500 s ago: its first step may run for what is left, not 600 s more.
     WorkflowRun.objects.filter(pk=run.pk).update(created_at=run.created_at - timedelta(seconds=500))
     run.refresh_from_db()
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     a = UnitRun.objects.get(run=run, name="a")
     spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
     assert 90 <= spec["activeDeadlineSeconds"] <= 100
@@ -212,16 +215,16 @@ def test_artifacts_are_collected_when_the_run_ends(fleet: SandboxServer) -> None
     run = submit(
         workflow(dag(chain), leaf(fleet, "work"), artifactGC={"strategy": "OnWorkflowCompletion"})
     )
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     a = UnitRun.objects.get(run=run, name="a")
     spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
     # The member collects when the portal deletes the step workflow, not when it completes.
     assert spec["artifactGC"] == {"strategy": "OnWorkflowDeletion"}
     until(fleet, lambda: UnitRun.objects.get(pk=a.pk).phase in FINAL_UNIT, "a to end")
-    execution.step_workflows_cleanup(keep_seconds=0)
+    step_workflows_cleanup(keep_seconds=0)
     assert gateway.get(gateway.WORKFLOW, a.workflow_name)  # kept: b may still read its outputs
     run_to_the_end(fleet, run)
-    assert execution.step_workflows_cleanup(keep_seconds=0) == 2
+    assert step_workflows_cleanup(keep_seconds=0) == 2
     with pytest.raises(gateway.NotFound):
         gateway.get(gateway.WORKFLOW, a.workflow_name)
 
@@ -233,8 +236,8 @@ def mutex_workflow(sandbox: SandboxServer, **spec: Any) -> str:
 def test_a_workflow_mutex_holds_across_runs(fleet: SandboxServer) -> None:
     sync = {"synchronization": {"mutexes": [{"name": "test"}]}}
     first, second = submit(mutex_workflow(fleet, **sync)), submit(mutex_workflow(fleet, **sync))
-    execution.run_advance(first.pk)
-    execution.run_advance(second.pk)
+    run_advance(first.pk)
+    run_advance(second.pk)
     assert created(first) == {"a"} and created(second) == set()
     waiting = UnitRun.objects.get(run=second)
     assert "eo-demo/Mutex/test" in waiting.message
@@ -242,7 +245,7 @@ def test_a_workflow_mutex_holds_across_runs(fleet: SandboxServer) -> None:
     a = UnitRun.objects.get(run=first)
     assert "synchronization" not in gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
     run_to_the_end(fleet, first)  # its last advance releases the mutex
-    execution.run_advance(second.pk)
+    run_advance(second.pk)
     assert created(second) == {"a"}
     run_to_the_end(fleet, second)
     assert second.status == RunStatus.SUCCEEDED
@@ -257,7 +260,7 @@ def test_a_template_semaphore_limits_units_by_its_configmap(fleet: SandboxServer
     config_map(fleet, "my-config", {"template": "2"})
     sem = {"semaphores": [{"configMapKeyRef": {"name": "my-config", "key": "template"}}]}
     run = submit(workflow(dag(FOUR), leaf(fleet, "work", synchronization=sem)))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     assert len(created(run)) == 2
     assert run_to_the_end(fleet, run, most=2) == 2
     assert run.status == RunStatus.SUCCEEDED
@@ -266,7 +269,7 @@ def test_a_template_semaphore_limits_units_by_its_configmap(fleet: SandboxServer
 def test_a_semaphore_without_its_configmap_errors_naming_the_field(fleet: SandboxServer) -> None:
     sem = {"semaphores": [{"configMapKeyRef": {"name": "absent", "key": "workflow"}}]}
     run = submit(mutex_workflow(fleet, synchronization=sem))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     run.refresh_from_db()
     assert run.status == RunStatus.ERROR
     assert "spec.synchronization.semaphores[0].configMapKeyRef" in run.message
@@ -327,17 +330,17 @@ def test_stop_runs_the_exit_handler_and_terminate_does_not(
     fleet: SandboxServer, scientist_api, strategy: str
 ) -> None:
     run = submit(exit_workflow(fleet))
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     answer = scientist_api.post(
         f"/api/v1/runs/{run.pk}/stop/", {"strategy": strategy}, format="json"
     )
     assert answer.status_code == 200
     a = UnitRun.objects.get(run=run, name="a")
-    execution.run_advance(run.pk)  # what the stop's advance does: the step is asked to stop
+    run_advance(run.pk)  # what the stop's advance does: the step is asked to stop
     assert gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]["shutdown"] == strategy
 
     def settled() -> bool:
-        execution.run_advance(run.pk)
+        run_advance(run.pk)
         units = list(UnitRun.objects.filter(run=run))
         return all(u.phase in FINAL_UNIT for u in units) and (
             strategy == "Terminate" or any(u.spec.get("kind") == "exit" for u in units)
@@ -367,11 +370,11 @@ def test_a_lock_whose_run_ended_without_releasing_it_is_taken_over(fleet: Sandbo
     ask for it finds the holder ended and takes it."""
     sync = {"synchronization": {"mutexes": [{"name": "orphan"}]}}
     first, second = submit(mutex_workflow(fleet, **sync)), submit(mutex_workflow(fleet, **sync))
-    execution.run_advance(first.pk)
-    execution.run_advance(second.pk)
+    run_advance(first.pk)
+    run_advance(second.pk)
     assert created(second) == set()
     WorkflowRun.objects.filter(pk=first.pk).update(status=RunStatus.ERROR)  # as _give_up does
-    execution.run_advance(second.pk)
+    run_advance(second.pk)
     assert created(second) == {"a"}
 
 

@@ -201,7 +201,7 @@ def _pending_ready(scientist: User) -> tuple[WorkflowRun, UnitRun]:
 def test_a_unit_waiting_for_a_lock_names_the_lock_not_its_creation(
     sites: None, scientist: User
 ) -> None:
-    from portal.execution import gates
+    from portal.controller import gates
     from portal.selectors import unit_detail
 
     _run, unit = _pending_ready(scientist)
@@ -227,7 +227,7 @@ def test_a_unit_whose_pod_is_pending_at_its_site_names_the_members_reason(
 ) -> None:
     """A tainted or full site used to be blamed on "the site's capacity, or its image pulls"
     whatever the member said."""
-    from portal.execution import bindings
+    from portal.controller import bindings
     from portal.selectors import unit_detail
 
     _run, unit = _pending_ready(scientist)
@@ -553,7 +553,7 @@ def test_resume_refuses_an_unknown_or_idle_step(
 def test_resume_clears_suspend_and_marks_suspended_nodes(
     suspended: WorkflowRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from portal.execution import resume
+    from portal.controller import resume
 
     patched: list[Any] = []
     replaced: list[dict[str, Any]] = []

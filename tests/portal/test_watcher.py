@@ -96,11 +96,9 @@ def test_the_fold_thread_goes_on_past_a_batch_that_failed(
         stop.set()
         return {7}
 
-    from portal import tasks
-
-    monkeypatch.setattr(watcher.execution, "bindings_observe", observe)
+    monkeypatch.setattr(watcher.bindings, "bindings_observe", observe)
     monkeypatch.setattr(watcher, "close_old_connections", lambda: None)
-    monkeypatch.setattr(tasks, "advance_request", asked.append)
+    monkeypatch.setattr(watcher.workqueue, "add", asked.append)
     pending.put(_binding("a", 1))
     thread = threading.Thread(target=watcher.fold_bindings, args=(stop, pending))
     thread.start()

@@ -15,10 +15,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from placement import context, planner
-from portal import execution, services
+from portal import services
 from portal.admission import budget, decide
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase, UnitTiming
+from portal.controller.bindings import binding_observe
+from portal.controller.step_workflow import step_workflow_for
+from portal.controller.sync import webhook_configuration, webhook_register
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, Site, SiteLink
 from tests.factories import SiteFactory
@@ -509,7 +512,7 @@ def real_step_workflow(run: WorkflowRun, unit: str = "preprocess") -> dict[str, 
     """The step workflow exactly as the worker would create it (with its placement context)."""
     units = list(run.units.order_by("position", "id"))
     target = next(u for u in units if u.name == unit)
-    return execution.step_workflow_for(run, target, units)
+    return step_workflow_for(run, target, units)
 
 
 def context_of(obj: dict[str, Any]) -> dict[str, Any]:
@@ -685,7 +688,7 @@ def test_a_queued_decision_is_not_mistaken_for_the_fallback_policy(client, demo_
         }
     }
 
-    execution.binding_observe(binding)
+    binding_observe(binding)
 
     sources = set(PlacementDecision.objects.filter(unit=unit).values_list("source", flat=True))
     assert sources == {DecisionSource.WEBHOOK}
@@ -747,7 +750,7 @@ def test_the_fallback_policy_is_still_recorded_when_the_webhook_did_not_place(de
     obj = real_step_workflow(demo_run)
     unit = demo_run.units.get(name="preprocess")
     UnitRun.objects.filter(pk=unit.pk).update(workflow_name=obj["metadata"]["name"])
-    execution.binding_observe(
+    binding_observe(
         {
             "spec": {
                 "resource": {"kind": "Workflow", "name": obj["metadata"]["name"]},
@@ -819,7 +822,7 @@ def test_upstream_bytes_sums_artifact_sizes_only_when_all_are_known(outputs, exp
 def test_the_configuration_carries_the_token_in_its_url_and_the_ca_bundle(settings):
     settings.PORTAL_WEBHOOK_URL = "https://portal.example.org/webhooks/placement/"
     settings.PORTAL_WEBHOOK_CA_BUNDLE = "LS0tLS1CRUdJTg=="
-    body = execution.webhook_configuration()
+    body = webhook_configuration()
 
     assert body["kind"] == "MutatingWebhookConfiguration"
     hooks = body["webhooks"]
@@ -844,7 +847,7 @@ def test_register_applies_the_configuration_through_the_gateway(settings, monkey
 
     applied: list[dict[str, Any]] = []
     monkeypatch.setattr(gateway, "apply_mutating_webhook", applied.append)
-    body = execution.webhook_register()
+    body = webhook_register()
     assert applied == [body]
 
 

@@ -14,10 +14,13 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import execution, gateway, services
+from portal import gateway, services
 from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase
+from portal.controller.advance import run_advance
+from portal.controller.bindings import bindings_observe
+from portal.controller.sync import policies_sync
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset
 from tests.fixtures_sandbox import SandboxServer
@@ -44,7 +47,7 @@ def fleet(
     call_command("load_demo", verbosity=0)
     # Residency only site-c's region satisfies.
     Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-central"])
-    execution.policies_sync()
+    policies_sync()
     try:
         yield sandbox
     finally:
@@ -90,7 +93,7 @@ def derived_pipeline() -> str:
 
 def observe_until(sandbox: SandboxServer, unit: UnitRun, phase: str) -> UnitRun:
     def reached() -> UnitRun | None:
-        execution.bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == phase else None
 
@@ -105,9 +108,9 @@ def test_the_webhook_binds_a_step_reading_derived_outputs_to_the_datasets_region
     assert ingest.site == "site-c"  # it reads the dataset itself
     assert preprocess.timing == "runtime" and not preprocess.site
 
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     observe_until(fleet, ingest, UnitPhase.SUCCEEDED)
-    execution.run_advance(run.pk)
+    run_advance(run.pk)
     preprocess.refresh_from_db()
     assert preprocess.workflow_name, preprocess.reason
 

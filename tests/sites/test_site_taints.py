@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 from placement import planner
 from placement.parser import parse_workflow
 from placement.selectors import site_state
-from portal import execution
+from portal.controller.sync import cluster_note, cluster_observe
 from sites.models import Site
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def test_the_clusters_taints_reach_the_site_and_close_it_to_the_planner(
     operated_site: Site,
 ) -> None:
     cordon = {"key": "cluster.karmada.io/unschedulable", "effect": "NoSchedule"}
-    execution.cluster_observe(cluster([cordon]))
+    cluster_observe(cluster([cordon]))
     site = Site.objects.get(pk=operated_site.pk)
     assert site.taints == [cordon]
     assert site.karmada_taint == "cluster.karmada.io/unschedulable:NoSchedule"
@@ -50,9 +50,9 @@ def test_the_clusters_taints_reach_the_site_and_close_it_to_the_planner(
     assert "Karmada will not schedule here (untolerated taint " in decision.reason
 
     # A PreferNoSchedule taint keeps nothing away; karmadactl uncordon removes the taint.
-    execution.cluster_observe(cluster([{"key": "soft", "effect": "PreferNoSchedule"}]))
+    cluster_observe(cluster([{"key": "soft", "effect": "PreferNoSchedule"}]))
     assert Site.objects.get(pk=site.pk).karmada_taint == ""
-    execution.cluster_note(cluster([]))
+    cluster_note(cluster([]))
     assert Site.objects.get(pk=site.pk).taints == []
 
 

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from placement import manifests
-from portal.execution.sync import webhook_url
+from portal.controller.sync import webhook_url
 from sites.models import Site
 
 

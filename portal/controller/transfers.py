@@ -1,0 +1,394 @@
+"""Transfer units: a step whose site cannot read the repository an upstream output
+is in reads a copy a *transfer unit* made at a relay site that can.
+
+When the advance is about to create a unit placed at submission and one of its producers'
+repositories is out of its site's reach, ``route`` picks the relay (``placement/planner/
+relays.py``: reads the producer's repository, is read by the unit's site, fastest by the links,
+within the residency regions of what the producer's outputs derive from) and inserts the unit
+``<producer>-copy-<relay>`` at it, or reuses the one already there: copies are replicas, so
+every reader relayed through that site (a 50-item fan-out) shares one transfer. The reader
+names its copies in ``spec.via`` (producer → copy) and waits for them (``hold``); its inputs
+are then the copy's outputs (``outputs_through_copies``). A transfer is a unit like any other:
+decided (a decision row with its reason and estimate), created, watched, retried, stopped and
+failed over (to another relay, ``relay_again``); its step workflow (``workflow``) reads each of
+the producer's artifacts through a pre-signed GET and writes it into the relay's repository.
+What it moved and how long it took are kept on it (``measure``), beside the estimate, and feed
+the link's observed bandwidth (an exponentially weighted mean the planner estimates with).
+Copies are step outputs of the run: the run's artifact GC deletes them with the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from placement import codec, manifests, parser, planner
+from placement.context import upstream_location
+from placement.planner import relays
+from portal import gateway, state
+from portal.choices import FINAL_UNIT, DecisionSource, UnitPhase, UnitTiming
+from portal.controller.common import ancestors, event
+from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.planning import planner_snapshot
+from portal.quotas import usage
+from sites.models import SiteLink
+
+log = logging.getLogger(__name__)
+
+TRANSFER = "transfer"
+# The weight of the newest transfer in a link's observed bandwidth.
+EWMA_ALPHA = 0.3
+# Smaller copies measure the step's overhead and Argo's whole-second timestamps, not the link:
+# they are recorded, and the link learns nothing from them.
+MIN_OBSERVED_BYTES = 64 * 1024 * 1024
+# The size assumed for a producer whose outputs' size is unknown (the planner's figure).
+ASSUMED_BYTES = planner.ASSUMED_UPSTREAM_BYTES
+
+
+def is_transfer(unit: UnitRun) -> bool:
+    return (unit.spec or {}).get("kind") == TRANSFER
+
+
+@dataclass(frozen=True)
+class RelayDecision:
+    """A transfer's placement: the relay (None: none can) and why."""
+
+    site: str | None
+    reason: str
+
+
+@dataclass
+class Routed:
+    """What ``route`` did for one unit: ``cut`` producers' sites no relay can bridge (the unit
+    must go elsewhere); ``added`` copy units inserted; ``moved`` whether anything changed."""
+
+    cut: list[str] = field(default_factory=list)
+    added: list[UnitRun] = field(default_factory=list)
+    moved: bool = False
+
+
+def _regions(unit: UnitRun, units: Sequence[UnitRun], datasets: planner.DataCatalogue) -> set[str]:
+    """The regions the unit's inputs may be in: the intersection of the residency of every
+    bound dataset it or its ancestors read (empty set: unbound)."""
+    found: list[frozenset[str]] = []
+    for u in [codec.unit_from_dict(unit.spec), *ancestors(unit, units)]:
+        found += [d.residency for d in datasets.read_by(u) if d.residency]
+    return set(frozenset.intersection(*found)) if found else set()
+
+
+def _size(producer: UnitRun) -> int:
+    """The producer's outputs' size as the planner knows it (reported, else declared, else
+    the planner's assumed size)."""
+    found = upstream_location(producer.site, producer.outputs, producer.spec).bytes
+    return ASSUMED_BYTES if found is None else found
+
+
+def route(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: list[UnitRun],
+    blocked: frozenset[tuple[str, str]],
+) -> Routed:
+    """Copies for every producer of ``unit`` whose repository its site cannot read: each
+    producer's copy at the chosen relay, made or reused, named in the unit's ``spec.via``."""
+    out = Routed()
+    if not blocked or not unit.site:
+        return out
+    by_name = {u.name: u for u in units}
+    via = dict((unit.spec or {}).get("via") or {})
+    producers = [by_name[n] for n in unit.upstream or () if n in by_name]
+    # Only outputs there are to read: a producer without output artifacts (a suspend, a step
+    # passing parameters only) needs no copy, wherever it ran.
+    cut = [
+        p
+        for p in producers
+        if p.site
+        and (p.site, unit.site) in blocked
+        and p.name not in via
+        and (p.outputs or {}).get("artifacts")
+    ]
+    if not cut:
+        return out
+    view = planner_snapshot()
+    project = run.project.name if run.project_id and run.project else None
+    regions = _regions(unit, units, view.datasets.for_project(project))
+    for producer in cut:
+        size = _size(producer)
+        relay = relays.relay_for(view.fleet, producer.site, unit.site, size, regions)
+        if relay is None:
+            out.cut.append(producer.site)
+            continue
+        copy, created = _copy_unit(run, producer, relay, unit.site, size, view.fleet, units)
+        if created:
+            out.added.append(copy)
+            units.append(copy)
+        via[producer.name] = copy.name
+    if via != ((unit.spec or {}).get("via") or {}):
+        spec = {**(unit.spec or {}), "via": via}
+        # The pages draw the graph from the column: the copy feeds the unit there too.
+        drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
+        if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
+            spec=spec, upstream=drawn
+        ):
+            unit.spec = spec
+            out.moved = True
+    return out
+
+
+def _copy_unit(
+    run: WorkflowRun,
+    producer: UnitRun,
+    relay: str,
+    target: str,
+    size: int,
+    fleet: planner.Fleet,
+    units: Iterable[UnitRun],
+) -> tuple[UnitRun, bool]:
+    name = relays.copy_name(producer.name, relay)
+    existing = next((u for u in units if u.name == name), None)
+    if existing is not None:
+        return existing, False
+    plan = relays.transfer(fleet, producer.site, relay, target, size)
+    reason = (
+        f"transfer: {target} cannot read the artifact repository of {producer.site}; "
+        f"{relay} reads it and {target} reads {relay}: "
+        f"estimated {planner.human_bytes(size)} in {plan.seconds:.1f}s, cost {plan.cost:.2f}"
+    )
+    unit, spec = _copy_spec(name, producer, relay, target, size, plan)
+    try:
+        with transaction.atomic():
+            row, created = UnitRun.objects.get_or_create(
+                run=run,
+                name=name,
+                defaults={
+                    "slug": unit.slug,
+                    "template": TRANSFER,
+                    "position": producer.position,
+                    "upstream": [producer.name],
+                    "timing": UnitTiming.SUBMIT,
+                    "site": relay,
+                    "planned_site": relay,
+                    "reason": reason,
+                    "spec": spec,
+                },
+            )
+    except IntegrityError:  # another advance made it meanwhile
+        return UnitRun.objects.get(run=run, name=name), False
+    if created:
+        PlacementDecision.objects.create(
+            run=run,
+            unit=row,
+            attempt=row.attempt,
+            source=DecisionSource.TRANSFER,
+            timing=UnitTiming.SUBMIT,
+            site=relay,
+            reason=reason,
+        )
+        event(run.pk, "transfer-planned", f"{name}: {reason}", row)
+    return row, created
+
+
+def _copy_spec(
+    name: str, producer: UnitRun, relay: str, target: str, size: int, plan: relays.Transfer
+) -> tuple[parser.Unit, dict[str, Any]]:
+    """The copy unit as the parser would have made it, and its stored spec (what it copies,
+    from where, for whom, and the estimate)."""
+    unit = parser.Unit(
+        name=name,
+        slug=manifests.label_value(name)[:63],
+        kind="workflow",  # the spec's kind says transfer; the parser knows three kinds
+        task=name,
+        template=TRANSFER,
+        templates=(TRANSFER,),
+        upstream=(producer.name,),
+        depends="",
+        when=None,
+        arguments=parser.Arguments(),
+        labels={},
+        images=(manifests.TRANSFER_IMAGE,),
+        resources=parser.Resources(),
+        datasets=(),
+        data_refs=(),
+    )
+    spec = {
+        **codec.unit_to_dict(unit),
+        "kind": TRANSFER,
+        "transfer": {
+            "producer": producer.name,
+            "from": producer.site,
+            "to": relay,
+            "for": target,
+            "estimate": {"bytes": size, "seconds": round(plan.seconds, 3), "cost": plan.cost},
+        },
+    }
+    return unit, spec
+
+
+def hold(unit: UnitRun, units: Sequence[UnitRun]) -> bool | None:
+    """None when every copy the unit reads through has succeeded (it may start); otherwise
+    whether holding it moved it: a copy that ended without success ends the unit in Error
+    with the transfer's message (an expired or tampered URL: S3's own error)."""
+    via = (unit.spec or {}).get("via") or {}
+    if not via:
+        return None
+    by_name = {u.name: u for u in units}
+    for producer, name in via.items():
+        copy = by_name.get(name)
+        if copy is None:
+            continue
+        if copy.phase == UnitPhase.SUCCEEDED:
+            observe(copy)  # once per attempt: the link's observed bandwidth learns from it
+            continue
+        if copy.phase in FINAL_UNIT:
+            why = copy.message or copy.phase
+            return state.unit_move(
+                unit,
+                UnitPhase.ERROR,
+                message=f"transfer {name} of {producer}'s outputs to {copy.site} failed: {why}",
+            )
+        return False
+    return None
+
+
+def outputs_through_copies(
+    unit: UnitRun,
+    units: Sequence[UnitRun],
+    outputs: Mapping[str, manifests.TaskOutputs],
+    copies: Mapping[str, manifests.TaskOutputs],
+) -> Mapping[str, manifests.TaskOutputs]:
+    """The upstream outputs ``unit`` reads: a producer it reads through a copy gives the
+    copy's artifacts (the same names) and its own parameters. ``copies``: the copy units'
+    outputs by name."""
+    via = (unit.spec or {}).get("via") or {}
+    if not via:
+        return outputs
+    by_name = {u.name: u for u in units}
+    out = dict(outputs)
+    for producer, name in via.items():
+        row = by_name.get(producer)
+        task = str((row.spec or {}).get("task") or producer) if row else producer
+        base, copy = out.get(task), copies.get(name)
+        if base is None or copy is None:
+            continue
+        out[task] = manifests.TaskOutputs(
+            phase=base.phase,
+            parameters=base.parameters,
+            result=base.result,
+            artifacts={**base.artifacts, **copy.artifacts},
+            exit_code=base.exit_code,
+            extra=base.extra,
+            template=base.template,
+        )
+    return out
+
+
+def workflow(
+    run: WorkflowRun,
+    unit: UnitRun,
+    units: Sequence[UnitRun],
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> dict[str, Any]:
+    """The transfer unit's step workflow: the producer's artifacts (full locations, signed
+    into pre-signed GETs by the caller like any step's inputs) copied into its site's
+    repository."""
+    info = (unit.spec or {}).get(TRANSFER) or {}
+    producer = next((u for u in units if u.name == info.get("producer")), None)
+    task = str((producer.spec or {}).get("task") or producer.name) if producer else ""
+    found = outputs.get(task)
+    artifacts = [{**dict(a), "name": str(n)} for n, a in (found.artifacts if found else {}).items()]
+    if not artifacts:
+        raise manifests.Unresolved([f"tasks.{task}.outputs.artifacts"])
+    return manifests.transfer_workflow(
+        codec.unit_from_dict(unit.spec),
+        artifacts,
+        run_name=run.name,
+        run_id=run.pk,
+        attempt=unit.attempt,
+        namespace=gateway.namespace(),
+        site=unit.site,
+        reason=unit.reason,
+        domain=settings.PORTAL_LABEL_DOMAIN,
+    )
+
+
+def measured(unit: UnitRun) -> dict[str, Any]:
+    """The transfer as the REST API and the pages show it: ``from``, ``to``, ``bytes``,
+    ``seconds``, ``cost`` (actual once it succeeded, else the estimate) and the estimate."""
+    info = (unit.spec or {}).get(TRANSFER) or {}
+    estimate = info.get("estimate") or {}
+    nbytes = usage.transfer_bytes(unit.outputs)
+    seconds: float | None = None
+    if unit.started_at and unit.finished_at and unit.phase == UnitPhase.SUCCEEDED:
+        seconds = max((unit.finished_at - unit.started_at).total_seconds(), 0.0)
+    actual = nbytes if nbytes is not None else int(estimate.get("bytes") or 0)
+    source, relay = str(info.get("from", "")), unit.site or str(info.get("to", ""))
+    # Priced as the run's cost and the usage rows price it, to the cent.
+    cost = usage.transfer_cost(actual, usage.link_price(source, relay))
+    return {
+        "from": source,
+        "to": relay,
+        "bytes": actual,
+        "seconds": seconds if seconds is not None else estimate.get("seconds"),
+        "cost": usage.money(cost),
+        "estimate": estimate,
+        "measured": nbytes is not None and seconds is not None,
+    }
+
+
+def moved_of(run: WorkflowRun) -> dict[str, dict[str, Any]]:
+    """``measured`` of each of the run's transfer units, by name (the run page's timeline
+    labels a copy's bar with what it moved). A run has a few, read in one query."""
+    return {u.name: measured(u) for u in run.units.filter(spec__kind=TRANSFER)}
+
+
+def observe(unit: UnitRun) -> None:
+    """Fold a succeeded transfer's bandwidth into its link's observed mean, once per attempt
+    (``spec.transfer.observed``: a conditional update)."""
+    info = (unit.spec or {}).get(TRANSFER) or {}
+    if unit.phase != UnitPhase.SUCCEEDED or info.get("observed") == unit.attempt:
+        return
+    found = measured(unit)
+    if not found["measured"] or found["seconds"] is None:
+        return
+    if int(found["bytes"]) < MIN_OBSERVED_BYTES:
+        return
+    spec = {**unit.spec, TRANSFER: {**info, "observed": unit.attempt}}
+    if not UnitRun.objects.filter(pk=unit.pk, spec=unit.spec).update(spec=spec):
+        return
+    unit.spec = spec
+    # Whole-second timestamps: a copy under a second counts as one second.
+    mbps = max(int(found["bytes"]), 1) * 8 / 1e6 / max(float(found["seconds"]), 1.0)
+    link = SiteLink.objects.filter(source__name=found["from"], target__name=unit.site)
+    with transaction.atomic():
+        row = link.select_for_update().first()
+        if row is None:
+            return
+        old = row.observed_mbps
+        new = mbps if old is None else EWMA_ALPHA * mbps + (1 - EWMA_ALPHA) * old
+        SiteLink.objects.filter(pk=row.pk).update(
+            observed_mbps=new, observed_transfers=F("observed_transfers") + 1
+        )
+
+
+def relay_again(run: WorkflowRun, unit: UnitRun, units: Sequence[UnitRun], lost: str) -> str | None:
+    """Another relay for a transfer whose site was lost (failover), or None."""
+    info = (unit.spec or {}).get(TRANSFER) or {}
+    view = planner_snapshot()
+    project = run.project.name if run.project_id and run.project else None
+    by_name = {u.name: u for u in units}
+    producer = by_name.get(str(info.get("producer")))
+    regions = _regions(producer, units, view.datasets.for_project(project)) if producer else set()
+    return relays.relay_for(
+        view.fleet,
+        str(info.get("from")),
+        str(info.get("for")),
+        int((info.get("estimate") or {}).get("bytes") or 0),
+        regions,
+        exclude=[lost],
+    )

@@ -17,14 +17,15 @@ import redis
 from celery import shared_task
 from django.utils import timezone
 
-from portal import execution, gateway
+from portal import execution
 from portal.admission import queue
 from portal.execution import locks
+from portal.karmada import client, errors, lists, resources
 
 log = logging.getLogger(__name__)
 
 RETRY: dict[str, Any] = {
-    "autoretry_for": (gateway.TransientError,),
+    "autoretry_for": (errors.TransientError,),
     "retry_backoff": 1,
     "retry_backoff_max": 60,
     "retry_jitter": True,
@@ -140,7 +141,7 @@ def _housekeeping_started(name: str) -> None:
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
     _housekeeping_started(sites_sync.name)
-    items, _ = gateway.list_objects(gateway.CLUSTER)
+    items, _ = lists.list_objects(resources.CLUSTER)
     seen = set()
     for cluster in items:
         site, _changed = execution.cluster_observe(cluster)
@@ -163,7 +164,7 @@ def bindings_resync() -> None:
     ended: set[int] = set()
     seen: set[str] = set()
     listed_at = timezone.now()
-    for items, _ in gateway.list_chunks(gateway.RESOURCE_BINDING):
+    for items, _ in lists.list_chunks(resources.RESOURCE_BINDING):
         ended |= execution.bindings_observe(items)
         seen |= execution.vanished.bound_names(items)
     ended |= set(execution.vanished.vanished_check(seen, listed_at))
@@ -181,9 +182,9 @@ def step_workflows_cleanup() -> None:
 @shared_task(priority=BULK)
 def resync() -> None:
     """The periodic safety net (Celery beat): Karmada calls here are one list per kind
-    (in chunks of ``gateway.LIST_CHUNK`` items), whatever the number of runs; everything else
+    (in chunks of ``lists.LIST_CHUNK`` items), whatever the number of runs; everything else
     is the database."""
-    if gateway.configured():
+    if client.configured():
         for task in (sites_sync, bindings_resync, step_workflows_cleanup):
             _housekeeping_enqueue(task)
     # The watcher writes the webhook's queued decisions every second; this is for when it
@@ -216,4 +217,4 @@ def step_workflows_delete(names: list[str]) -> None:
     """The step workflows of a deleted run (``run_services.run_delete``); a 404 counts as
     done, so a redelivered task is harmless."""
     for name in names:
-        gateway.delete(gateway.WORKFLOW, name)
+        client.delete(resources.WORKFLOW, name)

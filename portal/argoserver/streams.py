@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 
-from portal import logs
 from portal.argoserver.workflows import node_id
 from portal.choices import UnitPhase
+from portal.karmada import logs
 from portal.models import UnitRun
 
 

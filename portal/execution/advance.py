@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from placement import codec, manifests, parser, planner
 from placement.parser import Unit
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.execution import gates, outcome, transfers
 from portal.execution.common import (
@@ -31,6 +31,7 @@ from portal.execution.common import (
 )
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
+from portal.karmada import client, errors, resources
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import services as quota_services
@@ -563,9 +564,9 @@ def _shutdown(run: WorkflowRun) -> None:
             continue
         if unit.workflow_name:
             if not unit.spec.get("shutdown_sent"):
-                with contextlib.suppress(gateway.NotFound):
-                    gateway.patch(
-                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
+                with contextlib.suppress(errors.NotFound):
+                    client.patch(
+                        resources.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
                     )
                 UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
         elif not unit.spec.get("expanded"):

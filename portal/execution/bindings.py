@@ -18,8 +18,8 @@ from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, Uni
 from portal.execution import refusals
 from portal.execution.advance import run_refresh_status
 from portal.execution.common import event
+from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
-from portal.node_status import NodeStatusUnreadable, nodes_of
 from portal.outputs import bound_outputs, storable
 
 log = logging.getLogger(__name__)

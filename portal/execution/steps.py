@@ -18,10 +18,11 @@ from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
 from placement.revisions.selectors import active_revision_id, submission_revision_id
-from portal import gateway, labels, presign, state
+from portal import labels, presign, state
 from portal.choices import UnitPhase, UnitTiming
 from portal.execution import gates, transfers
 from portal.execution.common import SiteState, ancestors, event, sites_state, upstream_where
+from portal.karmada import client, errors, resources
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import selectors as quota_selectors
@@ -65,7 +66,7 @@ class RunWide:
 def run_wide_of(run: WorkflowRun, units: Iterable[UnitRun]) -> RunWide:
     units = list(units)
     return RunWide(
-        variables=run_variables_of(run, units, namespace=gateway.namespace()),
+        variables=run_variables_of(run, units, namespace=client.namespace()),
         global_outputs=run_global_outputs(run, units),
     )
 
@@ -104,7 +105,7 @@ def step_workflow_for(
         run_name=run.name,
         run_id=run.pk,
         attempt=unit.attempt,
-        namespace=gateway.namespace(),
+        namespace=client.namespace(),
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
@@ -139,7 +140,7 @@ def step_workflow_for(
 
 
 # The repositories' keys, read from their Secrets on karmada-apiserver, cached a minute.
-_KEYS = presign.KeyCache(gateway.secret_data)
+_KEYS = presign.KeyCache(client.secret_data)
 
 
 def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str | None) -> None:
@@ -149,7 +150,7 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
     arguments = spec.get("arguments")
     if not isinstance(arguments, dict) or not arguments.get("artifacts"):
         return
-    if not gateway.configured():
+    if not client.configured():
         # No karmada-apiserver to read the keys from, and none to create the step workflow
         # on: the body is only looked at (a preview of what would be created).
         return
@@ -162,7 +163,7 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
             presign.expiry_for(deadline_left),
             site,
         )
-    except (KeyError, gateway.PermanentError) as exc:
+    except (KeyError, errors.PermanentError) as exc:
         # The repository's Secret is missing or holds no keys: the step cannot read its input.
         raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
 
@@ -290,18 +291,18 @@ def submit_unit(
     Revisions(run).annotate(body, unit)
     name = body["metadata"]["name"]
     try:
-        gateway.create(gateway.WORKFLOW, body)
-    except gateway.TransientError as exc:
+        client.create(resources.WORKFLOW, body)
+    except errors.TransientError as exc:
         _waiting_for_karmada(run, unit, exc)
         raise
-    except gateway.AlreadyExists:
-        existing = gateway.get(gateway.WORKFLOW, name)
+    except errors.AlreadyExists:
+        existing = client.get(resources.WORKFLOW, name)
         if not _is_ours(existing, run, unit):
             state.unit_move(
                 unit, UnitPhase.ERROR, message=f"a foreign Workflow {name} already exists"
             )
             return False
-    except gateway.PermanentError as exc:
+    except errors.PermanentError as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"Karmada refused the step workflow: {exc}")
         return False
     claimed = UnitRun.objects.filter(
@@ -331,7 +332,7 @@ def _wait_for_a_site(run: WorkflowRun, unit: UnitRun, why: str) -> None:
     event(run.pk, "unit-waiting", f"{unit.name}: {reason}", unit)
 
 
-def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: gateway.KarmadaError) -> None:
+def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: errors.KarmadaError) -> None:
     """A unit that cannot be created while Karmada is unreachable stays Pending, and the run
     page and the API say why: its message, and one event per outage (not one per retry)."""
     message = f"waiting for Karmada: {exc.message}"[:2000]
@@ -352,11 +353,11 @@ def _create(body: dict[str, Any], run: WorkflowRun, unit: UnitRun) -> str | None
     exists now and is ours; else why the unit cannot run. ``TransientError`` goes up."""
     name = body["metadata"]["name"]
     try:
-        gateway.create(gateway.WORKFLOW, body)
-    except gateway.AlreadyExists:
-        if not _is_ours(gateway.get(gateway.WORKFLOW, name), run, unit):
+        client.create(resources.WORKFLOW, body)
+    except errors.AlreadyExists:
+        if not _is_ours(client.get(resources.WORKFLOW, name), run, unit):
             return f"a foreign Workflow {name} already exists"
-    except gateway.PermanentError as exc:
+    except errors.PermanentError as exc:
         return f"Karmada refused the step workflow: {exc}"
     return None
 
@@ -403,13 +404,13 @@ def submit_units(
     workers = max(1, min(settings.PORTAL_CREATE_CONCURRENCY, len(bodies)))
     created: list[tuple[UnitRun, str]] = []
     refused: list[tuple[UnitRun, str]] = []
-    transient: tuple[UnitRun, gateway.KarmadaError] | None = None
-    results: list[tuple[UnitRun, dict[str, Any], str | None, gateway.TransientError | None]] = []
+    transient: tuple[UnitRun, errors.KarmadaError] | None = None
+    results: list[tuple[UnitRun, dict[str, Any], str | None, errors.TransientError | None]] = []
     if workers == 1:
         for unit, body in bodies:
             try:
                 results.append((unit, body, _create(body, run, unit), None))
-            except gateway.TransientError as exc:
+            except errors.TransientError as exc:
                 results.append((unit, body, None, exc))
                 break
     else:
@@ -418,7 +419,7 @@ def submit_units(
             for unit, body, future in futures:
                 try:
                     results.append((unit, body, future.result(), None))
-                except gateway.TransientError as exc:
+                except errors.TransientError as exc:
                     results.append((unit, body, None, exc))
     for unit, body, why, failure in results:
         if failure is not None:

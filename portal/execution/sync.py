@@ -14,7 +14,9 @@ from django.utils import timezone
 
 from placement import manifests, parser
 from placement.revisions.selectors import active_revision_id
-from portal import gateway, labels
+from portal import labels
+from portal.karmada import client, lists, resources
+from portal.karmada.errors import KarmadaError, TransientError
 from sites.choices import SyncMode
 from sites.models import Site
 
@@ -140,10 +142,10 @@ def policies_sync() -> dict[str, int]:
     """Keep the per-site and fallback PropagationPolicies, the per-site OverridePolicies and
     (``PORTAL_WEBHOOK_REGISTER``) the webhook configuration in step with the inventory: create
     or update what should be there, delete what should not."""
-    ns = gateway.namespace()
+    ns = client.namespace()
     domain = settings.PORTAL_LABEL_DOMAIN
     prefix = settings.PORTAL_POLICY_PREFIX
-    gateway.ensure_namespace(ns)
+    client.ensure_namespace(ns)
     wanted: dict[tuple[str, str], dict[str, Any]] = {}
     owner: dict[tuple[str, str], str] = {}  # the site an object belongs to ("" for none)
     for name, overrides in Site.objects.values_list("name", "overrides"):
@@ -187,21 +189,21 @@ def policies_sync() -> dict[str, int]:
     # a fan-out over 50 sites cost Karmada beyond its creates).
     selector = f"{labels.key(labels.MANAGED)}=true"
     present: dict[tuple[str, str], dict[str, Any]] = {}
-    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
-        items, _ = gateway.list_objects(resource, label_selector=selector)
+    for resource in (resources.PROPAGATION_POLICY, resources.OVERRIDE_POLICY):
+        items, _ = lists.list_objects(resource, label_selector=selector)
         present.update({(resource.kind, item["metadata"]["name"]): item for item in items})
-    failed: list[gateway.KarmadaError] = []
+    failed: list[KarmadaError] = []
     errors: dict[str, list[str]] = {}  # by site ("" for the objects of no site)
     for (kind, name), body in wanted.items():
         current = present.get((kind, name))
-        if current is not None and gateway.owned_in_step(current, body):
+        if current is not None and client.owned_in_step(current, body):
             counts["in_step"] = counts.get("in_step", 0) + 1
             continue
         # One object Karmada refuses must not keep the others (a new site's policy, an
         # override change) from being written.
         try:
-            gateway.apply(gateway.BY_KIND[kind], body)
-        except gateway.KarmadaError as exc:
+            client.apply(resources.BY_KIND[kind], body)
+        except KarmadaError as exc:
             log.error("could not write %s %s: %s", kind, name, exc)
             failed.append(exc)
             errors.setdefault(owner.get((kind, name), ""), []).append(f"{kind} {name}: {exc}")
@@ -211,10 +213,10 @@ def policies_sync() -> dict[str, int]:
     _policy_errors_record(errors)
     for kind, name in present:
         if (kind, name) not in wanted:
-            gateway.delete(gateway.BY_KIND[kind], name)
+            client.delete(resources.BY_KIND[kind], name)
             counts["deleted"] += 1
     # A transient failure is retried by the task (with backoff); the resync tries again anyway.
-    transient = [e for e in failed if isinstance(e, gateway.TransientError)]
+    transient = [e for e in failed if isinstance(e, TransientError)]
     if transient:
         raise transient[0]
     return counts
@@ -276,5 +278,5 @@ def webhook_configuration() -> dict[str, Any]:
 def webhook_register() -> dict[str, Any]:
     """Create or replace the configuration on karmada-apiserver; returns what was applied."""
     body = webhook_configuration()
-    gateway.apply_mutating_webhook(body)
+    client.apply_mutating_webhook(body)
     return body

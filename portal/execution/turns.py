@@ -9,11 +9,12 @@ import logging
 from django.conf import settings
 from django.utils import timezone
 
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, RunStatus
 from portal.execution import claims
 from portal.execution.advance import Turn, run_advance
 from portal.execution.common import event
+from portal.karmada import errors
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def _advance_counted(run_id: int) -> float | None:
         return None
     try:
         more = run_advance(run_id, Turn())
-    except gateway.TransientError:
+    except errors.TransientError:
         claims.tries_end(run_id)  # Karmada's fault, not the run's: the task backs off
         raise
     except Exception as exc:

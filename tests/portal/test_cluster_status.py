@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from portal import execution, gateway
+from portal import execution
+from portal.karmada import client, lists, resources
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
 
@@ -71,11 +72,11 @@ def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_a
     sandbox: SandboxServer, db: Any, settings: Any
 ) -> None:
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    gateway.reset()
+    client.reset()
     try:
-        clusters, _ = gateway.list_objects(gateway.CLUSTER)
+        clusters, _ = lists.list_objects(resources.CLUSTER)
     finally:
-        gateway.reset()
+        client.reset()
     assert clusters
     for cluster in clusters:
         site, _ = execution.cluster_observe(cluster)

@@ -9,8 +9,9 @@ from typing import Any
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import execution, gateway, services
+from portal import execution, services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.karmada import lists, resources
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Site
 from sites.services import site_set_cordoned
@@ -54,7 +55,7 @@ def settle(sandbox: SandboxServer, run: WorkflowRun) -> WorkflowRun:
     execution.run_advance(run.pk)
 
     def ended() -> WorkflowRun | None:
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         execution.bindings_observe(items)
         execution.run_advance(run.pk)
         fresh = WorkflowRun.objects.get(pk=run.pk)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("portal", "placement", "sites", "sandbox")
 
 # The worker side: the Celery tasks, the watcher and everything that runs a run.
-WORKER = ("portal.tasks", "portal.watcher", "portal.execution")
+WORKER = ("portal.tasks", "portal.karmada.watcher", "portal.execution")
 # The webhook's decision and the recording of its decisions.
 WEBHOOK = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
 PURE = ("placement.context", "placement.codec")
@@ -104,8 +104,19 @@ def test_the_worker_side_never_loads_the_webhooks_decision():
     assert _offending(WORKER, ("portal.admission.decide",)) == {}
 
 
-def test_the_webhooks_decision_and_recorder_never_load_the_gateway():
-    assert _offending(WEBHOOK, ("portal.gateway", "kubernetes")) == {}
+def test_the_webhooks_decision_and_recorder_never_load_the_karmada_boundary():
+    assert _offending(WEBHOOK, ("portal.karmada", "kubernetes")) == {}
+
+
+def test_only_the_karmada_client_imports_kubernetes():
+    """One module owns the Kubernetes client: every other one reaches Karmada through it."""
+    importers = sorted(
+        module
+        for package in PACKAGES
+        for module in _modules_under(package)
+        if any(n == "kubernetes" or n.startswith("kubernetes.") for n in _imports(module))
+    )
+    assert importers == ["portal.karmada.client"]
 
 
 def test_the_placement_context_codec_is_pure():
@@ -115,11 +126,11 @@ def test_the_placement_context_codec_is_pure():
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from portal import gateway", "portal.gateway"),
+        ("from portal.karmada import client", "portal.karmada.client"),
         ("from portal.admission import decide", "portal.admission.decide"),
         ("import portal.admission.decide", "portal.admission.decide"),
         ("def f():\n    from .admission import queue", "portal.admission.queue"),
-        ("from . import gateway", "portal.gateway"),
+        ("from .karmada import client", "portal.karmada.client"),
     ],
 )
 def test_the_checker_sees_each_form_of_import(source, expected):

@@ -17,11 +17,12 @@ from django.test import Client
 from placement.revisions import replay, services
 from placement.revisions.models import PlanningRecord, PlanningSnapshot
 from placement.revisions.selectors import current_config
-from portal import execution, gateway, labels
+from portal import execution, labels
 from portal import services as run_services
 from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import UnitPhase
+from portal.karmada import client, resources
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer
@@ -80,7 +81,7 @@ def test_step_workflows_carry_the_revision_their_site_came_from(
     def annotation(unit_name: str) -> str:
         name = run.units.get(name=unit_name).workflow_name
         assert name
-        obj = gateway.get(gateway.WORKFLOW, name)  # read back from karmada-apiserver
+        obj = client.get(resources.WORKFLOW, name)  # read back from karmada-apiserver
         return str((obj["metadata"].get("annotations") or {}).get(key))
 
     # Placed at submission: the revision active then, though a later one is active now.

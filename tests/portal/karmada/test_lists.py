@@ -73,7 +73,7 @@ def test_a_token_expired_at_the_first_chunk_is_not_retried_forever(fleet, monkey
         calls.append(kwargs)
         raise errors.Expired("too old", 410)
 
-    monkeypatch.setattr(client, "_list_chunk", expired)
+    monkeypatch.setattr(client, "list_page", expired)
     with pytest.raises(errors.Expired):
         list(lists.list_chunks(resources.PROPAGATION_POLICY))
     assert len(calls) == 1

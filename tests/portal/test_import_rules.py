@@ -119,6 +119,13 @@ def test_only_the_karmada_client_imports_kubernetes():
     assert importers == ["portal.karmada.client"]
 
 
+def test_the_boundarys_plain_modules_load_neither_django_nor_the_portal():
+    """What a failure means, the kinds and a member's node map are plain data (held to
+    ``mypy --strict``): they load nothing of Django, ``kubernetes`` or the project."""
+    plain = ("portal.karmada.errors", "portal.karmada.resources", "portal.karmada.node_status")
+    assert _offending(plain, ("django", "portal", "kubernetes", "sites", "placement")) == {}
+
+
 def test_the_placement_context_codec_is_pure():
     assert _offending(PURE, ("django", "portal", "sites", "rest_framework")) == {}
 

@@ -18,7 +18,8 @@ from typing import Any
 from celery import beat as celery_beat
 from django.conf import settings
 
-from portal import gateway, leader
+from portal import leader
+from portal.karmada import client
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +44,14 @@ class LeaderScheduler(_Scheduler):
             self._campaign()
 
     def _campaign(self) -> None:
-        if not gateway.configured():
+        if not client.configured():
             log.warning("beat: Karmada is not configured; no leader election, this beat leads")
             return
         config = leader.ElectionConfig.from_settings(leader.BEAT_LEASE)
         self._elector = leader.Elector(config)
         log.warning(
             "beat: leader election: lease %s/%s as %s",
-            gateway.namespace(),
+            client.namespace(),
             config.lease_name,
             config.identity,
         )

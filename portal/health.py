@@ -79,14 +79,14 @@ def _check_broker() -> _Outcome:
 
 
 def _check_karmada() -> _Outcome:
-    from portal import gateway
+    from portal.karmada import client, errors
 
-    if not gateway.configured():
+    if not client.configured():
         # not configured: the portal runs without a fleet (inventory only)
         return _Outcome(None, "ok")
     try:
-        gateway.ping()
-    except gateway.TransientError as exc:
+        client.ping()
+    except errors.TransientError as exc:
         return _Outcome(exc.message, "unreachable" if exc.status is None else "failed")
     except Exception as exc:  # noqa: BLE001
         return _failed(exc)

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.conf import settings
 
-from portal import gateway
+from portal.karmada import client, errors
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ class Elector:
         period later)."""
         try:
             return self._try(timeout)
-        except gateway.KarmadaError as exc:
+        except errors.KarmadaError as exc:
             log.info("%s: %s", self.config.lease_name, exc)
             return False
 
@@ -210,14 +210,14 @@ class Elector:
             )
             try:
                 return self._won(
-                    mine, began, gateway.lease_update(self._body(mine), timeout=timeout)
+                    mine, began, client.lease_update(self._body(mine), timeout=timeout)
                 )
-            except gateway.KarmadaError as exc:
+            except errors.KarmadaError as exc:
                 log.info("%s: renewing optimistically failed (%s)", self.config.lease_name, exc)
         # 2. Read the lease, or create it.
         try:
-            current = gateway.lease_get(self.config.lease_name, timeout=self._left(began, timeout))
-        except gateway.NotFound:
+            current = client.lease_get(self.config.lease_name, timeout=self._left(began, timeout))
+        except errors.NotFound:
             return self._create(record, began, timeout)
         self._lease = current
         old = Record.of(current)
@@ -233,17 +233,17 @@ class Elector:
             )
         else:
             mine = Record(record.holder, record.duration_s, now_text, now_text, old.transitions + 1)
-        lease = gateway.lease_update(self._body(mine), timeout=self._left(began, timeout))
+        lease = client.lease_update(self._body(mine), timeout=self._left(began, timeout))
         return self._won(mine, began, lease)
 
     def _create(self, record: Record, began: float, timeout: float) -> bool:
         self._lease = None
         body = self._body(record)
         try:
-            lease = gateway.lease_create(body, timeout=self._left(began, timeout))
-        except gateway.NotFound:
+            lease = client.lease_create(body, timeout=self._left(began, timeout))
+        except errors.NotFound:
             # The portal's namespace itself is missing on a fresh control plane.
-            gateway.ensure_namespace(gateway.namespace())
+            client.ensure_namespace(client.namespace())
             raise
         return self._won(record, began, lease)
 
@@ -260,10 +260,10 @@ class Elector:
         now_text = micro_time()
         record = Record("", 1, now_text, now_text, self._observed.transitions)
         try:
-            self._lease = gateway.lease_update(
+            self._lease = client.lease_update(
                 self._body(record), timeout=self.config.renew_deadline
             )
-        except gateway.KarmadaError as exc:
+        except errors.KarmadaError as exc:
             log.warning("%s: could not release the lease: %s", self.config.lease_name, exc)
             return False
         self._observe(record, self.clock())

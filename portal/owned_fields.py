@@ -1,5 +1,6 @@
-"""The fields the portal owns in an object it applies (``gateway.apply``): pure comparisons
-and a three-way merge of plain JSON values, kept apart from the client that writes them."""
+"""The fields the portal owns in an object it applies (``portal.karmada.client.apply``): pure
+comparisons and a three-way merge of plain JSON values, kept apart from the client that writes
+them."""
 
 from __future__ import annotations
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from celery import shared_task
 
-from portal import gateway
 from portal.controller import cleanup, resume, sync, worker
 from portal.controller import resync as controller_resync
 from portal.controller.enqueue import BULK
+from portal.karmada import errors
 
 RETRY: dict[str, Any] = {
-    "autoretry_for": (gateway.TransientError,),
+    "autoretry_for": (errors.TransientError,),
     "retry_backoff": 1,
     "retry_backoff_max": 60,
     "retry_jitter": True,

@@ -27,7 +27,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from placement.demo import create_credentials
-from portal import gateway
+from portal.karmada import client, lists, resources
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.stack import (
     WATCHER_READY,
@@ -110,8 +110,8 @@ class Stack:
         return self.processes.log(name, lines)
 
     def workflows(self, run_id: int) -> list[dict[str, Any]]:
-        items, _ = gateway.list_objects(
-            gateway.WORKFLOW, label_selector=f"portal.multisite.io/run={run_id}"
+        items, _ = lists.list_objects(
+            resources.WORKFLOW, label_selector=f"portal.multisite.io/run={run_id}"
         )
         return items
 
@@ -349,7 +349,7 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
     settings.PORTAL_WEBHOOK_URL = stack.env["PORTAL_WEBHOOK_URL"]
     settings.PORTAL_DECISION_QUEUE_KEY = STACK_QUEUE_KEY
-    gateway.reset()
+    client.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)
     # The demo sites' credential Secrets, as run_demo creates them: with real execution a step
@@ -384,7 +384,7 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
         yield stack
     finally:
         stack.sandbox.clear_faults()
-        gateway.reset()
+        client.reset()
     stack.check()
     # The portal runs as its ServiceAccount with the shipped RBAC: any refusal is a grant
     # deploy/ lacks, even where the portal turned the 403 into a message and went on.
@@ -420,11 +420,11 @@ def gateway_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[S
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
     for name, value in more.items():
         setattr(settings, name, value)
-    gateway.reset()
+    client.reset()
     try:
         yield sandbox
     finally:
-        gateway.reset()
+        client.reset()
 
 
 def load_demo_inventory(sandbox: SandboxServer, settings: Any) -> None:

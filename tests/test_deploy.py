@@ -393,7 +393,7 @@ def grants(rules: list[dict[str, Any]]) -> dict[tuple[str, str, str], set[str]]:
 
 
 def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
-    """No grant beyond what portal/gateway.py calls. That every call it makes is granted is
+    """No grant beyond what portal/karmada/ calls. That every call it makes is granted is
     checked where it counts: the integration tests run the portal as this ServiceAccount on
     a sandbox that evaluates this RBAC (and deploy/member's at the sites), and a stack test
     fails on any refusal of the portal's identity (tests/fixtures_stack.py)."""
@@ -406,7 +406,7 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
             "update",
         },
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", "*"): {"create"},
-        # gateway.pod_log (GET) and member_workflow_get / member_workflow_replace (GET, PUT).
+        # proxy.pod_log (GET) and member_workflow_get / member_workflow_replace (GET, PUT).
         ("cluster.karmada.io", "clusters/proxy", "*"): {"get", "update"},
     }
     # Only names the portal's groups for Karmada's unified auth: no request uses this verb.
@@ -422,8 +422,8 @@ def test_the_portal_identity_gets_exactly_what_the_gateway_calls() -> None:
         ("coordination.k8s.io", "leases", "*"): {"create"},
         ("coordination.k8s.io", "leases", "portal-watcher"): {"get", "update"},
         ("coordination.k8s.io", "leases", "portal-beat"): {"get", "update"},
-        ("", "configmaps", "*"): {"get"},  # gateway.config_map_data (semaphore limits)
-        ("", "secrets", "*"): {"get"},  # gateway.secret_data (signing pre-signed reads)
+        ("", "configmaps", "*"): {"get"},  # client.config_map_data (semaphore limits)
+        ("", "secrets", "*"): {"get"},  # client.secret_data (signing pre-signed reads)
     }
     role = next(d for p, _, d in DOCUMENTS if p.endswith("rbac.yaml") and d["kind"] == "Role")
     assert role["metadata"]["namespace"] == "portal"
@@ -477,22 +477,22 @@ def test_the_shipped_rbac_lets_the_portal_do_what_the_gateway_does() -> None:
 
 
 def test_the_gateway_uses_no_resource_the_rbac_does_not_grant() -> None:
-    from portal import gateway
+    from portal.karmada import proxy, resources
 
     granted = {(g, r) for g, r, _ in grants(rules_of("ClusterRole")) | grants(rules_of("Role"))}
     used = {
-        gateway.CLUSTER,
-        gateway.PROPAGATION_POLICY,
-        gateway.OVERRIDE_POLICY,
-        gateway.RESOURCE_BINDING,
-        gateway.WORKFLOW,
-        gateway.LEASE,
+        resources.CLUSTER,
+        resources.PROPAGATION_POLICY,
+        resources.OVERRIDE_POLICY,
+        resources.RESOURCE_BINDING,
+        resources.WORKFLOW,
+        resources.LEASE,
     }
     assert {(r.group, r.plural) for r in used} <= granted
     assert ("cluster.karmada.io", "clusters/proxy") in granted
-    assert "clusters/{site}/proxy" in gateway.CLUSTER_PROXY_LOG
-    # ClusterPropagationPolicy is declared in the gateway but nothing calls it; granting it
-    # would let the portal place objects of any namespace.
+    assert "clusters/{site}/proxy" in proxy.CLUSTER_PROXY_LOG
+    # ClusterPropagationPolicy is declared in portal.karmada.resources but nothing calls it;
+    # granting it would let the portal place objects of any namespace.
     assert ("policy.karmada.io", "clusterpropagationpolicies") not in granted
 
 

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from placement.parser import FieldError, WorkflowInvalid
-from portal import log_follows, logs, outputs, reasons, services
+from portal import log_follows, outputs, reasons, services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
 from portal.api.serializers import (
@@ -34,6 +34,7 @@ from portal.api.serializers import (
 )
 from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
+from portal.karmada import logs
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import runs_visible_to, unit_by_key, unit_detail
 from portal.submission_limits import SubmissionsThrottled

@@ -5,7 +5,7 @@ gets each as a server-sent event, ``data: {"result": ...}`` and a blank line
 
 Neither stream holds a web worker for long: a watch ends after ``PORTAL_ARGO_WATCH_SECONDS``
 or once the workflow it names has finished (the argo CLI watches again on end of stream), a
-followed log after ``PORTAL_LOG_FOLLOW_SECONDS`` (``portal.logs``)."""
+followed log after ``PORTAL_LOG_FOLLOW_SECONDS`` (``portal.karmada.logs``)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 
-from portal import logs
 from portal.argoserver.workflows import node_id
 from portal.choices import UnitPhase
+from portal.karmada import logs
 from portal.models import UnitRun
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from portal.choices import RunStatus, UnitPhase
-from portal.logs import fnv32a
+from portal.karmada.logs import fnv32a
 from portal.models import SyncHold, UnitRun, WorkflowRun
 from portal.selectors import outputs_summary
 

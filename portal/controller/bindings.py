@@ -17,8 +17,8 @@ from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, Uni
 from portal.controller import refusals
 from portal.controller.common import event
 from portal.controller.status import run_refresh_status
+from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
-from portal.node_status import NodeStatusUnreadable, nodes_of
 from portal.outputs import bound_outputs, storable
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from portal import gateway
 from portal.choices import ACTIVE_RUN, FINAL_UNIT
 from portal.controller import keep_logs
+from portal.karmada import client, errors, resources
 from portal.models import UnitRun
 
 log = logging.getLogger(__name__)
@@ -109,8 +109,8 @@ def _delete_all(pks: list[int], names: dict[int, str]) -> int:
 
 def _delete(pk: int, name: str) -> bool:
     try:
-        gateway.delete(gateway.WORKFLOW, name)
-    except gateway.KarmadaError as exc:
+        client.delete(resources.WORKFLOW, name)
+    except errors.KarmadaError as exc:
         log.warning("could not delete finished step workflow %s: %s", name, exc)
         return False
     UnitRun.objects.filter(pk=pk, workflow_name=name).update(workflow_deleted_at=timezone.now())
@@ -131,8 +131,8 @@ def superseded_cleanup() -> int:
         left = []
         for name in unit.spec.get("superseded_workflows") or []:
             try:
-                gateway.delete(gateway.WORKFLOW, name)
-            except gateway.KarmadaError as exc:
+                client.delete(resources.WORKFLOW, name)
+            except errors.KarmadaError as exc:
                 log.warning("could not delete superseded step workflow %s: %s", name, exc)
                 left.append(name)
                 continue
@@ -148,4 +148,4 @@ def step_workflows_delete(names: list[str]) -> None:
     """The step workflows of a deleted run; a 404 counts as done, so doing it twice is
     harmless."""
     for name in names:
-        gateway.delete(gateway.WORKFLOW, name)
+        client.delete(resources.WORKFLOW, name)

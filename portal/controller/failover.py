@@ -13,11 +13,12 @@ from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from placement import codec, planner
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.controller import transfers
 from portal.controller.cleanup import superseded_remember
 from portal.controller.common import ancestors, event, upstream_where
+from portal.karmada import client, errors, resources
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from sites.models import Site
@@ -53,8 +54,8 @@ def failover_unit(
         return False
     if old_name:
         try:
-            gateway.delete(gateway.WORKFLOW, old_name)
-        except gateway.KarmadaError as exc:
+            client.delete(resources.WORKFLOW, old_name)
+        except errors.KarmadaError as exc:
             # Karmada is unreachable: the old attempt's name no longer matches the unit, so
             # whatever it reports later is ignored, and the resync deletes it then.
             log.info("could not delete %s after failover: %s", old_name, exc)

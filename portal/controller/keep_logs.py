@@ -1,7 +1,7 @@
 """Keeping finished attempts' logs before their step workflows are deleted (``cleanup``):
 each pod's main-container log is read once more through Karmada's cluster proxy and stored,
 at most ``PORTAL_KEPT_LOG_MAX_BYTES`` of its end, in ``KeptAttempt`` and ``KeptLog`` rows; the
-log views serve it from there afterwards (``portal.logs``).
+log views serve it from there afterwards (``portal.karmada.logs``).
 
 * Idempotent and never half-stored: attempts are written in batches, each batch in one
   transaction with upserts, and an attempt counts as kept only once its record carries
@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
-from portal import gateway, logs
+from portal.karmada import client, errors, logs, proxy
 from portal.models import KeptAttempt, KeptLog
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Keeper:
             return False
         try:
             status = logs.member_status(record.workflow)
-        except gateway.KarmadaError as exc:
+        except errors.KarmadaError as exc:
             if not give_up:
                 raise KeepLater(exc.message) from exc
             record.note = f"its status was unreadable when the step workflow was deleted ({exc})"
@@ -243,20 +243,20 @@ def _read_end(site: str, pod: str, container: str, limit: int) -> _Log:
     data = bytearray()
     size = 0
     try:
-        stream = gateway.pod_log(
-            site, gateway.namespace(), pod, container=container, read_timeout=READ_TIMEOUT_S
+        stream = proxy.pod_log(
+            site, client.namespace(), pod, container=container, read_timeout=READ_TIMEOUT_S
         )
         for chunk in stream:
             size += len(chunk)
             data += chunk
             if len(data) > 2 * limit:
                 del data[: len(data) - limit]
-    except gateway.LogsUnavailable as exc:
+    except errors.LogsUnavailable as exc:
         if exc.status in FOR_GOOD:
             why = f"the site no longer gave this pod's log ({exc.message})"
             raise logs.LogsNotAvailable(why) from exc
         raise KeepLater(exc.message) from exc
-    except gateway.KarmadaError as exc:
+    except errors.KarmadaError as exc:
         raise KeepLater(exc.message) from exc
     if len(data) > limit:
         del data[: len(data) - limit]

@@ -37,10 +37,10 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from portal import gateway
 from portal.choices import ACTIVE_RUN, FINAL_UNIT
 from portal.controller import workqueue
 from portal.controller.common import event
+from portal.karmada import client, errors
 from portal.models import FleetLock, SyncHold, UnitRun, WorkflowRun
 from sites.models import priority_clamp
 
@@ -131,7 +131,7 @@ def unit_locks(run: WorkflowRun, unit: UnitRun) -> list[Lock]:
 
 
 def namespace() -> str:
-    return gateway.namespace()
+    return client.namespace()
 
 
 def _declared(locks: Sequence[Lock]) -> list[Lock]:
@@ -182,13 +182,13 @@ def limit_of(lock: Lock) -> int:
     ns = namespace()
     name, key = lock.configmap
     try:
-        data = gateway.config_map_data(name, ns)
-    except gateway.NotFound as exc:
+        data = client.config_map_data(name, ns)
+    except errors.NotFound as exc:
         raise LockInvalid(
             f"{lock.field}.configMapKeyRef: no ConfigMap {name!r} in namespace {ns!r} on "
             "karmada-apiserver"
         ) from exc
-    except gateway.Forbidden as exc:
+    except errors.Forbidden as exc:
         raise LockInvalid(f"{lock.field}.configMapKeyRef: {exc.message}") from exc
     raw = str(data.get(key, "")).strip()
     if not raw.isdigit():

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, RunStatus
 from portal.controller.advance import Turn, run_advance
 from portal.controller.common import event
 from portal.controller.workqueue import claims
+from portal.karmada import errors
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ def reconcile(run_id: int) -> Result:
         return Result()
     try:
         more = run_advance(run_id, Turn())
-    except gateway.TransientError:
+    except errors.TransientError:
         claims.tries_end(run_id)  # Karmada's fault, not the run's: the task backs off
         raise
     except Exception as exc:

@@ -18,10 +18,10 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from portal import gateway
 from portal.controller.common import event
+from portal.karmada import client, errors, proxy, resources
+from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import UnitRun
-from portal.node_status import NodeStatusUnreadable, nodes_of
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +67,14 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
     name = unit.workflow_name
     if not name:
         return False
-    gateway.patch(gateway.WORKFLOW, name, {"spec": {"suspend": None}})
+    client.patch(resources.WORKFLOW, name, {"spec": {"suspend": None}})
     resumed = 0
     if unit.site:
-        ns = gateway.namespace()
+        ns = client.namespace()
         for _ in range(MAX_CONFLICTS):
             try:
-                wf = gateway.member_workflow_get(unit.site, ns, name)
-            except gateway.KarmadaError as exc:
+                wf = proxy.member_workflow_get(unit.site, ns, name)
+            except errors.KarmadaError as exc:
                 _partial(unit, exc)
                 return True
             try:
@@ -103,10 +103,10 @@ def unit_resume(unit: UnitRun, *, by: str) -> bool:
             if compressed:
                 _dehydrate(wf)
             try:
-                gateway.member_workflow_replace(unit.site, ns, name, wf)
-            except gateway.Conflict:
+                proxy.member_workflow_replace(unit.site, ns, name, wf)
+            except errors.Conflict:
                 continue
-            except gateway.Forbidden as exc:  # the read was granted, the write is not
+            except errors.Forbidden as exc:  # the read was granted, the write is not
                 _partial(unit, exc)
                 return True
             resumed = len(active)
@@ -126,7 +126,7 @@ def unit_resume_by_id(unit_id: int, *, by: str) -> bool:
     return unit is not None and unit_resume(unit, by=by)
 
 
-def _partial(unit: UnitRun, exc: gateway.KarmadaError) -> None:
+def _partial(unit: UnitRun, exc: errors.KarmadaError) -> None:
     event(
         unit.run_id,
         "resume-partial",

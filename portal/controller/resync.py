@@ -1,6 +1,6 @@
 """The periodic safety net (Celery beat's ``resync``): what a lost watch event, a lost task or
 a lost site would leave undone. Karmada calls here are one list per kind (in chunks of
-``gateway.LIST_CHUNK`` items), whatever the number of runs; everything else is the database.
+``lists.LIST_CHUNK`` items), whatever the number of runs; everything else is the database.
 
 The housekeeping that lists Karmada (Clusters, bindings, finished step workflows) runs as
 tasks of its own behind what users wait on, one of each queued at a time: a housekeeping task
@@ -17,7 +17,6 @@ import logging
 import redis
 from django.utils import timezone
 
-from portal import gateway
 from portal.controller import (
     bindings,
     cleanup,
@@ -30,6 +29,7 @@ from portal.controller import (
     workqueue,
 )
 from portal.controller.workqueue import claims
+from portal.karmada import client, lists, resources
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ HOUSEKEEPING_MARK_S = 120
 def resync() -> None:
     """Queue the housekeeping, write the webhook's queued decisions (for when the watcher
     does not run), and ask for the runs nothing else would move on."""
-    if gateway.configured():
+    if client.configured():
         for name in (SITES_SYNC, BINDINGS_RESYNC, STEP_WORKFLOWS_CLEANUP):
             _housekeeping_enqueue(name)
     unreadable = bindings.decisions_written(wait=False)
@@ -71,7 +71,7 @@ def resync() -> None:
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
     _housekeeping_started(SITES_SYNC)
-    items, _ = gateway.list_objects(gateway.CLUSTER)
+    items, _ = lists.list_objects(resources.CLUSTER)
     seen = set()
     for cluster in items:
         site, _changed = sync.cluster_observe(cluster)
@@ -90,7 +90,7 @@ def bindings_resync() -> None:
     ended: set[int] = set()
     seen: set[str] = set()
     listed_at = timezone.now()
-    for items, _ in gateway.list_chunks(gateway.RESOURCE_BINDING):
+    for items, _ in lists.list_chunks(resources.RESOURCE_BINDING):
         ended |= bindings.bindings_observe(items)
         seen |= vanished.bound_names(items)
     ended |= set(vanished.vanished_check(seen, listed_at))

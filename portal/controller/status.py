@@ -6,11 +6,12 @@ import contextlib
 
 from django.utils import timezone
 
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
 from portal.controller import gates, outcome
 from portal.controller.common import event
 from portal.controller.exit_handler import exit_pending
+from portal.karmada import client, errors, resources
 from portal.models import UnitRun, WorkflowRun
 
 
@@ -79,9 +80,9 @@ def shutdown(run: WorkflowRun) -> None:
             continue
         if unit.workflow_name:
             if not unit.spec.get("shutdown_sent"):
-                with contextlib.suppress(gateway.NotFound):
-                    gateway.patch(
-                        gateway.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
+                with contextlib.suppress(errors.NotFound):
+                    client.patch(
+                        resources.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
                     )
                 UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
         elif not unit.spec.get("expanded"):

@@ -14,9 +14,10 @@ from placement import codec, manifests
 from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
-from portal import gateway, labels, presign
+from portal import labels, presign
 from portal.controller import gates, transfers
 from portal.controller.common import SiteState, sites_state
+from portal.karmada import client, errors
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import selectors as quota_selectors
 from portal.selectors import (
@@ -59,7 +60,7 @@ class RunWide:
 def run_wide_of(run: WorkflowRun, units: Iterable[UnitRun]) -> RunWide:
     units = list(units)
     return RunWide(
-        variables=run_variables_of(run, units, namespace=gateway.namespace()),
+        variables=run_variables_of(run, units, namespace=client.namespace()),
         global_outputs=run_global_outputs(run, units),
     )
 
@@ -98,7 +99,7 @@ def step_workflow_for(
         run_name=run.name,
         run_id=run.pk,
         attempt=unit.attempt,
-        namespace=gateway.namespace(),
+        namespace=client.namespace(),
         site=site,
         reason=unit.reason or "placed at runtime",
         workflow_parameters=run.compiled.get("parameters") or {},
@@ -145,7 +146,7 @@ def _workflow_status(body: dict[str, Any], status: str) -> None:
 
 
 # The repositories' keys, read from their Secrets on karmada-apiserver, cached a minute.
-_KEYS = presign.KeyCache(gateway.secret_data)
+_KEYS = presign.KeyCache(client.secret_data)
 
 
 def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str | None) -> None:
@@ -155,7 +156,7 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
     arguments = spec.get("arguments")
     if not isinstance(arguments, dict) or not arguments.get("artifacts"):
         return
-    if not gateway.configured():
+    if not client.configured():
         # No karmada-apiserver to read the keys from, and none to create the step workflow
         # on: the body is only looked at (a preview of what would be created).
         return
@@ -168,7 +169,7 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
             presign.expiry_for(deadline_left),
             site,
         )
-    except (KeyError, gateway.PermanentError) as exc:
+    except (KeyError, errors.PermanentError) as exc:
         # The repository's Secret is missing or holds no keys: the step cannot read its input.
         raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
 

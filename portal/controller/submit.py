@@ -13,10 +13,11 @@ from django.utils import timezone
 
 from placement import codec, manifests, planner
 from placement.revisions.selectors import active_revision_id, submission_revision_id
-from portal import gateway, labels, state
+from portal import labels, state
 from portal.choices import UnitPhase, UnitTiming
 from portal.controller.common import SiteState, ancestors, event, upstream_where
 from portal.controller.step_workflow import CannotSign, run_wide_of, step_workflow_for
+from portal.karmada import client, errors, resources
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import selectors as quota_selectors
@@ -123,7 +124,7 @@ def _wait_for_a_site(run: WorkflowRun, unit: UnitRun, why: str) -> None:
     event(run.pk, "unit-waiting", f"{unit.name}: {reason}", unit)
 
 
-def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: gateway.KarmadaError) -> None:
+def _waiting_for_karmada(run: WorkflowRun, unit: UnitRun, exc: errors.KarmadaError) -> None:
     """A unit that cannot be created while Karmada is unreachable stays Pending, and the run
     page and the API say why: its message, and one event per outage (not one per retry)."""
     message = f"waiting for Karmada: {exc.message}"[:2000]
@@ -144,11 +145,11 @@ def _create(body: dict[str, Any], run: WorkflowRun, unit: UnitRun) -> str | None
     exists now and is ours; else why the unit cannot run. ``TransientError`` goes up."""
     name = body["metadata"]["name"]
     try:
-        gateway.create(gateway.WORKFLOW, body)
-    except gateway.AlreadyExists:
-        if not _is_ours(gateway.get(gateway.WORKFLOW, name), run, unit):
+        client.create(resources.WORKFLOW, body)
+    except errors.AlreadyExists:
+        if not _is_ours(client.get(resources.WORKFLOW, name), run, unit):
             return f"a foreign Workflow {name} already exists"
-    except gateway.PermanentError as exc:
+    except errors.PermanentError as exc:
         return f"Karmada refused the step workflow: {exc}"
     return None
 
@@ -172,7 +173,7 @@ def submit_units(
     if not bodies:
         return 0
     created: list[tuple[UnitRun, str]] = []
-    transient: tuple[UnitRun, gateway.TransientError] | None = None
+    transient: tuple[UnitRun, errors.TransientError] | None = None
     for unit, body, why, failure in _create_all(run, bodies):
         if failure is not None:
             transient = transient or (unit, failure)
@@ -223,7 +224,7 @@ def _bodies(
     return bodies
 
 
-Created = tuple[UnitRun, dict[str, Any], str | None, gateway.TransientError | None]
+Created = tuple[UnitRun, dict[str, Any], str | None, errors.TransientError | None]
 
 
 def _create_all(run: WorkflowRun, bodies: list[tuple[UnitRun, dict[str, Any]]]) -> list[Created]:
@@ -236,7 +237,7 @@ def _create_all(run: WorkflowRun, bodies: list[tuple[UnitRun, dict[str, Any]]]) 
         for unit, body in bodies:
             try:
                 results.append((unit, body, _create(body, run, unit), None))
-            except gateway.TransientError as exc:
+            except errors.TransientError as exc:
                 results.append((unit, body, None, exc))
                 break
         return results
@@ -245,7 +246,7 @@ def _create_all(run: WorkflowRun, bodies: list[tuple[UnitRun, dict[str, Any]]]) 
         for unit, body, future in futures:
             try:
                 results.append((unit, body, future.result(), None))
-            except gateway.TransientError as exc:
+            except errors.TransientError as exc:
                 results.append((unit, body, None, exc))
     return results
 

@@ -14,7 +14,9 @@ from django.utils import timezone
 
 from placement import manifests, parser
 from placement.revisions.selectors import active_revision_id
-from portal import gateway, labels
+from portal import labels
+from portal.karmada import client, lists, resources
+from portal.karmada.errors import KarmadaError, TransientError
 from sites.choices import SyncMode
 from sites.models import Site
 
@@ -143,26 +145,26 @@ def policies_sync() -> dict[str, int]:
     """Keep the per-site and fallback PropagationPolicies, the per-site OverridePolicies and
     (``PORTAL_WEBHOOK_REGISTER``) the webhook configuration in step with the inventory: create
     or update what should be there, delete what should not."""
-    ns = gateway.namespace()
-    gateway.ensure_namespace(ns)
+    ns = client.namespace()
+    client.ensure_namespace(ns)
     wanted, owner = _policies_wanted(ns)
     counts = {"applied": 0, "deleted": 0}
     if settings.PORTAL_WEBHOOK_REGISTER:
         webhook_register()
         counts["applied"] += 1
     present = _policies_present()
-    failed: list[gateway.KarmadaError] = []
+    failed: list[KarmadaError] = []
     errors: dict[str, list[str]] = {}  # by site ("" for the objects of no site)
     for (kind, name), body in wanted.items():
         current = present.get((kind, name))
-        if current is not None and gateway.owned_in_step(current, body):
+        if current is not None and client.owned_in_step(current, body):
             counts["in_step"] = counts.get("in_step", 0) + 1
             continue
         # One object Karmada refuses must not keep the others (a new site's policy, an
         # override change) from being written.
         try:
-            gateway.apply(gateway.BY_KIND[kind], body)
-        except gateway.KarmadaError as exc:
+            client.apply(resources.BY_KIND[kind], body)
+        except KarmadaError as exc:
             log.error("could not write %s %s: %s", kind, name, exc)
             failed.append(exc)
             errors.setdefault(owner.get((kind, name), ""), []).append(f"{kind} {name}: {exc}")
@@ -172,10 +174,10 @@ def policies_sync() -> dict[str, int]:
     _policy_errors_record(errors)
     for kind, name in present:
         if (kind, name) not in wanted:
-            gateway.delete(gateway.BY_KIND[kind], name)
+            client.delete(resources.BY_KIND[kind], name)
             counts["deleted"] += 1
     # A transient failure is retried by the task (with backoff); the resync tries again anyway.
-    transient = [e for e in failed if isinstance(e, gateway.TransientError)]
+    transient = [e for e in failed if isinstance(e, TransientError)]
     if transient:
         raise transient[0]
     return counts
@@ -228,8 +230,8 @@ def _policies_present() -> dict[Key, dict[str, Any]]:
     every policy was a create and a read per object, two requests per site each time)."""
     selector = f"{labels.key(labels.MANAGED)}=true"
     present: dict[Key, dict[str, Any]] = {}
-    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
-        items, _ = gateway.list_objects(resource, label_selector=selector)
+    for resource in (resources.PROPAGATION_POLICY, resources.OVERRIDE_POLICY):
+        items, _ = lists.list_objects(resource, label_selector=selector)
         present.update({(resource.kind, item["metadata"]["name"]): item for item in items})
     return present
 
@@ -290,5 +292,5 @@ def webhook_configuration() -> dict[str, Any]:
 def webhook_register() -> dict[str, Any]:
     """Create or replace the configuration on karmada-apiserver; returns what was applied."""
     body = webhook_configuration()
-    gateway.apply_mutating_webhook(body)
+    client.apply_mutating_webhook(body)
     return body

@@ -31,9 +31,10 @@ from django.db.models import F
 from placement import codec, manifests, parser, planner
 from placement.context import upstream_location
 from placement.planner import relays
-from portal import gateway, state
+from portal import state
 from portal.choices import FINAL_UNIT, DecisionSource, UnitPhase, UnitTiming
 from portal.controller.common import ancestors, event
+from portal.karmada import client
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
 from portal.quotas import usage
@@ -310,7 +311,7 @@ def workflow(
         run_name=run.name,
         run_id=run.pk,
         attempt=unit.attempt,
-        namespace=gateway.namespace(),
+        namespace=client.namespace(),
         site=unit.site,
         reason=unit.reason,
         domain=settings.PORTAL_LABEL_DOMAIN,

@@ -27,10 +27,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from portal import gateway, state
+from portal import state
 from portal.choices import ACTIVE_RUN, RunStatus, UnitPhase
 from portal.controller import locks
 from portal.controller.common import event
+from portal.karmada import client, errors, resources
 from portal.models import RunEvent, UnitRun, WorkflowRun
 
 log = logging.getLogger(__name__)
@@ -106,11 +107,11 @@ def vanished_check(seen: set[str], listed_at: datetime) -> list[int]:
     runs: set[int] = set()
     for unit in UnitRun.objects.filter(pk__in=missing).select_related("run"):
         try:
-            gateway.get(gateway.WORKFLOW, unit.workflow_name)
+            client.get(resources.WORKFLOW, unit.workflow_name)
             continue  # there: its binding comes later
-        except gateway.NotFound:
+        except errors.NotFound:
             pass
-        except gateway.TransientError as exc:
+        except errors.TransientError as exc:
             log.warning("vanished step workflows not checked: %s", exc)
             break
         if unit_vanished(unit.run, unit):

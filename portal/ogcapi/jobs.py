@@ -8,8 +8,9 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from portal import gateway, presign
+from portal import presign
 from portal.choices import FINAL_UNIT, RunStatus
+from portal.karmada import client, errors
 from portal.models import UnitRun, WorkflowRun
 from portal.ogcapi import processes
 from portal.selectors import artifact_stores
@@ -155,7 +156,7 @@ def _unit_output(unit: UnitRun, spec: processes.OutputSpec) -> Any:
 
 
 # The repositories' keys for signing download links, read from their Secrets (cached).
-_KEYS = presign.KeyCache(gateway.secret_data)
+_KEYS = presign.KeyCache(client.secret_data)
 
 
 def _artifact_link(
@@ -193,7 +194,7 @@ def _artifact_link(
                 where, _KEYS.keys(secret), expires=presign.DEFAULT_EXPIRY_SECONDS
             )
             return {"href": url, **link}
-        except (KeyError, gateway.KarmadaError) as exc:
+        except (KeyError, errors.KarmadaError) as exc:
             log.warning("cannot sign a download link for %s: %s", where.url, exc)
     return {"href": f"s3://{where.bucket}/{where.key}", **link}
 

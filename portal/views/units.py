@@ -14,8 +14,9 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 
-from portal import logs, outputs
+from portal import outputs
 from portal.choices import UnitPhase
+from portal.karmada import logs
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import unit_by_key, unit_detail
 from portal.views.common import fleet_colours, is_htmx

@@ -269,7 +269,7 @@ def test_a_run_whose_task_was_lost_is_started_by_the_resync(live: Stack, user: U
 
 
 def test_readyz_reports_karmada(live: Stack, client: Any, settings: Any, tmp_path: Path) -> None:
-    from portal import gateway
+    from portal.karmada.client import reset
 
     response = client.get("/readyz")
     assert response.status_code == 200, response.content
@@ -279,7 +279,7 @@ def test_readyz_reports_karmada(live: Stack, client: Any, settings: Any, tmp_pat
     text = live.sandbox.kubeconfig.read_text()
     dead.write_text(text.replace(live.sandbox.url, "http://127.0.0.1:1"))
     settings.KARMADA_KUBECONFIG = str(dead)
-    gateway.reset()
+    reset()
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "unreachable" in response.json()["checks"]["karmada"].lower()
@@ -298,15 +298,15 @@ def test_with_the_webhook_down_the_fallback_policy_places_the_step(
 
 
 def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Stack) -> None:
-    from portal import gateway
+    from portal.karmada import client, errors, resources
 
     doc = yaml.safe_load(DEMO)
     # Created with the argo CLI, say: no portal labels at all; the GPU step rules the whole.
     body = {**doc, "metadata": {"name": "direct-eo", "namespace": "portal"}}
-    gateway.create(gateway.WORKFLOW, body)
+    client.create(resources.WORKFLOW, body)
 
     def placed() -> str:
-        wf = gateway.get(gateway.WORKFLOW, "direct-eo")
+        wf = client.get(resources.WORKFLOW, "direct-eo")
         return str(wf["metadata"].get("labels", {}).get("portal.multisite.io/site", ""))
 
     site = wait_for(placed, 30, "the webhook's site label")
@@ -322,8 +322,8 @@ def test_a_workflow_created_directly_on_karmada_is_placed_by_the_rules(live: Sta
 
     def scheduled() -> list[dict[str, Any]]:
         try:
-            rb = gateway.get(gateway.RESOURCE_BINDING, "direct-eo-workflow")
-        except gateway.NotFound:
+            rb = client.get(resources.RESOURCE_BINDING, "direct-eo-workflow")
+        except errors.NotFound:
             return []
         return list(rb["spec"].get("clusters") or [])
 

@@ -15,9 +15,9 @@ import pytest
 import requests
 import yaml
 
-from portal import gateway
 from portal.controller import keep_logs
 from portal.controller.cleanup import step_workflows_cleanup
+from portal.karmada import client, errors, proxy
 from portal.models import KeptAttempt, KeptLog, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
 from tests.live_sessions import api_session, finished_run, post_run, web_session
@@ -142,8 +142,8 @@ def test_a_log_read_after_cleanup_is_the_log_read_before(
 
     def site_log_gone() -> bool:
         try:
-            b"".join(gateway.pod_log(talk_unit.site, gateway.namespace(), entry["pod"]))
-        except gateway.KarmadaError:
+            b"".join(proxy.pod_log(talk_unit.site, client.namespace(), entry["pod"]))
+        except errors.KarmadaError:
             return True
         return False
 

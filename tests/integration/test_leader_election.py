@@ -22,7 +22,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db.models import Count
 
-from portal import gateway, leader, services
+from portal import leader, services
+from portal.karmada import client, errors, lists, resources
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from tests.fixtures_stack import Stack, wait_for
 from tests.integration.test_fanout import fan_out_workflow
@@ -36,7 +37,7 @@ SENT = "Sending due task portal-resync"
 
 
 def _lease(name: str) -> dict[str, Any]:
-    return gateway.lease_get(name, timeout=5)["spec"]
+    return client.lease_get(name, timeout=5)["spec"]
 
 
 def _identity(process: Process) -> str:
@@ -63,20 +64,20 @@ class Creations(threading.Thread):
         self.stop = threading.Event()
         self.added: collections.Counter[str] = collections.Counter()
         self.error: BaseException | None = None
-        _, self.rv = gateway.list_objects(gateway.WORKFLOW, label_selector=MANAGED)
+        _, self.rv = lists.list_objects(resources.WORKFLOW, label_selector=MANAGED)
 
     def run(self) -> None:
         # As a watcher does: a stream that ends or drops resumes from the last version seen,
         # which loses nothing; only a version too old to resume from leaves the count unknown.
         while not self.stop.is_set():
             try:
-                for kind, obj in gateway.watch(
-                    gateway.WORKFLOW, self.rv, label_selector=MANAGED, timeout_seconds=5
+                for kind, obj in lists.watch(
+                    resources.WORKFLOW, self.rv, label_selector=MANAGED, timeout_seconds=5
                 ):
                     self.rv = obj["metadata"]["resourceVersion"]
                     if kind == "ADDED":
                         self.added[obj["metadata"]["name"]] += 1
-            except gateway.Expired as exc:
+            except errors.Expired as exc:
                 self.error = exc
                 return
             except Exception as exc:  # noqa: BLE001 - any other failure: resume, and say it

@@ -15,8 +15,9 @@ from django.contrib.auth.models import User
 from placement.revisions import services as revisions
 from placement.revisions.models import PlanningRecord
 from placement.revisions.selectors import current_config
-from portal import gateway, labels, services
+from portal import labels, services
 from portal.admission import decide
+from portal.karmada import client, resources
 from portal.models import UnitRun
 from tests.factories import UserFactory
 from tests.fixtures_stack import Stack, wait_for
@@ -57,7 +58,7 @@ def test_step_workflows_on_karmada_carry_the_revision_that_placed_them(
         name = UnitRun.objects.get(run=run, name=unit).workflow_name
         if not name:
             return None
-        obj = gateway.get(gateway.WORKFLOW, name)
+        obj = client.get(resources.WORKFLOW, name)
         return obj if labels.key(labels.SITE) in (obj["metadata"].get("labels") or {}) else None
 
     ingest = wait_for(lambda: workflow("ingest"), 60, "ingest's step workflow")

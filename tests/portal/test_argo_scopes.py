@@ -10,10 +10,11 @@ import yaml
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from portal import gateway, services
+from portal import services
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
 from portal.controller.step_workflow import step_workflow_for
+from portal.karmada import lists, resources
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
 from tests.portal.controller.test_step_lifecycle import fleet  # noqa: F401 - the fixture
@@ -64,7 +65,7 @@ def _drive(sandbox: SandboxServer, run: WorkflowRun, until: Any) -> Any:
 
     def step() -> Any:
         run_advance(run.pk)
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         bindings_observe(items)
         return until()
 
@@ -220,7 +221,7 @@ def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
     seen: dict[str, Any] = {}
 
     def ended() -> WorkflowRun | None:
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         for b in items:
             for agg in (b.get("status") or {}).get("aggregatedStatus") or []:
                 for node in ((agg or {}).get("status") or {}).get("nodes", {}).values():

@@ -13,9 +13,10 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import gateway, services, state
+from portal import services, state
 from portal.choices import UnitPhase
 from portal.controller.step_workflow import step_workflow_for
+from portal.karmada import client
 from portal.models import UnitRun
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxHTTPError
@@ -47,7 +48,7 @@ def two_steps() -> str:
 def inventory(executing: Any, site_a: Member, db: Any, settings: Any) -> Any:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.KARMADA_KUBECONFIG = str(executing.kubeconfig)
-    gateway.reset()
+    client.reset()
     call_command("load_demo", verbosity=0)
     # site-a's repository keys: on karmada-apiserver (which the portal signs with) and on
     # site-a's own member (which the repository checks against), nowhere else.
@@ -76,7 +77,7 @@ def inventory(executing: Any, site_a: Member, db: Any, settings: Any) -> Any:
     }
     site.save()
     yield
-    gateway.reset()
+    client.reset()
 
 
 def written_at_site_a(site_a: Member) -> dict[str, Any]:

@@ -11,10 +11,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import gateway, services
+from portal import services
 from portal.choices import UnitPhase
 from portal.controller.bindings import bindings_observe
 from portal.controller.sync import policies_sync
+from portal.karmada import client, lists, resources
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, DatasetReplica, Site, SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -38,7 +39,7 @@ def fleet(executing: SandboxServer, db: Any, settings: Any) -> SandboxServer:
     executing.reset()
     settings.KARMADA_KUBECONFIG = str(executing.kubeconfig)
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    gateway.reset()
+    client.reset()
     call_command("load_demo", verbosity=0)
     # What site-a's operators set in the inventory: its repository, as the sandbox fleet has it.
     site = Site.objects.get(name="site-a")
@@ -86,7 +87,7 @@ def pipeline() -> str:
 
 def observe_until(sandbox: SandboxServer, unit: UnitRun) -> UnitRun:
     def ended() -> UnitRun | None:
-        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase in (UnitPhase.SUCCEEDED, UnitPhase.FAILED, UnitPhase.ERROR) else None
 

@@ -23,7 +23,7 @@ from tests.factories import SiteFactory, WorkflowRunFactory
 from tests.fixtures_browser import login
 from tests.fixtures_stack import Stack, wait_for
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
-from tests.portal.test_logs_no_proxy import (  # noqa: F401 (fixtures, asked for by name)
+from tests.portal.karmada.test_logs import (  # noqa: F401 (fixtures, asked for by name)
     karmada_without_proxy,
     no_proxy_sandbox,
 )
@@ -168,7 +168,7 @@ LOG_LINES = b"loading model unet\ninference tile 1/4\ninference done: 4 tiles\n"
 @pytest.fixture
 def site_logs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Karmada answering for the sites (the live server runs in this process)."""
-    from portal import gateway, logs
+    from portal.karmada import logs, proxy
 
     def member_status(workflow: str) -> dict[str, Any]:
         node = {
@@ -182,7 +182,7 @@ def site_logs(monkeypatch: pytest.MonkeyPatch) -> None:
         return {"phase": "Succeeded", "nodes": {node["id"]: node}}
 
     monkeypatch.setattr(logs, "_member_status", member_status)
-    monkeypatch.setattr(gateway, "pod_log", lambda *a, **k: iter([LOG_LINES]))
+    monkeypatch.setattr(proxy, "pod_log", lambda *a, **k: iter([LOG_LINES]))
 
 
 def _finished_demo_run(owner: User) -> WorkflowRun:

@@ -14,9 +14,9 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from portal import gateway
 from portal.controller.advance import run_advance
 from portal.controller.sync import cluster_observe, policies_sync
+from portal.karmada import lists, resources
 from portal.models import UnitRun
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
@@ -51,7 +51,7 @@ def fleet(twenties: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSe
 
     # What the watcher does: the sites' capacity from their Cluster status.
     def synced() -> bool:
-        clusters, _ = gateway.list_objects(gateway.CLUSTER)
+        clusters, _ = lists.list_objects(resources.CLUSTER)
         for cluster in clusters:
             cluster_observe(cluster)
         return all(s.cpu_allocatable == 20_000 for s in Site.objects.all())
@@ -87,7 +87,7 @@ def test_sixty_tiles_over_three_sites_of_twenty_are_bound_twenty_to_each(fleet) 
     assert len(names) == 60 and "" not in names
 
     def bound() -> Counter[str] | None:
-        bindings, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        bindings, _ = lists.list_objects(resources.RESOURCE_BINDING)
         where = Counter(
             b["spec"]["clusters"][0]["name"]
             for b in bindings

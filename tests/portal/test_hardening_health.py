@@ -17,7 +17,8 @@ import pytest
 import urllib3
 from django.test import Client
 
-from portal import gateway, health
+from portal import health
+from portal.karmada import client, errors, lists, resources
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -61,12 +62,12 @@ def silent(tmp_path: Path, settings: Any) -> Iterator[SilentListener]:
     path.write_text(KUBECONFIG % listener.port)
     settings.KARMADA_KUBECONFIG = str(path)
     settings.KARMADA_IN_CLUSTER = False
-    gateway.reset()
+    client.reset()
     forget = getattr(getattr(health, "KARMADA_PROBE", None), "forget", lambda: None)
     forget()
     yield listener
     listener.close()
-    gateway.reset()
+    client.reset()
     forget()
 
 
@@ -82,21 +83,21 @@ def test_every_gateway_call_hands_urllib3_a_connect_and_read_timeout(
         raise urllib3.exceptions.ReadTimeoutError(None, url, "spy: not sent")  # type: ignore[arg-type]
 
     monkeypatch.setattr(urllib3.PoolManager, "request", spy)
-    monkeypatch.setattr(gateway.time, "sleep", lambda _s: None)  # no backoff between attempts
+    monkeypatch.setattr(client.time, "sleep", lambda _s: None)  # no backoff between attempts
     calls = {
-        "ping": lambda: gateway.ping(),
-        "get": lambda: gateway.get(gateway.WORKFLOW, "w"),
-        "list": lambda: gateway.list_objects(gateway.CLUSTER),
-        "create": lambda: gateway.create(gateway.WORKFLOW, {"metadata": {"name": "w"}}),
-        "patch": lambda: gateway.patch(gateway.WORKFLOW, "w", {"metadata": {}}),
-        "delete": lambda: gateway.delete(gateway.WORKFLOW, "w"),
-        "namespace": lambda: gateway.ensure_namespace("portal"),
-        "webhook": lambda: gateway.apply_mutating_webhook({"metadata": {"name": "x"}}),
-        "watch": lambda: next(gateway.watch(gateway.CLUSTER, "1", timeout_seconds=60)),
+        "ping": lambda: client.ping(),
+        "get": lambda: client.get(resources.WORKFLOW, "w"),
+        "list": lambda: lists.list_objects(resources.CLUSTER),
+        "create": lambda: client.create(resources.WORKFLOW, {"metadata": {"name": "w"}}),
+        "patch": lambda: client.patch(resources.WORKFLOW, "w", {"metadata": {}}),
+        "delete": lambda: client.delete(resources.WORKFLOW, "w"),
+        "namespace": lambda: client.ensure_namespace("portal"),
+        "webhook": lambda: client.apply_mutating_webhook({"metadata": {"name": "x"}}),
+        "watch": lambda: next(lists.watch(resources.CLUSTER, "1", timeout_seconds=60)),
     }
     for name, call in calls.items():
         seen.clear()
-        with pytest.raises(gateway.TransientError):
+        with pytest.raises(errors.TransientError):
             call()
         assert seen, name
         for timeout in seen:

@@ -16,7 +16,7 @@ PACKAGES = ("portal", "placement", "sites", "sandbox")
 # The controller: everything that runs a run.
 CONTROLLER = ("portal.controller",)
 # The worker side: the Celery tasks and the watcher, which feed the controller.
-WORKER = ("portal.tasks", "portal.watcher", *CONTROLLER)
+WORKER = ("portal.tasks", "portal.karmada.watcher", *CONTROLLER)
 # The webhook's decision and the recording of its decisions.
 WEBHOOK = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
 PURE = ("placement.context", "placement.codec")
@@ -117,8 +117,26 @@ def test_the_controller_never_loads_the_celery_tasks():
     assert _offending(CONTROLLER, ("portal.tasks",)) == {}
 
 
-def test_the_webhooks_decision_and_recorder_never_load_the_gateway():
-    assert _offending(WEBHOOK, ("portal.gateway", "kubernetes")) == {}
+def test_the_webhooks_decision_and_recorder_never_load_the_karmada_boundary():
+    assert _offending(WEBHOOK, ("portal.karmada", "kubernetes")) == {}
+
+
+def test_only_the_karmada_client_imports_kubernetes():
+    """One module owns the Kubernetes client: every other one reaches Karmada through it."""
+    importers = sorted(
+        module
+        for package in PACKAGES
+        for module in _modules_under(package)
+        if any(n == "kubernetes" or n.startswith("kubernetes.") for n in _imports(module))
+    )
+    assert importers == ["portal.karmada.client"]
+
+
+def test_the_boundarys_plain_modules_load_neither_django_nor_the_portal():
+    """What a failure means, the kinds and a member's node map are plain data (held to
+    ``mypy --strict``): they load nothing of Django, ``kubernetes`` or the project."""
+    plain = ("portal.karmada.errors", "portal.karmada.resources", "portal.karmada.node_status")
+    assert _offending(plain, ("django", "portal", "kubernetes", "sites", "placement")) == {}
 
 
 def test_the_placement_context_codec_is_pure():
@@ -128,11 +146,11 @@ def test_the_placement_context_codec_is_pure():
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
-        ("from portal import gateway", "portal.gateway"),
+        ("from portal.karmada import client", "portal.karmada.client"),
         ("from portal.admission import decide", "portal.admission.decide"),
         ("import portal.admission.decide", "portal.admission.decide"),
         ("def f():\n    from .admission import queue", "portal.admission.queue"),
-        ("from . import gateway", "portal.gateway"),
+        ("from .karmada import client", "portal.karmada.client"),
     ],
 )
 def test_the_checker_sees_each_form_of_import(source, expected):

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from portal import gateway, leader
+from portal import leader
+from portal.karmada import client, errors
 from tests.fixtures_sandbox import SandboxServer
 from tests.fixtures_stack import gateway_on
 
@@ -26,7 +27,7 @@ class Clock:
 @pytest.fixture
 def karmada(sandbox: SandboxServer, settings: Any) -> Iterator[SandboxServer]:
     with gateway_on(sandbox, settings):
-        gateway.ensure_namespace(gateway.namespace())
+        client.ensure_namespace(client.namespace())
         yield sandbox
 
 
@@ -43,7 +44,7 @@ def candidate(name: str, identity: str, **timing: float) -> tuple[leader.Elector
 
 
 def lease(name: str) -> dict[str, Any]:
-    return gateway.lease_get(name, timeout=5)
+    return client.lease_get(name, timeout=5)
 
 
 def test_the_first_candidate_creates_the_lease_and_leads(karmada: SandboxServer) -> None:
@@ -107,8 +108,8 @@ def test_two_candidates_racing_for_a_free_lease_get_one_winner(karmada: SandboxS
     assert b.try_acquire_or_renew(timeout=5)
     c._lease = stale  # c read it at the same moment as b
     body = c._body(leader.Record("c", 15, "x", "x", 1))
-    with pytest.raises(gateway.Conflict):
-        gateway.lease_update(body, timeout=5)
+    with pytest.raises(errors.Conflict):
+        client.lease_update(body, timeout=5)
     assert not c.try_acquire_or_renew(timeout=5)
     assert lease(leader.WATCHER_LEASE)["spec"]["holderIdentity"] == "b"
     # ...and a, which was away, no longer leads by its own clock either.

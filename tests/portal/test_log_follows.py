@@ -27,8 +27,9 @@ from django.core.cache import cache
 from django.db import connection
 from kubernetes import client as k8s
 
-from portal import gateway, log_follows, logs
+from portal import log_follows
 from portal.choices import RunStatus, UnitPhase
+from portal.karmada import client, logs
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
@@ -135,7 +136,7 @@ def running_step(
 ) -> Iterator[WorkflowRun]:
     """A run whose one step runs at site-a for an hour (simulated), as Karmada shows it."""
     settings.KARMADA_KUBECONFIG = str(follow_sandbox.kubeconfig)
-    gateway.reset()
+    client.reset()
     run = make_run(
         scientist,
         project=project,
@@ -171,7 +172,7 @@ def running_step(
     finally:
         with contextlib.suppress(k8s.ApiException):
             custom.delete_namespaced_custom_object(*WF, ns, "workflows", name)
-        gateway.reset()
+        client.reset()
 
 
 def free_slots(*users: User) -> None:

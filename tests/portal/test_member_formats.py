@@ -13,10 +13,11 @@ import yaml
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from portal import gateway, logs, services, tasks
+from portal import services, tasks
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
+from portal.karmada import client, lists, logs, proxy, resources
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer, sandbox_on_fleet
 from tests.fixtures_stack import demo_on
@@ -83,7 +84,7 @@ def until(sandbox: SandboxServer, run: WorkflowRun, predicate: Callable[[], Any]
     """What the watcher and the worker would do, in this process, until ``predicate``."""
 
     def step() -> Any:
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         bindings_observe(items)
         run_advance(run.pk)
         return predicate()
@@ -124,7 +125,7 @@ def api_log(unit: UnitRun) -> str:
 
 
 def binding_status(workflow: str) -> dict[str, Any]:
-    binding = gateway.get(gateway.RESOURCE_BINDING, f"{workflow}-workflow")
+    binding = client.get(resources.RESOURCE_BINDING, f"{workflow}-workflow")
     return dict(binding["status"]["aggregatedStatus"][0]["status"])
 
 
@@ -158,7 +159,7 @@ def test_a_step_whose_member_compresses_its_nodes_is_resumed(odd_fleet: SandboxS
         return unit if unit.phase == UnitPhase.RUNNING else None
 
     approve = until(odd_fleet, run, approve_waiting, "the approval gate")
-    member = gateway.member_workflow_get(approve.site, gateway.namespace(), approve.workflow_name)
+    member = proxy.member_workflow_get(approve.site, client.namespace(), approve.workflow_name)
     assert "compressedNodes" in member["status"] and "nodes" not in member["status"]
     tasks.unit_resume(approve.pk, "scientist")
     run = finished(odd_fleet, run)

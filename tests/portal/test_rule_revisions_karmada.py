@@ -7,8 +7,9 @@ from typing import Any
 
 from placement.revisions import services
 from placement.revisions.selectors import current_config
-from portal import gateway, labels
+from portal import labels
 from portal.controller.sync import policies_sync
+from portal.karmada import lists, resources
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer
 
@@ -20,8 +21,8 @@ def _objects() -> dict[tuple[str, str], dict[str, Any]]:
     revision annotation (which names the revision that wrote it)."""
     revision_key = labels.key(labels.RULES_REVISION)
     out = {}
-    for resource in (gateway.PROPAGATION_POLICY, gateway.OVERRIDE_POLICY):
-        for item in gateway.list_objects(resource)[0]:
+    for resource in (resources.PROPAGATION_POLICY, resources.OVERRIDE_POLICY):
+        for item in lists.list_objects(resource)[0]:
             meta = item["metadata"]
             kept_labels = {
                 k: v for k, v in (meta.get("labels") or {}).items() if "karmada.io" not in k
@@ -41,7 +42,7 @@ def _revisions(sandbox: SandboxServer) -> set[str]:
     key = labels.key(labels.RULES_REVISION)
     return {
         (p["metadata"].get("annotations") or {}).get(key, "")
-        for p in gateway.list_objects(gateway.PROPAGATION_POLICY)[0]
+        for p in lists.list_objects(resources.PROPAGATION_POLICY)[0]
         if p["metadata"]["name"].startswith("portal-")
     }
 

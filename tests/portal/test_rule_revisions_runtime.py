@@ -17,13 +17,14 @@ from django.test import Client
 from placement.revisions import replay, services
 from placement.revisions.models import PlanningRecord, PlanningSnapshot
 from placement.revisions.selectors import current_config
-from portal import gateway, labels
+from portal import labels
 from portal import services as run_services
 from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import UnitPhase
 from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import submit_units
+from portal.karmada import client, resources
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import upstream_outputs
 from tests.factories import UserFactory
@@ -83,7 +84,7 @@ def test_step_workflows_carry_the_revision_their_site_came_from(
     def annotation(unit_name: str) -> str:
         name = run.units.get(name=unit_name).workflow_name
         assert name
-        obj = gateway.get(gateway.WORKFLOW, name)  # read back from karmada-apiserver
+        obj = client.get(resources.WORKFLOW, name)  # read back from karmada-apiserver
         return str((obj["metadata"].get("annotations") or {}).get(key))
 
     # Placed at submission: the revision active then, though a later one is active now.

@@ -13,11 +13,12 @@ import pytest
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import gateway, services
+from portal import services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
 from portal.controller.cleanup import step_workflows_cleanup
+from portal.karmada import client, errors, lists, resources
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import ARGO_EXAMPLES, SandboxServer
 
@@ -60,7 +61,7 @@ def submit(body: str) -> WorkflowRun:
 
 
 def observe() -> None:
-    items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+    items, _ = lists.list_objects(resources.RESOURCE_BINDING)
     bindings_observe(items)
 
 
@@ -199,7 +200,7 @@ def test_the_deadline_is_the_runs_not_each_steps(fleet: SandboxServer) -> None:
     run.refresh_from_db()
     run_advance(run.pk)
     a = UnitRun.objects.get(run=run, name="a")
-    spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    spec = client.get(resources.WORKFLOW, a.workflow_name)["spec"]
     assert 90 <= spec["activeDeadlineSeconds"] <= 100
     # Past the deadline, what has not started never does: it fails, and so does the run.
     WorkflowRun.objects.filter(pk=run.pk).update(created_at=run.created_at - timedelta(seconds=200))
@@ -217,16 +218,16 @@ def test_artifacts_are_collected_when_the_run_ends(fleet: SandboxServer) -> None
     )
     run_advance(run.pk)
     a = UnitRun.objects.get(run=run, name="a")
-    spec = gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    spec = client.get(resources.WORKFLOW, a.workflow_name)["spec"]
     # The member collects when the portal deletes the step workflow, not when it completes.
     assert spec["artifactGC"] == {"strategy": "OnWorkflowDeletion"}
     until(fleet, lambda: UnitRun.objects.get(pk=a.pk).phase in FINAL_UNIT, "a to end")
     step_workflows_cleanup(keep_seconds=0)
-    assert gateway.get(gateway.WORKFLOW, a.workflow_name)  # kept: b may still read its outputs
+    assert client.get(resources.WORKFLOW, a.workflow_name)  # kept: b may still read its outputs
     run_to_the_end(fleet, run)
     assert step_workflows_cleanup(keep_seconds=0) == 2
-    with pytest.raises(gateway.NotFound):
-        gateway.get(gateway.WORKFLOW, a.workflow_name)
+    with pytest.raises(errors.NotFound):
+        client.get(resources.WORKFLOW, a.workflow_name)
 
 
 def mutex_workflow(sandbox: SandboxServer, **spec: Any) -> str:
@@ -243,7 +244,7 @@ def test_a_workflow_mutex_holds_across_runs(fleet: SandboxServer) -> None:
     assert "eo-demo/Mutex/test" in waiting.message
     # The step workflow does not lock again at its site (nor need the lock's ConfigMap).
     a = UnitRun.objects.get(run=first)
-    assert "synchronization" not in gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]
+    assert "synchronization" not in client.get(resources.WORKFLOW, a.workflow_name)["spec"]
     run_to_the_end(fleet, first)  # its last advance releases the mutex
     run_advance(second.pk)
     assert created(second) == {"a"}
@@ -337,7 +338,7 @@ def test_stop_runs_the_exit_handler_and_terminate_does_not(
     assert answer.status_code == 200
     a = UnitRun.objects.get(run=run, name="a")
     run_advance(run.pk)  # what the stop's advance does: the step is asked to stop
-    assert gateway.get(gateway.WORKFLOW, a.workflow_name)["spec"]["shutdown"] == strategy
+    assert client.get(resources.WORKFLOW, a.workflow_name)["spec"]["shutdown"] == strategy
 
     def settled() -> bool:
         run_advance(run.pk)

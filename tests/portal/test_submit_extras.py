@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from portal import logs
+from portal.karmada import logs
 from sites.choices import SyncMode
 from tests.factories import SiteFactory
 

@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from portal import gateway, logs
 from portal.choices import RunStatus, UnitPhase
+from portal.karmada import client, logs, proxy
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.choices import SyncMode
 from tests.factories import PlacementDecisionFactory, SiteFactory, UnitRunFactory
@@ -84,7 +84,7 @@ def fake_site(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]
         return iter([LOG[:20], LOG[20:]])
 
     monkeypatch.setattr(logs, "_member_status", member_status)
-    monkeypatch.setattr(gateway, "pod_log", pod_log)
+    monkeypatch.setattr(proxy, "pod_log", pod_log)
     yield calls
 
 
@@ -162,7 +162,7 @@ def test_a_log_of_blank_lines_says_it_is_empty(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A step that printed only a newline drew an empty black box on the panel.
-    monkeypatch.setattr(gateway, "pod_log", lambda *a, **k: iter([b"\n", b"  \n"]))
+    monkeypatch.setattr(proxy, "pod_log", lambda *a, **k: iter([b"\n", b"  \n"]))
     url = reverse("ui-unit-logs", args=[run.pk, "inference"])
     body = client_for(scientist).get(url, **HX).content.decode()
     assert "The log is empty." in body and "log-text" not in body
@@ -386,12 +386,12 @@ def test_the_logs_view_against_the_sandbox_reads_or_says_why(
     """Against the sandbox over HTTP: a log where the sandbox serves the proxy path, else the
     clear "not available" message (never an error page)."""
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    gateway.reset()
+    client.reset()
     try:
         url = reverse("ui-unit-logs", args=[run.pk, "inference"])
         answer = client_for(scientist).get(url, **HX)
     finally:
-        gateway.reset()
+        client.reset()
     assert answer.status_code == 200
     body = answer.content.decode()
     assert "Logs not available" in body or '<pre class="log-text"' in body
@@ -566,9 +566,9 @@ def test_resume_clears_suspend_and_marks_suspended_nodes(
             }
         },
     }
-    monkeypatch.setattr(gateway, "patch", lambda *a, **k: patched.append(a) or {})
-    monkeypatch.setattr(gateway, "member_workflow_get", lambda *a: member)
-    monkeypatch.setattr(gateway, "member_workflow_replace", lambda *a: replaced.append(a[3]) or {})
+    monkeypatch.setattr(client, "patch", lambda *a, **k: patched.append(a) or {})
+    monkeypatch.setattr(proxy, "member_workflow_get", lambda *a: member)
+    monkeypatch.setattr(proxy, "member_workflow_replace", lambda *a: replaced.append(a[3]) or {})
     unit = suspended.units.get(name="preprocess")
     assert resume.unit_resume(unit, by="alice")
     assert patched[0][2] == {"spec": {"suspend": None}}

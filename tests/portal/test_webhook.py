@@ -843,10 +843,10 @@ def test_the_configuration_carries_the_token_in_its_url_and_the_ca_bundle(settin
 
 
 def test_register_applies_the_configuration_through_the_gateway(settings, monkeypatch):
-    from portal import gateway
+    from portal.karmada import client
 
     applied: list[dict[str, Any]] = []
-    monkeypatch.setattr(gateway, "apply_mutating_webhook", applied.append)
+    monkeypatch.setattr(client, "apply_mutating_webhook", applied.append)
     body = webhook_register()
     assert applied == [body]
 

@@ -14,13 +14,14 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import gateway, services
+from portal import services
 from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
 from portal.controller.sync import policies_sync
+from portal.karmada import client, lists, resources
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset
 from tests.fixtures_sandbox import SandboxServer
@@ -42,7 +43,7 @@ def fleet(
     # The live server answers in a thread of this busy machine; the budget is not what is
     # tested here (an admission past it is answered without a patch and the test says so).
     settings.PORTAL_WEBHOOK_BUDGET_MS = 2500
-    gateway.reset()
+    client.reset()
     decide.snapshot_clear()
     call_command("load_demo", verbosity=0)
     # Residency only site-c's region satisfies.
@@ -52,7 +53,7 @@ def fleet(
         yield sandbox
     finally:
         decide.snapshot_clear()
-        gateway.reset()
+        client.reset()
 
 
 def derived_pipeline() -> str:
@@ -93,7 +94,7 @@ def derived_pipeline() -> str:
 
 def observe_until(sandbox: SandboxServer, unit: UnitRun, phase: str) -> UnitRun:
     def reached() -> UnitRun | None:
-        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == phase else None
 
@@ -115,7 +116,7 @@ def test_the_webhook_binds_a_step_reading_derived_outputs_to_the_datasets_region
     assert preprocess.workflow_name, preprocess.reason
 
     # The webhook decided (its patch replaced the worker's fallback label with a site).
-    created = gateway.get(gateway.WORKFLOW, preprocess.workflow_name)
+    created = client.get(resources.WORKFLOW, preprocess.workflow_name)
     labels = created["metadata"]["labels"]
     assert f"{D}/fallback-site" not in labels, "the webhook did not place the step"
     assert labels[f"{D}/site"] == "site-c"

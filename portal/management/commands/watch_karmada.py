@@ -10,7 +10,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from portal import gateway, leader, tasks, watcher
+from portal import leader, tasks
+from portal.karmada import client, errors, watcher
 
 
 class Command(BaseCommand):
@@ -20,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument("--watch-timeout", type=int, default=300)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if not gateway.configured():
+        if not client.configured():
             raise SystemExit("Karmada is not configured: set KARMADA_KUBECONFIG")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -36,7 +37,7 @@ class Command(BaseCommand):
             # Policies first, so step workflows created from now on find their site policy.
             try:
                 tasks.sites_sync()
-            except gateway.KarmadaError as exc:
+            except errors.KarmadaError as exc:
                 self.stderr.write(f"initial sync failed ({exc}); the watch loops retry")
             if term.is_set():
                 return
@@ -57,6 +58,6 @@ class Command(BaseCommand):
                     self.stderr.write("a fold was still under way as the term ended")
 
         self.stdout.write(
-            f"leader election: lease {gateway.namespace()}/{config.lease_name} as {config.identity}"
+            f"leader election: lease {client.namespace()}/{config.lease_name} as {config.identity}"
         )
         leader.Campaign(elector, on_started=lead, on_stopped=stopped).run(stop)

@@ -15,12 +15,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from placement import manifests
-from portal import gateway, services
+from portal import services
 from portal.controller import reconcile, worker
 from portal.controller.advance import run_advance
 from portal.controller.common import units_of
 from portal.controller.reconcile import Result
 from portal.controller.workqueue import claims
+from portal.karmada import client, errors
 from portal.models import RunEvent, UnitRun, WorkflowRun
 
 WHEN = """
@@ -145,11 +146,11 @@ def test_a_unit_waiting_for_karmada_says_why(
     run: WorkflowRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: Any, **kwargs: Any) -> None:
-        raise gateway.TransientError("Karmada unreachable: ConnectionRefusedError")
+        raise errors.TransientError("Karmada unreachable: ConnectionRefusedError")
 
-    monkeypatch.setattr(gateway, "create", down)
+    monkeypatch.setattr(client, "create", down)
     for _ in range(2):  # the task's retries: one event per outage, not one per retry
-        with pytest.raises(gateway.TransientError):
+        with pytest.raises(errors.TransientError):
             run_advance(run.pk)
     unit = UnitRun.objects.get(run=run, name="first")
     assert unit.phase == "Pending"

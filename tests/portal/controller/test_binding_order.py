@@ -15,10 +15,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from portal import gateway, services
+from portal import services
 from portal.choices import FINAL_UNIT, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import Folded, binding_observe, bindings_observe
+from portal.karmada import lists, resources
 from portal.models import UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxServer
 from tests.portal.controller.test_step_lifecycle import (  # noqa: F401 - the fixture
@@ -45,11 +46,11 @@ def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
     resync's list reads the newest. Folding the list first and the watch's states after is
     what a 200-item fan-out did 120-140 times, each logged as a re-run."""
     run = submit(fleet, duration="1500s")  # 1.5 s at the fixture's time scale
-    _, version = gateway.list_objects(gateway.RESOURCE_BINDING)
+    _, version = lists.list_objects(resources.RESOURCE_BINDING)
     run_advance(run.pk)
     name = run.units.get().workflow_name
     states = []
-    for _kind, binding in gateway.watch(gateway.RESOURCE_BINDING, version, timeout_seconds=60):
+    for _kind, binding in lists.watch(resources.RESOURCE_BINDING, version, timeout_seconds=60):
         if _bound(binding) != name:
             continue
         states.append(binding)
@@ -57,7 +58,7 @@ def test_older_binding_states_after_the_recorded_outcome_are_not_re_runs(
             break
     assert "Running" in {_phase(b) for b in states}, "the watch saw the step running"
 
-    bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])  # the resync
+    bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])  # the resync
     unit = run.units.get()
     assert unit.phase == UnitPhase.SUCCEEDED
     recorded = (unit.finished_at, unit.outputs, unit.message)
@@ -85,11 +86,11 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
     member status, the two parts a fold reads; under a 10,000-item fan-out the watcher spent
     most of its time reading the unit again for them."""
     run = submit(fleet, duration="1500s")
-    _, version = gateway.list_objects(gateway.RESOURCE_BINDING)
+    _, version = lists.list_objects(resources.RESOURCE_BINDING)
     run_advance(run.pk)
     unit = run.units.get()
     states = []
-    for _kind, binding in gateway.watch(gateway.RESOURCE_BINDING, version, timeout_seconds=60):
+    for _kind, binding in lists.watch(resources.RESOURCE_BINDING, version, timeout_seconds=60):
         if _bound(binding) == unit.workflow_name:
             states.append(binding)
             if _phase(binding) in ("Succeeded", "Failed", "Error"):
@@ -177,7 +178,7 @@ def _claiming(sandbox: SandboxServer) -> str:
 
 
 def _fold(run: WorkflowRun) -> UnitRun:
-    bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+    bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
     return run.units.get()
 
 

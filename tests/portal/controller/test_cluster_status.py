@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from portal import gateway
 from portal.controller import sync
 from portal.controller.bindings import binding_observe
 from portal.controller.sync import cluster_note, cluster_observe
+from portal.karmada import client, lists, resources
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
 
@@ -74,11 +74,11 @@ def test_free_cpu_from_the_sandboxs_clusters_is_allocatable_less_allocated_and_a
     sandbox: SandboxServer, db: Any, settings: Any
 ) -> None:
     settings.KARMADA_KUBECONFIG = str(sandbox.kubeconfig)
-    gateway.reset()
+    client.reset()
     try:
-        clusters, _ = gateway.list_objects(gateway.CLUSTER)
+        clusters, _ = lists.list_objects(resources.CLUSTER)
     finally:
-        gateway.reset()
+        client.reset()
     assert clusters
     for cluster in clusters:
         site, _ = cluster_observe(cluster)

@@ -9,10 +9,11 @@ from typing import Any
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import gateway, services
+from portal import services
 from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
+from portal.karmada import lists, resources
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Site
 from sites.services import site_set_cordoned
@@ -56,7 +57,7 @@ def settle(sandbox: SandboxServer, run: WorkflowRun) -> WorkflowRun:
     run_advance(run.pk)
 
     def ended() -> WorkflowRun | None:
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         bindings_observe(items)
         run_advance(run.pk)
         fresh = WorkflowRun.objects.get(pk=run.pk)

@@ -13,11 +13,12 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from portal import gateway, services, state
+from portal import services, state
 from portal.choices import DecisionSource, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
 from portal.controller.sync import policies_sync
+from portal.karmada import client, lists, resources
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Dataset, Site, SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -33,7 +34,7 @@ def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSer
     # failurePolicy Ignore, the Workflow is created as the worker sent it.
     settings.PORTAL_WEBHOOK_REGISTER = True
     settings.PORTAL_WEBHOOK_URL = "http://127.0.0.1:9/webhooks/placement/"
-    gateway.reset()
+    client.reset()
     call_command("load_demo", verbosity=0)
     # Residency only site-c's region satisfies.
     Dataset.objects.filter(name="sentinel2-l1c").update(residency=["eu-central"])
@@ -41,7 +42,7 @@ def fleet(sandbox: SandboxServer, db: Any, settings: Any) -> Iterator[SandboxSer
     try:
         yield sandbox
     finally:
-        gateway.reset()
+        client.reset()
 
 
 def runtime_step(sandbox: SandboxServer) -> str:
@@ -89,12 +90,12 @@ def test_with_the_webhook_refusing_a_residency_bound_runtime_unit_lands_where_it
     run, unit = submit(fleet)
     run_advance(run.pk)
     unit.refresh_from_db()
-    created = gateway.get(gateway.WORKFLOW, unit.workflow_name)
+    created = client.get(resources.WORKFLOW, unit.workflow_name)
     assert created["metadata"]["labels"][FALLBACK] == "site-c"
     assert "portal.multisite.io/site" not in created["metadata"]["labels"]  # no webhook ran
 
     def placed() -> UnitRun | None:
-        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == UnitPhase.SUCCEEDED else None
 
@@ -115,7 +116,7 @@ def test_with_no_eligible_site_the_unit_waits_pending_and_says_why(fleet) -> Non
     assert unit.reason.startswith("waiting: no site satisfies its hard constraints")
     assert not [
         w
-        for w in gateway.list_objects(gateway.WORKFLOW)[0]
+        for w in lists.list_objects(resources.WORKFLOW)[0]
         if w["metadata"]["labels"].get("portal.multisite.io/run") == str(run.pk)
     ]
 
@@ -124,18 +125,18 @@ def test_with_no_eligible_site_the_unit_waits_pending_and_says_why(fleet) -> Non
     run_advance(run.pk)
     unit.refresh_from_db()
     assert unit.workflow_name
-    labels = gateway.get(gateway.WORKFLOW, unit.workflow_name)["metadata"]["labels"]
+    labels = client.get(resources.WORKFLOW, unit.workflow_name)["metadata"]["labels"]
     assert labels[FALLBACK] == "site-c"
 
 
 def test_the_generic_fallback_policy_only_catches_workflows_the_portal_did_not_create(
     fleet,
 ) -> None:
-    policy = gateway.get(gateway.PROPAGATION_POLICY, "portal-fallback")
+    policy = client.get(resources.PROPAGATION_POLICY, "portal-fallback")
     selectors = policy["spec"]["resourceSelectors"]
     expressions = selectors[0]["labelSelector"]["matchExpressions"]
     assert {"key": "portal.multisite.io/managed", "operator": "DoesNotExist"} in expressions
-    site_c = gateway.get(gateway.PROPAGATION_POLICY, "portal-site-site-c")["spec"]
+    site_c = client.get(resources.PROPAGATION_POLICY, "portal-site-site-c")["spec"]
     assert {"portal.multisite.io/fallback-site": "site-c"} in [
         s["labelSelector"].get("matchLabels") for s in site_c["resourceSelectors"]
     ]

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from portal import gateway
 from portal.choices import UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import binding_observe, bindings_observe
 from portal.controller.failover import failover_check
+from portal.karmada import client, errors, lists, resources
 from portal.models import PlacementDecision, UnitRun
 from sites.models import Site
 from tests.portal.controller.test_step_lifecycle import fleet, submit  # noqa: F401 - the fixture
@@ -38,7 +38,7 @@ def test_the_old_attempt_finishing_after_the_site_returns_is_ignored_and_deleted
     old_name, lost = unit.workflow_name, unit.site
 
     def running() -> UnitRun | None:
-        bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+        bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
         u = UnitRun.objects.get(pk=unit.pk)
         return u if u.phase == UnitPhase.RUNNING else None
 
@@ -51,8 +51,8 @@ def test_the_old_attempt_finishing_after_the_site_returns_is_ignored_and_deleted
     assert failover_check() == [run.pk]
     unit.refresh_from_db()
     assert unit.attempt == 2 and unit.site != lost
-    with pytest.raises(gateway.NotFound):
-        gateway.get(gateway.WORKFLOW, old_name)  # deleted at the control plane at once
+    with pytest.raises(errors.NotFound):
+        client.get(resources.WORKFLOW, old_name)  # deleted at the control plane at once
     assert old_name in member_names(fleet, lost)  # the partitioned member still runs it
 
     # What the old attempt reports (had its binding survived) changes nothing.

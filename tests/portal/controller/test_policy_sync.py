@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from portal import gateway
 from portal.controller.sync import policies_sync
+from portal.karmada import client, lists, resources
+from portal.owned_fields import covers, three_way
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
 
@@ -22,15 +23,15 @@ def fleet(demo_over_sandbox: SandboxServer) -> SandboxServer:
 
 
 def _policy(name: str) -> dict[str, Any]:
-    return gateway.get(gateway.PROPAGATION_POLICY, name)
+    return client.get(resources.PROPAGATION_POLICY, name)
 
 
 def _policy_names() -> set[str]:
-    return {p["metadata"]["name"] for p in gateway.list_objects(gateway.PROPAGATION_POLICY)[0]}
+    return {p["metadata"]["name"] for p in lists.list_objects(resources.PROPAGATION_POLICY)[0]}
 
 
 def _override(name: str) -> dict[str, Any]:
-    return gateway.get(gateway.OVERRIDE_POLICY, name)
+    return client.get(resources.OVERRIDE_POLICY, name)
 
 
 def test_policies_synced_again_after_an_override_change_keep_karmadas_label(fleet) -> None:
@@ -52,7 +53,7 @@ def test_policies_synced_again_after_an_override_change_keep_karmadas_label(flee
     assert "karmada.io/propagation-policy-controller" in policy["metadata"]["finalizers"]
     overrides = [
         o["metadata"]["name"]
-        for o in gateway.list_objects(gateway.OVERRIDE_POLICY)[0]
+        for o in lists.list_objects(resources.OVERRIDE_POLICY)[0]
         if o["metadata"]["name"].startswith("portal-site-site-b")
     ]
     texts = " ".join(str(_override(n)["spec"]) for n in overrides)
@@ -82,8 +83,8 @@ def test_a_policy_changed_on_karmada_is_put_back_by_the_next_sync(fleet) -> None
     changed = _policy("portal-site-site-b")
     wanted = changed["spec"]["placement"]
     changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
-    gateway.replace(gateway.PROPAGATION_POLICY, "portal-site-site-b", changed)
-    gateway.delete(gateway.PROPAGATION_POLICY, "portal-site-site-a")
+    client.replace(resources.PROPAGATION_POLICY, "portal-site-site-b", changed)
+    client.delete(resources.PROPAGATION_POLICY, "portal-site-site-a")
     # Karmada's finalizer keeps it a moment (terminating); a sync then finds it there, as a
     # create would (AlreadyExists), and the next one writes it: wait until it is gone.
     fleet.wait_for(lambda: "portal-site-site-a" not in _policy_names(), what="the deletion")
@@ -112,14 +113,14 @@ def test_a_field_karmada_defaulted_is_kept_and_one_the_portal_dropped_is_removed
         "placement": {"clusterAffinity": {"clusterNames": ["b"]}},
         "resourceSelectors": [{"kind": "Workflow"}],
     }
-    merged = gateway._three_way(current, last, want)
+    merged = three_way(current, last, want)
     assert merged == {
         "placement": {"clusterAffinity": {"clusterNames": ["b"]}},
         "conflictResolution": "Abort",
         "resourceSelectors": [{"kind": "Workflow", "namespace": "portal"}],
     }
-    assert gateway._covers(merged, want)
-    assert not gateway._covers(current, want)
+    assert covers(merged, want)
+    assert not covers(current, want)
 
 
 def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
@@ -130,7 +131,7 @@ def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
     # a policy in step is not written at all.
     changed = _policy("portal-site-site-c")
     changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
-    gateway.replace(gateway.PROPAGATION_POLICY, "portal-site-site-c", changed)
+    client.replace(resources.PROPAGATION_POLICY, "portal-site-site-c", changed)
     path = (
         "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/portal-site-site-c"
     )

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from django.contrib.auth import get_user_model
 
-from portal import gateway, services, state
+from portal import services, state
 from portal.choices import DecisionSource, UnitPhase
 from portal.controller.advance import run_advance
+from portal.karmada import client, resources
 from portal.models import PlacementDecision, RunEvent, WorkflowRun
 from sites.models import SiteLink
 from tests.fixtures_sandbox import SandboxServer
@@ -86,5 +87,5 @@ def test_a_step_whose_site_cannot_read_where_its_upstream_ran_is_placed_again(fl
     assert decision.site == use.site
     event = RunEvent.objects.get(run=run, unit=use, kind="failover")
     assert f"site {planned} cannot reach the artifact repository of {elsewhere}" in event.message
-    labels = gateway.get(gateway.WORKFLOW, use.workflow_name)["metadata"]["labels"]
+    labels = client.get(resources.WORKFLOW, use.workflow_name)["metadata"]["labels"]
     assert labels["portal.multisite.io/site"] == use.site

@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client as k8s
 
-from portal import gateway
 from portal.choices import DecisionSource, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import Folded, bindings_observe
 from portal.controller.refusals import refusal_of, refusals_replace
+from portal.karmada import client, errors, lists, resources
 from portal.models import PlacementDecision, RunEvent, UnitRun
 from portal.selectors import unit_waiting_for
 from sites.models import Site
@@ -25,14 +25,14 @@ TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
 
 def taint(sandbox: SandboxServer, site: str, taints: list[dict[str, Any]]) -> None:
-    client.CustomObjectsApi(sandbox.api_client()).patch_cluster_custom_object(
+    k8s.CustomObjectsApi(sandbox.api_client()).patch_cluster_custom_object(
         "cluster.karmada.io", "v1alpha1", "clusters", site, {"spec": {"taints": taints}}
     )
 
 
 def observe(folded: Folded) -> UnitRun:
     """What the watcher does with every binding it sees (twice: a repeated state)."""
-    items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+    items, _ = lists.list_objects(resources.RESOURCE_BINDING)
     for _ in range(2):
         bindings_observe(items, folded=folded)
         bindings_observe(items)  # the resync, without the watcher's memory
@@ -101,8 +101,8 @@ def test_the_step_is_placed_again_after_the_sites_grace_once(
     moved = UnitRun.objects.get(pk=unit.pk)
     assert moved.attempt == 2 and moved.site not in ("", "site-a")
     assert moved.refused_at is None and moved.message == ""
-    with pytest.raises(gateway.NotFound):
-        gateway.get(gateway.WORKFLOW, unit.workflow_name)  # the refused one is deleted
+    with pytest.raises(errors.NotFound):
+        client.get(resources.WORKFLOW, unit.workflow_name)  # the refused one is deleted
     (decision,) = PlacementDecision.objects.filter(unit=unit, attempt=2)
     assert decision.source == DecisionSource.FAILOVER and decision.site == moved.site
     assert decision.reason.startswith(

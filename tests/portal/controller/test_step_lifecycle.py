@@ -16,11 +16,12 @@ import yaml
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from portal import gateway, services
+from portal import services
 from portal.choices import FINAL_UNIT, UnitPhase
 from portal.controller.advance import run_advance
 from portal.controller.bindings import bindings_observe
 from portal.controller.cleanup import step_workflows_cleanup
+from portal.karmada import client, errors, lists, resources
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
 from tests.fixtures_stack import demo_on
@@ -69,7 +70,7 @@ def run_to_the_end(sandbox: SandboxServer, run: WorkflowRun) -> UnitRun:
     run_advance(run.pk)
 
     def ended() -> UnitRun | None:
-        items, _ = gateway.list_objects(gateway.RESOURCE_BINDING)
+        items, _ = lists.list_objects(resources.RESOURCE_BINDING)
         bindings_observe(items)
         unit = run.units.get()
         return unit if unit.phase in FINAL_UNIT else None
@@ -102,7 +103,7 @@ def test_a_users_ttl_strategy_is_not_inherited_by_step_workflows(fleet) -> None:
     )
     run_advance(run.pk)
     unit = run.units.get()
-    spec = gateway.get(gateway.WORKFLOW, unit.workflow_name)["spec"]
+    spec = client.get(resources.WORKFLOW, unit.workflow_name)["spec"]
     assert "ttlStrategy" not in spec
     # Pods of a failed step stay for their logs; pods are not propagated, so no re-run.
     assert spec["podGC"] == {"strategy": "OnPodSuccess"}
@@ -138,7 +139,7 @@ def test_a_step_the_member_deleted_after_completion_is_not_counted_twice(fleet, 
     with caplog.at_level(logging.WARNING, logger="portal.controller.bindings"):
 
         def seen_and_ignored() -> bool:
-            bindings_observe(gateway.list_objects(gateway.RESOURCE_BINDING)[0])
+            bindings_observe(lists.list_objects(resources.RESOURCE_BINDING)[0])
             return "ignored a re-run" in caplog.text
 
         fleet.wait_for(seen_and_ignored, what="the re-run seen and ignored")
@@ -158,19 +159,19 @@ def test_a_step_the_member_deleted_after_completion_is_not_counted_twice(fleet, 
 def test_finished_step_workflows_are_gone_from_karmada_after_the_keep_time(fleet) -> None:
     run = submit(fleet)
     unit = run_to_the_end(fleet, run)
-    assert gateway.get(gateway.WORKFLOW, unit.workflow_name)
+    assert client.get(resources.WORKFLOW, unit.workflow_name)
 
     assert step_workflows_cleanup(keep_seconds=3600) == 0  # kept for debugging
     assert step_workflows_cleanup(keep_seconds=0) == 1
-    with pytest.raises(gateway.NotFound):
-        gateway.get(gateway.WORKFLOW, unit.workflow_name)
+    with pytest.raises(errors.NotFound):
+        client.get(resources.WORKFLOW, unit.workflow_name)
     unit.refresh_from_db()
     assert unit.workflow_deleted_at is not None
     assert step_workflows_cleanup(keep_seconds=0) == 0  # done once
     fleet.wait_for(
         lambda: not any(
             b["spec"]["resource"]["name"] == unit.workflow_name
-            for b in gateway.list_objects(gateway.RESOURCE_BINDING)[0]
+            for b in lists.list_objects(resources.RESOURCE_BINDING)[0]
         ),
         what="the binding gone",
     )

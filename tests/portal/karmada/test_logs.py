@@ -13,8 +13,8 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from kubernetes import client as k8s
 
-from portal import gateway, logs
 from portal.choices import RunStatus, UnitPhase
+from portal.karmada import client, logs
 from portal.models import UnitRun, WorkflowRun
 from sites.choices import SyncMode
 from tests.factories import SiteFactory
@@ -74,7 +74,7 @@ def karmada_without_proxy(
     member status names the step's pod as Argo would."""
     settings.KARMADA_KUBECONFIG = str(no_proxy_sandbox.kubeconfig)
     SiteFactory(name="site-q", sync_mode=SyncMode.PULL)
-    gateway.reset()
+    client.reset()
     api = no_proxy_sandbox.api_client()
     custom = k8s.CustomObjectsApi(api)
     ns = settings.KARMADA_NAMESPACE
@@ -100,7 +100,7 @@ def karmada_without_proxy(
         yield ran_at
     finally:
         no_proxy_sandbox.clear_faults()
-        gateway.reset()
+        client.reset()
 
 
 def test_a_site_without_an_impersonator_secret_says_where_to_read_the_log(

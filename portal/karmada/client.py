@@ -1,10 +1,10 @@
 """The one module that talks to karmada-apiserver (the only importer of ``kubernetes``).
 
 Every call has a timeout, retries transient failures a few times with backoff, and raises one of
-two error families: ``TransientError`` (the API was unreachable, slow, overloaded or answered
-5xx/429: try again later — Celery tasks ``autoretry_for`` it) or ``PermanentError`` (the API
-refused the request: the unit fails with the API's message). ``NotFound``, ``AlreadyExists`` and
-``Conflict`` are permanent errors that callers handle to stay idempotent.
+the families of ``portal.karmada.errors``. Writes are idempotent: ``delete`` of what is gone is
+no error, and ``apply`` creates or brings the portal's own fields in line, writing nothing when
+they already match. The informer-like reads (``portal.karmada.lists``) and the cluster proxy
+(``portal.karmada.proxy``) call the primitives at the end of this module.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import functools
 import json
 import logging
 import random
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator
 from typing import Any, ParamSpec, TypeVar
 
 import urllib3
@@ -28,9 +26,17 @@ from kubernetes import config as k8s_config
 from kubernetes import watch as k8s_watch
 from kubernetes.client.exceptions import ApiException
 
-from portal.owned_fields import canonical as _canonical
-from portal.owned_fields import covers as _covers
-from portal.owned_fields import three_way as _three_way
+from portal.karmada.errors import (
+    AlreadyExists,
+    Conflict,
+    KarmadaError,
+    PermanentError,
+    TransientError,
+    from_answer,
+    unreachable,
+)
+from portal.karmada.resources import LEASE, Resource
+from portal.owned_fields import canonical, covers, three_way
 
 log = logging.getLogger(__name__)
 
@@ -38,146 +44,15 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Resource:
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool
-
-
-CLUSTER = Resource("cluster.karmada.io", "v1alpha1", "clusters", "Cluster", False)
-PROPAGATION_POLICY = Resource(
-    "policy.karmada.io", "v1alpha1", "propagationpolicies", "PropagationPolicy", True
-)
-CLUSTER_PROPAGATION_POLICY = Resource(
-    "policy.karmada.io", "v1alpha1", "clusterpropagationpolicies", "ClusterPropagationPolicy", False
-)
-OVERRIDE_POLICY = Resource(
-    "policy.karmada.io", "v1alpha1", "overridepolicies", "OverridePolicy", True
-)
-RESOURCE_BINDING = Resource(
-    "work.karmada.io", "v1alpha2", "resourcebindings", "ResourceBinding", True
-)
-WORKFLOW = Resource("argoproj.io", "v1alpha1", "workflows", "Workflow", True)
-# The watcher's and beat's leader election (portal/leader.py).
-LEASE = Resource("coordination.k8s.io", "v1", "leases", "Lease", True)
-BY_KIND = {
-    r.kind: r
-    for r in (
-        CLUSTER,
-        PROPAGATION_POLICY,
-        CLUSTER_PROPAGATION_POLICY,
-        OVERRIDE_POLICY,
-        RESOURCE_BINDING,
-        WORKFLOW,
-    )
-}
-
-
-class KarmadaError(Exception):
-    def __init__(self, message: str, status: int | None = None, reason: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.reason = reason
-
-
-class TransientError(KarmadaError):
-    """Unreachable, timed out, 5xx or 429: the same call may succeed later."""
-
-
-class PermanentError(KarmadaError):
-    """The API refused the request; repeating it will not help."""
-
-
-class NotFound(PermanentError):
-    pass
-
-
-class AlreadyExists(PermanentError):
-    pass
-
-
-class Conflict(PermanentError):
-    pass
-
-
-class Expired(PermanentError):
-    """A watch's resourceVersion is too old (410): list again."""
-
-
-class Forbidden(PermanentError):
-    """RBAC refused the call (403): the portal's identity lacks a grant, on karmada-apiserver
-    or, through the cluster proxy, at the site. The message names the verb and resource."""
-
-
-# kube-apiserver's forbidden message (apiserver responsewriters/errors.go, forbiddenMessage).
-_FORBIDDEN = re.compile(
-    r'User "(?P<user>[^"]*)" cannot (?P<verb>\S+) (?:resource "(?P<resource>[^"]*)" in API '
-    r'group "(?P<group>[^"]*)"(?: in the namespace "(?P<ns>[^"]*)")?|path "(?P<path>[^"]*)")'
-)
-
-
-def forbidden_text(message: str, name: str = "") -> str:
-    """A 403's message as the portal says it: who may not do what, where, then Karmada's own
-    words. Through the cluster proxy a site may also refuse to let Karmada act as the portal
-    (``impersonate``): that is said so."""
-    found = _FORBIDDEN.search(message)
-    if found is None:
-        return f"the portal's identity may not do this: {message}"
-    if found["path"] is not None:
-        what = f"path {found['path']}"
-    else:
-        what = found["resource"] + (f' "{name}"' if name else "")
-        if found["group"]:
-            what += f" (API group {found['group']})"
-        what += f" in namespace {found['ns']}" if found["ns"] else " at the cluster scope"
-    if found["verb"] == "impersonate":
-        return (
-            "the site does not let Karmada's cluster proxy act as the portal's identity: "
-            f"{found['user']} may not impersonate {what} (Karmada said: {message})"
-        )
-    return (
-        f"the portal's identity ({found['user']}) may not {found['verb']} {what}"
-        f" (Karmada said: {message})"
-    )
-
-
-def _from_api_exception(exc: ApiException) -> KarmadaError:
-    status = exc.status or 0
-    reason, message, name = "", exc.reason or "", ""
-    try:
-        body = json.loads(exc.body or "{}")
-        reason = body.get("reason", "") or ""
-        message = body.get("message", "") or message
-        name = str((body.get("details") or {}).get("name") or "")
-    except (ValueError, TypeError, AttributeError):
-        pass
-    text = f"{status} {reason or exc.reason}: {message}".strip()
-    if status == 403:
-        return Forbidden(forbidden_text(message, name), status, reason)
-    if status == 404:
-        return NotFound(text, status, reason)
-    if status == 409 and reason == "AlreadyExists":
-        return AlreadyExists(text, status, reason)
-    if status == 409:
-        return Conflict(text, status, reason)
-    if status == 410:
-        return Expired(text, status, reason)
-    if status == 429 or status >= 500 or status == 0:
-        return TransientError(text, status, reason)
-    return PermanentError(text, status, reason)
-
-
 def translate_errors(exc: BaseException) -> KarmadaError:
+    """The ``portal.karmada.errors`` error ``exc`` means; anything that is not a failure of the
+    call (a bug) is raised again as it is."""
     if isinstance(exc, KarmadaError):
         return exc
     if isinstance(exc, ApiException):
-        return _from_api_exception(exc)
+        return from_answer(exc.status, exc.reason, exc.body)
     if isinstance(exc, (urllib3.exceptions.HTTPError, OSError, TimeoutError)):
-        return TransientError(f"Karmada unreachable: {exc.__class__.__name__}: {exc}")
+        return unreachable(exc)
     raise exc
 
 
@@ -340,63 +215,6 @@ def get(resource: Resource, name: str, ns: str | None = None) -> dict[str, Any]:
     return dict(_call("get", resource, ns, name))
 
 
-# Items per chunk of a list: client-go's pager's default (``tools/pager``, defaultPageSize).
-# A list of 20,000 ResourceBindings in one answer held a few hundred MB in the worker for
-# every resync; in chunks it holds one chunk at a time.
-LIST_CHUNK = 500
-
-
-def list_objects(
-    resource: Resource, ns: str | None = None, label_selector: str = ""
-) -> tuple[list[dict[str, Any]], str]:
-    """Items and the list's resourceVersion (to start a watch from). For lists that stay
-    small (Clusters, policies); one that grows with the runs is read with ``list_chunks``."""
-    items: list[dict[str, Any]] = []
-    rv = ""
-    for chunk, chunk_rv in list_chunks(resource, ns, label_selector):
-        items.extend(chunk)
-        rv = chunk_rv
-    return items, rv
-
-
-def list_chunks(
-    resource: Resource, ns: str | None = None, label_selector: str = "", limit: int | None = None
-) -> Iterator[tuple[list[dict[str, Any]], str]]:
-    """A list in chunks of ``limit`` items (``limit`` and ``continue``), each with the list's
-    resourceVersion. A chunk's call is retried as any other. When Karmada has compacted
-    past the list (410 Expired on a continue), the list starts over, as client-go's pager
-    does with ``FullListIfExpired`` (whole this time: the next chunks would expire alike);
-    callers fold chunks idempotently, so chunks seen twice do no harm."""
-    token = ""
-    limit = LIST_CHUNK if limit is None else limit
-    while True:
-        try:
-            out = _list_chunk(resource, ns, label_selector, limit, token)
-        except Expired:
-            if not token:
-                raise
-            log.info("%s: the list's continue token expired; listing again, whole", resource.kind)
-            token, limit = "", 0
-            continue
-        meta = out.get("metadata") or {}
-        yield list(out.get("items") or []), str(meta.get("resourceVersion", ""))
-        token = str(meta.get("continue") or "")
-        if not token:
-            return
-
-
-@retrying()
-def _list_chunk(
-    resource: Resource, ns: str | None, label_selector: str, limit: int, token: str
-) -> dict[str, Any]:
-    kwargs: dict[str, Any] = {"label_selector": label_selector}
-    if limit:
-        kwargs["limit"] = limit
-    if token:
-        kwargs["_continue"] = token
-    return dict(_call("list", resource, ns, **kwargs))
-
-
 @retrying()
 def create(resource: Resource, body: dict[str, Any], ns: str | None = None) -> dict[str, Any]:
     return dict(_call("create", resource, ns, body))
@@ -445,10 +263,10 @@ def owned_in_step(current: dict[str, Any], body: dict[str, Any]) -> bool:
     meta, want = current.get("metadata", {}), body.get("metadata", {})
     annotations = meta.get("annotations") or {}
     return (
-        annotations.get(_last_applied_key()) == _canonical(body.get("spec"))
-        and _covers(meta.get("labels") or {}, want.get("labels") or {})
-        and _covers(annotations, want.get("annotations") or {})
-        and _covers(current.get("spec"), body.get("spec"))
+        annotations.get(_last_applied_key()) == canonical(body.get("spec"))
+        and covers(meta.get("labels") or {}, want.get("labels") or {})
+        and covers(annotations, want.get("annotations") or {})
+        and covers(current.get("spec"), body.get("spec"))
     )
 
 
@@ -464,12 +282,12 @@ def owned_merge(current: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]
     except ValueError:
         last_spec = None
     annotations.update(want.get("annotations") or {})
-    annotations[_last_applied_key()] = _canonical(body.get("spec"))
+    annotations[_last_applied_key()] = canonical(body.get("spec"))
     meta["labels"] = {**(meta.get("labels") or {}), **(want.get("labels") or {})}
     meta["annotations"] = annotations
     merged = {**current, "metadata": meta}
     if "spec" in body:
-        merged["spec"] = _three_way(current.get("spec"), last_spec, body["spec"])
+        merged["spec"] = three_way(current.get("spec"), last_spec, body["spec"])
     merged.pop("status", None)
     return merged
 
@@ -482,7 +300,7 @@ def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> di
     name = body["metadata"]["name"]
     meta = body.get("metadata", {})
     annotations = {**(meta.get("annotations") or {})}
-    annotations[_last_applied_key()] = _canonical(body.get("spec"))
+    annotations[_last_applied_key()] = canonical(body.get("spec"))
     try:
         return create(resource, {**body, "metadata": {**meta, "annotations": annotations}}, ns)
     except AlreadyExists:
@@ -497,49 +315,6 @@ def apply(resource: Resource, body: dict[str, Any], ns: str | None = None) -> di
             if attempt == 4:
                 raise
     raise AssertionError("unreachable")
-
-
-def watch(
-    resource: Resource,
-    resource_version: str,
-    ns: str | None = None,
-    label_selector: str = "",
-    timeout_seconds: int = 300,
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ``(type, object)`` from ``resource_version`` until the server ends the stream.
-
-    Raises ``Expired`` when the version is too old (list again) and ``TransientError`` when the
-    connection drops (resume from the last version seen).
-    """
-    api = _custom()
-    w = k8s_watch.Watch()
-    kwargs: dict[str, Any] = {
-        "resource_version": resource_version,
-        "timeout_seconds": timeout_seconds,
-        "allow_watch_bookmarks": True,
-        "label_selector": label_selector,
-        "_request_timeout": (_timeout()[0], timeout_seconds + 30),
-    }
-    scope = "namespaced" if resource.namespaced else "cluster"
-    func: Any = getattr(api, f"list_{scope}_custom_object")
-    args: tuple[Any, ...] = (resource.group, resource.version)
-    args += (ns or namespace(), resource.plural) if resource.namespaced else (resource.plural,)
-    try:
-        for event in w.stream(func, *args, **kwargs):
-            kind = event.get("type", "")
-            obj = event.get("raw_object") or event.get("object") or {}
-            if kind == "ERROR":
-                code = obj.get("code") if isinstance(obj, dict) else None
-                if code == 410:
-                    raise Expired("watch expired: " + str(obj.get("message", "")), 410, "Expired")
-                raise TransientError(f"watch error: {obj}")
-            yield kind, obj
-    except ApiException as exc:
-        raise translate_errors(exc) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise translate_errors(exc) from exc
-    finally:
-        w.stop()
 
 
 # --- leases (leader election) ---------------------------------------------------------------
@@ -604,112 +379,81 @@ def apply_mutating_webhook(body: dict[str, Any]) -> None:
                 raise
 
 
-# --- pod logs through Karmada's cluster proxy -----------------------------------------------
-# Self-contained on purpose: its own timeouts and no retries (a reader waits on the answer).
-
-CLUSTER_PROXY_LOG = (
-    "/apis/cluster.karmada.io/v1alpha1/clusters/{site}/proxy"
-    "/api/v1/namespaces/{namespace}/pods/{pod}/log"
-)
-LOG_CONNECT_TIMEOUT = 3.0
+# --- primitives of the informer-like reads and the cluster proxy ----------------------------
 
 
-class LogsUnavailable(PermanentError):
-    """Karmada's cluster proxy refused the read for good: the pod is gone, or the member
-    refused. (No path to the site at all is a 500 from Karmada: see ``portal.logs``.)"""
-
-
-def pod_log(
-    site: str,
-    namespace: str,
-    pod: str,
-    *,
-    container: str = "main",
-    tail_lines: int | None = None,
-    follow: bool = False,
-    limit_bytes: int | None = None,
-    read_timeout: float = 10.0,
-) -> Iterator[bytes]:
-    """The pod's log, read through Karmada's cluster proxy, as chunks of bytes.
-
-    ``follow`` keeps the stream open while the container runs; the caller bounds it (time and
-    size) and closes the generator. ``read_timeout`` bounds each wait for the next chunk."""
-    query: list[tuple[str, Any]] = [("container", container)]
-    if tail_lines is not None:
-        query.append(("tailLines", int(tail_lines)))
-    if limit_bytes is not None:
-        query.append(("limitBytes", int(limit_bytes)))
-    if follow:
-        query.append(("follow", "true"))
-    try:
-        response = _api_client().call_api(
-            CLUSTER_PROXY_LOG,
-            "GET",
-            path_params={"site": site, "namespace": namespace, "pod": pod},
-            query_params=query,
-            header_params={"Accept": "text/plain, */*"},
-            auth_settings=["BearerToken"],
-            _return_http_data_only=True,
-            _preload_content=False,
-            _request_timeout=(LOG_CONNECT_TIMEOUT, read_timeout),
-        )
-    except ApiException as exc:
-        err = translate_errors(exc)
-        if isinstance(err, TransientError):
-            raise err from exc
-        raise LogsUnavailable(err.message, err.status, err.reason) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise translate_errors(exc) from exc
-
-    def chunks() -> Iterator[bytes]:
-        try:
-            yield from response.stream(8192, decode_content=True)
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise translate_errors(exc) from exc
-        finally:
-            response.release_conn()
-
-    return chunks()
-
-
-# --- a member's Workflow through Karmada's cluster proxy (resume of a suspended node) -------
-
-CLUSTER_PROXY_WORKFLOW = (
-    "/apis/cluster.karmada.io/v1alpha1/clusters/{site}/proxy"
-    "/apis/argoproj.io/v1alpha1/namespaces/{namespace}/workflows/{name}"
-)
-
-
-def _member_workflow_call(
-    method: str, site: str, namespace: str, name: str, body: dict[str, Any] | None = None
+@retrying()
+def list_page(
+    resource: Resource, ns: str | None, label_selector: str, limit: int, token: str
 ) -> dict[str, Any]:
+    """One page of a list: at most ``limit`` items (all when 0) from the ``continue`` token
+    ``token`` (the first page when empty), as the API answered it."""
+    kwargs: dict[str, Any] = {"label_selector": label_selector}
+    if limit:
+        kwargs["limit"] = limit
+    if token:
+        kwargs["_continue"] = token
+    return dict(_call("list", resource, ns, **kwargs))
+
+
+def watch_events(
+    resource: Resource,
+    resource_version: str,
+    ns: str | None,
+    label_selector: str,
+    timeout_seconds: int,
+) -> Generator[dict[str, Any], None, None]:
+    """The raw events of a watch from ``resource_version`` (``type`` and ``raw_object``, an
+    ``ERROR`` event included), until the server ends the stream. No retries: a dropped
+    connection is a ``TransientError`` and the caller resumes from the last version seen."""
+    api = _custom()
+    w = k8s_watch.Watch()
+    kwargs: dict[str, Any] = {
+        "resource_version": resource_version,
+        "timeout_seconds": timeout_seconds,
+        "allow_watch_bookmarks": True,
+        "label_selector": label_selector,
+        "_request_timeout": (_timeout()[0], timeout_seconds + 30),
+    }
+    scope = "namespaced" if resource.namespaced else "cluster"
+    func: Any = getattr(api, f"list_{scope}_custom_object")
+    args: tuple[Any, ...] = (resource.group, resource.version)
+    args += (ns or namespace(), resource.plural) if resource.namespaced else (resource.plural,)
     try:
-        raw = _api_client().call_api(
-            CLUSTER_PROXY_WORKFLOW,
+        yield from w.stream(func, *args, **kwargs)
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+        raise translate_errors(exc) from exc
+    finally:
+        w.stop()
+
+
+def proxy_request(
+    path: str,
+    method: str,
+    path_params: dict[str, str],
+    *,
+    headers: dict[str, str],
+    timeout: tuple[float, float] | None = None,
+    query: list[tuple[str, Any]] | None = None,
+    body: dict[str, Any] | None = None,
+) -> urllib3.HTTPResponse:
+    """A request to ``path`` on karmada-apiserver with the portal's credentials, answered
+    unread (the caller reads or streams the body and releases the connection). No retries:
+    the reader waits on the answer. ``timeout`` is ``(connect, read)``, the portal's by
+    default."""
+    try:
+        response: urllib3.HTTPResponse = _api_client().call_api(
+            path,
             method,
-            path_params={"site": site, "namespace": namespace, "name": name},
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            path_params=path_params,
+            query_params=query or [],
+            header_params=headers,
             body=body,
             auth_settings=["BearerToken"],
             _return_http_data_only=True,
             _preload_content=False,
-            _request_timeout=_timeout(),  # (connect, read): a nested tuple was refused
+            _request_timeout=timeout or _timeout(),
         )
-    except ApiException as exc:
+    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
         raise translate_errors(exc) from exc
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise translate_errors(exc) from exc
-    return dict(json.loads(raw.data or b"{}"))
-
-
-def member_workflow_get(site: str, namespace: str, name: str) -> dict[str, Any]:
-    """The Workflow as the member cluster has it (with the status its Argo controller
-    writes), read through Karmada's cluster proxy (push-mode sites only)."""
-    return _member_workflow_call("GET", site, namespace, name)
-
-
-def member_workflow_replace(
-    site: str, namespace: str, name: str, body: dict[str, Any]
-) -> dict[str, Any]:
-    """Replace the member's Workflow (``body`` carries the resourceVersion read)."""
-    return _member_workflow_call("PUT", site, namespace, name, body)
+    return response

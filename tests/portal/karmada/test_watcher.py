@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from portal import gateway, watcher
+from portal.karmada import resources, watcher
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def checks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def _loop(on_object: Any) -> watcher.Loop:
-    return watcher.Loop(gateway.RESOURCE_BINDING, on_object, threading.Event())
+    return watcher.Loop(resources.RESOURCE_BINDING, on_object, threading.Event())
 
 
 @pytest.mark.django_db(transaction=True)

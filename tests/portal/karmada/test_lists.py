@@ -1,4 +1,4 @@
-"""Lists that grow with the runs are read in chunks (``gateway.list_chunks``): the resync's
+"""Lists that grow with the runs are read in chunks (``lists.list_chunks``): the resync's
 list of every ResourceBinding and the watcher's relists. A chunk at a time is what the worker
 holds; a continue token that Karmada has compacted away starts the list over."""
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from portal import gateway
-from portal.watcher import Loop
+from portal.karmada import client, errors, lists, resources
+from portal.karmada.watcher import Loop
 from tests.fixtures_sandbox import SandboxServer
 
 
@@ -25,9 +25,9 @@ def _names(items: list[dict[str, Any]]) -> list[str]:
 
 
 def test_chunks_hold_the_whole_list_once_at_one_resource_version(fleet) -> None:
-    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
+    whole, _ = lists.list_objects(resources.PROPAGATION_POLICY)
     assert len(whole) >= 4
-    chunks = list(gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2))
+    chunks = list(lists.list_chunks(resources.PROPAGATION_POLICY, limit=2))
     assert all(len(items) <= 2 for items, _ in chunks)
     assert len(chunks) == -(-len(whole) // 2)
     assert sorted(n for items, _ in chunks for n in _names(items)) == sorted(_names(whole))
@@ -36,19 +36,19 @@ def test_chunks_hold_the_whole_list_once_at_one_resource_version(fleet) -> None:
 
 def test_requests_per_list_are_its_chunks(fleet) -> None:
     before = fleet.request("GET", "/_sandbox/stats")["requests"].get("GET", 0)
-    n = sum(1 for _ in gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2))
+    n = sum(1 for _ in lists.list_chunks(resources.PROPAGATION_POLICY, limit=2))
     after = fleet.request("GET", "/_sandbox/stats")["requests"].get("GET", 0)
     assert after - before == n
 
 
 def test_an_expired_continue_token_starts_the_list_over_whole(fleet) -> None:
-    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)
-    chunks = gateway.list_chunks(gateway.PROPAGATION_POLICY, limit=2)
+    whole, _ = lists.list_objects(resources.PROPAGATION_POLICY)
+    chunks = lists.list_chunks(resources.PROPAGATION_POLICY, limit=2)
     first, _ = next(chunks)
     assert len(first) == 2
     # Karmada compacts past the list between two chunks (a write, then the compaction).
-    gateway.apply(
-        gateway.PROPAGATION_POLICY,
+    client.apply(
+        resources.PROPAGATION_POLICY,
         {
             "apiVersion": "policy.karmada.io/v1alpha1",
             "kind": "PropagationPolicy",
@@ -71,20 +71,20 @@ def test_a_token_expired_at_the_first_chunk_is_not_retried_forever(fleet, monkey
 
     def expired(*args: Any, **kwargs: Any) -> Any:
         calls.append(kwargs)
-        raise gateway.Expired("too old", 410)
+        raise errors.Expired("too old", 410)
 
-    monkeypatch.setattr(gateway, "_list_chunk", expired)
-    with pytest.raises(gateway.Expired):
-        list(gateway.list_chunks(gateway.PROPAGATION_POLICY))
+    monkeypatch.setattr(client, "list_page", expired)
+    with pytest.raises(errors.Expired):
+        list(lists.list_chunks(resources.PROPAGATION_POLICY))
     assert len(calls) == 1
 
 
 def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
     fleet, monkeypatch
 ) -> None:
-    whole, _ = gateway.list_objects(gateway.PROPAGATION_POLICY)  # before the spy: not counted
-    monkeypatch.setattr(gateway, "LIST_CHUNK", 2)
-    real_chunks = gateway.list_chunks
+    whole, _ = lists.list_objects(resources.PROPAGATION_POLICY)  # before the spy: not counted
+    monkeypatch.setattr(lists, "LIST_CHUNK", 2)
+    real_chunks = lists.list_chunks
     answered: list[tuple[int, str]] = []  # (items, resourceVersion) of each chunk
 
     def chunks(*args: Any, **kwargs: Any) -> Iterator[tuple[list[dict[str, Any]], str]]:
@@ -92,10 +92,10 @@ def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
             answered.append((len(items), rv))
             yield items, rv
 
-    monkeypatch.setattr(gateway, "list_chunks", chunks)
+    monkeypatch.setattr(lists, "list_chunks", chunks)
     seen: list[tuple[str, str]] = []
     loop = Loop(
-        gateway.PROPAGATION_POLICY,
+        resources.PROPAGATION_POLICY,
         lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
         threading.Event(),
     )

@@ -23,9 +23,9 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from portal import gateway
 from portal.admission import queue
 from portal.controller import bindings, sync, workqueue
+from portal.karmada import errors, lists, resources
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class Loop:
 
     def __init__(
         self,
-        resource: gateway.Resource,
+        resource: resources.Resource,
         on_object: Callable[[str, dict[str, Any]], None],
         stop: threading.Event,
         watch_timeout: int = 300,
@@ -66,7 +66,7 @@ class Loop:
         # thousands); the watch starts from the list's resourceVersion, the same in every
         # chunk.
         rv = ""
-        for items, chunk_rv in gateway.list_chunks(self.resource):
+        for items, chunk_rv in lists.list_chunks(self.resource):
             for obj in items:
                 self._handle("ADDED", obj)
             rv = chunk_rv
@@ -94,7 +94,7 @@ class Loop:
                 if not self.resource_version:
                     self.relist()
                 self.watches += 1
-                for kind, obj in gateway.watch(
+                for kind, obj in lists.watch(
                     self.resource, self.resource_version, timeout_seconds=self.watch_timeout
                 ):
                     rv = (obj.get("metadata") or {}).get("resourceVersion")
@@ -105,10 +105,10 @@ class Loop:
                     if self.stop.is_set():
                         return
                 delay = 0.5
-            except gateway.Expired:
+            except errors.Expired:
                 log.info("%s: resourceVersion expired, listing again", self.resource.kind)
                 self.resource_version = ""
-            except gateway.KarmadaError as exc:
+            except errors.KarmadaError as exc:
                 log.warning("%s watch: %s; resuming in %.1fs", self.resource.kind, exc, delay)
                 self.stop.wait(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 30.0)
@@ -237,8 +237,8 @@ def run_forever(
             pending.put(obj)
 
     loops = [
-        Loop(gateway.CLUSTER, on_cluster, stop, watch_timeout, leading),
-        Loop(gateway.RESOURCE_BINDING, on_binding_of_term, stop, watch_timeout, leading),
+        Loop(resources.CLUSTER, on_cluster, stop, watch_timeout, leading),
+        Loop(resources.RESOURCE_BINDING, on_binding_of_term, stop, watch_timeout, leading),
     ]
     threads = [
         threading.Thread(target=loop.run, name=f"watch-{loop.resource.plural}", daemon=True)

@@ -1,6 +1,6 @@
 """A step's logs: which pods an attempt's step workflow ran, and their log read through
 Karmada's cluster proxy, bounded in size and time (who may follow one: portal/log_follows.py);
-once the step workflow is deleted, the copy the portal kept of it (portal/kept_logs.py).
+once the step workflow is deleted, the copy the portal kept of it (``portal.karmada.kept_logs``).
 
 Pod names follow Argo (``workflow/util/pod_name.go``, ``GeneratePodName``): with the default
 v2 names a pod is ``<workflow>-<template>-<fnv32a(node name)>`` (the workflow's own name for
@@ -20,10 +20,10 @@ from typing import Any
 from django.conf import settings
 
 from placement.manifests.workflows import step_workflow_name
-from portal import gateway, kept_logs
 from portal.choices import FINAL_UNIT
+from portal.karmada import client, errors, kept_logs, proxy, resources
+from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import UnitRun
-from portal.node_status import NodeStatusUnreadable, nodes_of
 from sites.choices import SyncMode
 from sites.models import Site
 
@@ -88,8 +88,8 @@ def pod_name_version(site: str, workflow: str) -> str:
     if known is not None:
         return known
     try:
-        wf = gateway.member_workflow_get(site, gateway.namespace(), workflow)
-    except gateway.KarmadaError:
+        wf = proxy.member_workflow_get(site, client.namespace(), workflow)
+    except errors.KarmadaError:
         return "v2"
     annotation = ((wf.get("metadata") or {}).get("annotations") or {}).get(POD_NAME_FORMAT)
     if annotation is None:
@@ -123,8 +123,8 @@ class AttemptPods:
 def _member_status(workflow: str) -> Mapping[str, Any] | None:
     """The member Workflow's status as Karmada aggregated it into the ResourceBinding."""
     try:
-        binding = gateway.get(gateway.RESOURCE_BINDING, f"{workflow}-workflow")
-    except gateway.NotFound:
+        binding = client.get(resources.RESOURCE_BINDING, f"{workflow}-workflow")
+    except errors.NotFound:
         return None
     aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
     status = (aggregated[0] or {}).get("status") if aggregated else None
@@ -183,7 +183,7 @@ def attempt_pods(unit: UnitRun, attempt: int, site: str) -> AttemptPods:
         raise LogsNotAvailable("The step workflow is not placed at a site yet.")
     try:
         status = _member_status(workflow)
-    except gateway.KarmadaError as exc:
+    except errors.KarmadaError as exc:
         raise LogsNotAvailable(f"Logs not available: Karmada did not answer ({exc}).") from exc
     if status is None:
         raise LogsNotAvailable(
@@ -243,9 +243,9 @@ def log_chunks(
         # Bounded as a read from the site is, so that both give the same text.
         return _bounded(iter([data] if data else []), limit, None)
     try:
-        stream = gateway.pod_log(
+        stream = proxy.pod_log(
             site,
-            gateway.namespace(),
+            client.namespace(),
             pod,
             container=container,
             tail_lines=tail,
@@ -255,12 +255,12 @@ def log_chunks(
             # own (portal/log_follows.py), not a whole worker.
             read_timeout=budget if follow else 10.0,
         )
-    except gateway.LogsUnavailable as exc:
+    except errors.LogsUnavailable as exc:
         raise LogsNotAvailable(
             f"Logs not available: Karmada's cluster proxy to {site} did not give the pod's log "
             f"({exc.message})."
         ) from exc
-    except gateway.KarmadaError as exc:
+    except errors.KarmadaError as exc:
         no_path = _no_proxy_path(site, pod, container, exc)
         if no_path is not None:
             raise no_path from exc
@@ -269,7 +269,7 @@ def log_chunks(
 
 
 def _no_proxy_path(
-    site: str, pod: str, container: str, exc: gateway.KarmadaError
+    site: str, pod: str, container: str, exc: errors.KarmadaError
 ) -> NoProxyPath | None:
     """Say why Karmada's cluster proxy has no path to the site, and where to read the log
     instead; None when the error is not one of those (Karmada itself did not answer)."""
@@ -288,7 +288,7 @@ def _no_proxy_path(
     kind = "a pull-mode site" if _is_pull_mode(site) else "a push-mode site"
     return NoProxyPath(
         f"Logs not available here: {site} is {kind} and {why}. Read them on the site: "
-        f"kubectl logs -n {gateway.namespace()} {pod} -c {container} "
+        f"kubectl logs -n {client.namespace()} {pod} -c {container} "
         f"(with {site}'s kubeconfig), or the site's Argo UI. Karmada said: {exc.message}"
     )
 
@@ -312,7 +312,7 @@ def _bounded(stream: Iterator[bytes], limit: int, seconds: float | None) -> Iter
             if deadline is not None and time.monotonic() > deadline:
                 yield b"\n[still running: follow again for more]\n"
                 return
-    except gateway.KarmadaError as exc:
+    except errors.KarmadaError as exc:
         if deadline is None or "Timeout" not in exc.message:
             yield f"\n[log stream ended: {exc.message}]\n".encode()
     finally:

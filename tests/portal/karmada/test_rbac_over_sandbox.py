@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from portal import gateway, logs
+from portal.karmada import client, errors, logs, resources
 from tests.fixtures_sandbox import SandboxServer
 from tests.fixtures_stack import gateway_on
 from tests.sandbox.conftest import SITE_LABEL, leaf, site_policy, workflow
@@ -48,8 +48,8 @@ def running_pod(as_portal: SandboxServer) -> str:
 
     def running() -> str | None:
         try:  # read as the portal reads it: its identity's grants are in play here too
-            binding = gateway.get(gateway.RESOURCE_BINDING, "rbac-step-workflow", "portal")
-        except gateway.NotFound:
+            binding = client.get(resources.RESOURCE_BINDING, "rbac-step-workflow", "portal")
+        except errors.NotFound:
             return None
         member = ((binding.get("status") or {}).get("aggregatedStatus") or [{}])[0]
         pods = logs.pods_of("rbac-step", member.get("status") or {})
@@ -108,11 +108,11 @@ def test_a_site_refuses_the_proxy_when_the_portals_groups_may_not_be_impersonate
 def test_a_missing_semaphore_config_map_is_not_found_and_a_missing_grant_says_so(
     as_portal: SandboxServer,
 ) -> None:
-    with pytest.raises(gateway.NotFound):
-        gateway.config_map_data("no-such-limits", "portal")
+    with pytest.raises(errors.NotFound):
+        client.config_map_data("no-such-limits", "portal")
     without_rule(as_portal, f"{RBAC}/namespaces/portal/roles/multisite-portal", "configmaps")
-    with pytest.raises(gateway.Forbidden) as refused:
-        gateway.config_map_data("no-such-limits", "portal")
+    with pytest.raises(errors.Forbidden) as refused:
+        client.config_map_data("no-such-limits", "portal")
     assert refused.value.status == 403
     assert (
         f'the portal\'s identity ({PORTAL_USER}) may not get configmaps "no-such-limits" '
@@ -198,8 +198,8 @@ def test_a_refused_step_workflow_says_which_grant_is_missing(as_portal: SandboxS
     workflow: <this>``)."""
     without_rule(as_portal, f"{RBAC}/namespaces/portal/roles/multisite-portal", "workflows")
     body = workflow("refused-step", [leaf("main")], labels={SITE_LABEL: "site-a"})
-    with pytest.raises(gateway.Forbidden) as refused:
-        gateway.create(gateway.WORKFLOW, body, "portal")
+    with pytest.raises(errors.Forbidden) as refused:
+        client.create(resources.WORKFLOW, body, "portal")
     assert str(refused.value).startswith(
         f"the portal's identity ({PORTAL_USER}) may not create workflows (API group "
         "argoproj.io) in namespace portal (Karmada said: workflows.argoproj.io is forbidden:"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from portal.kept_logs import tail
+from portal.karmada.kept_logs import tail
 
 LINES = st.lists(st.text(alphabet="ab ≥\r\t", max_size=5), max_size=8)
 

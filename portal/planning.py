@@ -14,23 +14,29 @@ decisions not yet written there (``portal.admission.reservations``, in Redis).
 
 Reading is cheap enough for the worker (the tables are rebuilt only when they change); the
 webhook keeps the database part (``PlannerBase``) for up to a second and adds the Redis part
-fresh at every admission, one Redis command.
+fresh at every admission, one Redis command. So that a decision the worker writes straight to
+the database (a submission's plan, failover, loop items, the fallback policy's site) is seen
+by that kept part at once too, the decider reports what it changed (``holds_changed``): the
+change is recorded in Redis beside the webhook's reservations, already stamped as written,
+and counted by every fleet read from the database before it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import redis
+from django.db import transaction
 
 from placement import planner
 from placement.parser import Resources
 from placement.selectors import planner_inputs
 from portal.admission import reservations
 from portal.admission.queue import queue_client
-from portal.selectors import held_reservations
+from portal.models import UnitRun
+from portal.selectors import held_reservations, units_held
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +126,37 @@ def planner_snapshot(
         base=base,
         pending=pending,
     )
+
+
+def holds_changed(before: Held, after: Held) -> None:
+    """A decider wrote units whose holds went from ``before`` to ``after`` (per site, as
+    ``held_by`` gives them): once its transaction commits, every decider counts the difference
+    from then on, whatever fleet it kept (``reservations.placed``). Nothing to tell without a
+    queue (each decision then reads the database afresh); Redis unreachable: the webhook sees
+    it at its next read of the database."""
+    changes: dict[str, Resources] = {}
+    for site in {*before, *after}:
+        a, b = after.get(site, Resources()), before.get(site, Resources())
+        diff = Resources(
+            cpu_millicores=a.cpu_millicores - b.cpu_millicores,
+            memory_bytes=a.memory_bytes - b.memory_bytes,
+            gpus=a.gpus - b.gpus,
+        )
+        if diff != Resources():
+            changes[site] = diff
+    client = queue_client() if changes else None
+    if client is None:
+        return
+
+    def publish() -> None:
+        try:
+            reservations.placed(client, changes)
+        except redis.RedisError as exc:
+            log.warning("reservations unreachable (%s): held from the next fleet read", exc)
+
+    transaction.on_commit(publish)
+
+
+def held_by(units: Iterable[UnitRun]) -> Held:
+    """What ``units`` hold per site, as the database part counts them (for ``holds_changed``)."""
+    return units_held(units)

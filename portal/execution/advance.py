@@ -32,7 +32,7 @@ from portal.execution.common import (
 from portal.execution.failover import failover_unit
 from portal.execution.steps import submit_units, upstream_outputs
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
-from portal.planning import planner_snapshot
+from portal.planning import held_by, holds_changed, planner_snapshot
 from portal.quotas import services as quota_services
 from sites.models import SiteLink
 
@@ -139,6 +139,7 @@ def _expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitR
         ).exists():
             return []
         UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
+        holds_changed({}, held_by(rows))
         _item_decisions(run, decisions)
         unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
         state.units_move(

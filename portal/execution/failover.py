@@ -19,7 +19,7 @@ from portal.execution import transfers
 from portal.execution.common import ancestors, event, upstream_where
 from portal.execution.lifecycle import superseded_remember
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
-from portal.planning import planner_snapshot
+from portal.planning import held_by, holds_changed, planner_snapshot
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,7 @@ def failover_unit(
     attempt = unit.attempt + 1 if started else unit.attempt
     ended = unit.attempt_record(ended="failed over", why=reason) if started else None
     now = timezone.now()
+    held = held_by([unit])
     with transaction.atomic():
         changed = state.units_move(
             UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name=old_name),
@@ -115,6 +116,7 @@ def failover_unit(
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
         unit.reason = f"{why}{decision.reason}"
+        holds_changed(held, held_by([unit]))
         if isinstance(decision, transfers.RelayDecision):
             PlacementDecision.objects.create(
                 run=run,

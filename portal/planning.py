@@ -57,18 +57,14 @@ class PlannerBase:
 
 
 @dataclass(frozen=True)
-class PlannerSnapshot:
-    """The fleet the planner reads: ``fleet`` is the sites (health, labels, capacity) with
-    free capacity after every reservation and running unit, and the links; ``rules`` and
-    ``datasets`` the rest of a decision's inputs. ``base``: the database part;
-    ``pending``: per site, what webhook decisions hold that the database does not show yet
+class PlannerSnapshot(planner.PlannerView):
+    """The fleet the planner reads (``planner.PlannerView``): ``fleet`` is the sites (health,
+    labels, capacity) with free capacity after every reservation and running unit, and the
+    links; ``rules`` and ``datasets`` the rest of a decision's inputs. ``pending``: per site,
+    what webhook and worker decisions hold that ``base`` (the database part) does not show
     (recorded with a runtime decision, so replay sees the same fleet)."""
 
-    fleet: planner.Fleet
-    rules: planner.RuleBook
-    datasets: planner.DataCatalogue
     base: PlannerBase
-    pending: Held = field(default_factory=dict)
 
     def room(self, site: str) -> Resources:
         """What ``site`` has free in ``base`` (the Redis reservations not counted)."""
@@ -123,8 +119,8 @@ def planner_snapshot(
         fleet=planner.hold(base.fleet, pending),
         rules=base.rules,
         datasets=base.datasets,
-        base=base,
         pending=pending,
+        base=base,
     )
 
 

@@ -155,15 +155,16 @@ BUILDERS = {
     "reservations.held",
     "reservations.read",
 }
-# Where they may be called: the selector, the tables' reader, the webhook's cached copy of the
-# selector's database part, and replay (which plans on the fleet a decision recorded, not on
-# the live one: ``placement.revisions.replay``).
+# Where they may be called: the selector, the tables' reader, and the webhook's cached copy
+# of the selector's database part.
 SELECTOR_MODULES = {
     "portal/planning.py",
     "portal/admission/placing.py",
     "placement/selectors.py",
-    "placement/revisions/replay.py",
 }
+# Replay plans on the fleet a decision recorded, not on the live one: the same view type,
+# rebuilt from the record.
+RECORDED = {"placement/revisions/replay.py"}
 # The planner's entry points: a module calling one is a decider.
 DECIDERS = {"planner.decide", "planner.plan", "relays.relay_for", "runtime_decision"}
 
@@ -180,17 +181,19 @@ def _sources() -> list[tuple[str, ast.Module]]:
 
 
 def _called(tree: ast.Module) -> set[str]:
-    """Every function a module calls, as ``name`` and, for ``a.name``, as ``a.name`` too."""
+    """Every function a module calls, by each tail of its dotted name: ``a.b.name`` as
+    ``name``, ``b.name`` and ``a.b.name``."""
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
+            parts = []
             f = node.func
+            while isinstance(f, ast.Attribute):
+                parts.insert(0, f.attr)
+                f = f.value
             if isinstance(f, ast.Name):
-                names.add(f.id)
-            elif isinstance(f, ast.Attribute):
-                names.add(f.attr)
-                if isinstance(f.value, ast.Name):
-                    names.add(f"{f.value.id}.{f.attr}")
+                parts.insert(0, f.id)
+            names.update(".".join(parts[i:]) for i in range(len(parts)))
     return names
 
 
@@ -206,10 +209,13 @@ def test_no_decider_assembles_the_planners_inputs_itself() -> None:
 def test_every_decider_reads_its_inputs_from_the_selector() -> None:
     deciders = {rel: tree for rel, tree in _sources() if _called(tree) & DECIDERS}
     assert len(deciders) >= 6, sorted(deciders)
+    assert set(deciders) >= RECORDED
     blind = [
         rel
         for rel, tree in deciders.items()
-        if rel not in SELECTOR_MODULES
+        if rel not in SELECTOR_MODULES | RECORDED
         and not ({"planner_snapshot", "runtime_decision"} & _called(tree))
     ]
     assert blind == []
+    for rel in RECORDED:
+        assert "PlannerView.holding" in _called(deciders[rel]), rel

@@ -2,9 +2,10 @@
 
 Submission and preview (``portal.services``), the webhook (``portal.admission.decide``), the
 worker's own decisions (a runtime unit's fallback site, loop items expanded at run time, the
-exit handler), failover (``portal.execution.failover``) and any later decider call
-``planner_snapshot()`` and plan on what it returns; replay plans on what those decisions
-recorded of it. So two decisions made at the same moment see the same fleet: the same sites,
+exit handler, a transfer's relay), failover and re-placement (``portal.execution.failover``)
+and any later decider call ``planner_snapshot()`` and plan on what it returns
+(``PlannerSnapshot``, a ``planner.PlannerView``); replay plans on a ``PlannerView`` rebuilt
+from what those decisions recorded of it. So two decisions made at the same moment see the same fleet: the same sites,
 capacity, rules, links and datasets, and the same capacity taken, whichever process decides.
 
 Free capacity is what members report (``Site.*_allocated``, from the Clusters'

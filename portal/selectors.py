@@ -385,6 +385,23 @@ def held_reservations() -> dict[str, Resources]:
     }
 
 
+def units_held(units: Iterable[UnitRun]) -> dict[str, Resources]:
+    """What ``units`` (of an active run) hold per site, as ``held_reservations`` counts them:
+    those placed at a site and still Pending."""
+    out: dict[str, Resources] = {}
+    for u in units:
+        if u.phase != UnitPhase.PENDING or not u.site:
+            continue
+        asked = (u.spec or {}).get("resources") or {}
+        r = out.get(u.site, Resources())
+        out[u.site] = Resources(
+            cpu_millicores=r.cpu_millicores + int(asked.get("cpu_millicores") or 0),
+            memory_bytes=r.memory_bytes + int(asked.get("memory_bytes") or 0),
+            gpus=r.gpus + int(asked.get("gpus") or 0),
+        )
+    return out
+
+
 def run_global_outputs(run: WorkflowRun, units: Iterable[Any] | None = None) -> GlobalOutputs:
     """The run's global outputs (``globalName``) from its ended units, in the order they ended
     (a later value wins, as in Argo). ``units`` defaults to the run's (prefetched) units."""

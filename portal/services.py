@@ -29,7 +29,7 @@ from portal.models import (
     WorkflowRun,
     WorkflowTemplate,
 )
-from portal.planning import planner_snapshot
+from portal.planning import held_by, holds_changed, planner_snapshot
 from portal.quotas import budgets
 from portal.quotas import services as quota_services
 from portal.quotas import usage as quota_usage
@@ -500,6 +500,7 @@ def _store_run(
         if any(u.pk is None for u in units):  # a backend that cannot return bulk-insert ids
             units = list(UnitRun.objects.filter(run=run).order_by("position", "id"))
         by_name = {u.name: u for u in units}
+        holds_changed({}, held_by(units))
         stored_decisions.store_submitted(run, by_name, plan)
         planning_record(
             run_id=run.pk,

@@ -62,7 +62,7 @@ from placement.planner.inputs import (
 )
 from placement.planner.outputs import Candidate, Decision, Plan
 from placement.planner.planning import decide, plan
-from placement.planner.reservations import hold, reserve
+from placement.planner.reservations import PlannerView, hold, reserve
 from placement.planner.rules import RuleBook, template_display_name
 from placement.units import human_bytes, human_seconds
 
@@ -82,6 +82,7 @@ __all__ = [
     "Fleet",
     "Link",
     "Plan",
+    "PlannerView",
     "Replica",
     "Rule",
     "RuleBook",

@@ -13,15 +13,21 @@ free capacity a plan reads is what it was before any of its own placements, and 
 
 Only capacity changes: a new ``Fleet`` shares every cached per-site vector that does not depend
 on free capacity (dataset and upstream transfer costs, hard-rule exclusions, links).
+
+``PlannerView`` is what every decision plans on, live (``portal.planning`` builds it from the
+database and Redis) or recorded (``placement.revisions.replay`` rebuilds it from what a
+decision recorded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from placement.parser import Resources
+from placement.planner.catalogue import DataCatalogue
 from placement.planner.inputs import Fleet, _FleetCaches
+from placement.planner.rules import RuleBook
 
 
 def _caches_without_capacity(old: _FleetCaches) -> _FleetCaches:
@@ -64,3 +70,27 @@ def hold(fleet: Fleet, held: Mapping[str, Resources]) -> Fleet:
 def reserve(fleet: Fleet, site: str, req: Resources) -> Fleet:
     """The fleet with one more unit of ``req`` placed at ``site``."""
     return hold(fleet, {site: req})
+
+
+@dataclass(frozen=True)
+class PlannerView:
+    """One decision's inputs: ``fleet`` (sites, links, free capacity after every reservation
+    counted), ``rules`` and ``datasets``; ``pending``: per site, what was held beyond what the
+    fleet's source counted itself (a runtime decision records it, so replay sees the same
+    fleet)."""
+
+    fleet: Fleet
+    rules: RuleBook
+    datasets: DataCatalogue
+    pending: Mapping[str, Resources]
+
+    @classmethod
+    def holding(
+        cls,
+        fleet: Fleet,
+        rules: RuleBook,
+        datasets: DataCatalogue,
+        pending: Mapping[str, Resources],
+    ) -> PlannerView:
+        """The view of ``fleet`` with ``pending`` taken."""
+        return cls(hold(fleet, pending), rules, datasets, dict(pending))

@@ -310,8 +310,12 @@ def replay_records(
             runs += 1
             held = held_of(context)
             decided = (
-                _decide_runtime(found, planner.hold(fleet_a, held), books[0], data_a),
-                _decide_runtime(found, planner.hold(fleet_b, held), books[1], data_b),
+                _decide_runtime(
+                    found, planner.PlannerView.holding(fleet_a, books[0], data_a, held)
+                ),
+                _decide_runtime(
+                    found, planner.PlannerView.holding(fleet_b, books[1], data_b, held)
+                ),
             )
         else:
             units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
@@ -401,16 +405,15 @@ def _runtime_context(
     return context_from_doc(doc)
 
 
-def _decide_runtime(
-    found: Context, fleet: planner.Fleet, rules: planner.RuleBook, data: planner.DataCatalogue
-) -> tuple[planner.Decision, ...]:
-    """The webhook's decision (``portal.admission.decide``) under one configuration."""
+def _decide_runtime(found: Context, view: planner.PlannerView) -> tuple[planner.Decision, ...]:
+    """The webhook's decision (``portal.admission.decide``) under one configuration, on the
+    fleet it recorded (its snapshot with what other decisions held beside it)."""
     return (
         planner.decide(
             found.unit,
-            fleet,
-            rules,
-            data,
+            view.fleet,
+            view.rules,
+            view.datasets,
             found.project,
             found.upstream,
             timing="runtime",

@@ -201,7 +201,7 @@ def _forget_held() -> None:
     _held = None
 
 
-def _decide(found: Context, view: PlannerSnapshot) -> planner.Decision:
+def _decide(found: Context, view: planner.PlannerView) -> planner.Decision:
     return planner.decide(
         found.unit,
         view.fleet,

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -146,6 +147,21 @@ for i = 1, #held, 2 do
     if cjson.decode(held[i + 1])[7] <= now then
         redis.call('hdel', KEYS[1], held[i])
     end
+end
+return stamp
+"""
+
+
+# Capacity the worker's own decisions took or gave back, already in the database: one row per
+# site, stamped at once (``placed``). ARGV: now ms, keep ms, then key, site, cpu, memory, gpus
+# per row.
+_PLACED = """
+local stamp = redis.call('incr', KEYS[2])
+local expires = tonumber(ARGV[1]) + tonumber(ARGV[2])
+for i = 3, #ARGV, 5 do
+    local r = {ARGV[i + 1], tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4]),
+               '', stamp, expires}
+    redis.call('hset', KEYS[1], ARGV[i], cjson.encode(r))
 end
 return stamp
 """
@@ -350,6 +366,33 @@ def written(client: redis.Redis, entries: Iterable[Mapping[str, object]]) -> Non
     held_key, stamp_key = _keys()
     client.eval(
         _WRITTEN,
+        2,
+        held_key,
+        stamp_key,
+        str(int(time.time() * 1000)),
+        str(int(WRITTEN_TTL_S * 1000)),
+        *args,
+    )
+
+
+def placed(client: redis.Redis, changes: Mapping[str, Resources]) -> None:
+    """Decisions made outside the webhook (the worker's: submission, failover, loop items, the
+    fallback policy's site) changed what units hold per site by ``changes`` (a release is
+    negative), committed to the database: recorded as reservations already written, stamped
+    now. A fleet read from the database before the stamp (the webhook's snapshot) counts them
+    from here; one read after counts them from the database; they are forgotten with the
+    other written reservations."""
+    batch = uuid.uuid4().hex
+    args: list[str] = []
+    for site, r in changes.items():
+        if r.cpu_millicores or r.memory_bytes or r.gpus:
+            args += [f"placed/{batch}/{site}", site]
+            args += [str(r.cpu_millicores), str(r.memory_bytes), str(r.gpus)]
+    if not args:
+        return
+    held_key, stamp_key = _keys()
+    client.eval(
+        _PLACED,
         2,
         held_key,
         stamp_key,

@@ -20,6 +20,7 @@ from portal.controller.status import run_refresh_status
 from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.outputs import bound_outputs, storable
+from portal.planning import held_by, holds_changed
 
 log = logging.getLogger(__name__)
 
@@ -416,6 +417,7 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit.refresh_from_db(fields=["site", "reason"])
         if unit.site == site:
             return  # placed by the webhook, as its decision says
+    held = held_by([unit])
     changed = state.unit_place(
         UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
         site,
@@ -428,6 +430,7 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit=unit, attempt=unit.attempt, site=site
     ).exists()
     unit.site = site
+    holds_changed(held, held_by([unit]))
     if not had_decision and not queue_read:
         # A webhook decision may still be queued: do not call it the fallback policy's.
         log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)

@@ -15,7 +15,7 @@ from portal import state
 from portal.choices import DecisionSource, UnitPhase, UnitTiming
 from portal.controller.common import ancestors, event, upstream_where
 from portal.models import BULK_ROWS, PlacementDecision, UnitRun, WorkflowRun
-from portal.planning import planner_snapshot
+from portal.planning import held_by, holds_changed, planner_snapshot
 from portal.selectors import upstream_outputs
 
 
@@ -65,6 +65,7 @@ def expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitRu
         ).exists():
             return []
         UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
+        holds_changed({}, held_by(rows))
         _item_decisions(run, decisions)
         unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
         state.units_move(

@@ -20,7 +20,7 @@ from portal.controller.cleanup import superseded_remember
 from portal.controller.common import ancestors, event, upstream_where
 from portal.karmada import client, errors, resources
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
-from portal.planning import planner_snapshot
+from portal.planning import held_by, holds_changed, planner_snapshot
 from sites.models import Site
 
 log = logging.getLogger(__name__)
@@ -126,6 +126,7 @@ def _move(
     attempt = unit.attempt + 1 if started else unit.attempt
     ended = unit.attempt_record(ended="failed over", why=reason) if started else None
     now = timezone.now()
+    held = held_by([unit])
     with transaction.atomic():
         changed = state.units_move(
             UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name=old_name),
@@ -154,6 +155,7 @@ def _move(
         unit.workflow_name = ""
         unit.timing = UnitTiming.SUBMIT
         unit.reason = f"{why}{decision.reason}"
+        holds_changed(held, held_by([unit]))
         _record(run, unit, decision)
         event(
             run.pk,

@@ -392,7 +392,10 @@ def units_held(units: Iterable[UnitRun]) -> dict[str, Resources]:
     for u in units:
         if u.phase != UnitPhase.PENDING or not u.site:
             continue
-        asked = (u.spec or {}).get("resources") or {}
+        # ``asked``: the resources annotated by a read that defers the spec (the watcher's).
+        asked = (
+            u.__dict__["asked"] if "asked" in u.__dict__ else (u.spec or {}).get("resources")
+        ) or {}
         r = out.get(u.site, Resources())
         out[u.site] = Resources(
             cpu_millicores=r.cpu_millicores + int(asked.get("cpu_millicores") or 0),

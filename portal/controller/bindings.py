@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -199,6 +200,7 @@ def bindings_observe(
     rows = UnitRun.objects.filter(workflow_name__in={name for _, name in named}).defer(
         *UNREAD_BY_FOLDS
     )
+    rows = rows.annotate(**ASKED)
     units = {u.workflow_name: u for u in rows.order_by("-pk")}  # the lowest pk wins
     ended = set()
     for binding, name in named:
@@ -218,6 +220,9 @@ def bindings_observe(
 # A unit's JSON columns, which folding a binding never reads: decoding the spec of every
 # binding's unit was most of the watcher's time under a 10,000-item fan-out.
 UNREAD_BY_FOLDS = ("spec", "outputs", "upstream")
+# What a unit asks for, read beside the folds' columns: the holds a placement moves
+# (``planning.held_by``) without loading each unit's deferred spec.
+ASKED = {"asked": KeyTransform("resources", "spec")}
 
 
 class Folded:
@@ -269,7 +274,7 @@ def binding_observe(
     if folded is not None and folded.unchanged(name, seen):
         return None
     if unit is None:
-        rows = UnitRun.objects.filter(workflow_name=name).defer(*UNREAD_BY_FOLDS)
+        rows = UnitRun.objects.filter(workflow_name=name).defer(*UNREAD_BY_FOLDS).annotate(**ASKED)
         unit = rows.order_by("pk").first()
     if unit is None:
         return None
@@ -417,7 +422,9 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit.refresh_from_db(fields=["site", "reason"])
         if unit.site == site:
             return  # placed by the webhook, as its decision says
-    held = held_by([unit])
+    # Holds move only when the site does.
+    moved = unit.site != site
+    held = held_by([unit]) if moved else {}
     changed = state.unit_place(
         UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
         site,
@@ -430,7 +437,8 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit=unit, attempt=unit.attempt, site=site
     ).exists()
     unit.site = site
-    holds_changed(held, held_by([unit]))
+    if moved:
+        holds_changed(held, held_by([unit]))
     if not had_decision and not queue_read:
         # A webhook decision may still be queued: do not call it the fallback policy's.
         log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)

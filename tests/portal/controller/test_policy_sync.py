@@ -10,6 +10,7 @@ import pytest
 
 from portal.controller.sync import policies_sync
 from portal.karmada import client, lists, resources
+from portal.karmada import client as karmada
 from portal.owned_fields import covers, three_way
 from sites.models import Site
 from tests.fixtures_sandbox import SandboxServer
@@ -131,7 +132,7 @@ def test_a_policy_karmada_refuses_shows_on_the_fleet_page_readyz_and_metrics(
     # a policy in step is not written at all.
     changed = _policy("portal-site-site-c")
     changed["spec"]["placement"] = {"clusterAffinity": {"clusterNames": ["site-a"]}}
-    client.replace(resources.PROPAGATION_POLICY, "portal-site-site-c", changed)
+    karmada.replace(resources.PROPAGATION_POLICY, "portal-site-site-c", changed)
     path = (
         "/apis/policy.karmada.io/v1alpha1/namespaces/portal/propagationpolicies/portal-site-site-c"
     )

@@ -9,39 +9,3 @@ Modules: `expr` (variables and the `when`/`depends` evaluator), `run` (a Workflo
 status), `graph` (steps and DAGs), `leaves` (templates, retries, pods, suspend), `workflow`
 (the two together), `member` (a member cluster: capacity and its Workflows).
 """
-
-from sandbox.argo.expr import (
-    DONE,
-    FAILED,
-    LEAF_KINDS,
-    ExprError,
-    as_param,
-    evaluate,
-    fnv32a,
-    parse_duration,
-    render,
-    template_requests,
-    workflow_requests,
-)
-from sandbox.argo.member import Lease, Member
-from sandbox.argo.run import Ctx, StepFailed
-from sandbox.argo.workflow import WorkflowRun
-
-__all__ = [
-    "DONE",
-    "FAILED",
-    "LEAF_KINDS",
-    "Ctx",
-    "ExprError",
-    "Lease",
-    "Member",
-    "StepFailed",
-    "WorkflowRun",
-    "as_param",
-    "evaluate",
-    "fnv32a",
-    "parse_duration",
-    "render",
-    "template_requests",
-    "workflow_requests",
-]

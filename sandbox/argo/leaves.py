@@ -21,6 +21,7 @@ from sandbox.argo.expr import (
 from sandbox.argo.pods import NotRunnable, Pods, containers_of
 from sandbox.argo.retry import retry_decision
 from sandbox.argo.run import Ctx, Parent, StepFailed
+from sandbox.pod import Tail
 from sandbox.simulated import outcome as outcome_of_simulated
 from sandbox.store import clone, now_iso
 
@@ -429,7 +430,7 @@ class Leaves(Pods):
         result = (node.get("outputs") or {}).get("result")
         if result is None:
             return
-        log = executor.Tail(executor.LOG_BYTES)
+        log = Tail(executor.LOG_BYTES)
         log.write(f"{result}\n".encode())
         self.member.keep_log(self.namespace, self.pod_name(node), log)
 

@@ -8,17 +8,14 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sandbox import quantity
-from sandbox.argo.site import SiteExecution
+from sandbox.argo.site import ArgoHost, SiteExecution
 from sandbox.argo.workflow import WorkflowRun
-from sandbox.executor import Tail
 from sandbox.fleet import DEFAULT_CAPACITY, Site
+from sandbox.pod import Tail
 from sandbox.store import Obj, clone
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 
 @dataclass
@@ -29,7 +26,7 @@ class Lease:
 
 @dataclass
 class Member(SiteExecution):
-    sb: Sandbox
+    sb: ArgoHost
     name: str
     capacity: dict[str, float]
     baseline: dict[str, float]
@@ -50,7 +47,7 @@ class Member(SiteExecution):
     _leased: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def for_cluster(cls, sb: Sandbox, name: str, site: Site | None, cluster: Obj) -> Member:
+    def for_cluster(cls, sb: ArgoHost, name: str, site: Site | None, cluster: Obj) -> Member:
         if site is None:
             raw = (cluster["metadata"].get("annotations") or {}).get(
                 sb.config.annotation("capacity")
@@ -278,3 +275,11 @@ class Member(SiteExecution):
             "pods": sum(r.pods_live for r in [*self.runs.values(), *self.direct.values()]),
             "workflows": {f"{k[0]}/{k[1]}": r.phase for k, r in self.runs.items()},
         }
+
+
+class ClusterHost(ArgoHost, Protocol):
+    """What Karmada's controllers, the cluster proxy and RBAC ask of the sandbox: besides a
+    member's needs, the member clusters themselves."""
+
+    @property
+    def members(self) -> dict[str, Member]: ...

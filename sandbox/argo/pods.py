@@ -31,6 +31,7 @@ from sandbox.artifacts import (
     is_archive_none,
     unpack,
 )
+from sandbox.pod import PodResult, PodSpec, Tail
 from sandbox.s3.client import RemoteBucket, Unreachable, send
 from sandbox.s3.errors import parse_error
 from sandbox.store import clone
@@ -436,17 +437,17 @@ class Pods(RunCore):
         except ArtifactError as exc:
             return "Error", str(exc)
         # The log is served while the pod runs, and kept after.
-        live = executor.Tail(executor.LOG_BYTES)
+        live = Tail(executor.LOG_BYTES)
         self.member.keep_log(self.namespace, pod, live)
         # The kubelet evicts a pod past the sum of its containers' limits.
         storage = sum(int(self.limit_of(c, "ephemeral-storage")) for c in containers) or None
         # A containerSet's containers run one after the other, in the pod's folders.
-        results: list[tuple[dict[str, Any], executor.PodResult]] = []
+        results: list[tuple[dict[str, Any], PodResult]] = []
         uid = self.member.next_uid()
-        sidecars: list[asyncio.Task[executor.PodResult]] = []
+        sidecars: list[asyncio.Task[PodResult]] = []
         for c, env in zip(containers, envs, strict=True):
             image_runner = executor.runner_for(str(c.get("image")), self.member.execution.images)
-            spec = executor.PodSpec(
+            spec = PodSpec(
                 root=root,
                 argv=self._argv(body, c, image_runner or runner, layout),
                 env=env,
@@ -522,9 +523,7 @@ class Pods(RunCore):
             return "Error", message
         return "Succeeded", ""
 
-    def _sidecar_specs(
-        self, body: dict[str, Any], main: executor.PodSpec, pod: str
-    ) -> list[executor.PodSpec]:
+    def _sidecar_specs(self, body: dict[str, Any], main: PodSpec, pod: str) -> list[PodSpec]:
         specs = []
         for sc in body.get("sidecars") or []:
             runner = executor.runner_for(str(sc.get("image")), self.member.execution.images)
@@ -538,7 +537,7 @@ class Pods(RunCore):
                     workdir=str(sc.get("workingDir") or "/"),
                     memory=self._memory(sc),
                     deadline=None,
-                    log=executor.Tail(executor.LOG_BYTES),
+                    log=Tail(executor.LOG_BYTES),
                 )
             )
         return specs
@@ -741,7 +740,7 @@ class Pods(RunCore):
         outs: dict[str, Any],
         node: dict[str, Any],
         layout: PodLayout,
-        result: executor.PodResult,
+        result: PodResult,
         failed: bool,
     ) -> str:
         outputs: dict[str, Any] = {}

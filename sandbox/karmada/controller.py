@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sandbox.argo import Member, WorkflowRun, fnv32a
+from sandbox.argo.expr import fnv32a
+from sandbox.argo.member import ClusterHost, Member
+from sandbox.argo.workflow import WorkflowRun
 from sandbox.karmada.clusters import ClusterController, execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
@@ -53,9 +55,6 @@ from sandbox.resources import (
     WORKFLOW,
 )
 from sandbox.store import Event, Obj, clone, now_iso
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 log = logging.getLogger("sandbox.karmada")
 
@@ -87,7 +86,7 @@ def _set_condition(status: dict[str, Any], cond: dict[str, Any]) -> bool:
 
 
 class Karmada:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: ClusterHost) -> None:
         self.sb = sandbox
         self.store = sandbox.store
         self.webhooks = Webhooks(sandbox)
@@ -109,7 +108,7 @@ class Karmada:
         self._last_full = 0.0
         self.store.listeners.append(self._on_event)
         # Secrets and ConfigMaps a policy selects (their own detector pass).
-        self.plain = PlainPropagation(self)
+        self.plain = PlainPropagation(sandbox.store, sandbox.members)
 
     def reset(self) -> None:
         self._applied.clear()

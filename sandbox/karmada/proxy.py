@@ -16,17 +16,28 @@ import asyncio
 import base64
 import gzip
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from sandbox.argo import Member
+from sandbox.argo.member import ClusterHost, Member
+from sandbox.authz.guard import Authz
 from sandbox.errors import ApiError
+from sandbox.karmada.controller import Karmada
 from sandbox.resources import CLUSTER
 from sandbox.store import Obj, clone, now_iso
 
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
+
+class ProxyHost(ClusterHost, Protocol):
+    """The members a request is proxied to, RBAC to check it by, and Karmada to tell of a
+    Workflow deleted through the proxy."""
+
+    @property
+    def authz(self) -> Authz: ...
+
+    @property
+    def karmada(self) -> Karmada: ...
+
 
 PREFIX = "/apis/cluster.karmada.io/v1alpha1/clusters/"
 FOLLOW_POLL_S = 0.2
@@ -53,7 +64,7 @@ def _not_found() -> ApiError:
 
 
 async def handle(
-    sb: Sandbox, request: web.Request, cluster_name: str, path: str
+    sb: ProxyHost, request: web.Request, cluster_name: str, path: str
 ) -> web.StreamResponse:
     cluster = sb.store.get(CLUSTER, None, cluster_name)
     spec = cluster.get("spec") or {}

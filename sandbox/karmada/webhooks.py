@@ -9,24 +9,22 @@ import json
 import logging
 import ssl
 import uuid
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import aiohttp
 
 from sandbox import patch as patchlib
 from sandbox.errors import ApiError
+from sandbox.host import Host
 from sandbox.resources import MUTATING_WEBHOOK, NAMESPACE, ResourceType
 from sandbox.selectors import match_label_selector
 from sandbox.store import Obj, clone, labels_of
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 log = logging.getLogger("sandbox.karmada")
 
 
 class Webhooks:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Host) -> None:
         self.sb = sandbox
         self._session: aiohttp.ClientSession | None = None
 

@@ -69,8 +69,8 @@ async def serve(
     # Imported here so that `python -m sandbox fault ...` starts fast.
     from aiohttp import web
 
+    from sandbox.apiserver.app import Api
     from sandbox.core import Sandbox
-    from sandbox.server import Api
 
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()

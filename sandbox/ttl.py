@@ -41,12 +41,12 @@ class WorkflowGC:
         live = set()
         for member in self.sb.members.values():
             for key, run in list(member.runs.items()):
-                if run.phase not in DONE:
+                if run.state.phase not in DONE:
                     continue
-                secs = ttl_seconds(run.obj.get("spec") or {}, run.phase)
+                secs = ttl_seconds(run.state.obj.get("spec") or {}, run.state.phase)
                 if secs is None:
                     continue
-                mark = (member.name, key[0], key[1], run.uid)
+                mark = (member.name, key[0], key[1], run.state.uid)
                 live.add(mark)
                 since = self._done.setdefault(mark, now)
                 if (now - since) * self.sb.config.time_scale >= secs:

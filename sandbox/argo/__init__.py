@@ -6,6 +6,9 @@ resource requests against the member's capacity while they run and wait Pending 
 full.
 
 Modules: `expr` (variables and the `when`/`depends` evaluator), `run` (a Workflow's state and
-status), `graph` (steps and DAGs), `leaves` (templates, retries, pods, suspend), `workflow`
-(the two together), `member` (a member cluster: capacity and its Workflows).
+status), `workflow` (a run: its state and the parts that run it), `templates` (a template as a
+node: inputs, retries), `graph` and `dag` (steps and DAGs), `hooks` (lifecycle hooks, call
+arguments), `leaves` (pods and suspend nodes), `pods`, `podfiles`, `repository` (pods that
+really run, their files, the Workflow's artifact repository), `validate` (what the controller
+refuses before running), `member` (a member cluster: capacity and its Workflows).
 """

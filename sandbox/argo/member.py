@@ -159,18 +159,18 @@ class Member(SiteExecution):
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         run = self.runs.get(key)
         if run is None:
-            run = WorkflowRun(self, obj)
+            run = WorkflowRun(self, self, obj)
             self.runs[key] = run
             run.start()
         else:
-            run.update(obj)
+            run.state.update(obj)
 
     def apply_direct(self, obj: Obj) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         old = self.direct.pop(key, None)
         if old is not None:
             old.cancel()
-        run = WorkflowRun(self, obj)
+        run = WorkflowRun(self, self, obj)
         self.direct[key] = run
         run.start()
 
@@ -179,11 +179,11 @@ class Member(SiteExecution):
         if run is not None:
             run.cancel()
             if self.sb.config.execute:  # only an executing fleet saves artifacts
-                self.collect_artifacts(run.obj, run.render_status())
+                self.collect_artifacts(run.state.obj, run.state.render_status())
             # A step's pods are owned by their Workflow (workflow/controller/workflowpod.go:
             # ``OwnerReferences: NewControllerRef(woc.wf, ...)``): the garbage collector deletes
             # them with it, and their logs with them.
-            for pod in run.nodes:
+            for pod in run.state.nodes:
                 self.logs.pop((namespace, pod), None)
 
     def collect_artifacts(self, obj: Obj, status: Obj) -> int:
@@ -239,27 +239,27 @@ class Member(SiteExecution):
 
     def status_version(self, namespace: str, name: str) -> int | None:
         run = self.runs.get((namespace, name))
-        return run.version if run else None
+        return run.state.version if run else None
 
     def status_of(self, namespace: str, name: str) -> Obj | None:
         run = self.runs.get((namespace, name))
-        return run.render_status() if run else None
+        return run.state.render_status() if run else None
 
     def resume(self, namespace: str, name: str, node: str | None) -> int:
         run = self.runs.get((namespace, name)) or self.direct.get((namespace, name))
-        return run.resume(node) if run else 0
+        return run.state.resume(node) if run else 0
 
     def workflow_objects(self) -> list[Obj]:
         runs = [*self.runs.values(), *self.direct.values()]
-        return [dict(clone(r.obj), status=r.render_status()) for r in runs]
+        return [dict(clone(r.state.obj), status=r.state.render_status()) for r in runs]
 
     def pod_node(self, namespace: str, pod: str) -> dict[str, Any] | None:
         """The Pod node whose pod is named ``pod`` (the member's POD_NAMES decides how)."""
         for (ns, _n), r in [*self.runs.items(), *self.direct.items()]:
             if ns != namespace:
                 continue
-            for node in r.nodes.values():
-                if node["type"] == "Pod" and r.pod_name(node) == pod:
+            for node in r.state.nodes.values():
+                if node["type"] == "Pod" and r.state.pod_name(node) == pod:
                     return node
         return None
 
@@ -272,8 +272,8 @@ class Member(SiteExecution):
             "allocated": quantity.fmt_map(self.allocated),
             "waiting": len(self.waiters),
             # Pods that exist (created and not ended), over every Workflow the member runs.
-            "pods": sum(r.pods_live for r in [*self.runs.values(), *self.direct.values()]),
-            "workflows": {f"{k[0]}/{k[1]}": r.phase for k, r in self.runs.items()},
+            "pods": sum(r.state.pods_live for r in [*self.runs.values(), *self.direct.values()]),
+            "workflows": {f"{k[0]}/{k[1]}": r.state.phase for k, r in self.runs.items()},
         }
 
 

@@ -393,7 +393,7 @@ class Karmada:
         """Creates or updates the member's copy from the Work; the Work as stored after."""
         run = member.runs.get(key)
         # The generation moves with the Work's spec only (status is a subresource).
-        stamp = (run.uid if run else "", int(work["metadata"].get("generation", 1)))
+        stamp = (run.state.uid if run else "", int(work["metadata"].get("generation", 1)))
         if run is not None and self._applied.get((member.name, *key)) == stamp:
             return work
         refused = self.sb.faults.member_refusal(member.name, *key)
@@ -405,7 +405,7 @@ class Karmada:
         member.apply(clone(work["spec"]["workload"]["manifests"][0]))
         run = member.runs.get(key)
         self._applied[(member.name, *key)] = (
-            run.uid if run else "",
+            run.state.uid if run else "",
             int(work["metadata"].get("generation", 1)),
         )
         applied = condition(work.get("status") or {}, "Applied")
@@ -465,10 +465,10 @@ class Karmada:
         run: WorkflowRun | None = member.runs.get(key)
         if run is None or member.name in self._frozen:
             return
-        stamp = (run.uid, run.version)
+        stamp = (run.state.uid, run.state.version)
         if self._reflected.get((member.name, *key)) == stamp:
             return
-        status = run.render_status()
+        status = run.state.render_status()
         phase = status.get("phase")
         new = clone(work)
         new.setdefault("status", {})["manifestStatuses"] = [

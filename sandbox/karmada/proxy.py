@@ -96,14 +96,14 @@ def _member_workflow(member: Member, namespace: str, name: str) -> Obj | None:
     run = member.runs.get((namespace, name))
     if run is None:
         return None
-    obj = clone(run.obj)
+    obj = clone(run.state.obj)
     meta = obj.setdefault("metadata", {})
-    if run.started_at:
-        meta["annotations"] = {**(meta.get("annotations") or {}), **run.pod_name_format()}
-    meta["uid"] = run.uid
-    meta["resourceVersion"] = str(run.version)
-    meta.setdefault("creationTimestamp", run.started_at or now_iso())
-    obj["status"] = run.render_status()
+    if run.state.started_at:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **run.state.pod_name_format()}
+    meta["uid"] = run.state.uid
+    meta["resourceVersion"] = str(run.state.version)
+    meta.setdefault("creationTimestamp", run.state.started_at or now_iso())
+    obj["status"] = run.state.render_status()
     return dict(obj)
 
 
@@ -242,7 +242,7 @@ async def _workflow_replace(
             and node.get("phase") == "Succeeded"
         ):
             # The node alone: spec.suspend is Karmada's to propagate, not this update's.
-            waiting = run.resumes.get(node_id)
+            waiting = run.state.resumes.get(node_id)
             if waiting is not None:
                 waiting[0].set()
     member.sb.poke()

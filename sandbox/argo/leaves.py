@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 from sandbox import executor
@@ -35,6 +36,31 @@ class Leaves:
         except ValueError:
             given = {}
         outputs: dict[str, Any] = {}
+        params = self._simulated_parameters(tmpl, node, scope, given)
+        if params:
+            outputs["parameters"] = params
+        arts = self._simulated_artifacts(tmpl, node, scope, failed)
+        if arts:
+            outputs["artifacts"] = arts
+        result = self.state.annotation(tmpl, "result")
+        if result is None and "result" in given:
+            result = as_param(given["result"])
+        if result is None and "script" in tmpl:
+            # Argo captures a script's stdout as its result; the sandbox runs nothing, so the
+            # script printed nothing unless an annotation says what it printed.
+            result = ""
+        if result is not None:
+            outputs["result"] = result
+        outputs["exitCode"] = self.state.annotation(tmpl, "exit-code") or ("1" if failed else "0")
+        if failed and outputs["exitCode"] == "0":
+            outputs["exitCode"] = "1"
+        node["outputs"] = outputs
+
+    def _simulated_parameters(
+        self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any], given: Any
+    ) -> list[dict[str, Any]]:
+        """A simulated leaf's output parameters: what its `outputs` annotation gives, else
+        their value, default or parameter, else a value named after the node."""
         params = []
         for p in (tmpl.get("outputs") or {}).get("parameters") or []:
             pname = p.get("name")
@@ -58,8 +84,13 @@ class Leaves:
             )
             if p.get("globalName"):
                 self.state.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
-        if params:
-            outputs["parameters"] = params
+        return params
+
+    def _simulated_artifacts(
+        self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any], failed: bool
+    ) -> list[dict[str, Any]]:
+        """A simulated leaf's output artifacts, recorded as a pod that ran would record them
+        (a failed leaf records only its optional ones)."""
         arts = []
         for a in (tmpl.get("outputs") or {}).get("artifacts") or []:
             if failed and not a.get("optional"):
@@ -85,21 +116,7 @@ class Leaves:
                 else:
                     art["s3"] = {**clone(own), "key": key} if located else {"key": key}
             arts.append(art)
-        if arts:
-            outputs["artifacts"] = arts
-        result = self.state.annotation(tmpl, "result")
-        if result is None and "result" in given:
-            result = as_param(given["result"])
-        if result is None and "script" in tmpl:
-            # Argo captures a script's stdout as its result; the sandbox runs nothing, so the
-            # script printed nothing unless an annotation says what it printed.
-            result = ""
-        if result is not None:
-            outputs["result"] = result
-        outputs["exitCode"] = self.state.annotation(tmpl, "exit-code") or ("1" if failed else "0")
-        if failed and outputs["exitCode"] == "0":
-            outputs["exitCode"] = "1"
-        node["outputs"] = outputs
+        return arts
 
     def _failure(self, tmpl: dict[str, Any], ctx: Ctx, fault: str | None) -> str | None:
         """Why the leaf fails: ``fault`` as read when it started (a fault with a ``count`` is
@@ -153,10 +170,7 @@ class Leaves:
             node["message"] = msg
             self.state.touch()
 
-        while (unbound := self.pods.missing_claims(body)) is not None:
-            if node.get("message") != unbound:
-                waiting(unbound)
-            await asyncio.sleep(1.0)
+        await self._wait_for_claims(body, node, waiting)
         lease = await self.state.capacity.acquire(req, waiting)
         started = asyncio.get_running_loop().time()
         runner = self.pods.runner(body)
@@ -189,6 +203,19 @@ class Leaves:
         if real is not None:
             self.state.finish(node, real[0], real[1])
             return False
+        self._finish_simulated(body, tmpl, node, ctx, fault)
+        return False
+
+    def _finish_simulated(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        ctx: Ctx,
+        fault: str | None,
+    ) -> None:
+        """End a leaf that ran nothing: failed as a fault or its annotations say, else as
+        its simulated containers' outcome (`--execute` with an image not executable here)."""
         failure = self._failure(tmpl, ctx, fault)
         simulated: tuple[str, str] | None = None
         if (
@@ -214,7 +241,15 @@ class Leaves:
             self.state.finish(node, *simulated)
         else:
             self.state.finish(node, "Succeeded")
-        return False
+
+    async def _wait_for_claims(
+        self, body: dict[str, Any], node: dict[str, Any], waiting: Callable[[str], None]
+    ) -> None:
+        """Pending, with the scheduler's message, while a claim the pod mounts is missing."""
+        while (unbound := self.pods.missing_claims(body)) is not None:
+            if node.get("message") != unbound:
+                waiting(unbound)
+            await asyncio.sleep(1.0)
 
     def _simulated_log(self, node: dict[str, Any]) -> None:
         """A simulated pod's log is what it is said to have printed: its ``result``, so the

@@ -9,6 +9,7 @@ import dataclasses
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -309,57 +310,126 @@ class PodRunner:
     ) -> tuple[str, str]:
         pod, root = self.state.pod_name(node), layout.root
         containers = containers_of(body)
-        self._hosts_file(root, pod, layout)
+        prepared = await self._prepare(body, tmpl, node, scope, layout)
+        if isinstance(prepared, str):
+            return "Error", prepared
+        envs, netns = prepared
+        # The log is served while the pod runs, and kept after.
+        live = Tail(executor.LOG_BYTES)
+        self.state.member.keep_log(self.state.namespace, pod, live)
+        uid = self.state.member.next_uid()
+
+        def spec_of(c: dict[str, Any], env: dict[str, str]) -> PodSpec:
+            return self._container_spec(body, c, env, runner, layout, (uid, netns), live)
+
+        results = await self._run_containers(
+            body, list(zip(containers, envs, strict=True)), spec_of, pod
+        )
+        last = results[-1][1]
+        if last.killed is None and last.exit_code == 0:
+            result = next((r for c, r in results if c.get("name") == "main"), last)
+        else:
+            result = last
+        failed = result.killed is not None or result.exit_code != 0
+        outs = render(tmpl.get("outputs") or {}, scope)
+        message = await asyncio.to_thread(
+            self.files.real_outputs, outs, node, layout, result, failed
+        )
+        if archivelogs.enabled(self.state.obj.get("spec") or {}, tmpl, self.repository.conf()):
+            problem = await asyncio.to_thread(
+                self.repository.archive_log, tmpl, node, bytes(live.data)
+            )
+            message = message or problem
+        # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
+        # all day).
+        await asyncio.to_thread(shutil.rmtree, root, True)
+        return _verdict(results, result, message)
+
+    async def _prepare(
+        self,
+        body: dict[str, Any],
+        tmpl: dict[str, Any],
+        node: dict[str, Any],
+        scope: dict[str, Any],
+        layout: PodLayout,
+    ) -> tuple[list[dict[str, str]], int] | str:
+        """The pod's folders, volumes and environment, its network and its inputs: each
+        container's environment and the network namespace, or why the pod errors."""
+        pod = self.state.pod_name(node)
+        containers = containers_of(body)
+        self._hosts_file(layout.root, pod, layout)
         for c in [*containers, *(body.get("sidecars") or [])]:
             self._volumes(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
         try:
             self.repository.artifact_secrets(node, tmpl, scope)
         except ArtifactError as exc:
-            return "Error", str(exc)
+            return str(exc)
         try:
             # Before the inputs: an http input is fetched from the pod's network namespace.
             netns = await self._network()
         except RuntimeError as exc:
-            return "Error", f"failed to create pod sandbox: {exc}"
+            return f"failed to create pod sandbox: {exc}"
         try:
             await asyncio.to_thread(self.files.load_inputs, node, layout, netns)
         except ArtifactError as exc:
-            return "Error", str(exc)
-        # The log is served while the pod runs, and kept after.
-        live = Tail(executor.LOG_BYTES)
-        self.state.member.keep_log(self.state.namespace, pod, live)
+            return str(exc)
+        return envs, netns
+
+    def _container_spec(
+        self,
+        body: dict[str, Any],
+        c: dict[str, Any],
+        env: dict[str, str],
+        runner: str,
+        layout: PodLayout,
+        ids: tuple[int, int],
+        live: Tail,
+    ) -> PodSpec:
+        """How the executor runs container `c` of the pod: `ids` are the pod's user id (one
+        for all its containers) and the network namespace it joins."""
+        uid, netns = ids
+        execution = self.state.member.execution
         # The kubelet evicts a pod past the sum of its containers' limits.
-        storage = sum(int(self.limit_of(c, "ephemeral-storage")) for c in containers) or None
-        # A containerSet's containers run one after the other, in the pod's folders.
+        storage = (
+            sum(int(self.limit_of(x, "ephemeral-storage")) for x in containers_of(body)) or None
+        )
+        image_runner = executor.runner_for(str(c.get("image")), execution.images)
+        return PodSpec(
+            root=layout.root,
+            argv=self._argv(body, c, image_runner or runner, layout),
+            env=env,
+            mounts=layout.mounts,
+            workdir=str(c.get("workingDir") or "/"),
+            uid=uid,
+            memory=self._memory(c),
+            ephemeral_storage=storage,
+            ephemeral_storage_text=quantity.fmt("ephemeral-storage", storage or 0),
+            eviction_interval=execution.eviction_interval_seconds,
+            deadline=self._pod_deadline(body),
+            sim_deadline=self._sim_deadline(body),
+            ash=executor.image_name(str(c.get("image") or "")).startswith(
+                ("alpine", "busybox", "argoproj/argosay")
+            ),
+            wallclock=execution.step_wallclock_seconds,
+            time_scale=self.state.sb.config.time_scale,
+            netns=netns,
+            log=live,
+        )
+
+    async def _run_containers(
+        self,
+        body: dict[str, Any],
+        containers: list[tuple[dict[str, Any], dict[str, str]]],
+        spec_of: Callable[[dict[str, Any], dict[str, str]], PodSpec],
+        pod: str,
+    ) -> list[tuple[dict[str, Any], PodResult]]:
+        """A containerSet's containers one after the other, in the pod's folders, up to the
+        first that fails; sidecars beside the first, killed when the last ends."""
         results: list[tuple[dict[str, Any], PodResult]] = []
-        uid = self.state.member.next_uid()
         sidecars: list[asyncio.Task[PodResult]] = []
-        for c, env in zip(containers, envs, strict=True):
-            image_runner = executor.runner_for(
-                str(c.get("image")), self.state.member.execution.images
-            )
-            spec = PodSpec(
-                root=root,
-                argv=self._argv(body, c, image_runner or runner, layout),
-                env=env,
-                mounts=layout.mounts,
-                workdir=str(c.get("workingDir") or "/"),
-                uid=uid,
-                memory=self._memory(c),
-                ephemeral_storage=storage,
-                ephemeral_storage_text=quantity.fmt("ephemeral-storage", storage or 0),
-                eviction_interval=self.state.member.execution.eviction_interval_seconds,
-                deadline=self._pod_deadline(body),
-                sim_deadline=self._sim_deadline(body),
-                ash=executor.image_name(str(c.get("image") or "")).startswith(
-                    ("alpine", "busybox", "argoproj/argosay")
-                ),
-                wallclock=self.state.member.execution.step_wallclock_seconds,
-                time_scale=self.state.sb.config.time_scale,
-                netns=netns,
-                log=live,
-            )
+        for c, env in containers:
+            spec = spec_of(c, env)
             running = asyncio.ensure_future(executor.run_pod(spec))
             if not results:
                 # Sidecars run beside the main container, in its pod's folders and volumes,
@@ -379,45 +449,7 @@ class PodRunner:
         for task in sidecars:
             task.cancel()
         await asyncio.gather(*sidecars, return_exceptions=True)
-        last = results[-1][1]
-        if last.killed is None and last.exit_code == 0:
-            result = next((r for c, r in results if c.get("name") == "main"), last)
-        else:
-            result = last
-        failed = result.killed is not None or result.exit_code != 0
-        outs = render(tmpl.get("outputs") or {}, scope)
-        message = await asyncio.to_thread(
-            self.files.real_outputs, outs, node, layout, result, failed
-        )
-        if archivelogs.enabled(self.state.obj.get("spec") or {}, tmpl, self.repository.conf()):
-            problem = await asyncio.to_thread(
-                self.repository.archive_log, tmpl, node, bytes(live.data)
-            )
-            message = message or problem
-        # Outputs are saved and the log is in memory: the pod's folder can go (a demo runs
-        # all day).
-        await asyncio.to_thread(shutil.rmtree, root, True)
-        if result.killed == "evicted":
-            # The pod's status message is the eviction manager's, and Argo shows a pod's
-            # message as the node's (inferFailedReason, workflow/controller/operator.go).
-            return "Failed", result.message
-        if result.killed == "oom":
-            # inferFailedReason (workflow/controller/operator.go) words a failed container
-            #   msg := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
-            #   msg = fmt.Sprintf("%s: %s", ctr.Name, msg)
-            # and the kubelet's reason for a container the kernel killed is OOMKilled.
-            name = next((c.get("name") for c, r in results if r is result), None) or "main"
-            return "Failed", f"{name}: OOMKilled (exit code {result.exit_code})"
-        if result.killed == "deadline":
-            # workflow/executor/executor.go
-            return "Failed", "Step exceeded its deadline"
-        if result.killed:
-            return "Failed", "Step exceeded the sandbox's wall-clock limit for a step"
-        if result.exit_code != 0:
-            return "Failed", f"Error (exit code {result.exit_code})"
-        if message:
-            return "Error", message
-        return "Succeeded", ""
+        return results
 
     def _sidecar_specs(self, body: dict[str, Any], main: PodSpec, pod: str) -> list[PodSpec]:
         specs = []
@@ -479,3 +511,31 @@ class PodRunner:
 
     def _memory(self, container: dict[str, Any]) -> int | None:
         return int(self.limit_of(container, "memory")) or None
+
+
+def _verdict(
+    results: list[tuple[dict[str, Any], PodResult]], result: PodResult, message: str
+) -> tuple[str, str]:
+    """The node's phase and message from the container that decides it, as Argo's
+    controller reads a pod's status."""
+    if result.killed == "evicted":
+        # The pod's status message is the eviction manager's, and Argo shows a pod's
+        # message as the node's (inferFailedReason, workflow/controller/operator.go).
+        return "Failed", result.message
+    if result.killed == "oom":
+        # inferFailedReason (workflow/controller/operator.go) words a failed container
+        #   msg := fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
+        #   msg = fmt.Sprintf("%s: %s", ctr.Name, msg)
+        # and the kubelet's reason for a container the kernel killed is OOMKilled.
+        name = next((c.get("name") for c, r in results if r is result), None) or "main"
+        return "Failed", f"{name}: OOMKilled (exit code {result.exit_code})"
+    if result.killed == "deadline":
+        # workflow/executor/executor.go
+        return "Failed", "Step exceeded its deadline"
+    if result.killed:
+        return "Failed", "Step exceeded the sandbox's wall-clock limit for a step"
+    if result.exit_code != 0:
+        return "Failed", f"Error (exit code {result.exit_code})"
+    if message:
+        return "Error", message
+    return "Succeeded", ""

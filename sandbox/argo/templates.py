@@ -59,9 +59,22 @@ class Templates:
             if tmpl is None and not tmpl_name:
                 why = "templateRef / WorkflowTemplates are not simulated by the sandbox"
             return self.state.finish(node, "Error", why)
-        strategy = tmpl.get("retryStrategy")
-        if strategy is None:
+        if tmpl.get("retryStrategy") is None:
             return await self.execute_once(tmpl, args, art_args, name, display, ctx, parent)
+        return await self._with_retries(tmpl, tmpl_name, args, art_args, name, display, ctx, parent)
+
+    async def _with_retries(
+        self,
+        tmpl: dict[str, Any],
+        tmpl_name: str,
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+    ) -> dict[str, Any]:
+        """A template with a `retryStrategy`: a Retry node over its attempts."""
         # Argo substitutes the template's inputs into the whole template, retryStrategy
         # included, before it reads it (common.ProcessArgs in workflow/controller/operator.go
         # executeTemplate, ahead of `argoexpr.EvalBool(retryStrategy.Expression, ...)`).
@@ -69,40 +82,15 @@ class Templates:
             scope = self._inputs(tmpl, args, art_args, ctx)[1]
         except StepFailed:
             scope = ctx.scope  # execute_once reports the missing input
-        strategy = expressions.fill(render(dict(strategy), scope), scope)
+        strategy = expressions.fill(render(dict(tmpl["retryStrategy"]), scope), scope)
         retry = self.state.new_node(
             name, display, "Retry", tmpl.get("name", tmpl_name), ctx, parent
         )
         retry["phase"] = "Running"
-        attempt_node: dict[str, Any] = retry
-        message: str | None = None
-        loop = asyncio.get_running_loop()
-        first_started = loop.time()
-        attempt = 0
         try:
-            while True:
-                sub = Ctx(dict(ctx.scope, retries=str(attempt)), ctx.boundary, attempt)
-                attempt_node = await self.execute_once(
-                    tmpl,
-                    args,
-                    art_args,
-                    f"{name}({attempt})",
-                    f"{display}({attempt})",
-                    sub,
-                    retry["id"],
-                )
-                message, wait = retry_decision(strategy, attempt, attempt_node)
-                if message is not None:
-                    break
-                if wait is not None:
-                    elapsed = (loop.time() - first_started) * self.state.sb.config.time_scale
-                    most = parse_duration((strategy.get("backoff") or {}).get("maxDuration"), 0)
-                    if most and elapsed + wait > most:
-                        # operator.go: "Backoff would exceed max duration limit"
-                        message = "Backoff would exceed max duration limit"
-                        break
-                    await asyncio.sleep(wait / self.state.sb.config.time_scale)
-                attempt += 1
+            attempt_node, message = await self._attempts(
+                tmpl, strategy, retry, args, art_args, (name, display), ctx
+            )
         except asyncio.CancelledError:
             self.state.finish(retry, "Failed", self.state.shutdown_message())
             raise
@@ -111,6 +99,45 @@ class Templates:
         if attempt_node.get("outputs"):
             retry["outputs"] = clone(attempt_node["outputs"])
         return self.state.finish(retry, attempt_node["phase"], message or "")
+
+    async def _attempts(
+        self,
+        tmpl: dict[str, Any],
+        strategy: dict[str, Any],
+        retry: dict[str, Any],
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        names: tuple[str, str],
+        ctx: Ctx,
+    ) -> tuple[dict[str, Any], str | None]:
+        """Attempts until the strategy says stop: the last attempt's node and the message
+        the Retry node ends with."""
+        name, display = names
+        loop = asyncio.get_running_loop()
+        first_started = loop.time()
+        attempt = 0
+        while True:
+            sub = Ctx(dict(ctx.scope, retries=str(attempt)), ctx.boundary, attempt)
+            attempt_node = await self.execute_once(
+                tmpl,
+                args,
+                art_args,
+                f"{name}({attempt})",
+                f"{display}({attempt})",
+                sub,
+                retry["id"],
+            )
+            message, wait = retry_decision(strategy, attempt, attempt_node)
+            if message is not None:
+                return attempt_node, message
+            if wait is not None:
+                elapsed = (loop.time() - first_started) * self.state.sb.config.time_scale
+                most = parse_duration((strategy.get("backoff") or {}).get("maxDuration"), 0)
+                if most and elapsed + wait > most:
+                    # operator.go: "Backoff would exceed max duration limit"
+                    return attempt_node, "Backoff would exceed max duration limit"
+                await asyncio.sleep(wait / self.state.sb.config.time_scale)
+            attempt += 1
 
     def _input_from_config_map(self, pname: str, vf: dict[str, Any]) -> str:
         """``inputs.parameters[].valueFrom.configMapKeyRef`` from this member's ConfigMap, else

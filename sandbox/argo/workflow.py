@@ -73,28 +73,46 @@ class WorkflowRun:
             await self.pods.teardown()
 
     async def _run(self) -> None:
-        spec = self.state.obj.get("spec") or {}
-        self.state.phase = "Running"
-        self.state.started_at = now_iso()
+        state = self.state
+        spec = state.obj.get("spec") or {}
+        state.phase = "Running"
+        state.started_at = now_iso()
+        arguments = self._arguments(spec)
+        if arguments is None:
+            state.finished_at = now_iso()
+            state.touch()
+            return
+        state.touch()
+        try:
+            root = await self._entrypoint(spec, *arguments)
+            phase = await self._exit_handler(spec, self._outcome(root))
+            if root is not None and root.get("outputs"):
+                state.outputs = clone(root["outputs"])
+            state.phase = phase if phase in ("Succeeded", "Failed", "Error") else "Succeeded"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # pragma: no cover - a bug in the engine, shown as Argo would
+            log.exception("workflow %s/%s crashed", state.namespace, state.name)
+            state.phase = "Error"
+            state.message = str(exc)
+        state.finished_at = now_iso()
+        state.touch()
+
+    def _arguments(self, spec: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]] | None:
+        """The Workflow's parameter and artifact arguments; None, with the phase and message
+        set, when the Workflow is refused or a parameter cannot be read."""
         refused = self.refusal()
         if refused:
             # What the controller does with a Workflow that fails validation ("invalid spec:
             # ...", Failed) or whose artifact repository it cannot resolve (Error)
             # (workflow/controller/operator.go).
             self.state.phase, self.state.message = refused
-            self.state.finished_at = now_iso()
-            self.state.touch()
-            return
+            return None
         try:
             from_config_maps = self._config_map_parameters(spec)
         except StepFailed as exc:
             self.state.phase, self.state.message = "Error", str(exc)
-            self.state.finished_at = now_iso()
-            self.state.touch()
-            return
-        self.state.touch()
-        entry = spec.get("entrypoint") or ""
-        scope = dict(self.state.global_scope)
+            return None
         args = {
             p["name"]: as_param(p["value"])
             for p in (spec.get("arguments") or {}).get("parameters") or []
@@ -106,60 +124,56 @@ class WorkflowRun:
             for a in (spec.get("arguments") or {}).get("artifacts") or []
             if "name" in a
         }
-        root: dict[str, Any] | None = None
+        return args, arts
+
+    async def _entrypoint(
+        self, spec: dict[str, Any], args: dict[str, str], arts: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """The entrypoint's node once it ended (with the workflow's hooks), under the
+        Workflow's `activeDeadlineSeconds`; on a shutdown, the root node as it was left."""
+        state = self.state
+        loop = asyncio.get_running_loop()
+        scope = dict(state.global_scope)
+        state.main = loop.create_task(
+            self.execute(
+                spec.get("entrypoint") or "",
+                args,
+                arts,
+                state.name,
+                state.name,
+                Ctx(scope, None),
+                parent=None,
+            )
+        )
+        deadline = spec.get("activeDeadlineSeconds")
+        timer = (
+            loop.call_later(float(deadline) / state.sb.config.time_scale, state.exceed_deadline)
+            if deadline is not None
+            else None
+        )
         try:
-            loop = asyncio.get_running_loop()
-            self.state.main = loop.create_task(
-                self.execute(
-                    entry,
-                    args,
-                    arts,
-                    self.state.name,
-                    self.state.name,
-                    Ctx(scope, None),
-                    parent=None,
-                )
-            )
-            deadline = spec.get("activeDeadlineSeconds")
-            timer = (
-                loop.call_later(
-                    float(deadline) / self.state.sb.config.time_scale, self.state.exceed_deadline
-                )
-                if deadline is not None
-                else None
-            )
-            try:
-                root = await self.hooks.await_main(spec)
-            except asyncio.CancelledError:
-                if self.state.shutdown is None:
-                    raise
-                root = self.state.nodes.get(self.state.name)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-            phase = (root or {}).get("phase", "Error")
-            if self.state.deadline_exceeded:
-                phase = "Failed"
-                self.state.message = "Max duration limit exceeded"
-            elif self.state.shutdown:
-                phase = "Failed"
-                self.state.message = f"Stopped with strategy '{self.state.shutdown}'"
-            elif phase in FAILED:
-                self.state.message = (root or {}).get(
-                    "message"
-                ) or f"child '{self.state.name}' failed"
-            phase = await self._exit_handler(spec, phase)
-            if root is not None and root.get("outputs"):
-                self.state.outputs = clone(root["outputs"])
-            self.state.phase = phase if phase in ("Succeeded", "Failed", "Error") else "Succeeded"
+            return await self.hooks.await_main(spec)
         except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # pragma: no cover - a bug in the engine, shown as Argo would
-            log.exception("workflow %s/%s crashed", self.state.namespace, self.state.name)
-            self.state.phase = "Error"
-            self.state.message = str(exc)
-        self.state.finished_at = now_iso()
-        self.state.touch()
+            if state.shutdown is None:
+                raise
+            return state.nodes.get(state.name)
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    def _outcome(self, root: dict[str, Any] | None) -> str:
+        """The Workflow's phase from its root node, a deadline or a shutdown, and its message."""
+        state = self.state
+        phase = str((root or {}).get("phase", "Error"))
+        if state.deadline_exceeded:
+            state.message = "Max duration limit exceeded"
+            return "Failed"
+        if state.shutdown:
+            state.message = f"Stopped with strategy '{state.shutdown}'"
+            return "Failed"
+        if phase in FAILED:
+            state.message = (root or {}).get("message") or f"child '{state.name}' failed"
+        return phase
 
     async def _exit_handler(self, spec: dict[str, Any], phase: str) -> str:
         """The workflow's onExit template, which sees workflow.status and .failures."""

@@ -109,26 +109,7 @@ def prepare_bin(spec: PodSpec) -> Path:
             link.symlink_to(py)
     (bindir / "argosay").write_bytes((HERE / "bin" / "argosay").read_bytes())
     (bindir / "cowsay").write_text(f"#!{py}\n" + (HERE / "whalesay.py").read_text())
-    # A step's sleeps run on the simulated clock, and so does its deadline: whatever the scale
-    # (and however long the real start of the pod took), sleeps adding up to more than the
-    # deadline hold the step until it is killed, as on a cluster.
-    clock = (
-        f"_DEADLINE = {spec.sim_deadline!r}\n"
-        "def _take(total):\n"
-        "    if _DEADLINE is None:\n"
-        "        return total\n"
-        "    try:\n"
-        "        with open('/.sandbox-clock') as f:\n"
-        "            before = float(f.read() or 0)\n"
-        "    except (OSError, ValueError):\n"
-        "        before = 0.0\n"
-        "    try:\n"
-        "        with open('/.sandbox-clock', 'w') as f:\n"
-        "            f.write(repr(before + total))\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "    return float('inf') if before + total > _DEADLINE else total\n"
-    )
+    clock = _clock_source(spec.sim_deadline)
     (bindir / "sleep").write_text(
         # -S: without site, so the sitecustomize below does not scale it a second time.
         f"#!{py} -S\n"
@@ -158,6 +139,31 @@ def prepare_bin(spec: PodSpec) -> Path:
         f"_t.sleep = lambda s: _sleep(min(_take(max(float(s), 0.0)) / {spec.time_scale!r}, 1e6))\n"
     )
     return bindir
+
+
+def _clock_source(sim_deadline: float | None) -> str:
+    """`_take(total)`: the seconds a step's sleep really waits, `total` unless the sleeps so
+    far add up past the simulated deadline (then forever)."""
+    # A step's sleeps run on the simulated clock, and so does its deadline: whatever the scale
+    # (and however long the real start of the pod took), sleeps adding up to more than the
+    # deadline hold the step until it is killed, as on a cluster.
+    return (
+        f"_DEADLINE = {sim_deadline!r}\n"
+        "def _take(total):\n"
+        "    if _DEADLINE is None:\n"
+        "        return total\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock') as f:\n"
+        "            before = float(f.read() or 0)\n"
+        "    except (OSError, ValueError):\n"
+        "        before = 0.0\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock', 'w') as f:\n"
+        "            f.write(repr(before + total))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    return float('inf') if before + total > _DEADLINE else total\n"
+    )
 
 
 def bwrap_argv(spec: PodSpec, bindir: Path, cgroup: limits.MemoryCgroup | None = None) -> list[str]:

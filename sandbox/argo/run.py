@@ -118,27 +118,7 @@ class RunState:
         self.templates = {
             t.get("name"): with_defaults(t, defaults) for t in spec.get("templates") or []
         }
-        self.global_scope: dict[str, Any] = {
-            "workflow.name": self.name,
-            "workflow.namespace": self.namespace,
-            "workflow.uid": meta.get("uid", ""),
-            "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
-            # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
-            "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
-        }
-        for k, v in (meta.get("labels") or {}).items():
-            self.global_scope[f"workflow.labels.{k}"] = v
-        for k, v in (meta.get("annotations") or {}).items():
-            self.global_scope[f"workflow.annotations.{k}"] = v
-        for p in (spec.get("arguments") or {}).get("parameters") or []:
-            if "value" in p:
-                self.global_scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
-        # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
-        self.global_scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
-        self.global_scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
-        self.global_scope["workflow.parameters.json"] = json.dumps(
-            (spec.get("arguments") or {}).get("parameters") or []
-        )
+        self.global_scope = global_scope(obj)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def touch(self) -> None:
@@ -371,3 +351,31 @@ class RunState:
             node["progress"] = "1/1" if phase == "Succeeded" else "0/1"
         self.touch()
         return node
+
+
+def global_scope(obj: Obj) -> dict[str, Any]:
+    """The `workflow.*` variables every template sees (workflow/common/common.go)."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    scope: dict[str, Any] = {
+        "workflow.name": meta["name"],
+        "workflow.namespace": meta["namespace"],
+        "workflow.uid": meta.get("uid", ""),
+        "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
+        # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
+        "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
+    }
+    for k, v in (meta.get("labels") or {}).items():
+        scope[f"workflow.labels.{k}"] = v
+    for k, v in (meta.get("annotations") or {}).items():
+        scope[f"workflow.annotations.{k}"] = v
+    for p in (spec.get("arguments") or {}).get("parameters") or []:
+        if "value" in p:
+            scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
+    # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
+    scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
+    scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
+    scope["workflow.parameters.json"] = json.dumps(
+        (spec.get("arguments") or {}).get("parameters") or []
+    )
+    return scope

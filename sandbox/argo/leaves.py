@@ -246,7 +246,7 @@ class Leaves:
         self, body: dict[str, Any], node: dict[str, Any], waiting: Callable[[str], None]
     ) -> None:
         """Pending, with the scheduler's message, while a claim the pod mounts is missing."""
-        while (unbound := self.pods.missing_claims(body)) is not None:
+        while (unbound := self.pods.volumes.missing_claims(body)) is not None:
             if node.get("message") != unbound:
                 waiting(unbound)
             await asyncio.sleep(1.0)

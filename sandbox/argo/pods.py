@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import re
 import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from sandbox import confined, executor, quantity
+from sandbox import executor, quantity
 from sandbox.argo import admission, archivelogs
 from sandbox.argo.containers import NotRunnable, containers_of
 from sandbox.argo.expr import as_param, parse_duration, render
@@ -21,11 +18,9 @@ from sandbox.argo.layout import PodLayout
 from sandbox.argo.podfiles import PodFiles
 from sandbox.argo.repository import ArtifactRepository
 from sandbox.argo.run import RunState
+from sandbox.argo.volumes import PodVolumes
 from sandbox.artifacts import ArtifactError
 from sandbox.pod import PodResult, PodSpec, Tail
-
-# A Secret's or ConfigMap's key, as kube-apiserver admits it (IsConfigMapKey): a file name.
-_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
 class PodRunner:
@@ -36,6 +31,7 @@ class PodRunner:
         self.state = state
         self.repository = repository
         self.files = files
+        self.volumes = PodVolumes(state)
         self.network: executor.Network | None = None
         self.daemons: dict[str, list[tuple[dict[str, Any], asyncio.Task[None]]]] = {}
 
@@ -155,130 +151,6 @@ class PodRunner:
                     env[name] = value
         return env
 
-    def missing_claims(self, body: dict[str, Any]) -> str | None:
-        """The kube-scheduler's answer for a pod whose PersistentVolumeClaim does not exist in
-        this member (volumebinding's PreFilter, pkg/scheduler/framework/plugins/volumebinding
-        in Kubernetes): it is not scheduled, and stays Pending, until the claim exists."""
-        spec = self.state.obj.get("spec") or {}
-        declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
-        for vol in declared:
-            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
-            # A name kube-apiserver would refuse for a claim (ValidatePersistentVolumeName)
-            # names no claim: it is never looked up, let alone joined to a folder.
-            bad = bool(claim) and bool(admission.subdomain_errors("claimName", str(claim)))
-            if claim and (
-                bad
-                or not self.state.member.has_object(
-                    "PersistentVolumeClaim", self.state.namespace, claim
-                )
-            ):
-                return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
-        return None
-
-    @staticmethod
-    def _hosts_file(root: Path, pod: str, layout: PodLayout) -> None:
-        """The kubelet mounts a hosts file of its own into every container
-        (`managedHostsFileContent`, pkg/kubelet/kubelet_pods.go), not the node's."""
-        root.mkdir(parents=True, exist_ok=True)
-        hosts = root / "hosts"
-        hosts.write_text(
-            "# Kubernetes-managed hosts file.\n"
-            "127.0.0.1\tlocalhost\n"
-            "::1\tlocalhost ip6-localhost ip6-loopback\n"
-            "fe00::0\tip6-localnet\n"
-            "fe00::0\tip6-mcastprefix\n"
-            "fe00::1\tip6-allnodes\n"
-            "fe00::2\tip6-allrouters\n"
-            f"127.0.0.1\t{pod}\n"
-        )
-        hosts.chmod(0o644)
-        layout.add(hosts, "/etc/hosts", readonly=True)
-        # The same in the pod's own layer, where the sandbox reads a step's outputs.
-        (root / "fs" / "etc").mkdir(parents=True, exist_ok=True)
-        (root / "fs" / "etc" / "hosts").write_bytes(hosts.read_bytes())
-
-    def declared_volumes(self, body: dict[str, Any]) -> set[str]:
-        spec = self.state.obj.get("spec") or {}
-        names = {
-            str(v.get("name")) for v in [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
-        }
-        templates = spec.get("volumeClaimTemplates") or []
-        return names | {str((c.get("metadata") or {}).get("name")) for c in templates}
-
-    def _volumes(self, body: dict[str, Any], container: dict[str, Any], layout: PodLayout) -> None:
-        spec = self.state.obj.get("spec") or {}
-        declared = [*(spec.get("volumes") or []), *(body.get("volumes") or [])]
-        volumes = {v.get("name"): v for v in declared}
-        templates = spec.get("volumeClaimTemplates") or []
-        claims = {(c.get("metadata") or {}).get("name") for c in templates}
-        # Names here passed admission.pod_refusal (DNS-1123 labels; claim names subdomains
-        # by missing_claims): each is one folder name.
-        for vm in container.get("volumeMounts") or []:
-            vname = vm.get("name")
-            vol = volumes.get(vname) or {}
-            claim = (vol.get("persistentVolumeClaim") or {}).get("claimName")
-            if claim:
-                # The member's claim: its data outlives the Workflow, for the next one at
-                # this site that mounts it (missing_claims keeps the pod Pending without it).
-                host = (
-                    self.state.member.data_dir
-                    / "volumes"
-                    / self.state.namespace
-                    / "_claims"
-                    / str(claim)
-                )
-            elif vname in claims:
-                # Argo's own claim for this Workflow (`<workflow>-<claim>`, createPVCs in
-                # workflow/controller/operator.go), gone with it.
-                host = (
-                    self.state.member.data_dir
-                    / "volumes"
-                    / self.state.namespace
-                    / self.state.name
-                    / str(vname)
-                )
-            else:
-                host = layout.root / "volumes" / str(vname)
-                self._fill_volume(vol, host)
-            sub = str(vm.get("subPath") or "")
-            base = confined.open_base(host, create=True)
-            try:
-                # The kubelet resolves a sub-path beneath its volume, following a link only
-                # while it stays inside (a step may have left one), and mounts what it opened
-                # (pkg/volume/util/subpath/subpath_linux.go, doBindSubPath); failing that, the
-                # container is not created (pkg/kubelet/kubelet_pods.go, makeMounts).
-                fd = confined.open_dir(base, sub, create=True)
-            except OSError:
-                # Argo names a template's container `main`; a containerSet's keep theirs.
-                cname = container.get("name") if "containerSet" in body else None
-                raise NotRunnable(
-                    "CreateContainerConfigError: failed to prepare subPath for volumeMount "
-                    f'"{vname}" of container "{cname or "main"}"'
-                ) from None
-            finally:
-                os.close(base)
-            layout.add(host / sub, str(vm["mountPath"]), bool(vm.get("readOnly")), fd)
-
-    def _fill_volume(self, vol: dict[str, Any], host: Path) -> None:
-        host.mkdir(parents=True, exist_ok=True)
-        for key, kind in (("secret", "Secret"), ("configMap", "ConfigMap")):
-            src = vol.get(key)
-            if src is None:
-                continue
-            name = src.get("secretName") if key == "secret" else src.get("name")
-            obj = self.state.member.get_object(kind, self.state.namespace, name)
-            if obj is None:
-                if src.get("optional"):
-                    return
-                raise NotRunnable(f'MountVolume.SetUp failed: {key.lower()} "{name}" not found')
-            fd = confined.open_base(host)
-            try:
-                for k, v in self.state.member.object_data(obj).items():
-                    if _KEY.match(k) and k not in (".", ".."):
-                        confined.write_file(fd, k, v.encode())
-            finally:
-                os.close(fd)
-
     async def run_pod(
         self,
         body: dict[str, Any],
@@ -289,7 +161,7 @@ class PodRunner:
     ) -> tuple[str, str]:
         """Run the pod; returns the node's (phase, message) and fills node outputs."""
         pod = self.state.pod_name(node)
-        refused = admission.pod_refusal(pod, self.declared_volumes(body), containers_of(body))
+        refused = admission.pod_refusal(pod, self.volumes.declared(body), containers_of(body))
         if refused:
             # Argo's controller marks the node Error with the API server's answer.
             return "Error", refused
@@ -357,9 +229,9 @@ class PodRunner:
         container's environment and the network namespace, or why the pod errors."""
         pod = self.state.pod_name(node)
         containers = containers_of(body)
-        self._hosts_file(layout.root, pod, layout)
+        self.volumes.hosts_file(layout.root, pod, layout)
         for c in [*containers, *(body.get("sidecars") or [])]:
-            self._volumes(body, c, layout)
+            self.volumes.mount(body, c, layout)
         envs = [self._env(c, pod) for c in containers]
         try:
             self.repository.artifact_secrets(node, tmpl, scope)

@@ -1,8 +1,9 @@
 """A member Workflow run: its state, and the parts that run it, each given what it works
 with: the templates (`templates.py`) run each node, the graph walker (`graph.py`) steps and
 DAGs, the hooks (`hooks.py`) lifecycle hooks and call arguments, the leaves (`leaves.py`) pods
-and suspend nodes, the pod runner (`pods.py`) pods that really run, with their files
-(`podfiles.py`) and the Workflow's artifact repository (`repository.py`)."""
+and suspend nodes, the pod runner (`pods.py`) pods that really run, with their volumes
+(`volumes.py`), their files (`podfiles.py`) and the Workflow's artifact repository
+(`repository.py`)."""
 
 from __future__ import annotations
 

@@ -312,6 +312,52 @@ def test_cluster_resource_summary_follows_running_work(
     assert summary == {"totalNum": 8, "readyNum": 8}
 
 
+def _site_overrides() -> dict[str, Any]:
+    """An OverridePolicy giving site-b's copies a ServiceAccount and an image mirror, and
+    site-c's another ServiceAccount."""
+    return {
+        "apiVersion": "policy.karmada.io/v1alpha1",
+        "kind": "OverridePolicy",
+        "metadata": {"name": "site-b-overrides"},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}],
+            "overrideRules": [
+                {
+                    "targetCluster": {"clusterNames": ["site-b"]},
+                    "overriders": {
+                        "plaintext": [
+                            {
+                                "path": "/spec/serviceAccountName",
+                                "operator": "add",
+                                "value": "site-b-runner",
+                            }
+                        ],
+                        "imageOverrider": [
+                            {
+                                "component": "Registry",
+                                "operator": "replace",
+                                "value": "mirror.site-b.example",
+                            }
+                        ],
+                    },
+                },
+                {
+                    "targetCluster": {"clusterNames": ["site-c"]},
+                    "overriders": {
+                        "plaintext": [
+                            {
+                                "path": "/spec/serviceAccountName",
+                                "operator": "add",
+                                "value": "wrong",
+                            }
+                        ]
+                    },
+                },
+            ],
+        },
+    }
+
+
 def test_override_policies_change_the_member_copy(
     sandbox: SandboxServer,
     fleet: Fleet,
@@ -319,51 +365,7 @@ def test_override_policies_change_the_member_copy(
     run_on: Callable[..., dict[str, Any]],
 ) -> None:
     custom.create_namespaced_custom_object(
-        "policy.karmada.io",
-        "v1alpha1",
-        NS,
-        "overridepolicies",
-        {
-            "apiVersion": "policy.karmada.io/v1alpha1",
-            "kind": "OverridePolicy",
-            "metadata": {"name": "site-b-overrides"},
-            "spec": {
-                "resourceSelectors": [{"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow"}],
-                "overrideRules": [
-                    {
-                        "targetCluster": {"clusterNames": ["site-b"]},
-                        "overriders": {
-                            "plaintext": [
-                                {
-                                    "path": "/spec/serviceAccountName",
-                                    "operator": "add",
-                                    "value": "site-b-runner",
-                                }
-                            ],
-                            "imageOverrider": [
-                                {
-                                    "component": "Registry",
-                                    "operator": "replace",
-                                    "value": "mirror.site-b.example",
-                                }
-                            ],
-                        },
-                    },
-                    {
-                        "targetCluster": {"clusterNames": ["site-c"]},
-                        "overriders": {
-                            "plaintext": [
-                                {
-                                    "path": "/spec/serviceAccountName",
-                                    "operator": "add",
-                                    "value": "wrong",
-                                }
-                            ]
-                        },
-                    },
-                ],
-            },
-        },
+        "policy.karmada.io", "v1alpha1", NS, "overridepolicies", _site_overrides()
     )
     name = unique("ovr")
     run_on("site-b", workflow(name, [leaf("main")]))

@@ -374,21 +374,9 @@ def _http_reader(name: str, url: str) -> dict[str, Any]:
     return t
 
 
-def test_http_inputs_are_fetched_from_the_pods_own_network(
-    site_b: Member, executing: SandboxServer
-) -> None:
-    # The sandbox's API (its Secrets) and a local file: neither is reachable.
-    for url, reason in (
-        (f"{executing.url}/api/v1/secrets", "connect: connection refused"),
-        ("file:///etc/passwd", 'unsupported protocol scheme "file"'),
-    ):
-        status = site_b.wait(site_b.create(wf(_http_reader("main", url))))
-        assert status["phase"] == "Error", url
-        assert status["message"].startswith(f'Get "{url}": '), status["message"]
-        assert status["message"].endswith(reason), status["message"]
-        assert "SecretList" not in dumps(status) and "root:" not in dumps(status)
-    # A daemon of the Workflow serves at its pod IP; a redirect from it to the sandbox's API
-    # is followed in the pod's namespace, where nothing answers.
+def _served_readers(target: str) -> dict[str, Any]:
+    """A daemon serving at its pod IP (and redirecting to `target`), and two steps reading
+    an http input from it: its data, and the redirect."""
     ip = "{{steps.server.ip}}"
     main = steps(
         "main",
@@ -396,9 +384,7 @@ def test_http_inputs_are_fetched_from_the_pods_own_network(
             {
                 "name": "server",
                 "template": "server",
-                "arguments": {
-                    "parameters": [{"name": "target", "value": f"{executing.url}/api/v1/secrets"}]
-                },
+                "arguments": {"parameters": [{"name": "target", "value": target}]},
             }
         ],
         [
@@ -427,6 +413,25 @@ def test_http_inputs_are_fetched_from_the_pods_own_network(
         art["http"]["url"] = art["http"]["url"].replace(ip, "{{inputs.parameters.ip}}")
     for step in main["steps"][2]:
         step["arguments"] = {"parameters": [{"name": "ip", "value": ip}]}
+    return body
+
+
+def test_http_inputs_are_fetched_from_the_pods_own_network(
+    site_b: Member, executing: SandboxServer
+) -> None:
+    # The sandbox's API (its Secrets) and a local file: neither is reachable.
+    for url, reason in (
+        (f"{executing.url}/api/v1/secrets", "connect: connection refused"),
+        ("file:///etc/passwd", 'unsupported protocol scheme "file"'),
+    ):
+        status = site_b.wait(site_b.create(wf(_http_reader("main", url))))
+        assert status["phase"] == "Error", url
+        assert status["message"].startswith(f'Get "{url}": '), status["message"]
+        assert status["message"].endswith(reason), status["message"]
+        assert "SecretList" not in dumps(status) and "root:" not in dumps(status)
+    # A daemon of the Workflow serves at its pod IP; a redirect from it to the sandbox's API
+    # is followed in the pod's namespace, where nothing answers.
+    body = _served_readers(f"{executing.url}/api/v1/secrets")
     status = site_b.wait(site_b.create(body))
     pods = site_b.pods(status)
     assert pods["data"]["outputs"]["result"] == "served", dumps(status)

@@ -8,7 +8,8 @@ full.
 Modules: `expr` (variables and the `when`/`depends` evaluator), `run` (a Workflow's state and
 status), `workflow` (a run: its state and the parts that run it), `templates` (a template as a
 node: inputs, retries), `graph` and `dag` (steps and DAGs), `hooks` (lifecycle hooks, call
-arguments), `leaves` (pods and suspend nodes), `pods`, `volumes`, `podfiles`, `repository` (pods
-that really run, their volumes and files, the Workflow's artifact repository), `validate` (what the controller
-refuses before running), `member` (a member cluster: capacity and its Workflows).
+arguments), `leaves` (pods and suspend nodes), `pods`, `volumes`, `podfiles`, `repository`
+(pods that really run, their volumes and files, the Workflow's artifact repository),
+`validate` (what the controller refuses before running), `member` (a member cluster:
+capacity and its Workflows).
 """

@@ -8,7 +8,6 @@ import base64
 import collections
 import gzip
 import json
-import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,9 +16,6 @@ from typing import Any, Protocol
 from sandbox.argo.expr import DONE, as_param, fnv32a, with_defaults
 from sandbox.argo.site import SiteExecution
 from sandbox.store import Obj, clone, now_iso
-
-log = logging.getLogger("sandbox.argo")
-
 
 Parent = str | list[str] | None
 

@@ -259,34 +259,9 @@ class SiteExecution:
             return None, f"ConfigMap '{name}' does not have the key '{key}'", True
         return value, "", False
 
-    def has_pod(self, namespace: str, pod: str) -> bool:
-        raise NotImplementedError
-
     # -- pod logs ----------------------------------------------------------------------------
     def keep_log(self, namespace: str, pod: str, data: Tail) -> None:
         self.logs[(namespace, pod)] = data
         self.logs.move_to_end((namespace, pod))
         while len(self.logs) > KEPT_LOGS:
             self.logs.popitem(last=False)
-
-    def pod_log(
-        self, namespace: str, pod: str, container: str | None, tail_lines: int | None
-    ) -> str | None:
-        """A pod's log (stdout and stderr as they came) as the kubelet serves it; None when
-        the member has no such pod. Only `main` has a log here."""
-        data = self.logs.get((namespace, pod))
-        if data is None:
-            # A pod that was simulated, or has not started yet, has printed nothing here.
-            return "" if self.has_pod(namespace, pod) else None
-        if container not in (None, "", "main"):
-            return ""
-        text = bytes(data.data).decode("utf-8", "replace")
-        if tail_lines is not None:
-            # The kubelet counts "\n" in the container's CRI log file, where every record
-            # (an unfinished last line too, as a partial record) ends in one
-            # (pkg/util/tail/tail.go, FindTailLineStartIndex; pkg/kubelet/kuberuntime/logs):
-            # only "\n" ends a line, and a "\r" of a progress bar is part of its line.
-            lines = text.split("\n")
-            whole = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-            text = "".join(whole[-tail_lines:]) if tail_lines > 0 else ""
-        return text

@@ -17,7 +17,7 @@ class Config:
     event_log_size: int = 2000
     bookmark_interval: float = 30.0
     tick: float = 0.05
-    # -- execution (issue 16): steps really run with --execute; see sandbox/executor.py --
+    # -- execution: steps really run with --execute; see sandbox/executor.py -------------
     execute: bool = False
     data_dir: Path | None = None
     # -- authorisation (sandbox/authz): RBAC files stored on karmada-apiserver at start and

@@ -1,4 +1,4 @@
-"""Karmada v1.19 where it is unkind (issue 15), over HTTP with the official client: policy
+"""Karmada v1.19 where it is unkind, over HTTP with the official client: policy
 admission, Workflows without a status subresource, deletion that follows the Work, re-creation
 of what a member deletes, cluster status, and the fleet's syncMode (the cluster proxy:
 test_proxy.py)."""

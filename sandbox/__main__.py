@@ -20,7 +20,7 @@ import yaml
 from sandbox.faults import FAULT_TYPES
 
 if TYPE_CHECKING:
-    from sandbox.core import Config
+    from sandbox.config import Config
 
 log = logging.getLogger("sandbox")
 
@@ -69,8 +69,8 @@ async def serve(
     # Imported here so that `python -m sandbox fault ...` starts fast.
     from aiohttp import web
 
+    from sandbox.apiserver.app import Api
     from sandbox.core import Sandbox
-    from sandbox.server import Api
 
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()
@@ -201,7 +201,7 @@ def _authz_arguments(p: argparse.ArgumentParser) -> None:
 def _serve_main(argv: list[str]) -> int:
     p = _serve_parser()
     args = p.parse_args(argv)
-    from sandbox.core import Config
+    from sandbox.config import Config
 
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

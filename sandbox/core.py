@@ -6,17 +6,17 @@ import asyncio
 import base64
 import contextlib
 import logging
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from sandbox.argo import Member
+from sandbox.argo.member import Member
 from sandbox.argo.site import seed_buckets
-from sandbox.authz import Authz
+from sandbox.authz.guard import Authz
+from sandbox.config import Config
 from sandbox.errors import ApiError
 from sandbox.faults import Faults
 from sandbox.fleet import Site, load_fleet
-from sandbox.karmada import Karmada, admission
+from sandbox.karmada import admission
+from sandbox.karmada.controller import Karmada
 from sandbox.resources import CLUSTER, NAMESPACE, SECRET, Registry, ResourceType
 from sandbox.s3.repositories import Repositories
 from sandbox.schema import SchemaRegistry
@@ -26,31 +26,6 @@ from sandbox.ttl import WorkflowGC
 log = logging.getLogger("sandbox")
 
 DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "karmada-system", "karmada-cluster")
-
-
-@dataclass
-class Config:
-    fleet: Path | None = None
-    time_scale: float = 1.0
-    crds: list[Path] = field(default_factory=list)
-    label_domain: str = "portal.multisite.io"
-    default_duration: float = 10.0
-    event_log_size: int = 2000
-    bookmark_interval: float = 30.0
-    tick: float = 0.05
-    # -- execution (issue 16): steps really run with --execute; see sandbox/executor.py --
-    execute: bool = False
-    data_dir: Path | None = None
-    # -- authorisation (sandbox/authz): RBAC files stored on karmada-apiserver at start and
-    # after each reset, those every member holds, and the portal's ServiceAccount.
-    rbac: list[Path] = field(default_factory=list)
-    member_rbac: list[Path] = field(default_factory=list)
-    portal_service_account: str = "portal/portal"
-    # Requests without credentials: system:anonymous (True), else the insecure port's superuser.
-    anonymous_auth: bool = False
-
-    def annotation(self, name: str) -> str:
-        return f"{self.label_domain}/sandbox-{name}"
 
 
 class Sandbox:

@@ -23,11 +23,11 @@ import os
 import shutil
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sandbox import confined, limits
+from sandbox.pod import PodResult, PodSpec, Tail
 
 BWRAP = "/usr/bin/bwrap"
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
@@ -97,66 +97,6 @@ def container_argv(runner: str, container: dict[str, Any]) -> list[str]:
     return entrypoint + (args or cmd)
 
 
-@dataclass
-class Tail:
-    """The last `limit` bytes written."""
-
-    limit: int
-    data: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-    def write(self, chunk: bytes) -> None:
-        self.total += len(chunk)
-        self.data += chunk
-        if len(self.data) > self.limit:
-            del self.data[: len(self.data) - self.limit]
-
-
-@dataclass
-class Mount:
-    host: Path
-    dest: str
-    readonly: bool = False
-    # An open descriptor of the folder (a volume, resolved beneath it): bound by descriptor,
-    # so a link a step swaps in afterwards (a claim is shared) changes nothing.
-    fd: int | None = None
-
-
-@dataclass
-class PodSpec:
-    root: Path  # the pod's own folder on the host
-    argv: list[str]
-    env: dict[str, str]
-    mounts: list[Mount]
-    workdir: str
-    uid: int
-    memory: int | None = None  # bytes: the container's memory limit
-    # bytes: the pod's ephemeral storage limit, and how the kubelet would write it ("2Gi")
-    ephemeral_storage: int | None = None
-    ephemeral_storage_text: str = ""
-    eviction_interval: float = 1.0
-    deadline: float | None = None  # real seconds; killing counts as exceeding the deadline
-    wallclock: float = 600.0  # real seconds; the sandbox's own limit
-    time_scale: float = 1.0
-    # simulated seconds (`activeDeadlineSeconds`, `timeout`): what the pod's scaled sleeps
-    # may add up to before the step is held until `deadline` kills it
-    sim_deadline: float | None = None
-    # an image whose `sh` is busybox's ash (alpine, busybox): bash in its POSIX mode stands in
-    # for it, which has ash's $RANDOM, `echo -n` and `[[` where the host's dash has not
-    ash: bool = False
-    netns: int | None = None  # pid holding the network namespace the pod joins
-    log: Tail | None = None  # where stdout and stderr go as they come (besides the result)
-
-
-@dataclass
-class PodResult:
-    exit_code: int
-    stdout: bytes
-    log: bytes
-    killed: str | None = None  # "deadline" | "wallclock" | "oom" | "evicted"
-    message: str = ""  # the kubelet's, for "evicted"
-
-
 def prepare_bin(spec: PodSpec) -> Path:
     """`/.sandbox/bin`: python, the argosay and cowsay stand-ins and a `sleep` that follows
     the sandbox's time scale (a step's `sleep 60` is 60 simulated seconds)."""
@@ -169,26 +109,7 @@ def prepare_bin(spec: PodSpec) -> Path:
             link.symlink_to(py)
     (bindir / "argosay").write_bytes((HERE / "bin" / "argosay").read_bytes())
     (bindir / "cowsay").write_text(f"#!{py}\n" + (HERE / "whalesay.py").read_text())
-    # A step's sleeps run on the simulated clock, and so does its deadline: whatever the scale
-    # (and however long the real start of the pod took), sleeps adding up to more than the
-    # deadline hold the step until it is killed, as on a cluster.
-    clock = (
-        f"_DEADLINE = {spec.sim_deadline!r}\n"
-        "def _take(total):\n"
-        "    if _DEADLINE is None:\n"
-        "        return total\n"
-        "    try:\n"
-        "        with open('/.sandbox-clock') as f:\n"
-        "            before = float(f.read() or 0)\n"
-        "    except (OSError, ValueError):\n"
-        "        before = 0.0\n"
-        "    try:\n"
-        "        with open('/.sandbox-clock', 'w') as f:\n"
-        "            f.write(repr(before + total))\n"
-        "    except OSError:\n"
-        "        pass\n"
-        "    return float('inf') if before + total > _DEADLINE else total\n"
-    )
+    clock = _clock_source(spec.sim_deadline)
     (bindir / "sleep").write_text(
         # -S: without site, so the sitecustomize below does not scale it a second time.
         f"#!{py} -S\n"
@@ -218,6 +139,31 @@ def prepare_bin(spec: PodSpec) -> Path:
         f"_t.sleep = lambda s: _sleep(min(_take(max(float(s), 0.0)) / {spec.time_scale!r}, 1e6))\n"
     )
     return bindir
+
+
+def _clock_source(sim_deadline: float | None) -> str:
+    """`_take(total)`: the seconds a step's sleep really waits, `total` unless the sleeps so
+    far add up past the simulated deadline (then forever)."""
+    # A step's sleeps run on the simulated clock, and so does its deadline: whatever the scale
+    # (and however long the real start of the pod took), sleeps adding up to more than the
+    # deadline hold the step until it is killed, as on a cluster.
+    return (
+        f"_DEADLINE = {sim_deadline!r}\n"
+        "def _take(total):\n"
+        "    if _DEADLINE is None:\n"
+        "        return total\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock') as f:\n"
+        "            before = float(f.read() or 0)\n"
+        "    except (OSError, ValueError):\n"
+        "        before = 0.0\n"
+        "    try:\n"
+        "        with open('/.sandbox-clock', 'w') as f:\n"
+        "            f.write(repr(before + total))\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    return float('inf') if before + total > _DEADLINE else total\n"
+    )
 
 
 def bwrap_argv(spec: PodSpec, bindir: Path, cgroup: limits.MemoryCgroup | None = None) -> list[str]:

@@ -41,7 +41,7 @@ class Site:
     baseline: dict[str, float] = field(default_factory=dict)
     bucket: str = ""
     kubernetes_version: str = "v1.31.2"
-    # -- execution (issue 16): the site's artifact repository ------------------------------
+    # -- execution: the site's artifact repository ----------------------------------------
     # {endpoint?, credentialsSecret?, readableFrom?: [site, ...]}
     artifacts: dict[str, Any] = field(default_factory=dict)
     # karmada-agent's `--report-secrets` (pull mode only); its default reports both.
@@ -83,7 +83,7 @@ class Site:
         site.bucket_quota  # noqa: B018 - refused when the fleet file is read, not at a write
         return site
 
-    # -- execution (issue 16) ---------------------------------------------------------------
+    # -- execution ----------------------------------------------------------------------------
     @property
     def artifact_endpoint(self) -> str:
         return str(self.artifacts.get("endpoint") or f"s3.{self.name}.sandbox.invalid")
@@ -219,7 +219,7 @@ def load_fleet(path: Path | None = None) -> list[Site]:
     return [Site.from_dict(s) for s in data.get("sites", [])]
 
 
-# -- execution (issue 16) -------------------------------------------------------------------
+# -- execution ----------------------------------------------------------------------------------
 @dataclass
 class Execution:
     """The fleet file's `execution:` block: image mappings and the node status size above

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from sandbox.executor import PodSpec
+    from sandbox.pod import PodSpec
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 _SERIAL = itertools.count(1)

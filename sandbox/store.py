@@ -180,31 +180,15 @@ class Store:
     def _check_meta(self, rtype: ResourceType, obj: Obj, namespace: str | None) -> None:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
-            raise ApiError.invalid(
-                rtype.group,
-                rtype.kind,
-                "",
-                [
-                    {
-                        "reason": "FieldValueRequired",
-                        "field": "metadata",
-                        "message": "Required value",
-                    }
-                ],
-            )
+            raise _invalid(rtype, "", "FieldValueRequired", "metadata", "Required value")
         name = meta.get("name", "")
         if not isinstance(name, str) or not name:
-            raise ApiError.invalid(
-                rtype.group,
-                rtype.kind,
+            raise _invalid(
+                rtype,
                 "",
-                [
-                    {
-                        "reason": "FieldValueRequired",
-                        "field": "metadata.name",
-                        "message": "Required value: name or generateName is required",
-                    }
-                ],
+                "FieldValueRequired",
+                "metadata.name",
+                "Required value: name or generateName is required",
             )
         if rtype.path_segment_names:
             # RBAC objects (``ValidateRBACName``: ``path.IsValidPathSegmentName``), so that
@@ -213,35 +197,35 @@ class Store:
         else:
             bad = len(name) > 253 or not _DNS_SUBDOMAIN.match(name)
         if bad:
-            raise ApiError.invalid(
-                rtype.group,
-                rtype.kind,
+            raise _invalid(
+                rtype,
                 name,
-                [
-                    {
-                        "reason": "FieldValueInvalid",
-                        "field": "metadata.name",
-                        "message": f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
-                        "consist of lower case alphanumeric characters, '-' or '.'",
-                    }
-                ],
+                "FieldValueInvalid",
+                "metadata.name",
+                f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must '
+                "consist of lower case alphanumeric characters, '-' or '.'",
             )
         if rtype.namespaced:
-            body_ns = meta.get("namespace")
-            if namespace and body_ns and body_ns != namespace:
-                raise ApiError.bad_request(
-                    "the namespace of the provided object does not match the namespace sent "
-                    "on the request"
-                )
-            ns = namespace or body_ns
-            if not ns:
-                raise ApiError.bad_request("the server could not find the requested resource")
-            meta["namespace"] = ns
-            ns_type = self.registry.lookup("", "v1", "namespaces")
-            if ns_type is not None and (("", ns) not in self.objects[ns_type.key]):
-                raise ApiError.not_found("", "namespaces", ns)
+            meta["namespace"] = self._namespace_of(meta, namespace)
         else:
             meta.pop("namespace", None)
+
+    def _namespace_of(self, meta: dict[str, Any], namespace: str | None) -> Any:
+        """The namespace a namespaced object goes to: the request's and the body's must
+        agree, and the namespace must exist."""
+        body_ns = meta.get("namespace")
+        if namespace and body_ns and body_ns != namespace:
+            raise ApiError.bad_request(
+                "the namespace of the provided object does not match the namespace sent "
+                "on the request"
+            )
+        ns = namespace or body_ns
+        if not ns:
+            raise ApiError.bad_request("the server could not find the requested resource")
+        ns_type = self.registry.lookup("", "v1", "namespaces")
+        if ns_type is not None and (("", ns) not in self.objects[ns_type.key]):
+            raise ApiError.not_found("", "namespaces", ns)
+        return ns
 
     def create(
         self, rtype: ResourceType, obj: Obj, namespace: str | None = None, *, validate: bool = True
@@ -293,58 +277,9 @@ class Store:
         old = self.objects[rtype.key].get((key_ns, name))
         if old is None:
             raise ApiError.not_found(rtype.group, rtype.plural, name)
-        sent_rv = meta.get("resourceVersion")
-        if check_rv and not sent_rv and not rtype.unconditional_update:
-            # k8s.io/apiserver pkg/registry/generic/registry/store.go, Update: "must be
-            # specified for an update", with the resource as the kind.
-            raise ApiError.invalid(
-                rtype.group,
-                rtype.plural,
-                name,
-                [
-                    {
-                        "reason": "FieldValueInvalid",
-                        "field": "metadata.resourceVersion",
-                        "message": "Invalid value: 0x0: must be specified for an update",
-                    }
-                ],
-            )
-        if check_rv and sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
-            raise ApiError.conflict(
-                rtype.group,
-                rtype.plural,
-                name,
-                "the object has been modified; please apply your changes to the latest "
-                "version and try again",
-            )
-        # Without a status subresource the main endpoint stores `status` as sent (Argo's
-        # Workflow CRD declares `subresources: {}`).
-        has_status = rtype.status_subresource
-        if subresource == "status":
-            new: Obj = clone(old)
-            if "status" in obj:
-                new["status"] = obj["status"]
-            else:
-                new.pop("status", None)
-        else:
-            new = obj
-            new["apiVersion"] = rtype.api_version
-            new["kind"] = rtype.kind
-            if subresource is None and has_status:
-                if "status" in old:
-                    new["status"] = old["status"]
-                else:
-                    new.pop("status", None)
-            nmeta = new["metadata"]
-            for keep in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
-                if keep in old["metadata"]:
-                    nmeta[keep] = old["metadata"][keep]
-                else:
-                    nmeta.pop(keep, None)
-            nmeta["name"] = name
-            nmeta["generation"] = old["metadata"].get("generation", 1)
-            if _spec_of(new, has_status) != _spec_of(old, has_status):
-                nmeta["generation"] += 1
+        if check_rv:
+            _check_rv(rtype, name, meta.get("resourceVersion"), old)
+        new = _replaced(rtype, obj, old, subresource, name)
         if validate and self.validator is not None:
             self.validator(rtype, new)
         if validate:
@@ -421,3 +356,72 @@ def _spec_of(obj: Obj, status_apart: bool = True) -> dict[str, Any]:
     a subresource (without one, as for CRDs, a status change is a change like any other)."""
     skip = ("metadata", "status", "apiVersion", "kind") if status_apart else ("metadata",)
     return {k: v for k, v in obj.items() if k not in skip}
+
+
+def _invalid(rtype: ResourceType, name: str, reason: str, field: str, message: str) -> ApiError:
+    """A 422 Invalid naming one field, as the apiserver's validation answers."""
+    return ApiError.invalid(
+        rtype.group, rtype.kind, name, [{"reason": reason, "field": field, "message": message}]
+    )
+
+
+def _check_rv(rtype: ResourceType, name: str, sent_rv: Any, old: Obj) -> None:
+    """An update names the resourceVersion it was made from, and only the current one."""
+    if not sent_rv and not rtype.unconditional_update:
+        # k8s.io/apiserver pkg/registry/generic/registry/store.go, Update: "must be
+        # specified for an update", with the resource as the kind.
+        raise ApiError.invalid(
+            rtype.group,
+            rtype.plural,
+            name,
+            [
+                {
+                    "reason": "FieldValueInvalid",
+                    "field": "metadata.resourceVersion",
+                    "message": "Invalid value: 0x0: must be specified for an update",
+                }
+            ],
+        )
+    if sent_rv and sent_rv != old["metadata"]["resourceVersion"]:
+        raise ApiError.conflict(
+            rtype.group,
+            rtype.plural,
+            name,
+            "the object has been modified; please apply your changes to the latest "
+            "version and try again",
+        )
+
+
+def _replaced(rtype: ResourceType, obj: Obj, old: Obj, subresource: str | None, name: str) -> Obj:
+    """What an update stores: through /status the old object with the new status; else the
+    new object, keeping the old status (with a status subresource, unless "all"), the
+    server-set metadata, and a generation moved on by a change of spec."""
+    # Without a status subresource the main endpoint stores `status` as sent (Argo's
+    # Workflow CRD declares `subresources: {}`).
+    has_status = rtype.status_subresource
+    if subresource == "status":
+        new: Obj = clone(old)
+        if "status" in obj:
+            new["status"] = obj["status"]
+        else:
+            new.pop("status", None)
+        return new
+    new = obj
+    new["apiVersion"] = rtype.api_version
+    new["kind"] = rtype.kind
+    if subresource is None and has_status:
+        if "status" in old:
+            new["status"] = old["status"]
+        else:
+            new.pop("status", None)
+    nmeta = new["metadata"]
+    for keep in ("uid", "creationTimestamp", "deletionTimestamp", "namespace"):
+        if keep in old["metadata"]:
+            nmeta[keep] = old["metadata"][keep]
+        else:
+            nmeta.pop(keep, None)
+    nmeta["name"] = name
+    nmeta["generation"] = old["metadata"].get("generation", 1)
+    if _spec_of(new, has_status) != _spec_of(old, has_status):
+        nmeta["generation"] += 1
+    return new

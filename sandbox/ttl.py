@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
+from sandbox.argo.member import ClusterHost
+from sandbox.karmada.controller import Karmada
 
 log = logging.getLogger("sandbox.argo")
 DONE = ("Succeeded", "Failed", "Error")
@@ -23,8 +23,15 @@ def ttl_seconds(spec: dict[str, Any], phase: str) -> float | None:
     return None if value is None else float(value)
 
 
+class GCHost(ClusterHost, Protocol):
+    """The members whose Workflows expire, and Karmada, told of each one deleted."""
+
+    @property
+    def karmada(self) -> Karmada: ...
+
+
 class WorkflowGC:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: GCHost) -> None:
         self.sb = sandbox
         # (cluster, namespace, name, run id) -> monotonic time the run was first seen done.
         self._done: dict[tuple[str, str, str, str], float] = {}
@@ -34,12 +41,12 @@ class WorkflowGC:
         live = set()
         for member in self.sb.members.values():
             for key, run in list(member.runs.items()):
-                if run.phase not in DONE:
+                if run.state.phase not in DONE:
                     continue
-                secs = ttl_seconds(run.obj.get("spec") or {}, run.phase)
+                secs = ttl_seconds(run.state.obj.get("spec") or {}, run.state.phase)
                 if secs is None:
                     continue
-                mark = (member.name, key[0], key[1], run.uid)
+                mark = (member.name, key[0], key[1], run.state.uid)
                 live.add(mark)
                 since = self._done.setdefault(mark, now)
                 if (now - since) * self.sb.config.time_scale >= secs:

@@ -6,42 +6,10 @@ resource requests against the member's capacity while they run and wait Pending 
 full.
 
 Modules: `expr` (variables and the `when`/`depends` evaluator), `run` (a Workflow's state and
-status), `graph` (steps and DAGs), `leaves` (templates, retries, pods, suspend), `workflow`
-(the two together), `member` (a member cluster: capacity and its Workflows).
+status), `workflow` (a run: its state and the parts that run it), `templates` (a template as a
+node: inputs, retries), `graph` and `dag` (steps and DAGs), `hooks` (lifecycle hooks, call
+arguments), `leaves` (pods and suspend nodes), `pods`, `volumes`, `podfiles`, `repository`
+(pods that really run, their volumes and files, the Workflow's artifact repository),
+`validate` (what the controller refuses before running), `member` (a member cluster:
+capacity and its Workflows).
 """
-
-from sandbox.argo.expr import (
-    DONE,
-    FAILED,
-    LEAF_KINDS,
-    ExprError,
-    as_param,
-    evaluate,
-    fnv32a,
-    parse_duration,
-    render,
-    template_requests,
-    workflow_requests,
-)
-from sandbox.argo.member import Lease, Member
-from sandbox.argo.run import Ctx, StepFailed
-from sandbox.argo.workflow import WorkflowRun
-
-__all__ = [
-    "DONE",
-    "FAILED",
-    "LEAF_KINDS",
-    "Ctx",
-    "ExprError",
-    "Lease",
-    "Member",
-    "StepFailed",
-    "WorkflowRun",
-    "as_param",
-    "evaluate",
-    "fnv32a",
-    "parse_duration",
-    "render",
-    "template_requests",
-    "workflow_requests",
-]

@@ -12,14 +12,12 @@
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandbox.argo import admission
+from sandbox.argo.member import ClusterHost
 from sandbox.errors import ApiError
 from sandbox.store import now_iso
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 # Objects a test or an operator may put into a member (what its steps read or mount, and the
 # RBAC its API server evaluates for calls through Karmada's cluster proxy).
@@ -35,7 +33,7 @@ MEMBER_OBJECTS = (
 
 
 def member_endpoint(
-    sb: Sandbox, method: str, parts: list[str], body: Any, query: dict[str, str]
+    sb: ClusterHost, method: str, parts: list[str], body: Any, query: dict[str, str]
 ) -> tuple[int, Any]:
     """(status, JSON body or text) for `parts` = [site, ...]."""
     member = sb.members.get(parts[0])

@@ -115,10 +115,9 @@ class ExprError(ValueError):
     pass
 
 
-def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
+def tokens_of(expr: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
-    expr = expr.strip()
     while pos < len(expr):
         m = _TOKEN_RE.match(expr, pos)
         if not m or m.end() == pos:
@@ -126,78 +125,94 @@ def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
         pos = m.end()
         kind = m.lastgroup or ""
         tokens.append((kind, m.group(kind)))
-    it = iter([*tokens, ("end", "")])
-    cur = [next(it)]
+    return tokens
 
-    def peek() -> tuple[str, str]:
-        return cur[0]
 
-    def take() -> tuple[str, str]:
-        tok = cur[0]
-        cur[0] = next(it)
+class Parser:
+    """govaluate's grammar as `when` and `depends` use it, evaluated as it is parsed:
+    `||` over `&&` over `!` over comparisons (and `in (...)`) over atoms."""
+
+    def __init__(self, tokens: list[tuple[str, str]], word: Callable[[str], Any] | None) -> None:
+        self._it = iter([*tokens, ("end", "")])
+        self._cur = next(self._it)
+        self.word = word
+
+    def peek(self) -> tuple[str, str]:
+        return self._cur
+
+    def take(self) -> tuple[str, str]:
+        tok = self._cur
+        self._cur = next(self._it)
         return tok
 
-    def atom() -> Any:
-        kind, val = take()
+    def atom(self) -> Any:
+        kind, val = self.take()
         if kind == "op" and val == "(":
-            v = or_()
-            if take() != ("op", ")"):
+            v = self.or_()
+            if self.take() != ("op", ")"):
                 raise ExprError("missing )")
             return v
         if kind == "op" and val == "!":
-            return not truthy(atom())
+            return not truthy(self.atom())
         if kind == "str":
             return val[1:-1]
         if kind == "word":
-            if word is not None:
-                return word(val)
+            if self.word is not None:
+                return self.word(val)
             return literal(val)
         raise ExprError(f"unexpected {val!r}")
 
-    def cmp() -> Any:
-        left = atom()
-        kind, val = peek()
+    def cmp(self) -> Any:
+        left = self.atom()
+        kind, val = self.peek()
         if kind == "op" and val in ("==", "!=", "<", ">", "<=", ">=", "=~", "!~"):
-            take()
-            return compare(left, val, atom())
+            self.take()
+            return compare(left, val, self.atom())
         if (kind, val) == ("word", "in"):
             # govaluate's IN: `x in (a, b)` is true when x equals one of the list's values
-            take()
-            if take() != ("op", "("):
-                raise ExprError("'in' needs a parenthesised list")
-            items = [atom()]
-            while peek() == ("op", ","):
-                take()
-                items.append(atom())
-            if take() != ("op", ")"):
-                raise ExprError("missing )")
-            return any(compare(left, "==", item) for item in items)
+            self.take()
+            return any(compare(left, "==", item) for item in self.in_list())
         return left
 
-    def not_() -> Any:
-        if peek() == ("op", "!"):
-            take()
-            return not truthy(not_())
-        return cmp()
+    def in_list(self) -> list[Any]:
+        if self.take() != ("op", "("):
+            raise ExprError("'in' needs a parenthesised list")
+        items = [self.atom()]
+        while self.peek() == ("op", ","):
+            self.take()
+            items.append(self.atom())
+        if self.take() != ("op", ")"):
+            raise ExprError("missing )")
+        return items
 
-    def and_() -> Any:
-        v = not_()
-        while peek() == ("op", "&&"):
-            take()
-            rhs = not_()
+    def not_(self) -> Any:
+        if self.peek() == ("op", "!"):
+            self.take()
+            return not truthy(self.not_())
+        return self.cmp()
+
+    def and_(self) -> Any:
+        v = self.not_()
+        while self.peek() == ("op", "&&"):
+            self.take()
+            rhs = self.not_()
             v = truthy(v) and truthy(rhs)
         return v
 
-    def or_() -> Any:
-        v = and_()
-        while peek() == ("op", "||"):
-            take()
-            rhs = and_()
+    def or_(self) -> Any:
+        v = self.and_()
+        while self.peek() == ("op", "||"):
+            self.take()
+            rhs = self.and_()
             v = truthy(v) or truthy(rhs)
         return v
 
-    result = or_()
-    if peek()[0] != "end":
+
+def evaluate(expr: str, word: Callable[[str], Any] | None = None) -> bool:
+    expr = expr.strip()
+    parser = Parser(tokens_of(expr), word)
+    result = parser.or_()
+    if parser.peek()[0] != "end":
         raise ExprError(f"trailing tokens in {expr!r}")
     return truthy(result)
 

@@ -1,14 +1,15 @@
-"""The node engine for `steps` and `dag` templates: loops, conditions, step results."""
+"""The graph walker: the nodes of `steps` and `dag` templates, their loops, conditions and
+results, as Argo's controller walks them (workflow/controller/steps.go, dag.go)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 from sandbox.argo import expressions
+from sandbox.argo.dag import Dag
 from sandbox.argo.expr import (
     FAILED,
     ExprError,
@@ -18,19 +19,25 @@ from sandbox.argo.expr import (
     render,
 )
 from sandbox.argo.hooks import Hooks
-from sandbox.argo.run import Ctx, Parent, StepFailed
+from sandbox.argo.run import Ctx, Execute, Parent, RunState, StepFailed
 from sandbox.store import clone
 
 
-class Graph(Hooks):
-    # steps ----------------------------------------------------------------------------------
+class GraphWalker:
+    """Runs a steps or DAG template's children through `execute`, with their hooks."""
+
+    def __init__(self, state: RunState, hooks: Hooks, execute: Execute) -> None:
+        self.state = state
+        self.hooks = hooks
+        self.execute = execute
+
     def _expand(self, step: dict[str, Any], scope: dict[str, Any]) -> list[Any] | None:
         for key in ("withItems", "withParam"):
-            self._absent(step.get(key), scope)
+            self.hooks.absent(step.get(key), scope)
         if "withItems" in step:
-            return list(self._fill(render(step["withItems"], scope), scope) or [])
+            return list(self.hooks.fill(render(step["withItems"], scope), scope) or [])
         if "withParam" in step:
-            raw = self._fill(render(step["withParam"], scope), scope)
+            raw = self.hooks.fill(render(step["withParam"], scope), scope)
             if isinstance(raw, list):
                 return raw
             if str(raw).strip() == "":
@@ -45,7 +52,7 @@ class Graph(Hooks):
                 raise StepFailed(f"withParam value is not a JSON list: {raw}")
             return items
         if "withSequence" in step:
-            seq = self._fill(render(step["withSequence"], scope), scope)
+            seq = self.hooks.fill(render(step["withSequence"], scope), scope)
             fmt = seq.get("format")
             if "count" in seq:
                 start = int(seq.get("start", 0))
@@ -124,7 +131,7 @@ class Graph(Hooks):
         """A skipped or omitted node's declared output parameters: the producer's default, else
         an absent (None) value an expression can replace with `??`
         (workflow/controller/scope.go `addSkippedNodeOutputsToScope`)."""
-        tmpl = self.templates.get(node.get("templateName")) or {}
+        tmpl = self.state.templates.get(node.get("templateName")) or {}
         for p in (tmpl.get("outputs") or {}).get("parameters") or []:
             vf = p.get("valueFrom") or {}
             value = as_param(vf["default"]) if "default" in vf else None
@@ -139,7 +146,7 @@ class Graph(Hooks):
         boundary: str,
         parent: Parent,
     ) -> dict[str, Any]:
-        params, arts = self._call_args(call, scope)
+        params, arts = self.hooks.call_args(call, scope)
         running = self.execute(
             call.get("template", ""),
             params,
@@ -152,7 +159,7 @@ class Graph(Hooks):
         )
         hooks = {k: v for k, v in (call.get("hooks") or {}).items() if k != "exit"}
         if hooks:
-            node = await self._with_hooks(running, hooks, call, name, scope, boundary, parent)
+            node = await self.hooks.with_hooks(running, hooks, call, name, scope, boundary, parent)
         else:
             node = await running
         hook = (call.get("hooks") or {}).get("exit") or {}
@@ -163,7 +170,7 @@ class Graph(Hooks):
             self._record(hook_scope, f"{prefix}.{call.get('name')}", node)
             self._record(hook_scope, f"steps.{call.get('name')}", node)
             self._record(hook_scope, f"tasks.{call.get('name')}", node)
-            hparams, harts = self._call_args(hook, hook_scope)
+            hparams, harts = self.hooks.call_args(hook, hook_scope)
             await self.execute(
                 exit_tmpl,
                 hparams,
@@ -189,16 +196,13 @@ class Graph(Hooks):
         items = self._expand(call, scope)
         if items is None:
             if not when_ok(scope):
-                skipped = self.new_node(
+                skipped = self.state.new_node(
                     base, display, "Skipped", call.get("template", ""), Ctx(scope, boundary), parent
                 )
-                return self.finish(
-                    skipped,
-                    "Skipped",
-                    f"when '{self._fill(render(call.get('when'), scope), scope)}' evaluated false",
-                ), None
+                when = self.hooks.fill(render(call.get("when"), scope), scope)
+                return self.state.finish(skipped, "Skipped", f"when '{when}' evaluated false"), None
             return await self._call(call, base, display, scope, boundary, parent), None
-        group = self.new_node(
+        group = self.state.new_node(
             base, display, "TaskGroup", call.get("template", ""), Ctx(scope, boundary), parent
         )
         group["phase"] = "Running"
@@ -207,7 +211,7 @@ class Graph(Hooks):
             item_scope = dict(scope, **self._item_scope(item))
             label = f"({i}:{self._item_label(item)})"
             if not when_ok(item_scope):
-                skipped = self.new_node(
+                skipped = self.state.new_node(
                     f"{base}{label}",
                     f"{display}{label}",
                     "Skipped",
@@ -215,7 +219,7 @@ class Graph(Hooks):
                     Ctx(item_scope, boundary),
                     group["id"],
                 )
-                self.finish(skipped, "Skipped", "when evaluated false")
+                self.state.finish(skipped, "Skipped", "when evaluated false")
                 continue
             coros.append(
                 self._call(
@@ -225,9 +229,9 @@ class Graph(Hooks):
         children = list(await asyncio.gather(*coros))
         failed = [c for c in children if c["phase"] in FAILED]
         if failed:
-            self.finish(group, "Failed", f"child '{failed[0]['name']}' failed")
+            self.state.finish(group, "Failed", f"child '{failed[0]['name']}' failed")
         else:
-            self.finish(group, "Succeeded" if children or not items else "Skipped")
+            self.state.finish(group, "Succeeded" if children or not items else "Skipped")
         return group, children
 
     def _when(self, call: dict[str, Any]) -> Callable[[dict[str, Any]], bool]:
@@ -236,8 +240,8 @@ class Graph(Hooks):
             return lambda scope: True
 
         def check(scope: dict[str, Any]) -> bool:
-            self._absent(str(cond), scope)
-            text = self._fill(render(str(cond), scope), scope)
+            self.hooks.absent(str(cond), scope)
+            text = self.hooks.fill(render(str(cond), scope), scope)
             if "{{=" in text:
                 # A tag left unresolved (a variable outside steps/tasks that the scope lacks)
                 # reaches govaluate as it is, which cannot read it (steps.go shouldExecute).
@@ -260,7 +264,7 @@ class Graph(Hooks):
         failed_msg = ""
         for i, group in enumerate(tmpl.get("steps") or []):
             gname = f"{node['name']}[{i}]"
-            gnode = self.new_node(
+            gnode = self.state.new_node(
                 gname, f"[{i}]", "StepGroup", tmpl.get("name", ""), Ctx(scope, node["id"]), prev
             )
             gnode["phase"] = "Running"
@@ -286,8 +290,8 @@ class Graph(Hooks):
             except StepFailed as exc:
                 # steps.go executeSteps: an errored step group makes the steps template
                 # Failed with the group's message
-                self.finish(gnode, "Error", str(exc))
-                self.finish(node, "Failed", str(exc))
+                self.state.finish(gnode, "Error", str(exc))
+                self.state.finish(node, "Failed", str(exc))
                 return
             bad = []
             for step, n, children in results:
@@ -301,16 +305,16 @@ class Graph(Hooks):
                     bad.append(n)
             if bad:
                 failed_msg = f"child '{bad[0]['id']}' failed"
-                self.finish(gnode, "Failed", failed_msg)
-                self.finish(node, "Failed", failed_msg)
+                self.state.finish(gnode, "Failed", failed_msg)
+                self.state.finish(node, "Failed", failed_msg)
                 return
-            self.finish(gnode, "Succeeded")
+            self.state.finish(gnode, "Succeeded")
         try:
             self._template_outputs(tmpl, node, scope)
         except StepFailed as exc:
-            self.finish(node, "Error", str(exc))
+            self.state.finish(node, "Error", str(exc))
             return
-        self.finish(node, "Succeeded")
+        self.state.finish(node, "Succeeded")
 
     def _template_outputs(
         self, tmpl: dict[str, Any], node: dict[str, Any], scope: dict[str, Any]
@@ -326,7 +330,9 @@ class Graph(Hooks):
                 value = self._output_expression(str(vf["expression"]), vf, scope)
                 params.append({"name": p["name"], "value": value})
                 if p.get("globalName"):
-                    self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+                    self.state.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = (
+                        value
+                    )
                 continue
             raw = vf.get("parameter", p.get("value", vf.get("default", "")))
             value = as_param(render(raw, scope))
@@ -334,7 +340,7 @@ class Graph(Hooks):
                 value = as_param(vf["default"])
             params.append({"name": p["name"], "value": value})
             if p.get("globalName"):
-                self.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
+                self.state.global_scope[f"workflow.outputs.parameters.{p['globalName']}"] = value
         if params:
             result["parameters"] = params
         arts = []
@@ -362,10 +368,9 @@ class Graph(Hooks):
             raise StepFailed(f"unable to resolve outputs from scope: {exc}") from None
         return expressions.render(value)
 
-    # dag ------------------------------------------------------------------------------------
     async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
         node["phase"] = "Running"
-        self.touch()
+        self.state.touch()
         dag = tmpl.get("dag") or {}
         st = Dag(node, ctx.scope, {t["name"]: t for t in dag.get("tasks") or []})
         fail_fast = dag.get("failFast", True) is not False
@@ -388,17 +393,17 @@ class Graph(Hooks):
             await asyncio.gather(*st.running.values(), return_exceptions=True)
             raise
         if st.error:
-            self.finish(node, "Error", st.error)
+            self.state.finish(node, "Error", st.error)
             return
         if st.unhandled:
-            self.finish(node, "Failed", f"child '{st.unhandled[0]['id']}' failed")
+            self.state.finish(node, "Failed", f"child '{st.unhandled[0]['id']}' failed")
             return
         try:
             self._template_outputs(tmpl, node, st.scope)
         except StepFailed as exc:
-            self.finish(node, "Error", str(exc))
+            self.state.finish(node, "Error", str(exc))
             return
-        self.finish(node, "Succeeded")
+        self.state.finish(node, "Succeeded")
 
     def _dag_start(self, st: Dag, tname: str, t: dict[str, Any], stop: bool) -> None:
         """Start a task whose dependencies are done, or omit it."""
@@ -411,7 +416,7 @@ class Graph(Hooks):
             ok = False
         node = st.node
         if not ok or stop or st.error:
-            omitted = self.new_node(
+            omitted = self.state.new_node(
                 f"{node['name']}.{tname}",
                 tname,
                 "Skipped",
@@ -419,7 +424,7 @@ class Graph(Hooks):
                 Ctx(st.scope, node["id"]),
                 st.parents(tname),
             )
-            st.results[tname] = self.finish(
+            st.results[tname] = self.state.finish(
                 omitted, "Omitted", "omitted: depends condition not met"
             )
             st.loops[tname] = None
@@ -446,8 +451,8 @@ class Graph(Hooks):
             tnode, children = tk.result()
         except StepFailed as exc:
             st.error = str(exc)
-            tnode = self.finish(
-                self.new_node(
+            tnode = self.state.finish(
+                self.state.new_node(
                     f"{node['name']}.{tname}",
                     tname,
                     "Pod",
@@ -464,80 +469,3 @@ class Graph(Hooks):
         self._record(st.scope, f"tasks.{tname}", tnode, children)
         if tnode["phase"] in FAILED and tname not in st.handled:
             st.unhandled.append(tnode)
-
-
-class Dag:
-    """The state of one DAG template's run: its tasks' dependencies and results."""
-
-    def __init__(
-        self, node: dict[str, Any], scope: dict[str, Any], tasks: dict[str, dict[str, Any]]
-    ) -> None:
-        self.node = node
-        self.scope = scope
-        self.tasks = tasks
-        self.deps: dict[str, set[str]] = {}
-        self.exprs: dict[str, str] = {}
-        for tname, t in tasks.items():
-            if t.get("depends"):
-                self.exprs[tname] = str(t["depends"])
-                self.deps[tname] = {
-                    w.split(".")[0]
-                    for w in re.findall(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", self.exprs[tname])
-                    if w.split(".")[0] in tasks
-                }
-            else:
-                self.deps[tname] = set(t.get("dependencies") or [])
-                self.exprs[tname] = " && ".join(self.deps[tname])
-        self.handled: set[str] = set()
-        for expr in self.exprs.values():
-            for ref, _suffix in re.findall(
-                r"([A-Za-z0-9_-]+)\.(Failed|Errored|AnyFailed|AllFailed|Completed)", expr
-            ):
-                self.handled.add(ref)
-        for tname, t in tasks.items():
-            cont = t.get("continueOn") or {}
-            if cont.get("failed") or cont.get("error"):
-                self.handled.add(tname)
-        self.results: dict[str, dict[str, Any]] = {}
-        self.loops: dict[str, list[dict[str, Any]] | None] = {}
-        self.running: dict[str, asyncio.Task[tuple[dict[str, Any], list[Any] | None]]] = {}
-        self.unhandled: list[dict[str, Any]] = []
-        self.error: str | None = None
-
-    def parents(self, tname: str) -> list[str]:
-        # Argo's DAG shape: tasks without dependencies hang off the DAG node, every other
-        # task off the tasks it depends on.
-        if not self.deps[tname]:
-            return [self.node["id"]]
-        return [self.results[d]["id"] for d in sorted(self.deps[tname]) if d in self.results]
-
-    def task_state(self, word: str) -> bool:
-        ref, _, suffix = word.partition(".")
-        n = self.results.get(ref)
-        if n is None:
-            raise ExprError(f"unknown task {ref}")
-        ph = str(n["phase"])
-        children = list(self.loops.get(ref) or [])
-        if suffix == "":
-            return ph in ("Succeeded", "Skipped")
-        if suffix == "Succeeded":
-            return ph == "Succeeded"
-        if suffix == "Failed":
-            return ph == "Failed"
-        if suffix == "Errored":
-            return ph == "Error"
-        if suffix == "Skipped":
-            return ph == "Skipped"
-        if suffix == "Omitted":
-            return ph == "Omitted"
-        if suffix == "Daemoned":
-            return False
-        if suffix == "Completed":
-            return ph in ("Succeeded", "Failed")
-        if suffix == "AnySucceeded":
-            return any(c["phase"] == "Succeeded" for c in children)
-        if suffix == "AllFailed":
-            return bool(children) and all(c["phase"] in FAILED for c in children)
-        if suffix == "AnyFailed":
-            return any(c["phase"] in FAILED for c in children)
-        raise ExprError(f"unknown task result {suffix}")

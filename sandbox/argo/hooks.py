@@ -1,5 +1,6 @@
 """Lifecycle hooks on expressions, of a step or task and of the workflow, as Argo's controller
-runs them (workflow/controller/hooks.go); exit hooks are run with the node (graph.py)."""
+runs them (workflow/controller/hooks.go); exit hooks are run with the node (graph.py). The
+arguments of a call (a step, a task, a hook) are resolved here too."""
 
 from __future__ import annotations
 
@@ -9,21 +10,26 @@ from typing import Any
 
 from sandbox.argo import expressions
 from sandbox.argo.expr import VAR_RE, as_param, render
-from sandbox.argo.run import Ctx, Parent, RunCore, StepFailed
+from sandbox.argo.run import Ctx, Execute, Parent, RunState, StepFailed
 from sandbox.store import clone
 
 # How often a running step's expression hooks are evaluated (Argo: on every reconcile).
 HOOK_POLL_SECONDS = 0.1
 
 
-class Hooks(RunCore):
-    """Arguments of a call (a step, a task, a hook), and the hooks that run beside a node."""
+class Hooks:
+    """Arguments of a call, and the hooks that run beside a node (`execute` runs each hook's
+    template)."""
 
-    def _call_args(
+    def __init__(self, state: RunState, execute: Execute) -> None:
+        self.state = state
+        self.execute = execute
+
+    def call_args(
         self, call: dict[str, Any], scope: dict[str, Any]
     ) -> tuple[dict[str, str], dict[str, Any]]:
         arguments = call.get("arguments") or {}
-        tmpl = call.get("inline") or self.templates.get(call.get("template", "")) or {}
+        tmpl = call.get("inline") or self.state.templates.get(call.get("template", "")) or {}
         defaults = {
             p.get("name")
             for p in (tmpl.get("inputs") or {}).get("parameters") or []
@@ -32,7 +38,7 @@ class Hooks(RunCore):
         params = {}
         for p in arguments.get("parameters") or []:
             try:
-                self._absent(p.get("value", ""), scope)
+                self.absent(p.get("value", ""), scope)
             except StepFailed:
                 # workflow/common/util.go substituteParams: an argument naming an absent
                 # optional takes the input's default, and without one errors
@@ -42,8 +48,8 @@ class Hooks(RunCore):
                     f"inputs.parameters.{p['name']}: argument references an absent optional "
                     "(skipped/omitted node output with no default)"
                 ) from None
-            params[p["name"]] = as_param(self._fill(render(p.get("value", ""), scope), scope))
-        self._absent(arguments.get("artifacts"), scope)
+            params[p["name"]] = as_param(self.fill(render(p.get("value", ""), scope), scope))
+        self.absent(arguments.get("artifacts"), scope)
         arts: dict[str, Any] = {}
         for a in arguments.get("artifacts") or []:
             ref = a.get("from")
@@ -52,14 +58,14 @@ class Hooks(RunCore):
                 if isinstance(found, dict):
                     arts[a["name"]] = with_sub_path(
                         dict(clone(found), name=a["name"]),
-                        self._fill(render(str(a.get("subPath") or ""), scope), scope),
+                        self.fill(render(str(a.get("subPath") or ""), scope), scope),
                     )
                     continue
             arts[a["name"]] = render(clone(a), scope)
         return params, arts
 
     @staticmethod
-    def _absent(value: Any, scope: dict[str, Any]) -> None:
+    def absent(value: Any, scope: dict[str, Any]) -> None:
         """A simple tag naming a skipped or omitted node's output that has no default (an
         absent optional, None in the scope) cannot be substituted: the step errors
         (util/template/simple_template.go)."""
@@ -73,13 +79,13 @@ class Hooks(RunCore):
                     )
         elif isinstance(value, dict):
             for v in value.values():
-                Hooks._absent(v, scope)
+                Hooks.absent(v, scope)
         elif isinstance(value, list):
             for v in value:
-                Hooks._absent(v, scope)
+                Hooks.absent(v, scope)
 
     @staticmethod
-    def _fill(value: Any, scope: dict[str, Any]) -> Any:
+    def fill(value: Any, scope: dict[str, Any]) -> Any:
         """A step's or task's `{{= }}` tags, as Argo resolves a step (strict on steps/tasks);
         what Argo cannot evaluate errors the step as `failed to resolve references`."""
         try:
@@ -87,7 +93,7 @@ class Hooks(RunCore):
         except expressions.ExprError as exc:
             raise StepFailed(f"failed to resolve references: {exc}") from None
 
-    async def _with_hooks(
+    async def with_hooks(
         self,
         running: Any,
         hooks: dict[str, Any],
@@ -126,13 +132,13 @@ class Hooks(RunCore):
     ) -> None:
         while True:
             ended = task.done()
-            node = self.nodes.get(self.node_id(name)) or {}
+            node = self.state.nodes.get(self.state.node_id(name)) or {}
             hook_scope = dict(scope)
             for prefix in ("steps", "tasks"):
                 hook_scope[f"{prefix}.{call.get('name')}.status"] = node.get("phase", "Pending")
             for hname, hook in hooks.items():
                 if hname not in fired and self._hook_due(hook, hook_scope, f"{name}.hooks.{hname}"):
-                    hparams, harts = self._call_args(hook, hook_scope)
+                    hparams, harts = self.call_args(hook, hook_scope)
                     fired[hname] = asyncio.ensure_future(
                         self.execute(
                             hook.get("template", ""),
@@ -146,27 +152,27 @@ class Hooks(RunCore):
                     )
             if ended:
                 return
-            await self.wait_change(task, HOOK_POLL_SECONDS)
+            await self.state.wait_change(task, HOOK_POLL_SECONDS)
 
     async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
         """The entrypoint's node once it ended, with the workflow's expression hooks
         (executeWfLifeCycleHook in workflow/controller/hooks.go): evaluated against the
         workflow's scope (`workflow.status` is Running until it ends) while it runs; each runs
         once, as `<workflow>.hooks.<hook>`, and is waited for before the exit handler."""
-        assert self.main is not None
+        assert self.state.main is not None
         hooks = {k: v for k, v in (spec.get("hooks") or {}).items() if k != "exit"}
         if not hooks:
-            return await self.main
-        main = self.main
+            return await self.state.main
+        main = self.state.main
         fired: dict[str, asyncio.Future[dict[str, Any]]] = {}
         try:
             while True:
                 ended = main.done()
-                scope = dict(self.global_scope, **{"workflow.status": "Running"})
+                scope = dict(self.state.global_scope, **{"workflow.status": "Running"})
                 for hname, hook in hooks.items():
-                    where = f"{self.name}.hooks.{hname}"
+                    where = f"{self.state.name}.hooks.{hname}"
                     if hname not in fired and self._hook_due(hook, scope, where):
-                        params, arts = self._call_args(hook, scope)
+                        params, arts = self.call_args(hook, scope)
                         fired[hname] = asyncio.ensure_future(
                             self.execute(
                                 hook.get("template", ""),
@@ -175,12 +181,12 @@ class Hooks(RunCore):
                                 where,
                                 where,
                                 Ctx(scope, None),
-                                self.node_id(self.name),
+                                self.state.node_id(self.state.name),
                             )
                         )
                 if ended:
                     break
-                await self.wait_change(main, HOOK_POLL_SECONDS)
+                await self.state.wait_change(main, HOOK_POLL_SECONDS)
         except BaseException:
             for t in (main, *fired.values()):
                 t.cancel()

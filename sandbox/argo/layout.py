@@ -9,7 +9,8 @@ import posixpath
 from collections.abc import Iterator
 from pathlib import Path
 
-from sandbox import confined, executor
+from sandbox import confined
+from sandbox.pod import Mount
 
 
 def container_path(path: str) -> str:
@@ -24,7 +25,7 @@ class PodLayout:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.mounts: list[executor.Mount] = []
+        self.mounts: list[Mount] = []
 
     def add(self, host: Path, dest: str, readonly: bool = False, fd: int | None = None) -> None:
         dest = posixpath.normpath(dest)
@@ -32,7 +33,7 @@ class PodLayout:
             if fd is not None:
                 os.close(fd)
             return
-        self.mounts.append(executor.Mount(host, dest, readonly, fd))
+        self.mounts.append(Mount(host, dest, readonly, fd))
 
     def close(self) -> None:
         for m in self.mounts:
@@ -44,7 +45,7 @@ class PodLayout:
         """(the folder a container path lives in, the path beneath it): under a volume mount,
         or in the pod's root file system."""
         path = container_path(path)
-        best: tuple[int, executor.Mount, str] | None = None
+        best: tuple[int, Mount, str] | None = None
         for m in self.mounts:
             if m.fd is None and m.host.is_file():
                 continue  # a file the sandbox mounts (the hosts file): its copy in the layer

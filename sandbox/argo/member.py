@@ -8,17 +8,14 @@ import json
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sandbox import quantity
-from sandbox.argo.site import SiteExecution
+from sandbox.argo.site import ArgoHost, SiteExecution
 from sandbox.argo.workflow import WorkflowRun
-from sandbox.executor import Tail
 from sandbox.fleet import DEFAULT_CAPACITY, Site
+from sandbox.pod import Tail
 from sandbox.store import Obj, clone
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 
 @dataclass
@@ -29,7 +26,7 @@ class Lease:
 
 @dataclass
 class Member(SiteExecution):
-    sb: Sandbox
+    sb: ArgoHost
     name: str
     capacity: dict[str, float]
     baseline: dict[str, float]
@@ -50,7 +47,7 @@ class Member(SiteExecution):
     _leased: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def for_cluster(cls, sb: Sandbox, name: str, site: Site | None, cluster: Obj) -> Member:
+    def for_cluster(cls, sb: ArgoHost, name: str, site: Site | None, cluster: Obj) -> Member:
         if site is None:
             raw = (cluster["metadata"].get("annotations") or {}).get(
                 sb.config.annotation("capacity")
@@ -162,18 +159,18 @@ class Member(SiteExecution):
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         run = self.runs.get(key)
         if run is None:
-            run = WorkflowRun(self, obj)
+            run = WorkflowRun(self, self, obj)
             self.runs[key] = run
             run.start()
         else:
-            run.update(obj)
+            run.state.update(obj)
 
     def apply_direct(self, obj: Obj) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         old = self.direct.pop(key, None)
         if old is not None:
             old.cancel()
-        run = WorkflowRun(self, obj)
+        run = WorkflowRun(self, self, obj)
         self.direct[key] = run
         run.start()
 
@@ -182,11 +179,11 @@ class Member(SiteExecution):
         if run is not None:
             run.cancel()
             if self.sb.config.execute:  # only an executing fleet saves artifacts
-                self.collect_artifacts(run.obj, run.render_status())
+                self.collect_artifacts(run.state.obj, run.state.render_status())
             # A step's pods are owned by their Workflow (workflow/controller/workflowpod.go:
             # ``OwnerReferences: NewControllerRef(woc.wf, ...)``): the garbage collector deletes
             # them with it, and their logs with them.
-            for pod in run.nodes:
+            for pod in run.state.nodes:
                 self.logs.pop((namespace, pod), None)
 
     def collect_artifacts(self, obj: Obj, status: Obj) -> int:
@@ -242,32 +239,54 @@ class Member(SiteExecution):
 
     def status_version(self, namespace: str, name: str) -> int | None:
         run = self.runs.get((namespace, name))
-        return run.version if run else None
+        return run.state.version if run else None
 
     def status_of(self, namespace: str, name: str) -> Obj | None:
         run = self.runs.get((namespace, name))
-        return run.render_status() if run else None
+        return run.state.render_status() if run else None
 
     def resume(self, namespace: str, name: str, node: str | None) -> int:
         run = self.runs.get((namespace, name)) or self.direct.get((namespace, name))
-        return run.resume(node) if run else 0
+        return run.state.resume(node) if run else 0
 
     def workflow_objects(self) -> list[Obj]:
         runs = [*self.runs.values(), *self.direct.values()]
-        return [dict(clone(r.obj), status=r.render_status()) for r in runs]
+        return [dict(clone(r.state.obj), status=r.state.render_status()) for r in runs]
 
     def pod_node(self, namespace: str, pod: str) -> dict[str, Any] | None:
         """The Pod node whose pod is named ``pod`` (the member's POD_NAMES decides how)."""
         for (ns, _n), r in [*self.runs.items(), *self.direct.items()]:
             if ns != namespace:
                 continue
-            for node in r.nodes.values():
-                if node["type"] == "Pod" and r.pod_name(node) == pod:
+            for node in r.state.nodes.values():
+                if node["type"] == "Pod" and r.state.pod_name(node) == pod:
                     return node
         return None
 
     def has_pod(self, namespace: str, pod: str) -> bool:
         return self.pod_node(namespace, pod) is not None
+
+    def pod_log(
+        self, namespace: str, pod: str, container: str | None, tail_lines: int | None
+    ) -> str | None:
+        """A pod's log (stdout and stderr as they came) as the kubelet serves it; None when
+        the member has no such pod. Only `main` has a log here."""
+        data = self.logs.get((namespace, pod))
+        if data is None:
+            # A pod that was simulated, or has not started yet, has printed nothing here.
+            return "" if self.has_pod(namespace, pod) else None
+        if container not in (None, "", "main"):
+            return ""
+        text = bytes(data.data).decode("utf-8", "replace")
+        if tail_lines is not None:
+            # The kubelet counts "\n" in the container's CRI log file, where every record
+            # (an unfinished last line too, as a partial record) ends in one
+            # (pkg/util/tail/tail.go, FindTailLineStartIndex; pkg/kubelet/kuberuntime/logs):
+            # only "\n" ends a line, and a "\r" of a progress bar is part of its line.
+            lines = text.split("\n")
+            whole = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+            text = "".join(whole[-tail_lines:]) if tail_lines > 0 else ""
+        return text
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -275,6 +294,14 @@ class Member(SiteExecution):
             "allocated": quantity.fmt_map(self.allocated),
             "waiting": len(self.waiters),
             # Pods that exist (created and not ended), over every Workflow the member runs.
-            "pods": sum(r.pods_live for r in [*self.runs.values(), *self.direct.values()]),
-            "workflows": {f"{k[0]}/{k[1]}": r.phase for k, r in self.runs.items()},
+            "pods": sum(r.state.pods_live for r in [*self.runs.values(), *self.direct.values()]),
+            "workflows": {f"{k[0]}/{k[1]}": r.state.phase for k, r in self.runs.items()},
         }
+
+
+class ClusterHost(ArgoHost, Protocol):
+    """What Karmada's controllers, the cluster proxy and RBAC ask of the sandbox: besides a
+    member's needs, the member clusters themselves."""
+
+    @property
+    def members(self) -> dict[str, Member]: ...

@@ -1,4 +1,5 @@
-"""The state of one member Workflow: lifecycle, nodes and the status Argo would write."""
+"""The state of one member Workflow: lifecycle, nodes, pods against the quota, and the
+status Argo would write."""
 
 from __future__ import annotations
 
@@ -7,19 +8,14 @@ import base64
 import collections
 import gzip
 import json
-import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from sandbox.argo.expr import DONE, FAILED, as_param, fnv32a, with_defaults
+from sandbox.argo.expr import DONE, as_param, fnv32a, with_defaults
+from sandbox.argo.site import SiteExecution
 from sandbox.store import Obj, clone, now_iso
-
-if TYPE_CHECKING:
-    from sandbox.argo.member import Member
-
-log = logging.getLogger("sandbox.argo")
-
 
 Parent = str | list[str] | None
 
@@ -45,9 +41,42 @@ POD_PREFIX_MAX = 253 - 10 - 1
 POD_NAME_FORMAT = "workflows.argoproj.io/pod-name-format"
 
 
-class RunCore:
-    def __init__(self, member: Member, obj: Obj) -> None:
+class Capacity(Protocol):
+    """The member's capacity as a pod takes it: a lease on a node for the pod's requests,
+    waited for while the member is full."""
+
+    async def acquire(self, req: dict[str, float], on_wait: Callable[[str], None]) -> int: ...
+
+    def release(self, lease_id: int) -> None: ...
+
+    def node_of(self, lease_id: int) -> str: ...
+
+
+class Execute(Protocol):
+    """A template invoked as a node of the Workflow (`Templates.execute`); the graph walker
+    and the hooks call it for each step, task and hook."""
+
+    async def __call__(
+        self,
+        tmpl_name: str,
+        args: dict[str, str],
+        art_args: dict[str, Any],
+        name: str,
+        display: str,
+        ctx: Ctx,
+        parent: Parent,
+        inline: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+
+class RunState:
+    """One member Workflow's state: its object, its nodes, its phase and what it waits on,
+    and the Argo-shaped status written from them. The parts that run it (`workflow.py`)
+    read and write it; nothing here runs a template."""
+
+    def __init__(self, member: SiteExecution, capacity: Capacity, obj: Obj) -> None:
         self.member = member
+        self.capacity = capacity
         self.sb = member.sb
         self.obj = obj
         meta = obj["metadata"]
@@ -64,8 +93,9 @@ class RunCore:
         self.message = ""
         self.outputs: dict[str, Any] = {}
         self.version = 1
+        # status.artifactRepositoryRef once the repository is resolved (repository.py).
+        self.repository_ref: dict[str, Any] | None = None
         self._rendered: tuple[int, Obj] | None = None
-        self.task: asyncio.Task[None] | None = None
         self.main: asyncio.Task[dict[str, Any]] | None = None
         self.shutdown: str | None = None
         self.deadline_exceeded = False
@@ -84,27 +114,7 @@ class RunCore:
         self.templates = {
             t.get("name"): with_defaults(t, defaults) for t in spec.get("templates") or []
         }
-        self.global_scope: dict[str, Any] = {
-            "workflow.name": self.name,
-            "workflow.namespace": self.namespace,
-            "workflow.uid": meta.get("uid", ""),
-            "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
-            # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
-            "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
-        }
-        for k, v in (meta.get("labels") or {}).items():
-            self.global_scope[f"workflow.labels.{k}"] = v
-        for k, v in (meta.get("annotations") or {}).items():
-            self.global_scope[f"workflow.annotations.{k}"] = v
-        for p in (spec.get("arguments") or {}).get("parameters") or []:
-            if "value" in p:
-                self.global_scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
-        # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
-        self.global_scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
-        self.global_scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
-        self.global_scope["workflow.parameters.json"] = json.dumps(
-            (spec.get("arguments") or {}).get("parameters") or []
-        )
+        self.global_scope = global_scope(obj)
 
     # -- lifecycle ----------------------------------------------------------------------------
     def touch(self) -> None:
@@ -127,13 +137,6 @@ class RunCore:
             self._change_waiters.discard(waiter)
             waiter.cancel()
 
-    def start(self) -> None:
-        self.task = asyncio.get_running_loop().create_task(self.run())
-
-    def cancel(self) -> None:
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
-
     def update(self, obj: Obj) -> None:
         self.obj = obj
         spec = obj.get("spec") or {}
@@ -152,11 +155,21 @@ class RunCore:
                 self.main.cancel()
         self.touch()
 
-    def _deadline(self) -> None:
+    def exceed_deadline(self) -> None:
+        """`activeDeadlineSeconds` passed: the run is terminated as Failed."""
         if self.main is not None and not self.main.done():
             self.deadline_exceeded = True
             self.shutdown = "Terminate"
             self.main.cancel()
+
+    def shutdown_message(self) -> str:
+        if self.deadline_exceeded:
+            return "Step exceeded its deadline"
+        return (
+            f"workflow shutdown with strategy:  {self.shutdown}"
+            if self.shutdown
+            else "workflow deleted"
+        )
 
     def resume(self, node: str | None) -> int:
         count = 0
@@ -176,152 +189,6 @@ class RunCore:
         if value is None:
             value = (self.obj["metadata"].get("annotations") or {}).get(key)
         return None if value is None else str(value)
-
-    async def run(self) -> None:
-        try:
-            await self._run()
-        finally:
-            await self.teardown()
-
-    async def _run(self) -> None:
-        spec = self.obj.get("spec") or {}
-        self.phase = "Running"
-        self.started_at = now_iso()
-        refused = self.refusal()
-        if refused:
-            # What the controller does with a Workflow that fails validation ("invalid spec:
-            # ...", Failed) or whose artifact repository it cannot resolve (Error)
-            # (workflow/controller/operator.go).
-            self.phase, self.message = refused
-            self.finished_at = now_iso()
-            self.touch()
-            return
-        try:
-            from_config_maps = self._config_map_parameters(spec)
-        except StepFailed as exc:
-            self.phase, self.message = "Error", str(exc)
-            self.finished_at = now_iso()
-            self.touch()
-            return
-        self.touch()
-        entry = spec.get("entrypoint") or ""
-        scope = dict(self.global_scope)
-        args = {
-            p["name"]: as_param(p["value"])
-            for p in (spec.get("arguments") or {}).get("parameters") or []
-            if "value" in p
-        }
-        args.update(from_config_maps)
-        arts = {
-            a["name"]: a
-            for a in (spec.get("arguments") or {}).get("artifacts") or []
-            if "name" in a
-        }
-        root: dict[str, Any] | None = None
-        try:
-            loop = asyncio.get_running_loop()
-            self.main = loop.create_task(
-                self.execute(entry, args, arts, self.name, self.name, Ctx(scope, None), parent=None)
-            )
-            deadline = spec.get("activeDeadlineSeconds")
-            timer = (
-                loop.call_later(float(deadline) / self.sb.config.time_scale, self._deadline)
-                if deadline is not None
-                else None
-            )
-            try:
-                root = await self.await_main(spec)
-            except asyncio.CancelledError:
-                if self.shutdown is None:
-                    raise
-                root = self.nodes.get(self.name)
-            finally:
-                if timer is not None:
-                    timer.cancel()
-            phase = (root or {}).get("phase", "Error")
-            if self.deadline_exceeded:
-                phase = "Failed"
-                self.message = "Max duration limit exceeded"
-            elif self.shutdown:
-                phase = "Failed"
-                self.message = f"Stopped with strategy '{self.shutdown}'"
-            elif phase in FAILED:
-                self.message = (root or {}).get("message") or f"child '{self.name}' failed"
-            phase = await self._exit_handler(spec, phase)
-            if root is not None and root.get("outputs"):
-                self.outputs = clone(root["outputs"])
-            self.phase = phase if phase in ("Succeeded", "Failed", "Error") else "Succeeded"
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # pragma: no cover - a bug in the engine, shown as Argo would
-            log.exception("workflow %s/%s crashed", self.namespace, self.name)
-            self.phase = "Error"
-            self.message = str(exc)
-        self.finished_at = now_iso()
-        self.touch()
-
-    async def _exit_handler(self, spec: dict[str, Any], phase: str) -> str:
-        """The workflow's onExit template, which sees workflow.status and .failures."""
-        on_exit = spec.get("onExit")
-        if not on_exit or self.shutdown == "Terminate":
-            return phase
-        exit_scope = dict(
-            self.global_scope,
-            **{
-                "workflow.status": phase,
-                "workflow.failures": json.dumps(
-                    [
-                        {
-                            "displayName": n["displayName"],
-                            "message": n.get("message", ""),
-                            "templateName": n.get("templateName", ""),
-                            "phase": n["phase"],
-                            "podName": self.pod_name(n),
-                            "finishedAt": n.get("finishedAt", ""),
-                        }
-                        for n in self.nodes.values()
-                        if n["type"] == "Pod" and n["phase"] in FAILED
-                    ]
-                ),
-            },
-        )
-        exit_node = await self.execute(
-            on_exit,
-            {},
-            {},
-            f"{self.name}.onExit",
-            f"{self.name}.onExit",
-            Ctx(exit_scope, None),
-            parent=None,
-        )
-        if exit_node["phase"] in FAILED and phase == "Succeeded":
-            phase = "Failed"
-            self.message = exit_node.get("message") or "exit handler failed"
-        return phase
-
-    def _config_map_parameters(self, spec: dict[str, Any]) -> dict[str, str]:
-        """Workflow arguments with ``valueFrom.configMapKeyRef``, read from this member's
-        ConfigMap in the Workflow's namespace, else their ``valueFrom.default``; without either
-        the Workflow errors (``setGlobalParameters`` in workflow/controller/operator.go)."""
-        out: dict[str, str] = {}
-        for p in (spec.get("arguments") or {}).get("parameters") or []:
-            vf = p.get("valueFrom") or {}
-            ref = vf.get("configMapKeyRef")
-            if "value" in p or not isinstance(ref, dict):
-                continue
-            value, error, _ = self.member.config_map_parameter(
-                self.namespace, ref.get("name"), ref.get("key")
-            )
-            if value is None:
-                if "default" not in vf:
-                    raise StepFailed(
-                        f"failed to set global parameter {p['name']} from configmap with name "
-                        f"{ref.get('name')} and key {ref.get('key')}: {error}"
-                    )
-                value = as_param(vf["default"])
-            out[p["name"]] = value
-            self.global_scope[f"workflow.parameters.{p['name']}"] = value
-        return out
 
     # -- pods against the member's quota ----------------------------------------------------
     async def admit_pod(self, node: dict[str, Any]) -> None:
@@ -397,7 +264,7 @@ class RunCore:
         cpu = sum(n.get("resourcesDuration", {}).get("cpu", 0) for n in pods)
         mem = sum(n.get("resourcesDuration", {}).get("memory", 0) for n in pods)
         status["resourcesDuration"] = {"cpu": cpu, "memory": mem}
-        status["artifactRepositoryRef"] = self.repository_status() or {
+        status["artifactRepositoryRef"] = self.repository_ref or {
             "default": True,
             "artifactRepository": {
                 "s3": {
@@ -481,40 +348,30 @@ class RunCore:
         self.touch()
         return node
 
-    # -- hooks of real execution (pods.py) --------------------------------------------------
-    def refusal(self) -> tuple[str, str] | None:
-        return None
 
-    def repository_status(self) -> dict[str, Any] | None:
-        return None
-
-    async def teardown(self) -> None:
-        return None
-
-    async def stop_daemons(self, boundary: str | None) -> None:
-        return None
-
-    # -- implemented by the node engine (graph.py) and the leaves (leaves.py) ---------------
-    async def execute(
-        self,
-        tmpl_name: str,
-        args: dict[str, str],
-        art_args: dict[str, Any],
-        name: str,
-        display: str,
-        ctx: Ctx,
-        parent: Parent,
-        inline: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        raise NotImplementedError
-
-    async def run_steps(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
-        raise NotImplementedError
-
-    async def await_main(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The entrypoint's node once it ended (graph.py adds the workflow's hooks)."""
-        assert self.main is not None
-        return await self.main
-
-    async def run_dag(self, tmpl: dict[str, Any], node: dict[str, Any], ctx: Ctx) -> None:
-        raise NotImplementedError
+def global_scope(obj: Obj) -> dict[str, Any]:
+    """The `workflow.*` variables every template sees (workflow/common/common.go)."""
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    scope: dict[str, Any] = {
+        "workflow.name": meta["name"],
+        "workflow.namespace": meta["namespace"],
+        "workflow.uid": meta.get("uid", ""),
+        "workflow.serviceAccountName": spec.get("serviceAccountName", "default"),
+        # RFC 3339, as Argo's GlobalVarWorkflowCreationTimestamp (operator.go).
+        "workflow.creationTimestamp": str(meta.get("creationTimestamp") or ""),
+    }
+    for k, v in (meta.get("labels") or {}).items():
+        scope[f"workflow.labels.{k}"] = v
+    for k, v in (meta.get("annotations") or {}).items():
+        scope[f"workflow.annotations.{k}"] = v
+    for p in (spec.get("arguments") or {}).get("parameters") or []:
+        if "value" in p:
+            scope[f"workflow.parameters.{p['name']}"] = as_param(p["value"])
+    # The `.json` forms (workflow/common/common.go: GlobalVarWorkflowParametersJSON ...).
+    scope["workflow.labels.json"] = json.dumps(meta.get("labels") or {})
+    scope["workflow.annotations.json"] = json.dumps(meta.get("annotations") or {})
+    scope["workflow.parameters.json"] = json.dumps(
+        (spec.get("arguments") or {}).get("parameters") or []
+    )
+    return scope

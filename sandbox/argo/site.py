@@ -6,42 +6,43 @@ from __future__ import annotations
 import base64
 import itertools
 import shutil
-import tempfile
 from collections import OrderedDict
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sandbox.artifacts import ArtifactError
-from sandbox.executor import Tail
+from sandbox.config import data_root
 from sandbox.fleet import DEMO_FLEET, Execution, Site, load_execution
+from sandbox.host import Host
+from sandbox.pod import Tail
 from sandbox.s3.client import Keys, RemoteBucket
-from sandbox.s3.repositories import ACCESS_KEY, SECRET_KEY
+from sandbox.s3.repositories import ACCESS_KEY, SECRET_KEY, Repositories
 from sandbox.store import Obj
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 KEPT_LOGS = 500  # pods whose logs a member keeps
 _UIDS = itertools.count()
-_DATA: dict[int, Path] = {}
 
 
-def data_root(sb: Sandbox) -> Path:
-    """The sandbox's data folder: `--data-dir`, or a temp folder for this process."""
-    if sb.config.data_dir is not None:
-        root = sb.config.data_dir
-    else:
-        if id(sb) not in _DATA:
-            _DATA[id(sb)] = Path(tempfile.mkdtemp(prefix="sandbox-data-"))
-        root = _DATA[id(sb)]
-    root.mkdir(parents=True, exist_ok=True)
-    # Steps run under their own user ids and must reach their folders.
-    root.chmod(0o755)
-    return root
+class Marker(Protocol):
+    """Karmada's controller as a member's Workflow sees it: told which Workflow changed, so
+    that its next pass reflects the member's status."""
+
+    def mark(self, key: tuple[str, str]) -> None: ...
 
 
-def seed_buckets(sb: Sandbox) -> None:
+class ArgoHost(Host, Protocol):
+    """What a member cluster asks of the sandbox: besides the `Host`'s, the fleet's artifact
+    repositories and Karmada's controller to tell of a Workflow's change."""
+
+    @property
+    def repositories(self) -> Repositories: ...
+
+    @property
+    def karmada(self) -> Marker: ...
+
+
+def seed_buckets(sb: ArgoHost) -> None:
     """Files a site's bucket holds from the start (`artifacts.seed` in the fleet file: a folder
     beside the fleet file, or beside the shipped fleets, so a copy of the demo fleet keeps its
     data; its contents become keys), as a site's archive would: the demo's Sentinel-2 scene at
@@ -58,7 +59,7 @@ def seed_buckets(sb: Sandbox) -> None:
         if not found:
             raise ValueError(f"site {site.name}: artifacts.seed {seed!r} is not a folder")
         src = found[0]
-        shutil.copytree(src, data_root(sb) / "buckets" / site.bucket, dirs_exist_ok=True)
+        shutil.copytree(src, data_root(sb.config) / "buckets" / site.bucket, dirs_exist_ok=True)
 
 
 # The label Argo's controller watches ConfigMaps by (workflow/common/common.go).
@@ -66,7 +67,7 @@ CONFIGMAP_TYPE = "workflows.argoproj.io/configmap-type"
 
 
 class SiteExecution:
-    sb: Sandbox
+    sb: ArgoHost
     name: str
     bucket: str
     objects: dict[tuple[str, str, str], Obj]
@@ -78,7 +79,7 @@ class SiteExecution:
 
     @property
     def data_dir(self) -> Path:
-        return data_root(self.sb)
+        return data_root(self.sb.config)
 
     @property
     def site(self) -> Site:
@@ -258,34 +259,9 @@ class SiteExecution:
             return None, f"ConfigMap '{name}' does not have the key '{key}'", True
         return value, "", False
 
-    def has_pod(self, namespace: str, pod: str) -> bool:
-        raise NotImplementedError
-
     # -- pod logs ----------------------------------------------------------------------------
     def keep_log(self, namespace: str, pod: str, data: Tail) -> None:
         self.logs[(namespace, pod)] = data
         self.logs.move_to_end((namespace, pod))
         while len(self.logs) > KEPT_LOGS:
             self.logs.popitem(last=False)
-
-    def pod_log(
-        self, namespace: str, pod: str, container: str | None, tail_lines: int | None
-    ) -> str | None:
-        """A pod's log (stdout and stderr as they came) as the kubelet serves it; None when
-        the member has no such pod. Only `main` has a log here."""
-        data = self.logs.get((namespace, pod))
-        if data is None:
-            # A pod that was simulated, or has not started yet, has printed nothing here.
-            return "" if self.has_pod(namespace, pod) else None
-        if container not in (None, "", "main"):
-            return ""
-        text = bytes(data.data).decode("utf-8", "replace")
-        if tail_lines is not None:
-            # The kubelet counts "\n" in the container's CRI log file, where every record
-            # (an unfinished last line too, as a partial record) ends in one
-            # (pkg/util/tail/tail.go, FindTailLineStartIndex; pkg/kubelet/kuberuntime/logs):
-            # only "\n" ends a line, and a "\r" of a progress bar is part of its line.
-            lines = text.split("\n")
-            whole = [line + "\n" for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
-            text = "".join(whole[-tail_lines:]) if tail_lines > 0 else ""
-        return text

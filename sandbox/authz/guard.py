@@ -31,10 +31,11 @@ import secrets
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
+from sandbox.argo.member import ClusterHost
 from sandbox.authz import bootstrap
 from sandbox.authz.rbac import (
     ANONYMOUS,
@@ -49,9 +50,6 @@ from sandbox.authz.request import forbidden, request_attributes, unauthorized
 from sandbox.errors import ApiError
 from sandbox.resources import NAMESPACE, RBAC_TYPES
 from sandbox.store import Event, Obj
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 log = logging.getLogger("sandbox.authz")
 
@@ -82,7 +80,7 @@ def load_rbac_files(paths: list[Path], namespace: str) -> list[Obj]:
 
 
 class Authz:
-    def __init__(self, sb: Sandbox) -> None:
+    def __init__(self, sb: ClusterHost) -> None:
         self.sb = sb
         namespace, _, name = sb.config.portal_service_account.partition("/")
         self.files = load_rbac_files(sb.config.rbac, namespace)

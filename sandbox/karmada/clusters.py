@@ -21,15 +21,12 @@ the cluster controller derives from the Ready condition.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sandbox import quantity
-from sandbox.argo import Member
+from sandbox.argo.member import ClusterHost, Member
 from sandbox.resources import CLUSTER, NAMESPACE
 from sandbox.store import Obj, clone, now_iso
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 NOT_READY_KEY = "cluster.karmada.io/not-ready"
 UNREACHABLE_KEY = "cluster.karmada.io/unreachable"
@@ -62,7 +59,7 @@ def execution_namespace(cluster: str) -> str:
 
 
 class ClusterController:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: ClusterHost) -> None:
         self.sb = sandbox
         self.store = sandbox.store
         # Cluster name -> monotonic time of its last posted status.

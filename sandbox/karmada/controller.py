@@ -13,21 +13,16 @@
   `karmada.io/execution-controller`) deletes the member's copy only once the cluster is Ready,
   and waits until then (the copy keeps running). A copy the member deleted is re-created from
   the Work, and runs again.
-* status (`pkg/controllers/status/work_status_controller.go`, `rb_status_controller.go`,
-  `common.go`): the member's whole `.status` goes to the Work's `manifestStatuses` and the
-  binding's `aggregatedStatus`. Writing it back to the Workflow needs a `statusAggregation`
-  interpreter and a status subresource; Argo's CRD has none, so with such a customization each
-  attempt fails with 404 and an `AggregateStatusFailed` Event on the Workflow; without one
-  nothing is attempted. The Workflow's `.status` on karmada-apiserver stays as its writer left it.
+* status (`status.py`): the member's `.status` to the Work and the binding. The Workflow's
+  `.status` on karmada-apiserver stays as its writer left it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
 
-from sandbox.argo import Member, WorkflowRun, fnv32a
+from sandbox.argo.member import ClusterHost, Member
 from sandbox.karmada.clusters import ClusterController, execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
@@ -41,62 +36,36 @@ from sandbox.karmada.events import Events
 from sandbox.karmada.overrides import apply_override_policies
 from sandbox.karmada.propagation import PlainPropagation
 from sandbox.karmada.scheduling import cluster_ready, schedule
+from sandbox.karmada.status import WorkflowStatus
 from sandbox.karmada.webhooks import Webhooks
+from sandbox.karmada.works import Key, condition, key_of, set_condition, work_keys, work_name
 from sandbox.resources import (
     CLUSTER_OVERRIDE_POLICY,
     CLUSTER_PROPAGATION_POLICY,
-    INTERPRETER_CUSTOMIZATION,
     OVERRIDE_POLICY,
     PROPAGATION_POLICY,
     RESOURCE_BINDING,
     WORK,
     WORKFLOW,
 )
-from sandbox.store import Event, Obj, clone, now_iso
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
+from sandbox.store import Event, Obj, clone
 
 log = logging.getLogger("sandbox.karmada")
 
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
 FULL_PASS_EVERY_S = 5.0
-Key = tuple[str, str]
-
-
-def work_name(namespace: str, name: str) -> str:
-    """names.GenerateWorkName (`pkg/util/names/names.go`): the name and a hash."""
-    return f"{name}-{fnv32a(f'{namespace}-{name}-workflow'.lower())}"
-
-
-def condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == ctype), None)
-
-
-def _set_condition(status: dict[str, Any], cond: dict[str, Any]) -> bool:
-    """meta.SetStatusCondition: False when nothing changed."""
-    prev = condition(status, cond["type"])
-    if prev is not None and all(prev.get(k) == v for k, v in cond.items()):
-        return False
-    same = prev is not None and prev.get("status") == cond["status"]
-    cond["lastTransitionTime"] = prev["lastTransitionTime"] if same and prev else now_iso()
-    status["conditions"] = [
-        c for c in status.get("conditions") or [] if c.get("type") != cond["type"]
-    ] + [cond]
-    return True
 
 
 class Karmada:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: ClusterHost) -> None:
         self.sb = sandbox
         self.store = sandbox.store
         self.webhooks = Webhooks(sandbox)
         self.clusters = ClusterController(sandbox)
         self.events = Events(sandbox.store)
+        self.status = WorkflowStatus(sandbox.store, self.events)
         # (cluster, namespace, name) -> (run, Work generation) last applied to the member.
         self._applied: dict[tuple[str, str, str], tuple[str, int]] = {}
-        # (cluster, namespace, name) -> (run, status version) last reflected into the Work.
-        self._reflected: dict[tuple[str, str, str], tuple[str, int]] = {}
         self._frozen: set[str] = set()
         # (namespace, name) -> what its Works were last built from (template, targets,
         # override policies), so that a Workflow whose member status moves costs no rebuild.
@@ -109,11 +78,11 @@ class Karmada:
         self._last_full = 0.0
         self.store.listeners.append(self._on_event)
         # Secrets and ConfigMaps a policy selects (their own detector pass).
-        self.plain = PlainPropagation(self)
+        self.plain = PlainPropagation(sandbox.store, sandbox.members)
 
     def reset(self) -> None:
         self._applied.clear()
-        self._reflected.clear()
+        self.status.reset()
         self._built.clear()
         self._waiting.clear()
         self.clusters.reset()
@@ -191,7 +160,7 @@ class Karmada:
                 (rb["metadata"]["namespace"], (rb["spec"].get("resource") or {}).get("name", ""))
             )
         for work in self.store.all(WORK):
-            keys |= set(_work_keys(work))
+            keys |= set(work_keys(work))
         for member in self.sb.members.values():
             keys |= set(member.runs)
         return keys
@@ -228,7 +197,7 @@ class Karmada:
                     self._sync_works(wf, rb, targets, clusters)
         self._execute(key, targets, clusters)
         if wf is not None and rb is not None and targets:
-            self._aggregate(wf, rb, targets)
+            self.status.aggregate(wf, rb, targets)
 
     # -- scheduler -------------------------------------------------------------------------
     def _schedule(self, wf: Obj, rb: Obj, clusters: dict[str, Obj]) -> Obj:
@@ -256,7 +225,7 @@ class Karmada:
                 "message": "Binding has been scheduled successfully.",
             }
             status["schedulerObservedGeneration"] = new["metadata"].get("generation", 1) + 1
-            log.info("workflow %s/%s scheduled to %s", *_key_of(wf), ", ".join(targets))
+            log.info("workflow %s/%s scheduled to %s", *key_of(wf), ", ".join(targets))
         else:
             cond = {
                 "type": "Scheduled",
@@ -264,7 +233,7 @@ class Karmada:
                 "reason": "NoClusterFit",
                 "message": why,
             }
-        changed = _set_condition(status, cond)
+        changed = set_condition(status, cond)
         if not changed and not targets:
             return rb
         stored = self.store.update(
@@ -301,7 +270,7 @@ class Karmada:
         return None
 
     def _sync_works(self, wf: Obj, rb: Obj, targets: list[str], clusters: dict[str, Obj]) -> None:
-        key = _key_of(wf)
+        key = key_of(wf)
         built = (str(wf["metadata"]["resourceVersion"]), tuple(targets), self._overrides_stamp)
         if self._built.get(key) == built and all(
             self.store.find(WORK, execution_namespace(t), work_name(*key)) is not None
@@ -376,13 +345,13 @@ class Karmada:
             if not ready:
                 self._waiting.add(key)
                 continue
-            self._reflect_work(member, key, self._apply(member, key, work))
+            self.status.reflect_work(member, key, self._apply(member, key, work), self._frozen)
 
     def _delete_workload(self, member: Member, key: Key, work: Obj) -> None:
         member.delete(*key)
         self._built.pop(key, None)
         self._applied.pop((member.name, *key), None)
-        self._reflected.pop((member.name, *key), None)
+        self.status.forget(member.name, key)
         released = clone(work)
         released["metadata"]["finalizers"] = [
             f for f in work["metadata"].get("finalizers") or [] if f != EXECUTION_FINALIZER
@@ -394,7 +363,7 @@ class Karmada:
         """Creates or updates the member's copy from the Work; the Work as stored after."""
         run = member.runs.get(key)
         # The generation moves with the Work's spec only (status is a subresource).
-        stamp = (run.uid if run else "", int(work["metadata"].get("generation", 1)))
+        stamp = (run.state.uid if run else "", int(work["metadata"].get("generation", 1)))
         if run is not None and self._applied.get((member.name, *key)) == stamp:
             return work
         refused = self.sb.faults.member_refusal(member.name, *key)
@@ -406,13 +375,13 @@ class Karmada:
         member.apply(clone(work["spec"]["workload"]["manifests"][0]))
         run = member.runs.get(key)
         self._applied[(member.name, *key)] = (
-            run.uid if run else "",
+            run.state.uid if run else "",
             int(work["metadata"].get("generation", 1)),
         )
         applied = condition(work.get("status") or {}, "Applied")
         if applied is None or applied.get("status") != "True":
             new = clone(work)
-            _set_condition(
+            set_condition(
                 new.setdefault("status", {}),
                 {
                     "type": "Applied",
@@ -433,7 +402,7 @@ class Karmada:
         goes on the resource template and on the Work. A copy already running stays."""
         new = clone(work)
         message = f"Failed to apply all manifests (0/1): {error}"
-        changed = _set_condition(
+        changed = set_condition(
             new.setdefault("status", {}),
             {"type": "Applied", "status": "False", "reason": "AppliedFailed", "message": message},
         )
@@ -460,108 +429,3 @@ class Karmada:
         )
         log.info("member %s refused %s/%s: %s", member.name, *key, error)
         return work
-
-    # -- status ----------------------------------------------------------------------------
-    def _reflect_work(self, member: Member, key: Key, work: Obj) -> None:
-        run: WorkflowRun | None = member.runs.get(key)
-        if run is None or member.name in self._frozen:
-            return
-        stamp = (run.uid, run.version)
-        if self._reflected.get((member.name, *key)) == stamp:
-            return
-        status = run.render_status()
-        phase = status.get("phase")
-        new = clone(work)
-        new.setdefault("status", {})["manifestStatuses"] = [
-            {
-                "identifier": {
-                    "ordinal": 0,
-                    "group": WORKFLOW.group,
-                    "version": WORKFLOW.version,
-                    "kind": WORKFLOW.kind,
-                    "resource": WORKFLOW.plural,
-                    "namespace": key[0],
-                    "name": key[1],
-                },
-                "status": status,
-                # The shipped Workflow interpreter's InterpretHealth.
-                "health": "Unhealthy" if not phase or phase in ("Error", "Failed") else "Healthy",
-            }
-        ]
-        self.store.update(WORK, new, subresource="status", validate=False, check_rv=False)
-        self._reflected[(member.name, *key)] = stamp
-
-    def _aggregate(self, wf: Obj, rb: Obj, targets: list[str]) -> None:
-        items = []
-        for cluster in targets:
-            work = self.store.find(WORK, execution_namespace(cluster), work_name(*_key_of(wf)))
-            wstatus = (work or {}).get("status") or {}
-            ms = (wstatus.get("manifestStatuses") or [{}])[0]
-            item: dict[str, Any] = {"clusterName": cluster}
-            work_applied = condition(wstatus, "Applied")
-            if work_applied is None or work_applied.get("status") != "True":
-                # assembleWorkStatus (`pkg/util/helper/workstatus.go`): a Work not applied
-                # gives only its Applied message, and health Unknown.
-                if work_applied is not None and work_applied.get("message"):
-                    item["appliedMessage"] = work_applied["message"]
-                item["health"] = "Unknown"
-                items.append(item)
-                continue
-            item["applied"] = True
-            if ms.get("status") is not None:
-                item["status"] = ms["status"]
-            if ms.get("health"):
-                item["health"] = ms["health"]
-            items.append(item)
-        status = rb.get("status") or {}
-        if status.get("aggregatedStatus") == items:
-            return
-        new = clone(rb)
-        nstatus = new.setdefault("status", {})
-        nstatus["aggregatedStatus"] = items
-        applied = all(i.get("applied") for i in items)
-        _set_condition(
-            nstatus,
-            {
-                "type": "FullyApplied",
-                "status": "True" if applied else "False",
-                "reason": "FullyAppliedSuccess" if applied else "FullyAppliedFailed",
-                "message": "All works have been successfully applied"
-                if applied
-                else "Failed to apply all works, see status.aggregatedStatus for details",
-            },
-        )
-        self.store.update(RESOURCE_BINDING, new, subresource="all", validate=False, check_rv=False)
-        if any("status" in i for i in items) and self._aggregation_hook():
-            # updateResourceStatus: UpdateStatus on a CRD without the status subresource.
-            self.events.record(
-                wf,
-                "Warning",
-                "AggregateStatusFailed",
-                "the server could not find the requested resource",
-                "resource-binding-status-controller",
-            )
-
-    def _aggregation_hook(self) -> bool:
-        for ric in self.store.all(INTERPRETER_CUSTOMIZATION):
-            spec = ric.get("spec") or {}
-            target = spec.get("target") or {}
-            if (
-                target.get("apiVersion") == WORKFLOW.api_version
-                and target.get("kind") == WORKFLOW.kind
-                and (spec.get("customizations") or {}).get("statusAggregation")
-            ):
-                return True
-        return False
-
-
-def _key_of(obj: Obj) -> Key:
-    return (obj["metadata"]["namespace"], obj["metadata"]["name"])
-
-
-def _work_keys(work: Obj) -> list[Key]:
-    out = []
-    for m in ((work.get("spec") or {}).get("workload") or {}).get("manifests") or []:
-        mm = m.get("metadata") or {}
-        out.append((mm.get("namespace", ""), mm.get("name", "")))
-    return out

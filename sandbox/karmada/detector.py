@@ -44,23 +44,8 @@ def bind(
     policy = choose_policy(pps, cpps, wf)
     if policy is None:
         return None
+    wf, labels, annotations = _claim(store, wf, policy, rtype)
     meta = wf["metadata"]
-    pmeta = policy["metadata"]
-    if policy["kind"] == "PropagationPolicy":
-        label = admission.PP_ID_LABEL
-        annotations = {PP_NAME: pmeta["name"], PP_NAMESPACE: pmeta["namespace"]}
-    else:
-        label = admission.CPP_ID_LABEL
-        annotations = {CPP_NAME: pmeta["name"]}
-    labels = {label: (pmeta.get("labels") or {}).get(label, "")}
-    if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()) or any(
-        (meta.get("annotations") or {}).get(k) != v for k, v in annotations.items()
-    ):
-        claimed = clone(wf)
-        claimed["metadata"].setdefault("labels", {}).update(labels)
-        claimed["metadata"].setdefault("annotations", {}).update(annotations)
-        wf = store.update(rtype, claimed, validate=False, check_rv=False)
-        meta = wf["metadata"]
     spec = policy.get("spec") or {}
     rb: Obj = {
         "metadata": {
@@ -100,6 +85,30 @@ def bind(
         if claim:
             rb["spec"]["replicaRequirements"] = {"nodeClaim": claim}
     return store.create(RESOURCE_BINDING, rb, validate=False)
+
+
+def _claim(
+    store: Store, wf: Obj, policy: Obj, rtype: ResourceType
+) -> tuple[Obj, dict[str, str], dict[str, str]]:
+    """The template labelled with the policy's permanent id and annotated with its name
+    (`ClaimPolicyForObject`), stored when that changes it; with the labels and annotations."""
+    meta = wf["metadata"]
+    pmeta = policy["metadata"]
+    if policy["kind"] == "PropagationPolicy":
+        label = admission.PP_ID_LABEL
+        annotations = {PP_NAME: pmeta["name"], PP_NAMESPACE: pmeta["namespace"]}
+    else:
+        label = admission.CPP_ID_LABEL
+        annotations = {CPP_NAME: pmeta["name"]}
+    labels = {label: (pmeta.get("labels") or {}).get(label, "")}
+    if any((meta.get("labels") or {}).get(k) != v for k, v in labels.items()) or any(
+        (meta.get("annotations") or {}).get(k) != v for k, v in annotations.items()
+    ):
+        claimed = clone(wf)
+        claimed["metadata"].setdefault("labels", {}).update(labels)
+        claimed["metadata"].setdefault("annotations", {}).update(annotations)
+        wf = store.update(rtype, claimed, validate=False, check_rv=False)
+    return wf, labels, annotations
 
 
 def release_policies(store: Store) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from sandbox.argo import fnv32a
+from sandbox.argo.expr import fnv32a
 from sandbox.resources import EVENT
 from sandbox.store import Obj, Store, clone, now_iso
 

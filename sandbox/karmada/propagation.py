@@ -28,9 +28,10 @@ from __future__ import annotations
 import logging
 import re
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sandbox.argo import fnv32a
+from sandbox.argo.expr import fnv32a
+from sandbox.argo.member import Member
 from sandbox.karmada.clusters import execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
@@ -53,10 +54,7 @@ from sandbox.resources import (
     WORK,
     ResourceType,
 )
-from sandbox.store import Event, Obj, clone, now_iso
-
-if TYPE_CHECKING:
-    from sandbox.karmada.controller import Karmada
+from sandbox.store import Event, Obj, Store, clone, now_iso
 
 log = logging.getLogger("sandbox.karmada")
 
@@ -79,9 +77,9 @@ def work_name(kind: str, namespace: str, name: str) -> str:
 class PlainPropagation:
     """Detector, scheduler, binding and execution controllers for Secrets and ConfigMaps."""
 
-    def __init__(self, karmada: Karmada) -> None:
-        self.k = karmada
-        self.store = karmada.store
+    def __init__(self, store: Store, members: dict[str, Member]) -> None:
+        self.store = store
+        self.members = members
         self._dirty = True
         self._last_full = 0.0
         self.store.listeners.append(self._on_event)
@@ -213,7 +211,7 @@ class PlainPropagation:
             for p in self.store.all(OVERRIDE_POLICY)
             if p["metadata"].get("namespace") == meta["namespace"]
         ]
-        for cluster in self.k.sb.members:
+        for cluster in self.members:
             ns = execution_namespace(cluster)
             work = self.store.find(WORK, ns, name)
             if cluster not in targets or cluster not in clusters:
@@ -242,7 +240,7 @@ class PlainPropagation:
         frozen: set[str],
     ) -> None:
         wname = work_name(rtype.kind, namespace, name)
-        for cluster, member in self.k.sb.members.items():
+        for cluster, member in self.members.items():
             work = self.store.find(WORK, execution_namespace(cluster), wname)
             if work is None:
                 continue
@@ -341,7 +339,7 @@ class PlainPropagation:
         if alive and not rb["metadata"].get("deletionTimestamp"):
             return
         wname = work_name(rtype.kind, ns, name)
-        for cluster in self.k.sb.members:
+        for cluster in self.members:
             work = self.store.find(WORK, execution_namespace(cluster), wname)
             if work is not None and not work["metadata"].get("deletionTimestamp"):
                 self.store.delete(WORK, execution_namespace(cluster), wname)

@@ -16,17 +16,28 @@ import asyncio
 import base64
 import gzip
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from sandbox.argo import Member
+from sandbox.argo.member import ClusterHost, Member
+from sandbox.authz.guard import Authz
 from sandbox.errors import ApiError
+from sandbox.karmada.controller import Karmada
 from sandbox.resources import CLUSTER
 from sandbox.store import Obj, clone, now_iso
 
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
+
+class ProxyHost(ClusterHost, Protocol):
+    """The members a request is proxied to, RBAC to check it by, and Karmada to tell of a
+    Workflow deleted through the proxy."""
+
+    @property
+    def authz(self) -> Authz: ...
+
+    @property
+    def karmada(self) -> Karmada: ...
+
 
 PREFIX = "/apis/cluster.karmada.io/v1alpha1/clusters/"
 FOLLOW_POLL_S = 0.2
@@ -53,7 +64,7 @@ def _not_found() -> ApiError:
 
 
 async def handle(
-    sb: Sandbox, request: web.Request, cluster_name: str, path: str
+    sb: ProxyHost, request: web.Request, cluster_name: str, path: str
 ) -> web.StreamResponse:
     cluster = sb.store.get(CLUSTER, None, cluster_name)
     spec = cluster.get("spec") or {}
@@ -85,14 +96,14 @@ def _member_workflow(member: Member, namespace: str, name: str) -> Obj | None:
     run = member.runs.get((namespace, name))
     if run is None:
         return None
-    obj = clone(run.obj)
+    obj = clone(run.state.obj)
     meta = obj.setdefault("metadata", {})
-    if run.started_at:
-        meta["annotations"] = {**(meta.get("annotations") or {}), **run.pod_name_format()}
-    meta["uid"] = run.uid
-    meta["resourceVersion"] = str(run.version)
-    meta.setdefault("creationTimestamp", run.started_at or now_iso())
-    obj["status"] = run.render_status()
+    if run.state.started_at:
+        meta["annotations"] = {**(meta.get("annotations") or {}), **run.state.pod_name_format()}
+    meta["uid"] = run.state.uid
+    meta["resourceVersion"] = str(run.state.version)
+    meta.setdefault("creationTimestamp", run.state.started_at or now_iso())
+    obj["status"] = run.state.render_status()
     return dict(obj)
 
 
@@ -231,7 +242,7 @@ async def _workflow_replace(
             and node.get("phase") == "Succeeded"
         ):
             # The node alone: spec.suspend is Karmada's to propagate, not this update's.
-            waiting = run.resumes.get(node_id)
+            waiting = run.state.resumes.get(node_id)
             if waiting is not None:
                 waiting[0].set()
     member.sb.poke()

@@ -9,24 +9,22 @@ import json
 import logging
 import ssl
 import uuid
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import aiohttp
 
 from sandbox import patch as patchlib
 from sandbox.errors import ApiError
+from sandbox.host import Host
 from sandbox.resources import MUTATING_WEBHOOK, NAMESPACE, ResourceType
 from sandbox.selectors import match_label_selector
 from sandbox.store import Obj, clone, labels_of
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
 
 log = logging.getLogger("sandbox.karmada")
 
 
 class Webhooks:
-    def __init__(self, sandbox: Sandbox) -> None:
+    def __init__(self, sandbox: Host) -> None:
         self.sb = sandbox
         self._session: aiohttp.ClientSession | None = None
 
@@ -89,55 +87,12 @@ class Webhooks:
     async def _call(self, hook: dict[str, Any], rtype: ResourceType, obj: Obj) -> Obj:
         name = hook.get("name", "")
         url = (hook.get("clientConfig") or {}).get("url")
-        policy = hook.get("failurePolicy", "Fail")
         timeout = float(hook.get("timeoutSeconds", 10))
-        meta = obj["metadata"]
         uid = str(uuid.uuid4())
-        review = {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": uid,
-                "kind": {"group": rtype.group, "version": rtype.version, "kind": rtype.kind},
-                "resource": {
-                    "group": rtype.group,
-                    "version": rtype.version,
-                    "resource": rtype.plural,
-                },
-                "requestKind": {"group": rtype.group, "version": rtype.version, "kind": rtype.kind},
-                "requestResource": {
-                    "group": rtype.group,
-                    "version": rtype.version,
-                    "resource": rtype.plural,
-                },
-                "name": meta.get("name", ""),
-                "namespace": meta.get("namespace", ""),
-                "operation": "CREATE",
-                "userInfo": {"username": "sandbox-admin", "groups": ["system:masters"]},
-                "object": obj,
-                "oldObject": None,
-                "dryRun": False,
-                "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
-            },
-        }
         try:
-            if not url:
-                raise ValueError(
-                    "webhook has no clientConfig.url (service references "
-                    "cannot be resolved from karmada-apiserver)"
-                )
-            ssl_ctx: ssl.SSLContext | bool = not url.startswith("https")
-            async with self._session_get().post(
-                url, json=review, timeout=aiohttp.ClientTimeout(total=timeout), ssl=ssl_ctx
-            ) as resp:
-                if resp.status != 200:
-                    raise ValueError(f"webhook answered HTTP {resp.status}")
-                answer = await resp.json(content_type=None)
-            response = answer.get("response") or {}
-            if response.get("uid") not in (None, uid):
-                raise ValueError("webhook response uid does not match the request")
+            response = await self._post(url, review_of(uid, rtype, obj), timeout, uid)
         except (aiohttp.ClientError, TimeoutError, ValueError, AttributeError) as exc:
-            if policy == "Ignore":
+            if hook.get("failurePolicy", "Fail") == "Ignore":
                 log.info("webhook %s failed (%s); failurePolicy Ignore", name, exc or "timeout")
                 return obj
             raise ApiError(
@@ -163,3 +118,51 @@ class Webhooks:
             if isinstance(patched, dict):
                 obj = patched
         return obj
+
+    async def _post(
+        self, url: str | None, review: dict[str, Any], timeout: float, uid: str
+    ) -> dict[str, Any]:
+        """The webhook's AdmissionReview response; ValueError (and aiohttp's errors) when it
+        cannot be had."""
+        if not url:
+            raise ValueError(
+                "webhook has no clientConfig.url (service references "
+                "cannot be resolved from karmada-apiserver)"
+            )
+        ssl_ctx: ssl.SSLContext | bool = not url.startswith("https")
+        async with self._session_get().post(
+            url, json=review, timeout=aiohttp.ClientTimeout(total=timeout), ssl=ssl_ctx
+        ) as resp:
+            if resp.status != 200:
+                raise ValueError(f"webhook answered HTTP {resp.status}")
+            answer = await resp.json(content_type=None)
+        response: dict[str, Any] = answer.get("response") or {}
+        if response.get("uid") not in (None, uid):
+            raise ValueError("webhook response uid does not match the request")
+        return response
+
+
+def review_of(uid: str, rtype: ResourceType, obj: Obj) -> dict[str, Any]:
+    """The AdmissionReview kube-apiserver sends a mutating webhook for a CREATE."""
+    meta = obj["metadata"]
+    kind = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+    resource = {"group": rtype.group, "version": rtype.version, "resource": rtype.plural}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": kind,
+            "resource": resource,
+            "requestKind": dict(kind),
+            "requestResource": dict(resource),
+            "name": meta.get("name", ""),
+            "namespace": meta.get("namespace", ""),
+            "operation": "CREATE",
+            "userInfo": {"username": "sandbox-admin", "groups": ["system:masters"]},
+            "object": obj,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
+        },
+    }

@@ -17,22 +17,37 @@ from __future__ import annotations
 import functools
 import secrets
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from sandbox.artifacts import Repository
+from sandbox.config import data_root
 from sandbox.fleet import Site
+from sandbox.host import Host
 from sandbox.s3.client import Keys
 from sandbox.s3.listener import Endpoint
-
-if TYPE_CHECKING:
-    from sandbox.core import Sandbox
+from sandbox.store import Obj
 
 ACCESS_KEY = "accessKey"
 SECRET_KEY = "secretKey"
 
 
+class SecretHolder(Protocol):
+    """A member cluster as a repository sees it: the objects it holds, Secrets among them."""
+
+    @property
+    def objects(self) -> Mapping[tuple[str, str, str], Obj]: ...
+
+    def object_data(self, obj: Obj) -> dict[str, str]: ...
+
+
+class RepositoriesHost(Host, Protocol):
+    @property
+    def members(self) -> Mapping[str, SecretHolder]: ...
+
+
 class Repositories:
-    def __init__(self, sb: Sandbox) -> None:
+    def __init__(self, sb: RepositoriesHost) -> None:
         self.sb = sb
         self._endpoints: dict[str, Endpoint] = {}
         self._node_keys: dict[str, Keys] = {}
@@ -51,12 +66,10 @@ class Repositories:
     def of(self, site: Site) -> Endpoint:
         """The listener of `site`'s repository (started on first use for a site that joined
         after the fleet file was read)."""
-        from sandbox.argo.site import data_root
-
         with self._lock:
             ep = self._endpoints.get(site.name)
             if ep is None:
-                root = data_root(self.sb)
+                root = data_root(self.sb.config)
                 ep = Endpoint(
                     site=site.name,
                     endpoint=site.artifact_endpoint,
@@ -79,7 +92,6 @@ class Repositories:
         """A bucket made by CreateBucket at `site`'s repository; None when the name is some
         repository's already (bucket names are global, as S3's are). An invalid name is
         refused as S3 refuses it."""
-        from sandbox.argo.site import data_root
         from sandbox.artifacts import ArtifactError
         from sandbox.s3.errors import S3Error
 
@@ -93,7 +105,7 @@ class Repositories:
                 return Repository(
                     bucket=name,
                     endpoint=site.artifact_endpoint,
-                    root=data_root(self.sb) / "buckets" / name,
+                    root=data_root(self.sb.config) / "buckets" / name,
                     quota=site.bucket_quota,
                 )
             except ArtifactError:

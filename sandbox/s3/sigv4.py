@@ -132,47 +132,7 @@ def _verify_query(
     now: datetime,
 ) -> Verified:
     got = dict(params)
-    missing = [
-        k
-        for k in (
-            "X-Amz-Algorithm",
-            "X-Amz-Credential",
-            "X-Amz-Signature",
-            "X-Amz-Date",
-            "X-Amz-SignedHeaders",
-            "X-Amz-Expires",
-        )
-        if k not in got
-    ]
-    if missing:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            "Query-string authentication version 4 requires the X-Amz-Algorithm, "
-            "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and "
-            "X-Amz-Expires parameters.",
-        )
-    if got["X-Amz-Algorithm"] != ALGORITHM:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"',
-        )
-    try:
-        expires = int(got["X-Amz-Expires"])
-    except ValueError:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            "X-Amz-Expires should be a number",
-        ) from None
-    if expires < 0:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            "X-Amz-Expires must be non-negative",
-        )
-    if expires > MAX_EXPIRES:
-        raise S3Error(
-            "AuthorizationQueryParametersError",
-            f"X-Amz-Expires must be less than a week (in seconds) that is {MAX_EXPIRES}",
-        )
+    expires = _query_expires(got)
     signed_at = _timestamp(got["X-Amz-Date"], query_form=True)
     # Expiry first: an expired URL is refused whatever its signature.
     if now > signed_at + timedelta(seconds=expires):
@@ -217,25 +177,7 @@ def _verify_header(
     secret_of: Callable[[str], str | None],
     now: datetime,
 ) -> Verified:
-    algorithm, _, rest = auth.strip().partition(" ")
-    if algorithm == "AWS":
-        raise _SIGV2
-    if algorithm != ALGORITHM:
-        raise S3Error(
-            "InvalidArgument",
-            "Unsupported Authorization Type",
-        )
-    fields: dict[str, str] = {}
-    for part in rest.split(","):
-        key, _, value = part.strip().partition("=")
-        fields[key] = value
-    if not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
-        raise S3Error(
-            "AuthorizationHeaderMalformed",
-            "The authorization header is malformed; the authorization header requires three "
-            "components: Credential, SignedHeaders, and Signature.",
-        )
-
+    fields = _header_fields(auth)
     access_key, day, secret = _credential(
         fields["Credential"],
         region,
@@ -273,14 +215,90 @@ def _verify_header(
     )
     if not hmac.compare_digest(expected, fields["Signature"]):
         raise S3Error("SignatureDoesNotMatch")
+    return Verified(access_key, _payload_hash(content))
+
+
+def _query_expires(got: dict[str, str]) -> int:
+    """A presigned URL's X-Amz-Expires, once its parameters are all there and its
+    algorithm is SigV4's."""
+    missing = [
+        k
+        for k in (
+            "X-Amz-Algorithm",
+            "X-Amz-Credential",
+            "X-Amz-Signature",
+            "X-Amz-Date",
+            "X-Amz-SignedHeaders",
+            "X-Amz-Expires",
+        )
+        if k not in got
+    ]
+    if missing:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            "Query-string authentication version 4 requires the X-Amz-Algorithm, "
+            "X-Amz-Credential, X-Amz-Signature, X-Amz-Date, X-Amz-SignedHeaders, and "
+            "X-Amz-Expires parameters.",
+        )
+    if got["X-Amz-Algorithm"] != ALGORITHM:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            'X-Amz-Algorithm only supports "AWS4-HMAC-SHA256"',
+        )
+    try:
+        expires = int(got["X-Amz-Expires"])
+    except ValueError:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            "X-Amz-Expires should be a number",
+        ) from None
+    if expires < 0:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            "X-Amz-Expires must be non-negative",
+        )
+    if expires > MAX_EXPIRES:
+        raise S3Error(
+            "AuthorizationQueryParametersError",
+            f"X-Amz-Expires must be less than a week (in seconds) that is {MAX_EXPIRES}",
+        )
+    return expires
+
+
+def _header_fields(auth: str) -> dict[str, str]:
+    """The Authorization header's Credential, SignedHeaders and Signature (SigV2 and other
+    schemes refused as S3 refuses them)."""
+    algorithm, _, rest = auth.strip().partition(" ")
+    if algorithm == "AWS":
+        raise _SIGV2
+    if algorithm != ALGORITHM:
+        raise S3Error(
+            "InvalidArgument",
+            "Unsupported Authorization Type",
+        )
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        key, _, value = part.strip().partition("=")
+        fields[key] = value
+    if not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
+        raise S3Error(
+            "AuthorizationHeaderMalformed",
+            "The authorization header is malformed; the authorization header requires three "
+            "components: Credential, SignedHeaders, and Signature.",
+        )
+    return fields
+
+
+def _payload_hash(content: str) -> str | None:
+    """The payload's SHA-256 the request signed, None for an unsigned payload."""
     if content == UNSIGNED_PAYLOAD:
-        return Verified(access_key, None)
+        return None
     if len(content) != 64 or any(c not in "0123456789abcdef" for c in content):
         raise S3Error(
             "InvalidArgument",
             "x-amz-content-sha256 must be UNSIGNED-PAYLOAD or a valid sha256 value.",
         )
-    return Verified(access_key, content)
+    return content
 
 
 def _timestamp(value: str, *, query_form: bool) -> datetime:

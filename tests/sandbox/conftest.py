@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.fixtures_sandbox import SandboxServer
+from tests.fixtures_sandbox import SandboxHTTPError, SandboxServer
 
 NS = "default"
 DOMAIN = "portal.multisite.io"
@@ -201,3 +201,19 @@ def run_on(fleet: Fleet) -> Callable[..., dict[str, Any]]:
         return fleet.create_workflow(body)
 
     return run
+
+
+PROXY = "/apis/cluster.karmada.io/v1alpha1/clusters/{cluster}/proxy"
+
+
+def proxied_workflow(sandbox: SandboxServer, cluster: str, name: str) -> dict[str, Any] | None:
+    """The member's copy of Workflow `name`, read through Karmada's cluster proxy; None
+    when the member has none."""
+    path = PROXY.format(cluster=cluster) + f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/"
+    try:
+        result: dict[str, Any] = sandbox.request("GET", path + name)
+        return result
+    except SandboxHTTPError as err:
+        if err.status == 404:
+            return None
+        raise

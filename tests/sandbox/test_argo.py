@@ -83,9 +83,10 @@ def test_status_is_shaped_like_argo(fleet: Fleet, run_on: RunOn) -> None:
         assert node["startedAt"] and node["finishedAt"]
 
 
-def test_outputs_flow_between_steps(fleet: Fleet, run_on: RunOn) -> None:
-    name = unique("outs")
-    templates = [
+def _produce_and_consume() -> list[dict[str, Any]]:
+    """A steps template whose second step takes the first one's output parameters (one
+    given by annotation, one by its default) and artifact."""
+    return [
         {
             "name": "main",
             "steps": [
@@ -134,6 +135,11 @@ def test_outputs_flow_between_steps(fleet: Fleet, run_on: RunOn) -> None:
             },
         ),
     ]
+
+
+def test_outputs_flow_between_steps(fleet: Fleet, run_on: RunOn) -> None:
+    name = unique("outs")
+    templates = _produce_and_consume()
     run_on("site-c", workflow(name, templates))
     status = fleet.wait_phase(name)
     assert status["phase"] == "Succeeded"

@@ -187,7 +187,7 @@ def test_kubectl_watch_from_an_expired_version_is_gone(sandbox: SandboxServer) -
     assert '"code":410' in proc.stdout and '"reason":"Expired"' in proc.stdout
 
 
-# -- issue 15: Karmada where it is unkind, as kubectl shows it ------------------------------
+# -- Karmada where it is unkind, as kubectl shows it ---------------------------------------
 PP_ID = "propagationpolicy.karmada.io/permanent-id"
 
 

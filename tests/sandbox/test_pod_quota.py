@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sandbox.argo import fnv32a
+from sandbox.argo.expr import fnv32a
 from sandbox.fleet import DEMO_FLEET, Site
 from tests.fixtures_sandbox import SandboxServer, sandbox_on_fleet
 

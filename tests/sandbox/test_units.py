@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sandbox import quantity
-from sandbox.argo import evaluate
+from sandbox.argo.expr import evaluate
 from sandbox.errors import ApiError
 from sandbox.fleet import Site, parse_limit_range
-from sandbox.karmada import choose_policy, override_image
+from sandbox.karmada.overrides import override_image
+from sandbox.karmada.policy import choose_policy
 from sandbox.patch import json_patch, merge_patch
 from sandbox.resources import NAMESPACE, Registry
 from sandbox.selectors import parse_label_selector

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.argo import fnv32a
+from sandbox.argo.expr import fnv32a
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 
 NS = "default"

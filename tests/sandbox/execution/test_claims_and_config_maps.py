@@ -1,5 +1,5 @@
 """A member's PersistentVolumeClaims and parameter ConfigMaps, as Kubernetes and Argo's
-controller treat them (issue 18, items 6 and 12)."""
+controller treat them."""
 
 from __future__ import annotations
 

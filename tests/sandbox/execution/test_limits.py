@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from sandbox.fleet import DEMO_FLEET
+from sandbox.pod import PodSpec
 from tests.fixtures_sandbox import start_sandbox
 from tests.sandbox.execution.conftest import Member, needs_bwrap
 from tests.sandbox.execution.test_execution import sh, wf
@@ -170,7 +171,7 @@ def test_without_a_memory_cgroup_the_poller_oom_kills_the_step(
     root.chmod(0o755)
     try:
         hog = "x = bytearray(200 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('held')"
-        spec = executor.PodSpec(
+        spec = PodSpec(
             root=root / "pod",
             argv=["python3", "-c", hog],
             env={},

@@ -9,7 +9,6 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -21,7 +20,6 @@ from portal.controller.status import run_refresh_status
 from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.outputs import bound_outputs, storable
-from portal.planning import held_by, holds_changed
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +198,6 @@ def bindings_observe(
     rows = UnitRun.objects.filter(workflow_name__in={name for _, name in named}).defer(
         *UNREAD_BY_FOLDS
     )
-    rows = rows.annotate(**ASKED)
     units = {u.workflow_name: u for u in rows.order_by("-pk")}  # the lowest pk wins
     ended = set()
     for binding, name in named:
@@ -220,9 +217,6 @@ def bindings_observe(
 # A unit's JSON columns, which folding a binding never reads: decoding the spec of every
 # binding's unit was most of the watcher's time under a 10,000-item fan-out.
 UNREAD_BY_FOLDS = ("spec", "outputs", "upstream")
-# What a unit asks for, read beside the folds' columns: the holds a placement moves
-# (``planning.held_by``) without loading each unit's deferred spec.
-ASKED = {"asked": KeyTransform("resources", "spec")}
 
 
 class Folded:
@@ -274,7 +268,7 @@ def binding_observe(
     if folded is not None and folded.unchanged(name, seen):
         return None
     if unit is None:
-        rows = UnitRun.objects.filter(workflow_name=name).defer(*UNREAD_BY_FOLDS).annotate(**ASKED)
+        rows = UnitRun.objects.filter(workflow_name=name).defer(*UNREAD_BY_FOLDS)
         unit = rows.order_by("pk").first()
     if unit is None:
         return None
@@ -422,9 +416,6 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
         unit.refresh_from_db(fields=["site", "reason"])
         if unit.site == site:
             return  # placed by the webhook, as its decision says
-    # Holds move only when the site does.
-    moved = unit.site != site
-    held = held_by([unit]) if moved else {}
     changed = state.unit_place(
         UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt),
         site,
@@ -436,9 +427,10 @@ def _unit_placed(unit: UnitRun, site: str) -> None:
     had_decision = PlacementDecision.objects.filter(
         unit=unit, attempt=unit.attempt, site=site
     ).exists()
+    # No ``holds_changed`` here: what a unit asks for is in its spec, which the folds never
+    # read (under a big fan-out that read is what the watcher spent its time on). A site that
+    # Karmada's fallback policy chose reaches the webhook with its next fleet read.
     unit.site = site
-    if moved:
-        holds_changed(held, held_by([unit]))
     if not had_decision and not queue_read:
         # A webhook decision may still be queued: do not call it the fallback policy's.
         log.warning("%s: placed at %s; not known yet by whom", unit.workflow_name, site)

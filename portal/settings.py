@@ -40,7 +40,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
-    "template_partials",
     "sites",
     "placement",
     "portal",

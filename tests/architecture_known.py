@@ -132,7 +132,7 @@ KNOWN_LONG_FILES = {
     "portal/execution/advance.py": 589,
     "portal/gateway.py": 715,
     "portal/models.py": 531,
-    "portal/quotas/services.py": 793,
+    "portal/quotas/services.py": 782,
     "portal/services.py": 692,
     "portal/templatetags/portal_ui.py": 548,
     "sandbox/argo/graph.py": 543,

@@ -43,10 +43,6 @@ def process_id(run: WorkflowRun) -> str | None:
     return str(name) if name else None
 
 
-def runs_of_process(runs: QuerySet[WorkflowRun], process: str) -> QuerySet[WorkflowRun]:
-    return runs.filter(manifest__spec__workflowTemplateRef__name=process)
-
-
 def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 

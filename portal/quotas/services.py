@@ -685,17 +685,6 @@ def queued_runs_in(sites: Iterable[str]) -> list[int]:
     return sorted(set(waiting().filter(where).values_list("run_id", flat=True).distinct()))
 
 
-def queued_runs_at(site: str) -> list[int]:
-    """Runs with units queued at ``site``: to advance when its quotas change."""
-    return queued_runs_in([site])
-
-
-def quota_changed(site: str) -> None:
-    """An operator raised, lowered or removed a quota at ``site``: the runs queued there are
-    advanced now (once the change is committed), not at the next resync."""
-    quota_changed_at([site])
-
-
 def quota_sites(quota: Quota) -> list[str]:
     """The sites a quota covers now: its site, or its group's."""
     if quota.site_id is not None and quota.site is not None:

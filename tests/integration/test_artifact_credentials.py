@@ -27,7 +27,6 @@ pytestmark = [pytest.mark.integration]
 
 NS = "portal"  # KARMADA_NAMESPACE
 KUBECTL = shutil.which("kubectl")
-CREDENTIALS = "portal.multisite.io/artifact-credentials"
 SECRET = "site-a-artifacts-credentials"
 CONTENT = "line one\nsecond line: ünïcode & symbols $HOME {{not-a-template}}"
 

@@ -193,12 +193,6 @@ def demo(db: Any) -> User:
     return User.objects.get(username="scientist")
 
 
-def items_of(run: WorkflowRun) -> list[UnitRun]:
-    return list(
-        run.units.filter(timing=UnitTiming.RUNTIME, phase=UnitPhase.PENDING).order_by("position")
-    )
-
-
 def submitted_burst(user: User, n: int) -> tuple[WorkflowRun, list[UnitRun], list[UnitRun]]:
     """A fan-out of ``n`` run-time items submitted by ``user`` to eo-demo: the run, its units,
     and its items."""

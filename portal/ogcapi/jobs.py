@@ -158,7 +158,7 @@ def _artifact_link(
     artifact: dict[str, Any], unit: UnitRun, stores: dict[str, Any]
 ) -> dict[str, Any]:
     """An artifact as a download link: a pre-signed GET for exactly that object, valid an
-    hour, never credentials or Secret names (issue #33). Where it is comes from what Argo
+    hour, never credentials or Secret names. Where it is comes from what Argo
     recorded (``presign.location_of``). A repository whose keys cannot be read now (its
     Secret missing, Karmada unreachable) gives the object's ``s3://`` reference instead, so a
     client still learns where it is."""

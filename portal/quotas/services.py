@@ -731,7 +731,7 @@ def queue_of(units: Sequence[UnitRun]) -> dict[int, QueueEntry]:
     if not mine:
         return {}
     # One read of each queue concerned, in its order: a position is an index, not a count
-    # per unit (a run page of 10,000 queued tiles would have made 10,000 queries).
+    # per unit (which would be a query per queued tile of the run page).
     queues = {(w.site, w.project_id) for w in mine.values()}
     out: dict[int, QueueEntry] = {}
     for site, project_id in queues:

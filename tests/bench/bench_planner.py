@@ -1,7 +1,7 @@
-"""Planner benchmark (issue 4): one decision at 200 sites x 50 rules, and whole plans of
+"""Planner benchmark: one decision at 200 sites x 50 rules, and whole plans of
 1,000- and 2,000-unit DAGs over 200 sites, each beside a floor measured in the same run.
 
-Also the preview of 1,000 and 2,000 units over 200 sites as the API answers it (issue 20).
+Also the preview of 1,000 and 2,000 units over 200 sites as the API answers it.
 
 Run: ``.venv/bin/python tests/bench/bench_planner.py`` (about ten seconds). Targets: decision
 p99 <= 5 ms; 1,000 units <= 200 ms; 2,000 units <= 2.2 x the 1,000-unit time; the preview of

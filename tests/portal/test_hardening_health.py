@@ -1,8 +1,7 @@
-"""Issue 21, items 3 and 11: every Karmada call carries a (connect, read) timeout, /readyz
+"""Every Karmada call carries a (connect, read) timeout, /readyz
 answers within its budget from a cached probe, and says what failed only to those allowed.
 
-The silent listener is on the loopback interface: it accepts connections and never answers,
-as the red team's did."""
+The silent listener is on the loopback interface: it accepts connections and never answers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Quotas over a group of sites and quota admission of units placed at run time (issue 32):
+"""Quotas over a group of sites and quota admission of units placed at run time:
 a quota naming a group by its sites' labels limits what the project holds across the group;
 a runtime unit is admitted for the eligible sites where its quotas have room (the webhook and
 its fallback site choose among those only) or waits Queued; its end and its placement wake

@@ -1,4 +1,4 @@
-"""Usage and cost (issue 32): requests times wall time times the site's prices, bytes moved
+"""Usage and cost: requests times wall time times the site's prices, bytes moved
 times the link's price, in Decimal cents that reconcile: the units' costs sum to the run's
 total and to the project's total for the period; ``/api/v1/usage/`` and its CSV."""
 
@@ -99,7 +99,7 @@ def ran(run: WorkflowRun, name: str, cpu: int, seconds: int, *, ended_days_ago: 
 
 
 def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-a") -> UnitRun:
-    """A transfer unit (issue #28) at site-b that copied ``nbytes`` from ``source``."""
+    """A transfer unit at site-b that copied ``nbytes`` from ``source``."""
     unit = ran(run, name, 0, 2)
     outputs = (
         {"parameters": [{"name": "bytes", "value": str(nbytes)}]} if nbytes is not None else {}

@@ -120,7 +120,7 @@ def test_readyz_answers_within_its_budget_with_karmada_silent(
         response = Client().get("/readyz")
         answers.append((response.status_code, response.json(), time.monotonic() - started))
 
-    # Six at once (the red team's six blocked every web worker), then six more one by one.
+    # Six at once (six could block every web worker), then six more one by one.
     threads = [threading.Thread(target=hit, daemon=True) for _ in range(6)]
     for t in threads:
         t.start()

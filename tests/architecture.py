@@ -25,6 +25,34 @@ SIZED = (*PACKAGES, "tests")
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 60
 
+# The worker's controller: the workqueue, reconcile and the Celery tasks that drive them.
+CONTROLLER = ("portal.execution", "portal.controller", "portal.tasks")
+# The admission webhook's decision and the recording of its decisions.
+ADMISSION = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
+# What answers a browser or an API client.
+FACES = (
+    "portal.views",
+    "portal.api",
+    "portal.templatetags",
+    "portal.ogcapi",
+    "portal.stac",
+    "portal.argoserver",
+    "portal.quotas.api",
+    "sites.api",
+    "placement.api",
+)
+# The libraries that take plain data and return plain data.
+PURE = (
+    "placement.parser",
+    "placement.planner",
+    "placement.manifests",
+    "placement.expression",
+    "placement.codec",
+    "placement.context",
+)
+# What a pure library must not load: the frameworks and the project's Django apps.
+NOT_PURE = ("django", "rest_framework", "celery", "kubernetes", "portal", "sites")
+
 Key = TypeVar("Key")
 
 
@@ -297,6 +325,10 @@ def loaded_by(
     return chains
 
 
+def outside_the_controller(module: str) -> bool:
+    return not in_any(module, CONTROLLER)
+
+
 def describe_chain(chain: list[Import]) -> str:
     return " -> ".join(f"{i.importer} ({i.where}: {i.target})" for i in chain)
 
@@ -429,6 +461,17 @@ def _print_known(tree: Tree) -> None:
     for key, (lines, _) in sorted(function_sizes(tree).items()):
         if lines > MAX_FUNCTION_LINES:
             print(f"    {key!r}: {lines},")
+    print("}\nKNOWN_FACE_IMPORTS = {")
+    for module in tree.modules(FACES):
+        for target in sorted(
+            {i.target for i in tree.imports(module) if in_any(i.target, CONTROLLER)}
+        ):
+            print(f"    {(module, target)!r},")
+    print("}\nKNOWN_CONTROLLER_LOADS = {")
+    for module in tree.modules(CONTROLLER):
+        for name in sorted(loaded_by(tree, module, outside_the_controller)):
+            if in_any(name, ADMISSION):
+                print(f"    {(module, name)!r},")
     print("}")
 
 

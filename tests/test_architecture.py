@@ -19,46 +19,23 @@ import pytest
 
 from tests import architecture_known as known
 from tests.architecture import (
+    ADMISSION,
+    CONTROLLER,
+    FACES,
     MAX_FILE_LINES,
     MAX_FUNCTION_LINES,
+    NOT_PURE,
+    PURE,
     Tree,
     circle_problems,
     direct_import_problems,
     file_size_problems,
     function_size_problems,
-    in_any,
     load_problems,
+    outside_the_controller,
     private_import_problems,
     project,
 )
-
-# The worker's controller: the workqueue, reconcile and the Celery tasks that drive them.
-CONTROLLER = ("portal.execution", "portal.controller", "portal.tasks")
-# The admission webhook's decision and the recording of its decisions.
-ADMISSION = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
-# What answers a browser or an API client.
-FACES = (
-    "portal.views",
-    "portal.api",
-    "portal.templatetags",
-    "portal.ogcapi",
-    "portal.stac",
-    "portal.argoserver",
-    "portal.quotas.api",
-    "sites.api",
-    "placement.api",
-)
-# The libraries that take plain data and return plain data.
-PURE = (
-    "placement.parser",
-    "placement.planner",
-    "placement.manifests",
-    "placement.expression",
-    "placement.codec",
-    "placement.context",
-)
-# What a pure library must not load: the frameworks and the project's Django apps.
-NOT_PURE = ("django", "rest_framework", "celery", "kubernetes", "portal", "sites")
 
 
 def _report(problems: list[str]) -> None:
@@ -105,7 +82,7 @@ def test_the_controller_loads_no_module_of_the_webhooks_decision():
         CONTROLLER,
         ADMISSION,
         known.KNOWN_CONTROLLER_LOADS,
-        through=lambda name: not in_any(name, CONTROLLER),
+        through=outside_the_controller,
         listed_in="KNOWN_CONTROLLER_LOADS",
     )
     _report(problems)
@@ -222,8 +199,7 @@ def test_the_controller_loading_the_webhooks_decision_through_a_helper_is_found(
         portal__admission__queue="drain = 1\n",
         portal__tasks="from portal.controller import reconcile\n",
     )
-    through = lambda name: not in_any(name, CONTROLLER)  # noqa: E731
-    problems = load_problems(tree, CONTROLLER, ADMISSION, through=through)
+    problems = load_problems(tree, CONTROLLER, ADMISSION, through=outside_the_controller)
     assert problems == [
         "portal/controller/reconcile.py:1: portal.controller.reconcile loads "
         "portal.admission.queue: portal.controller.reconcile (portal/controller/reconcile.py:1: "

@@ -69,18 +69,11 @@ def message(run: WorkflowRun, units: list[UnitRun] | None, done: int, total: int
     return f"{done} of {total} steps done"
 
 
-def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True) -> dict[str, Any]:
-    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root. With
-    ``detail`` the units are read for the failed steps' messages and the placement; without,
-    the run carries its counts (``with_counts``)."""
-    units = _units(run) if detail else None
-    if units is not None:
-        done, total = sum(1 for u in units if u.phase in FINAL_UNIT), len(units)
-    else:
-        done, total = getattr(run, "units_done", 0), getattr(run, "units_total", 0)
-    status = ogc_status(run)
+def _links(run: WorkflowRun, status: str, base: str, portal: str) -> list[dict[str, str]]:
+    """The job's links: itself, the run page, its placement over REST, and its results once
+    it has ended."""
     job = f"{base}/jobs/{run.pk}"
-    links = [
+    links: list[dict[str, str]] = [
         {"href": job, "rel": "self", "type": "application/json", "title": "this job"},
         {
             "href": f"{portal}/runs/{run.pk}/",
@@ -110,6 +103,19 @@ def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True
                 "title": "results",
             }
         )
+    return links
+
+
+def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True) -> dict[str, Any]:
+    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root. With
+    ``detail`` the units are read for the failed steps' messages and the placement; without,
+    the run carries its counts (``with_counts``)."""
+    units = _units(run) if detail else None
+    if units is not None:
+        done, total = sum(1 for u in units if u.phase in FINAL_UNIT), len(units)
+    else:
+        done, total = getattr(run, "units_done", 0), getattr(run, "units_total", 0)
+    status = ogc_status(run)
     info: dict[str, Any] = {
         "jobID": str(run.pk),
         "type": "process",
@@ -120,7 +126,7 @@ def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True
         "finished": _time(run.finished_at),
         "updated": _time(run.updated_at),
         "progress": 100 if run.finished_at else int(100 * done / total) if total else 0,
-        "links": links,
+        "links": _links(run, status, base, portal),
     }
     if units is not None:
         info["placement"] = [

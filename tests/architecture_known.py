@@ -199,7 +199,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("sandbox/server.py", "Api.watch"): 81,
     ("sandbox/store.py", "Store._check_meta"): 65,
     ("sandbox/store.py", "Store.update"): 83,
-    ("sites/services.py", "site_update"): 62,
     ("tests/bench/bench_fairness.py", "main"): 65,
     ("tests/bench/bench_fanout.py", "main"): 146,
     ("tests/bench/bench_latency.py", "main"): 61,

@@ -175,7 +175,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("portal/execution/steps.py", "submit_units"): 73,
     ("portal/execution/sync.py", "policies_sync"): 82,
     ("portal/execution/transfers.py", "_copy_unit"): 78,
-    ("portal/management/commands/load_demo.py", "Command.handle"): 63,
     ("portal/quotas/services.py", "_admit_at"): 119,
     ("portal/quotas/services.py", "_admit_runtime"): 114,
     ("portal/templatetags/portal_ui.py", "dag_svg"): 151,

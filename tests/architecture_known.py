@@ -165,7 +165,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("placement/planner/planning.py", "_decide"): 67,
     ("placement/revisions/config.py", "_item_problems"): 80,
     ("placement/revisions/replay.py", "replay_records"): 100,
-    ("portal/admission/queue.py", "_store"): 78,
     ("portal/api/views.py", "WorkflowRunViewSet.unit_logs"): 106,
     ("portal/dag.py", "layout"): 89,
     ("portal/execution/advance.py", "_advance_units"): 83,

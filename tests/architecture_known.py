@@ -163,7 +163,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("placement/parser/units.py", "_UnitBuilder.expand"): 78,
     ("placement/phase.py", "assess_dag"): 65,
     ("placement/planner/planning.py", "_decide"): 67,
-    ("placement/revisions/replay.py", "replay_records"): 100,
     ("portal/api/views.py", "WorkflowRunViewSet.unit_logs"): 106,
     ("portal/dag.py", "layout"): 89,
     ("portal/execution/advance.py", "_advance_units"): 83,

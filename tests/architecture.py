@@ -32,6 +32,8 @@ ADMISSION = ("portal.admission.decide", "portal.admission.queue", "portal.admiss
 # What answers a browser or an API client.
 FACES = (
     "portal.views",
+    "portal.auth_views",
+    "portal.faces",
     "portal.api",
     "portal.templatetags",
     "portal.ogcapi",

@@ -467,8 +467,10 @@ class _Waiter:
 
 
 def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
+    """Admit ``units`` of ``run`` at ``site`` against its quotas, in queue order, under the
+    site's (and its groups') locks: the ids of those admitted; the others wait, each saying
+    why."""
     project = run.project.name if run.project else ""
-    project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     now = timezone.now()
     with transaction.atomic():
@@ -485,13 +487,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         others = sorted((w for w in queue if w.project.name == project), key=_key)
         passed = 0
         ahead: dict[tuple[int, Amount], None] = {}
-        # Other projects' heads, for fair sharing of what is borrowed.
-        heads: dict[str, _Waiter] = {}
-        for w in sorted(queue, key=_key):
-            if w.project.name != project and w.project.name not in heads:
-                heads[w.project.name] = _Waiter(
-                    w.project.name, Amount(w.cpu_millicores, w.memory_bytes, w.gpus)
-                )
+        heads = _heads(queue, project)
 
         def key(u: UnitRun) -> tuple[int, datetime, int]:
             w = existing.get(u.pk)
@@ -522,36 +518,12 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 size = Amount(w_ahead.cpu_millicores, w_ahead.memory_bytes, w_ahead.gpus)
                 ahead[(w_ahead.priority, size)] = None
                 passed += 1
-            why = None
             if blocked is not None:
                 tried += 1
-                if tried > admission.LOOKAHEAD:
-                    why = blocked
-            if why is None:
-                why = _ahead_waits(project, site, priority, ahead, quotas)
-            if why is None:
-                why = admission.fits_all(project, request, quotas)
-            if (
-                why is None
-                and (ahead or blocked is not None)
-                and admission.borrows_any(project, request, quotas)
-            ):
-                # Passing what waits is for units within the nominal quota only.
-                why = (
-                    blocked or f"{project}: earlier units wait for quota at {site} before this one"
-                )
-            if why is None and admission.borrows_any(project, request, quotas):
-                borrowers = [
-                    h.project
-                    for h in heads.values()
-                    if admission.fits_all(h.project, h.request, quotas) is None
-                    and admission.borrows_any(h.project, h.request, quotas)
-                ]
-                if not admission.fair_turn_all(project, borrowers, quotas):
-                    why = (
-                        f"{project} borrows at {site} while projects borrowing less wait; "
-                        "waiting for its fair share"
-                    )
+            if blocked is not None and tried > admission.LOOKAHEAD:
+                why: str | None = blocked
+            else:
+                why = _why_it_waits(project, site, priority, request, quotas, ahead, heads, blocked)
             if why is None:
                 quotas = admission.admit_all(quotas, project, request)
                 taken.add(u.pk)
@@ -561,21 +533,10 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 blocked = blocked or _behind(why, project, site)
                 fields = {"admitted_at": None, "reason": why}
                 reasons[u.pk] = why
-            row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
-            if w is not None and (w.attempt != u.attempt or w.site != u.site):
-                row.queued_at = now
-            row.site, row.attempt, row.priority = u.site, u.attempt, priority
-            row.cpu_millicores, row.memory_bytes, row.gpus = (
-                request.cpu,
-                request.memory,
-                request.gpu,
-            )
-            changed = w is None or any(getattr(w, k) != v for k, v in fields.items())
-            for k, v in fields.items():
-                setattr(row, k, v)
+            row, changed = _site_row(w, u, run, priority, request, now, fields)
             if w is None:
                 create.append(row)
-            elif changed or row.site != w.site:
+            elif changed:
                 update.append(row)
         Workload.objects.bulk_create(create, batch_size=500)
         Workload.objects.bulk_update(
@@ -585,6 +546,77 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         )
     _say_queued(units, taken, reasons)
     return taken
+
+
+def _site_row(
+    w: Workload | None,
+    u: UnitRun,
+    run: WorkflowRun,
+    priority: int,
+    request: Amount,
+    now: datetime,
+    fields: Mapping[str, Any],
+) -> tuple[Workload, bool]:
+    """``u``'s Workload row at its site (``w``, or a new one) with ``fields`` written, and
+    whether they changed it."""
+    project_id = int(run.project_id or 0)
+    row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
+    if w is not None and (w.attempt != u.attempt or w.site != u.site):
+        row.queued_at = now
+    row.site, row.attempt, row.priority = u.site, u.attempt, priority
+    row.cpu_millicores, row.memory_bytes, row.gpus = request.cpu, request.memory, request.gpu
+    changed = w is None or any(getattr(w, k) != v for k, v in fields.items())
+    for k, v in fields.items():
+        setattr(row, k, v)
+    return row, changed
+
+
+def _heads(queue: Iterable[Workload], project: str) -> dict[str, _Waiter]:
+    """Other projects' heads of the queue at a site, for fair sharing of what is borrowed."""
+    heads: dict[str, _Waiter] = {}
+    for w in sorted(queue, key=_key):
+        if w.project.name != project and w.project.name not in heads:
+            heads[w.project.name] = _Waiter(
+                w.project.name, Amount(w.cpu_millicores, w.memory_bytes, w.gpus)
+            )
+    return heads
+
+
+def _why_it_waits(
+    project: str,
+    site: str,
+    priority: int,
+    request: Amount,
+    quotas: Sequence[SiteQuotas],
+    ahead: Mapping[tuple[int, Amount], None],
+    heads: Mapping[str, _Waiter],
+    blocked: str | None,
+) -> str | None:
+    """Why a unit of ``project`` waits at ``site`` (None: it is admitted): the project's units
+    queued ahead of it, its quotas, and, when it borrows, whether it passes what waits (only
+    units within the nominal quota do) and its fair turn among the projects that borrow."""
+    why = _ahead_waits(project, site, priority, ahead, quotas)
+    if why is None:
+        why = admission.fits_all(project, request, quotas)
+    if (
+        why is None
+        and (ahead or blocked is not None)
+        and admission.borrows_any(project, request, quotas)
+    ):
+        return blocked or f"{project}: earlier units wait for quota at {site} before this one"
+    if why is None and admission.borrows_any(project, request, quotas):
+        borrowers = [
+            h.project
+            for h in heads.values()
+            if admission.fits_all(h.project, h.request, quotas) is None
+            and admission.borrows_any(h.project, h.request, quotas)
+        ]
+        if not admission.fair_turn_all(project, borrowers, quotas):
+            return (
+                f"{project} borrows at {site} while projects borrowing less wait; "
+                "waiting for its fair share"
+            )
+    return why
 
 
 def _ahead_waits(

@@ -360,15 +360,7 @@ def _admit_runtime(
     project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     ordered = sorted(units, key=lambda u: u.position)
-    # Keyed on what the planner reads of a unit besides its name: the items of a fan-out
-    # share it, so their eligible sites are computed once per admission.
-    planned: dict[str, tuple[list[str], set[str]]] = {}
-    where: dict[int, tuple[list[str], set[str]]] = {}
-    for u in ordered:
-        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
-        if key not in planned:
-            planned[key] = eligible_sites(run, u, every)
-        where[u.pk] = planned[key]
+    where = _eligible_by_unit(run, ordered, every)
     governed_here = sorted({s for e, _ in where.values() for s in e} & quota_sites)
     taken: set[int] = set()
     reasons: dict[int, str] = {}
@@ -390,13 +382,7 @@ def _admit_runtime(
                 w.admitted_at = None
         if gone:
             Workload.objects.filter(pk__in=gone).update(admitted_at=None)
-        # Each quota once by name (a site's, a group's), shared by the sites it covers.
-        scopes: dict[str, SiteQuotas] = {}
-        covering: dict[str, list[str]] = {}
-        for site in governed_here:
-            for q in scopes_at(site, all_groups):
-                scopes.setdefault(q.site, q)
-                covering.setdefault(site, []).append(q.site)
+        scopes, covering = _scopes_covering(governed_here, all_groups)
         higher = set(
             waiting()
             .filter(site__in=governed_here, project_id=project_id, priority__gt=priority)
@@ -411,21 +397,7 @@ def _admit_runtime(
                 taken.add(u.pk)  # its creation says it waits for a site, as without quotas
                 continue
             request = request_of(u)
-            room: list[str] = []
-            why: str | None = None
-            for site in eligible:
-                if site not in quota_sites:
-                    room.append(site)
-                    continue
-                reason = (
-                    f"{project}: higher-priority units wait for quota at {site}"
-                    if site in higher
-                    else admission.fits_all(project, request, [scopes[n] for n in covering[site]])
-                )
-                if reason is None:
-                    room.append(site)
-                elif why is None:
-                    why = reason
+            room, why = _room(project, request, eligible, quota_sites, higher, scopes, covering)
             w = existing.get(u.pk)
             row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
             if w is not None and w.attempt != u.attempt:
@@ -458,6 +430,66 @@ def _admit_runtime(
         )
     _say_queued(units, taken, reasons)
     return taken
+
+
+def _room(
+    project: str,
+    request: Amount,
+    eligible: Sequence[str],
+    quota_sites: set[str],
+    higher: set[str],
+    scopes: Mapping[str, SiteQuotas],
+    covering: Mapping[str, list[str]],
+) -> tuple[list[str], str | None]:
+    """The eligible sites where ``request`` fits every quota covering the site (any site no
+    quota governs; none where a higher-priority unit of the project waits), and why the first
+    that has no room has none."""
+    room: list[str] = []
+    why: str | None = None
+    for site in eligible:
+        if site not in quota_sites:
+            room.append(site)
+            continue
+        reason = (
+            f"{project}: higher-priority units wait for quota at {site}"
+            if site in higher
+            else admission.fits_all(project, request, [scopes[n] for n in covering[site]])
+        )
+        if reason is None:
+            room.append(site)
+        elif why is None:
+            why = reason
+    return room, why
+
+
+def _eligible_by_unit(
+    run: WorkflowRun, ordered: Sequence[UnitRun], every: Sequence[UnitRun]
+) -> dict[int, tuple[list[str], set[str]]]:
+    """Each unit's eligible sites and those with room now (``eligible_sites``), by unit id.
+    Keyed on what the planner reads of a unit besides its name: the items of a fan-out share
+    it, so their eligible sites are computed once per admission."""
+    planned: dict[str, tuple[list[str], set[str]]] = {}
+    where: dict[int, tuple[list[str], set[str]]] = {}
+    for u in ordered:
+        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
+        if key not in planned:
+            planned[key] = eligible_sites(run, u, every)
+        where[u.pk] = planned[key]
+    return where
+
+
+def _scopes_covering(
+    sites: Sequence[str], all_groups: Sequence[Group]
+) -> tuple[dict[str, SiteQuotas], dict[str, list[str]]]:
+    """Each quota once by name (a site's, a group's), shared by the sites it covers; and for
+    each site, the names of the quotas covering it."""
+    scopes: dict[str, SiteQuotas] = {}
+    covering: dict[str, list[str]] = {}
+    for site in sites:
+        for q in scopes_at(site, all_groups):
+            scopes.setdefault(q.site, q)
+            covering.setdefault(site, []).append(q.site)
+    return scopes, covering
 
 
 @dataclass

@@ -220,7 +220,6 @@ KNOWN_LONG_FUNCTIONS = {
         "tests/portal/test_binding_order.py",
         "test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new",
     ): 61,
-    ("tests/portal/test_refusals.py", "test_each_refusal_is_said_in_words"): 103,
     (
         "tests/portal/test_usage.py",
         "test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles",

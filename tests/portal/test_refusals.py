@@ -128,7 +128,7 @@ def unscheduled(reason: str, message: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.django_db
-def test_each_refusal_is_said_in_words() -> None:
+def test_a_cordoned_site_is_said_in_words() -> None:
     cordoned = refusal_of(
         binding(
             unscheduled(
@@ -143,6 +143,9 @@ def test_each_refusal_is_said_in_words() -> None:
     assert cordoned is not None and cordoned.cause == "cordoned"
     assert cordoned.text.startswith("site-b is cordoned (cluster.karmada.io/unschedulable). ")
 
+
+@pytest.mark.django_db
+def test_a_site_that_is_not_ready_is_said_in_words() -> None:
     lost = refusal_of(
         binding(
             unscheduled(
@@ -158,6 +161,9 @@ def test_each_refusal_is_said_in_words() -> None:
         "site-b is not ready (cluster.karmada.io/not-ready). "
     )
 
+
+@pytest.mark.django_db
+def test_an_affinity_no_cluster_matches_is_said_in_words() -> None:
     affinity = refusal_of(
         binding(
             unscheduled(
@@ -191,6 +197,9 @@ def test_each_refusal_is_said_in_words() -> None:
         "Karmada could not schedule to site-a: no cluster matches the affinity"
     )
 
+
+@pytest.mark.django_db
+def test_a_site_without_argos_crd_is_said_in_words() -> None:
     api = refusal_of(
         binding(
             unscheduled(
@@ -204,12 +213,18 @@ def test_each_refusal_is_said_in_words() -> None:
         "site-c does not serve argoproj.io/v1alpha1 Workflow (Argo's CRD is not installed there)"
     )
 
+
+@pytest.mark.django_db
+def test_a_scheduler_error_is_said_in_words() -> None:
     error = refusal_of(binding(unscheduled("SchedulerError", "etcd timed out")), "site-c")
     assert error is not None and error.cause == "SchedulerError"
     assert error.text == (
         "Karmada could not schedule it. Karmada: Scheduled=False, SchedulerError: etcd timed out"
     )
 
+
+@pytest.mark.django_db
+def test_a_work_the_member_refused_is_said_in_words() -> None:
     work = refusal_of(
         binding(
             [{"type": "Scheduled", "status": "True", "reason": "Success"}],
@@ -226,6 +241,9 @@ def test_each_refusal_is_said_in_words() -> None:
     assert work.text == "site-c refused the Work: Failed to apply all manifests (0/1): no"
     assert work.replaced_because == work.text
 
+
+@pytest.mark.django_db
+def test_an_applied_binding_is_no_refusal() -> None:
     applied = binding(
         [{"type": "Scheduled", "status": "True", "reason": "Success"}],
         [{"clusterName": "site-c", "applied": True, "status": {"phase": "Running"}}],

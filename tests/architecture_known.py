@@ -221,10 +221,6 @@ KNOWN_LONG_FUNCTIONS = {
         "test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new",
     ): 61,
     (
-        "tests/portal/test_usage.py",
-        "test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles",
-    ): 63,
-    (
         "tests/sandbox/execution/test_boundary.py",
         "test_http_inputs_are_fetched_from_the_pods_own_network",
     ): 61,

@@ -122,9 +122,9 @@ def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-
     return unit
 
 
-def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
-    priced: tuple[Site, Site], api_client_for: Any, staff: User
-) -> None:
+def two_runs_of_eo_demo() -> tuple[WorkflowRun, WorkflowRun]:
+    """Two runs of eo-demo: the first with three steps, a copy and a step whose bytes the
+    planner counted; the second with a step this month and one 40 days ago."""
     eo = Project.objects.create(name="eo-demo")
     first: WorkflowRun = WorkflowRunFactory(project=eo)
     second: WorkflowRun = WorkflowRunFactory(project=eo)
@@ -143,6 +143,13 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     )
     ran(second, "b0", 2000, 1800)  # 2 x 0.5 x 0.04 + 0.5 x 0.005 = 0.0425 -> 0.04
     ran(second, "old", 1000, 3600, ended_days_ago=40)
+    return first, second
+
+
+def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
+    priced: tuple[Site, Site], api_client_for: Any, staff: User
+) -> None:
+    first, second = two_runs_of_eo_demo()
     api = api_client_for(staff)
     detail = api.get(f"/api/v1/runs/{first.pk}/").json()
     assert detail["cost"] == {

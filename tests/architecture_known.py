@@ -147,7 +147,6 @@ KNOWN_LONG_FILES = {
     "tests/portal/test_webhook.py": 879,
     "tests/sandbox/test_karmada.py": 557,
     "tests/sandbox/test_upstream.py": 525,
-    "tests/sites/test_api_datasets.py": 529,
     "tests/test_admin.py": 537,
     "tests/test_deploy.py": 1084,
 }

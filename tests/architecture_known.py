@@ -197,7 +197,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("tests/bench/bench_fairness.py", "main"): 65,
     ("tests/bench/bench_fanout.py", "main"): 146,
     ("tests/bench/bench_latency.py", "main"): 61,
-    ("tests/bench/bench_planner.py", "main"): 116,
     ("tests/bench/bench_webhook.py", "main"): 92,
     ("tests/bench/benchstack.py", "BenchStack.__init__"): 71,
     ("tests/examples_runner.py", "Stack.__init__"): 88,

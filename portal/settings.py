@@ -40,7 +40,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
-    "template_partials",
     "sites",
     "placement",
     "portal",
@@ -272,7 +271,7 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 # Beat sends periodic tasks only while it holds the beat's Lease (portal/beat.py).
 CELERY_BEAT_SCHEDULER = "portal.beat:LeaderScheduler"
-# --- Bounded work per task and per run (issues 20, 21.1, 21.4) ---------------------------------
+# --- Bounded work per task and per run ------------------------------------------------------------
 # No task holds a worker process for good: the soft limit raises inside the task, the hard
 # one kills the process (a run whose advance keeps failing or being killed ends in Error).
 CELERY_TASK_SOFT_TIME_LIMIT = envint("CELERY_TASK_SOFT_TIME_LIMIT", 120)
@@ -321,7 +320,7 @@ PORTAL_LOG_MAX_BYTES = envint("PORTAL_LOG_MAX_BYTES", 1024 * 1024)
 PORTAL_MAX_PARAMETER_BYTES = envint("PORTAL_MAX_PARAMETER_BYTES", 256 * 1024)
 # How much of each output value a run, a unit and the step panel show; the rest is paged.
 PORTAL_OUTPUT_PREVIEW_CHARS = envint("PORTAL_OUTPUT_PREVIEW_CHARS", 4096)
-# The currency of the prices operators set per site and link (issue 32); shown beside costs.
+# The currency of the prices operators set per site and link; shown beside costs.
 PORTAL_CURRENCY = env("PORTAL_CURRENCY", "EUR")
 PORTAL_LOG_FOLLOW_SECONDS = envint("PORTAL_LOG_FOLLOW_SECONDS", 30)
 # A followed log holds one web thread while it streams (portal/log_follows.py): at most this

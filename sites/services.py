@@ -134,6 +134,33 @@ def _operator_fields(site: Site) -> dict[str, Any]:
     }
 
 
+def _merged_overrides(site: Site, patch: dict[str, Any] | None, *, force: bool) -> dict[str, Any]:
+    """``site``'s overrides with ``patch`` merged in (None: all deleted), checked; refused when
+    it removes or moves an artifact store recent runs' outputs are in, unless ``force``."""
+    merged = {} if patch is None else merge_patch(site.overrides or {}, patch)
+    problems = overrides_problems(merged)
+    if problems:
+        raise SiteUpdateRefused("overrides", problems)
+    how = _store_moved(site.overrides or {}, merged)
+    if how and not force:
+        runs = site_recent_runs(site, hours=settings.PORTAL_RECENT_RUN_HOURS)
+        if runs:
+            raise SiteUpdateRefused(
+                "overrides",
+                [
+                    (
+                        "artifact_store",
+                        f"{how.capitalize()} the artifact store of {site.name} would "
+                        f"lose the outputs of {runs} active or recent run(s) (finished "
+                        f"within {settings.PORTAL_RECENT_RUN_HOURS} h): the steps that "
+                        "read them would fail to resolve the artifact repository. Send "
+                        '"force": true to do it anyway.',
+                    )
+                ],
+            )
+    return merged
+
+
 def site_update(
     *,
     site: Site,
@@ -159,28 +186,7 @@ def site_update(
             locked.labels = labels
             fields.append("labels")
         if overrides is not _UNSET:
-            merged = {} if overrides is None else merge_patch(locked.overrides or {}, overrides)
-            problems = overrides_problems(merged)
-            if problems:
-                raise SiteUpdateRefused("overrides", problems)
-            how = _store_moved(locked.overrides or {}, merged)
-            if how and not force:
-                runs = site_recent_runs(locked, hours=settings.PORTAL_RECENT_RUN_HOURS)
-                if runs:
-                    raise SiteUpdateRefused(
-                        "overrides",
-                        [
-                            (
-                                "artifact_store",
-                                f"{how.capitalize()} the artifact store of {locked.name} would "
-                                f"lose the outputs of {runs} active or recent run(s) (finished "
-                                f"within {settings.PORTAL_RECENT_RUN_HOURS} h): the steps that "
-                                "read them would fail to resolve the artifact repository. Send "
-                                '"force": true to do it anyway.',
-                            )
-                        ],
-                    )
-            locked.overrides = merged
+            locked.overrides = _merged_overrides(locked, overrides, force=force)
             fields.append("overrides")
         if refusal_grace_seconds is not _UNSET:
             locked.refusal_grace_seconds = refusal_grace_seconds

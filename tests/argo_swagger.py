@@ -38,13 +38,6 @@ def check(definition: str, instance: Any) -> None:
         )
 
 
-def response_definition(path: str, method: str, status: str = "200") -> str:
-    """The definition the swagger names for an operation's answer (a stream's ``result``)."""
-    op = swagger()["paths"][path][method]
-    ref = op["responses"][status]["schema"]["$ref"]
-    return str(ref.rsplit("/", 1)[-1])
-
-
 def validator_for(schema: dict[str, Any]) -> jsonschema.Draft4Validator:
     """A validator of an inline schema (a stream's ``{"result", "error"}`` wrapper)."""
     return jsonschema.Draft4Validator(schema)

@@ -1,4 +1,4 @@
-"""``make examples``: Argo's example Workflows through the portal end to end (issue 18).
+"""``make examples``: Argo's example Workflows through the portal end to end.
 
 Starts a stack of its own (a fresh PostgreSQL database, the sandbox fleet with ``--execute`` so
 steps really run, a Celery worker, the watcher, gunicorn), submits each example over REST

@@ -1,4 +1,4 @@
-"""Issue 21, item 8: no usable secret defaults. Without DEBUG the portal needs a SECRET_KEY,
+"""No usable secret defaults. Without DEBUG the portal needs a SECRET_KEY,
 and ``check --deploy`` flags secrets that are known placeholders."""
 
 from __future__ import annotations

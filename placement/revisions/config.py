@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from placement.models import EFFECT_PARAMETERS, validate_rule_fields
@@ -146,85 +147,118 @@ def validate(doc: Any, *, sites: set[str], datasets: set[str]) -> list[Problem]:
     return problems
 
 
+def _need(
+    out: list[Problem],
+    path: str,
+    item: Mapping[str, Any],
+    field: str,
+    kind: type | tuple[type, ...],
+    what: str,
+    required: bool = False,
+) -> None:
+    """A problem in ``out`` when ``item[field]`` is missing though ``required``, or not a
+    ``kind`` (a bool is no number), or a number that is not finite."""
+    if field not in item:
+        if required:
+            out.append((f"{path}.{field}", "This field is required."))
+        return
+    value = item[field]
+    if (isinstance(value, bool) and kind in (int, float, (int, float))) or not isinstance(
+        value, kind
+    ):
+        out.append((f"{path}.{field}", f"Must be {what}."))
+    elif isinstance(value, float) and not math.isfinite(value):
+        out.append((f"{path}.{field}", "Must be a finite number."))
+
+
 def _item_problems(
     section: str, path: str, item: Mapping[str, Any], sites: set[str], datasets: set[str]
 ) -> list[Problem]:
-    out: list[Problem] = []
-
-    def need(field: str, kind: type | tuple[type, ...], what: str, required: bool = False) -> None:
-        if field not in item:
-            if required:
-                out.append((f"{path}.{field}", "This field is required."))
-            return
-        value = item[field]
-        if (isinstance(value, bool) and kind in (int, float, (int, float))) or not isinstance(
-            value, kind
-        ):
-            out.append((f"{path}.{field}", f"Must be {what}."))
-        elif isinstance(value, float) and not math.isfinite(value):
-            out.append((f"{path}.{field}", "Must be a finite number."))
-
     if section == "rules":
-        need("name", str, "a string", required=True)
-        need("effect", str, "a string", required=True)
-        need("order", int, "an integer")
-        need("enabled", bool, "true or false")
-        need("description", str, "a string")
-        need("timing", str, "a string")
-        need("weight", (int, float), "a number")
-        if item.get("timing", "submit") not in TIMINGS:
-            out.append((f"{path}.timing", f"Must be one of: {', '.join(TIMINGS)}."))
-        effect = item.get("effect")
-        if isinstance(effect, str) and effect not in EFFECT_PARAMETERS:
-            out.append(
-                (f"{path}.effect", f"Unknown effect; allowed: {', '.join(EFFECT_PARAMETERS)}.")
-            )
-        elif isinstance(effect, str):
-            fields = validate_rule_fields(
-                item.get("selector", {}), effect, item.get("parameters", {})
-            )
-            for field, messages in fields.items():
-                out += [(f"{path}.{field}", m) for m in messages]
-        params = item.get("parameters")
-        if isinstance(params, Mapping) and isinstance(params.get("sites"), list):
-            for j, name in enumerate(params["sites"]):
-                if isinstance(name, str) and name not in sites:
-                    out.append((f"{path}.parameters.sites[{j}]", f"Unknown site '{name}'."))
-    elif section == "sites":
-        need("name", str, "a string", required=True)
-        need("cordoned", bool, "true or false")
-        need("labels", dict, "a mapping of label: value")
-        need("capabilities", list, "a list of strings")
-        need("overrides", dict, "a mapping")
-        if isinstance(item.get("name"), str) and item["name"] not in sites:
-            out.append((f"{path}.name", f"Unknown site '{item['name']}'."))
-        labels = item.get("labels")
-        if isinstance(labels, Mapping) and not all(isinstance(v, str) for v in labels.values()):
-            out.append((f"{path}.labels", "Label values must be strings."))
-        caps = item.get("capabilities")
-        if isinstance(caps, list) and not all(isinstance(c, str) for c in caps):
-            out.append((f"{path}.capabilities", "Must be a list of strings."))
-    elif section == "datasets":
-        need("name", str, "a string", required=True)
-        need("residency", list, "a list of regions")
-        if isinstance(item.get("name"), str) and item["name"] not in datasets:
-            out.append((f"{path}.name", f"Unknown dataset '{item['name']}'."))
-        res = item.get("residency")
-        if isinstance(res, list) and not all(isinstance(r, str) for r in res):
-            out.append((f"{path}.residency", "Must be a list of strings."))
-    elif section == "links":
-        need("source", str, "a string", required=True)
-        need("target", str, "a string", required=True)
-        need("bandwidth_mbps", (int, float), "a number", required=True)
-        need("cost_per_gb", (int, float), "a number")
-        need("latency_ms", (int, float), "a number")
-        need("artifacts_reachable", bool, "true or false")
-        for end in ("source", "target"):
-            if isinstance(item.get(end), str) and item[end] not in sites:
-                out.append((f"{path}.{end}", f"Unknown site '{item[end]}'."))
-        bw = item.get("bandwidth_mbps")
-        if isinstance(bw, (int, float)) and not isinstance(bw, bool) and bw <= 0:
-            out.append((f"{path}.bandwidth_mbps", "Must be greater than 0."))
+        return _rule_problems(path, item, sites)
+    if section == "sites":
+        return _site_problems(path, item, sites)
+    if section == "datasets":
+        return _dataset_problems(path, item, datasets)
+    if section == "links":
+        return _link_problems(path, item, sites)
+    return []
+
+
+def _rule_problems(path: str, item: Mapping[str, Any], sites: set[str]) -> list[Problem]:
+    out: list[Problem] = []
+    need = partial(_need, out, path, item)
+    need("name", str, "a string", required=True)
+    need("effect", str, "a string", required=True)
+    need("order", int, "an integer")
+    need("enabled", bool, "true or false")
+    need("description", str, "a string")
+    need("timing", str, "a string")
+    need("weight", (int, float), "a number")
+    if item.get("timing", "submit") not in TIMINGS:
+        out.append((f"{path}.timing", f"Must be one of: {', '.join(TIMINGS)}."))
+    effect = item.get("effect")
+    if isinstance(effect, str) and effect not in EFFECT_PARAMETERS:
+        out.append((f"{path}.effect", f"Unknown effect; allowed: {', '.join(EFFECT_PARAMETERS)}."))
+    elif isinstance(effect, str):
+        fields = validate_rule_fields(item.get("selector", {}), effect, item.get("parameters", {}))
+        for field, messages in fields.items():
+            out += [(f"{path}.{field}", m) for m in messages]
+    params = item.get("parameters")
+    if isinstance(params, Mapping) and isinstance(params.get("sites"), list):
+        for j, name in enumerate(params["sites"]):
+            if isinstance(name, str) and name not in sites:
+                out.append((f"{path}.parameters.sites[{j}]", f"Unknown site '{name}'."))
+    return out
+
+
+def _site_problems(path: str, item: Mapping[str, Any], sites: set[str]) -> list[Problem]:
+    out: list[Problem] = []
+    need = partial(_need, out, path, item)
+    need("name", str, "a string", required=True)
+    need("cordoned", bool, "true or false")
+    need("labels", dict, "a mapping of label: value")
+    need("capabilities", list, "a list of strings")
+    need("overrides", dict, "a mapping")
+    if isinstance(item.get("name"), str) and item["name"] not in sites:
+        out.append((f"{path}.name", f"Unknown site '{item['name']}'."))
+    labels = item.get("labels")
+    if isinstance(labels, Mapping) and not all(isinstance(v, str) for v in labels.values()):
+        out.append((f"{path}.labels", "Label values must be strings."))
+    caps = item.get("capabilities")
+    if isinstance(caps, list) and not all(isinstance(c, str) for c in caps):
+        out.append((f"{path}.capabilities", "Must be a list of strings."))
+    return out
+
+
+def _dataset_problems(path: str, item: Mapping[str, Any], datasets: set[str]) -> list[Problem]:
+    out: list[Problem] = []
+    need = partial(_need, out, path, item)
+    need("name", str, "a string", required=True)
+    need("residency", list, "a list of regions")
+    if isinstance(item.get("name"), str) and item["name"] not in datasets:
+        out.append((f"{path}.name", f"Unknown dataset '{item['name']}'."))
+    res = item.get("residency")
+    if isinstance(res, list) and not all(isinstance(r, str) for r in res):
+        out.append((f"{path}.residency", "Must be a list of strings."))
+    return out
+
+
+def _link_problems(path: str, item: Mapping[str, Any], sites: set[str]) -> list[Problem]:
+    out: list[Problem] = []
+    need = partial(_need, out, path, item)
+    need("source", str, "a string", required=True)
+    need("target", str, "a string", required=True)
+    need("bandwidth_mbps", (int, float), "a number", required=True)
+    need("cost_per_gb", (int, float), "a number")
+    need("latency_ms", (int, float), "a number")
+    need("artifacts_reachable", bool, "true or false")
+    for end in ("source", "target"):
+        if isinstance(item.get(end), str) and item[end] not in sites:
+            out.append((f"{path}.{end}", f"Unknown site '{item[end]}'."))
+    bw = item.get("bandwidth_mbps")
+    if isinstance(bw, (int, float)) and not isinstance(bw, bool) and bw <= 0:
+        out.append((f"{path}.bandwidth_mbps", "Must be greater than 0."))
     return out
 
 

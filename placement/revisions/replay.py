@@ -288,15 +288,11 @@ def replay_records(
     base, draft = cfg.canonical(base), cfg.canonical(draft)
     books = (rules_of(base), rules_of(draft))
     inputs: dict[int, tuple[tuple[Any, Any], tuple[Any, Any]]] = {}
-    moved: list[dict[str, Any]] = []
-    pairs: Counter[str] = Counter()
-    unplaceable: list[dict[str, Any]] = []
-    violations: list[dict[str, Any]] = []
-    bytes_before = bytes_after = 0
-    cost_before = cost_after = 0.0
-    decisions = runs = 0
+    tally = _Tally(
+        inbound_before=_inbound_cost(base["links"]), inbound=_inbound_cost(draft["links"])
+    )
     for run_id, project, snap_id, body, unit_dicts, context in records:
-        if decisions >= limit:
+        if tally.decisions >= limit:
             break
         pair = inputs.get(snap_id)
         if pair is None:
@@ -306,8 +302,8 @@ def replay_records(
             found = _runtime_context(project, unit_dicts, context)
             if found is None:
                 continue
-            decisions += 1
-            runs += 1
+            tally.decisions += 1
+            tally.runs += 1
             held = held_of(context)
             decided = (
                 _decide_runtime(
@@ -318,40 +314,68 @@ def replay_records(
                 ),
             )
         else:
-            units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - decisions]
-            decisions += len(units)
-            runs += 1
+            units = [codec.unit_from_dict(dict(u)) for u in unit_dicts][: limit - tally.decisions]
+            tally.decisions += len(units)
+            tally.runs += 1
             decided = (
                 planner.plan(units, fleet_a, books[0], data_a, project=project).decisions,
                 planner.plan(units, fleet_b, books[1], data_b, project=project).decisions,
             )
-        index = {s.name: i for i, s in enumerate(fleet_a.ordered_sites)}
-        inbound = _inbound_cost(draft["links"])
-        inbound_a = _inbound_cost(base["links"])
-        allowed = {d.name: d.residency for d in data_a.datasets if d.residency}
-        region = {s.name: s.region for s in fleet_a.sites}
+        tally.compare(run_id, decided, fleet_a, data_a)
+    return {"moved": tally.moved, "summary": tally.summary()}
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What a replay finds, summed over the decisions it compares: ``inbound_before`` and
+    ``inbound`` price a gigabyte into each site under the base and the draft."""
+
+    inbound_before: dict[str, float]
+    inbound: dict[str, float]
+    decisions: int = 0
+    runs: int = 0
+    moved: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    pairs: Counter[str] = dataclasses.field(default_factory=Counter)
+    unplaceable: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    violations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+    cost_before: float = 0.0
+    cost_after: float = 0.0
+
+    def compare(
+        self,
+        run_id: int | None,
+        decided: tuple[Sequence[planner.Decision], Sequence[planner.Decision]],
+        fleet: planner.Fleet,
+        data: planner.DataCatalogue,
+    ) -> None:
+        """Each unit's decision under the base against the draft's."""
+        index = {s.name: i for i, s in enumerate(fleet.ordered_sites)}
+        allowed = {d.name: d.residency for d in data.datasets if d.residency}
+        region = {s.name: s.region for s in fleet.sites}
         for a, b in zip(*decided, strict=True):
             was, now = a.site or a.runtime_hint, b.site or b.runtime_hint
             if was is not None:
                 nbytes = a.table.bytes_at(index[was])
-                bytes_before += nbytes
-                cost_before += nbytes / GB * inbound_a.get(was, 0.0)
+                self.bytes_before += nbytes
+                self.cost_before += nbytes / GB * self.inbound_before.get(was, 0.0)
             if now is not None:
                 nbytes = b.table.bytes_at(index[now])
-                bytes_after += nbytes
-                cost_after += nbytes / GB * inbound.get(now, 0.0)
+                self.bytes_after += nbytes
+                self.cost_after += nbytes / GB * self.inbound.get(now, 0.0)
                 bound = [n for n in b.datasets if n in allowed]
                 outside = [n for n in bound if region.get(now) not in allowed[n]]
                 if outside:
-                    violations.append(
+                    self.violations.append(
                         {"run": run_id, "unit": b.unit, "site": now, "datasets": outside}
                     )
             if was == now:
                 continue
             if now is None and was is not None:
-                unplaceable.append({"run": run_id, "unit": b.unit, "why": b.reason})
-            pairs[f"{was or 'unplaceable'}->{now or 'unplaceable'}"] += 1
-            moved.append(
+                self.unplaceable.append({"run": run_id, "unit": b.unit, "why": b.reason})
+            self.pairs[f"{was or 'unplaceable'}->{now or 'unplaceable'}"] += 1
+            self.moved.append(
                 {
                     "run": run_id,
                     "unit": b.unit,
@@ -362,25 +386,26 @@ def replay_records(
                     f"before: {a.reason} (rules: {', '.join(a.rules) or 'none'})",
                 }
             )
-    summary = {
-        "decisions": decisions,
-        "runs": runs,
-        "moved": len(moved),
-        "moved_by_pair": dict(sorted(pairs.items())),
-        "newly_unplaceable": unplaceable,
-        "residency_violations": violations,
-        "transfer_bytes": {
-            "before": bytes_before,
-            "after": bytes_after,
-            "change": bytes_after - bytes_before,
-        },
-        "transfer_cost": {
-            "before": round(cost_before, 4),
-            "after": round(cost_after, 4),
-            "change": round(cost_after - cost_before, 4),
-        },
-    }
-    return {"moved": moved, "summary": summary}
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "decisions": self.decisions,
+            "runs": self.runs,
+            "moved": len(self.moved),
+            "moved_by_pair": dict(sorted(self.pairs.items())),
+            "newly_unplaceable": self.unplaceable,
+            "residency_violations": self.violations,
+            "transfer_bytes": {
+                "before": self.bytes_before,
+                "after": self.bytes_after,
+                "change": self.bytes_after - self.bytes_before,
+            },
+            "transfer_cost": {
+                "before": round(self.cost_before, 4),
+                "after": round(self.cost_after, 4),
+                "change": round(self.cost_after - self.cost_before, 4),
+            },
+        }
 
 
 def held_of(context: Mapping[str, Any]) -> dict[str, Resources]:

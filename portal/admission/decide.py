@@ -291,7 +291,7 @@ def _context_from_database(run_id: int, slug: str, attempt: int, deadline: Deadl
             UnitRun.objects.select_related("run__project")
             .only("id", "name", "attempt", "spec", "upstream", "run__id", "run__project__name")
             .filter(run_id=run_id, slug=slug)
-            # The sites its quotas admitted it for, in the same query (issue 32).
+            # The sites its quotas admitted it for, in the same query.
             .annotate(quota_sites=quota_sites_of_unit())
             .first()
         )

@@ -284,11 +284,9 @@ def _store_batch(entries: list[dict[str, Any]]) -> None:
         _store_batch([entry])
 
 
-def _store(entries: list[dict[str, Any]]) -> None:
-    """Write decisions and, for the unit's current attempt, its site and reason: one query for
-    the units, one insert, one update per unit placed, whatever the number of entries. An
-    entry whose run is gone is dropped; one for an attempt that is no longer current is kept
-    (it says what that attempt's Workflow got) but leaves the unit alone."""
+def _units_of(entries: list[dict[str, Any]]) -> dict[tuple[int, str], tuple[int, int]]:
+    """(run id, unit slug) -> (unit id, its current attempt) for the entries' units, in one
+    query."""
     wanted = {
         (e["run"], e["unit"])
         for e in entries
@@ -303,6 +301,32 @@ def _store(entries: list[dict[str, Any]]) -> None:
             UnitRun.objects.filter(match).order_by().values_list("id", "run_id", "slug", "attempt")
         ):
             units[(run_id, slug)] = (pk, current)
+    return units
+
+
+def _runtime_input(
+    e: dict[str, Any], run_id: int | None, created_at: datetime
+) -> replay.RuntimeInput:
+    """What the decision was planned from, for replaying it later."""
+    body = e.get("snapshot_body")
+    revision = e.get("revision")
+    return replay.RuntimeInput(
+        uid=e["uid"],
+        run_id=run_id,
+        context=e["context"],
+        revision_id=revision if type(revision) is int else None,
+        digest=e["snapshot"],
+        body=body if isinstance(body, dict) else None,
+        at=created_at,
+    )
+
+
+def _store(entries: list[dict[str, Any]]) -> None:
+    """Write decisions and, for the unit's current attempt, its site and reason: one query for
+    the units, one insert, one update per unit placed, whatever the number of entries. An
+    entry whose run is gone is dropped; one for an attempt that is no longer current is kept
+    (it says what that attempt's Workflow got) but leaves the unit alone."""
+    units = _units_of(entries)
     rows = []
     planning: list[replay.RuntimeInput] = []
     placed: dict[int, tuple[int, str, str]] = {}  # unit → the last decision of its attempt
@@ -321,19 +345,7 @@ def _store(entries: list[dict[str, Any]]) -> None:
             datetime.fromtimestamp(at, tz=UTC) if isinstance(at, int | float) else timezone.now()
         )
         if isinstance(e.get("context"), dict) and isinstance(e.get("snapshot"), str):
-            body = e.get("snapshot_body")
-            revision = e.get("revision")
-            planning.append(
-                replay.RuntimeInput(
-                    uid=e["uid"],
-                    run_id=e["run"] if found else None,
-                    context=e["context"],
-                    revision_id=revision if type(revision) is int else None,
-                    digest=e["snapshot"],
-                    body=body if isinstance(body, dict) else None,
-                    at=created_at,
-                )
-            )
+            planning.append(_runtime_input(e, e["run"] if found else None, created_at))
         rows.append(
             PlacementDecision(
                 run_id=e["run"] if found else None,

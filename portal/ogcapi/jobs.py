@@ -44,10 +44,6 @@ def process_id(run: WorkflowRun) -> str | None:
     return str(name) if name else None
 
 
-def runs_of_process(runs: QuerySet[WorkflowRun], process: str) -> QuerySet[WorkflowRun]:
-    return runs.filter(manifest__spec__workflowTemplateRef__name=process)
-
-
 def _time(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
@@ -74,18 +70,11 @@ def message(run: WorkflowRun, units: list[UnitRun] | None, done: int, total: int
     return f"{done} of {total} steps done"
 
 
-def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True) -> dict[str, Any]:
-    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root. With
-    ``detail`` the units are read for the failed steps' messages and the placement; without,
-    the run carries its counts (``with_counts``)."""
-    units = _units(run) if detail else None
-    if units is not None:
-        done, total = sum(1 for u in units if u.phase in FINAL_UNIT), len(units)
-    else:
-        done, total = getattr(run, "units_done", 0), getattr(run, "units_total", 0)
-    status = ogc_status(run)
+def _links(run: WorkflowRun, status: str, base: str, portal: str) -> list[dict[str, str]]:
+    """The job's links: itself, the run page, its placement over REST, and its results once
+    it has ended."""
     job = f"{base}/jobs/{run.pk}"
-    links = [
+    links: list[dict[str, str]] = [
         {"href": job, "rel": "self", "type": "application/json", "title": "this job"},
         {
             "href": f"{portal}/runs/{run.pk}/",
@@ -115,6 +104,19 @@ def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True
                 "title": "results",
             }
         )
+    return links
+
+
+def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True) -> dict[str, Any]:
+    """``base``: the face's root URL (``.../ogcapi``); ``portal``: the site's root. With
+    ``detail`` the units are read for the failed steps' messages and the placement; without,
+    the run carries its counts (``with_counts``)."""
+    units = _units(run) if detail else None
+    if units is not None:
+        done, total = sum(1 for u in units if u.phase in FINAL_UNIT), len(units)
+    else:
+        done, total = getattr(run, "units_done", 0), getattr(run, "units_total", 0)
+    status = ogc_status(run)
     info: dict[str, Any] = {
         "jobID": str(run.pk),
         "type": "process",
@@ -125,7 +127,7 @@ def status_info(run: WorkflowRun, base: str, portal: str, *, detail: bool = True
         "finished": _time(run.finished_at),
         "updated": _time(run.updated_at),
         "progress": 100 if run.finished_at else int(100 * done / total) if total else 0,
-        "links": links,
+        "links": _links(run, status, base, portal),
     }
     if units is not None:
         info["placement"] = [
@@ -163,7 +165,7 @@ def _artifact_link(
     artifact: dict[str, Any], unit: UnitRun, stores: dict[str, Any]
 ) -> dict[str, Any]:
     """An artifact as a download link: a pre-signed GET for exactly that object, valid an
-    hour, never credentials or Secret names (issue #33). Where it is comes from what Argo
+    hour, never credentials or Secret names. Where it is comes from what Argo
     recorded (``presign.location_of``). A repository whose keys cannot be read now (its
     Secret missing, Karmada unreachable) gives the object's ``s3://`` reference instead, so a
     client still learns where it is."""

@@ -1,4 +1,4 @@
-"""A shared fleet (issue 32): quotas per project and site, priority classes ordering what waits,
+"""A shared fleet: quotas per project and site, priority classes ordering what waits,
 and what every unit used and cost.
 
 * ``models``: quotas, priority classes, the quota queue (``Workload``), prices;

@@ -1,10 +1,10 @@
-"""Budgets per project and calendar month (issue 32): what was spent (the usage of its units
+"""Budgets per project and calendar month: what was spent (the usage of its units
 that ended this month, and of those still running until now), a submission's estimate, the
 80 % warning and the optional hard stop.
 
 A submission's estimate is each unit's requests times the mean wall time of the last units of
 the same template in the project (no history: not counted, and the estimate says how many),
-at the prices of the site it was planned at, plus the planned transfers (issue #28): each copy's
+at the prices of the site it was planned at, plus the planned transfers: each copy's
 estimated bytes at its link's ``cost_per_gb``, priced as the run's cost will price it."""
 
 from __future__ import annotations

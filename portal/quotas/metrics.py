@@ -1,4 +1,4 @@
-"""Prometheus figures of a shared fleet (issue 32), refreshed by ``/metrics``: usage and cost
+"""Prometheus figures of a shared fleet, refreshed by ``/metrics``: usage and cost
 per project and site since the portal's records began, quota held and units queued.
 
 Usage and cost are read from every unit that ran; a scrape within ``REFRESH_SECONDS`` of the

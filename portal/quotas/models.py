@@ -1,4 +1,4 @@
-"""Quotas, priority classes, the quota queue and prices (issue 32).
+"""Quotas, priority classes, the quota queue and prices.
 
 Imported by ``portal.models`` so that Django registers them with the ``portal`` app."""
 

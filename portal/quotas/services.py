@@ -360,15 +360,7 @@ def _admit_runtime(
     project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     ordered = sorted(units, key=lambda u: u.position)
-    # Keyed on what the planner reads of a unit besides its name: the items of a fan-out
-    # share it, so their eligible sites are computed once per admission.
-    planned: dict[str, tuple[list[str], set[str]]] = {}
-    where: dict[int, tuple[list[str], set[str]]] = {}
-    for u in ordered:
-        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
-        if key not in planned:
-            planned[key] = eligible_sites(run, u, every)
-        where[u.pk] = planned[key]
+    where = _eligible_by_unit(run, ordered, every)
     governed_here = sorted({s for e, _ in where.values() for s in e} & quota_sites)
     taken: set[int] = set()
     reasons: dict[int, str] = {}
@@ -390,13 +382,7 @@ def _admit_runtime(
                 w.admitted_at = None
         if gone:
             Workload.objects.filter(pk__in=gone).update(admitted_at=None)
-        # Each quota once by name (a site's, a group's), shared by the sites it covers.
-        scopes: dict[str, SiteQuotas] = {}
-        covering: dict[str, list[str]] = {}
-        for site in governed_here:
-            for q in scopes_at(site, all_groups):
-                scopes.setdefault(q.site, q)
-                covering.setdefault(site, []).append(q.site)
+        scopes, covering = _scopes_covering(governed_here, all_groups)
         higher = set(
             waiting()
             .filter(site__in=governed_here, project_id=project_id, priority__gt=priority)
@@ -411,21 +397,7 @@ def _admit_runtime(
                 taken.add(u.pk)  # its creation says it waits for a site, as without quotas
                 continue
             request = request_of(u)
-            room: list[str] = []
-            why: str | None = None
-            for site in eligible:
-                if site not in quota_sites:
-                    room.append(site)
-                    continue
-                reason = (
-                    f"{project}: higher-priority units wait for quota at {site}"
-                    if site in higher
-                    else admission.fits_all(project, request, [scopes[n] for n in covering[site]])
-                )
-                if reason is None:
-                    room.append(site)
-                elif why is None:
-                    why = reason
+            room, why = _room(project, request, eligible, quota_sites, higher, scopes, covering)
             w = existing.get(u.pk)
             row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
             if w is not None and w.attempt != u.attempt:
@@ -460,6 +432,66 @@ def _admit_runtime(
     return taken
 
 
+def _room(
+    project: str,
+    request: Amount,
+    eligible: Sequence[str],
+    quota_sites: set[str],
+    higher: set[str],
+    scopes: Mapping[str, SiteQuotas],
+    covering: Mapping[str, list[str]],
+) -> tuple[list[str], str | None]:
+    """The eligible sites where ``request`` fits every quota covering the site (any site no
+    quota governs; none where a higher-priority unit of the project waits), and why the first
+    that has no room has none."""
+    room: list[str] = []
+    why: str | None = None
+    for site in eligible:
+        if site not in quota_sites:
+            room.append(site)
+            continue
+        reason = (
+            f"{project}: higher-priority units wait for quota at {site}"
+            if site in higher
+            else admission.fits_all(project, request, [scopes[n] for n in covering[site]])
+        )
+        if reason is None:
+            room.append(site)
+        elif why is None:
+            why = reason
+    return room, why
+
+
+def _eligible_by_unit(
+    run: WorkflowRun, ordered: Sequence[UnitRun], every: Sequence[UnitRun]
+) -> dict[int, tuple[list[str], set[str]]]:
+    """Each unit's eligible sites and those with room now (``eligible_sites``), by unit id.
+    Keyed on what the planner reads of a unit besides its name: the items of a fan-out share
+    it, so their eligible sites are computed once per admission."""
+    planned: dict[str, tuple[list[str], set[str]]] = {}
+    where: dict[int, tuple[list[str], set[str]]] = {}
+    for u in ordered:
+        key = json.dumps({k: u.spec.get(k) for k in PLANNED_UNIT_KEYS}, sort_keys=True, default=str)
+        if key not in planned:
+            planned[key] = eligible_sites(run, u, every)
+        where[u.pk] = planned[key]
+    return where
+
+
+def _scopes_covering(
+    sites: Sequence[str], all_groups: Sequence[Group]
+) -> tuple[dict[str, SiteQuotas], dict[str, list[str]]]:
+    """Each quota once by name (a site's, a group's), shared by the sites it covers; and for
+    each site, the names of the quotas covering it."""
+    scopes: dict[str, SiteQuotas] = {}
+    covering: dict[str, list[str]] = {}
+    for site in sites:
+        for q in scopes_at(site, all_groups):
+            scopes.setdefault(q.site, q)
+            covering.setdefault(site, []).append(q.site)
+    return scopes, covering
+
+
 @dataclass
 class _Waiter:
     project: str
@@ -467,8 +499,10 @@ class _Waiter:
 
 
 def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
+    """Admit ``units`` of ``run`` at ``site`` against its quotas, in queue order, under the
+    site's (and its groups') locks: the ids of those admitted; the others wait, each saying
+    why."""
     project = run.project.name if run.project else ""
-    project_id = int(run.project_id or 0)
     _, priority = run_priority(run)
     now = timezone.now()
     with transaction.atomic():
@@ -485,13 +519,7 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         others = sorted((w for w in queue if w.project.name == project), key=_key)
         passed = 0
         ahead: dict[tuple[int, Amount], None] = {}
-        # Other projects' heads, for fair sharing of what is borrowed.
-        heads: dict[str, _Waiter] = {}
-        for w in sorted(queue, key=_key):
-            if w.project.name != project and w.project.name not in heads:
-                heads[w.project.name] = _Waiter(
-                    w.project.name, Amount(w.cpu_millicores, w.memory_bytes, w.gpus)
-                )
+        heads = _heads(queue, project)
 
         def key(u: UnitRun) -> tuple[int, datetime, int]:
             w = existing.get(u.pk)
@@ -522,36 +550,12 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 size = Amount(w_ahead.cpu_millicores, w_ahead.memory_bytes, w_ahead.gpus)
                 ahead[(w_ahead.priority, size)] = None
                 passed += 1
-            why = None
             if blocked is not None:
                 tried += 1
-                if tried > admission.LOOKAHEAD:
-                    why = blocked
-            if why is None:
-                why = _ahead_waits(project, site, priority, ahead, quotas)
-            if why is None:
-                why = admission.fits_all(project, request, quotas)
-            if (
-                why is None
-                and (ahead or blocked is not None)
-                and admission.borrows_any(project, request, quotas)
-            ):
-                # Passing what waits is for units within the nominal quota only.
-                why = (
-                    blocked or f"{project}: earlier units wait for quota at {site} before this one"
-                )
-            if why is None and admission.borrows_any(project, request, quotas):
-                borrowers = [
-                    h.project
-                    for h in heads.values()
-                    if admission.fits_all(h.project, h.request, quotas) is None
-                    and admission.borrows_any(h.project, h.request, quotas)
-                ]
-                if not admission.fair_turn_all(project, borrowers, quotas):
-                    why = (
-                        f"{project} borrows at {site} while projects borrowing less wait; "
-                        "waiting for its fair share"
-                    )
+            if blocked is not None and tried > admission.LOOKAHEAD:
+                why: str | None = blocked
+            else:
+                why = _why_it_waits(project, site, priority, request, quotas, ahead, heads, blocked)
             if why is None:
                 quotas = admission.admit_all(quotas, project, request)
                 taken.add(u.pk)
@@ -561,21 +565,10 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
                 blocked = blocked or _behind(why, project, site)
                 fields = {"admitted_at": None, "reason": why}
                 reasons[u.pk] = why
-            row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
-            if w is not None and (w.attempt != u.attempt or w.site != u.site):
-                row.queued_at = now
-            row.site, row.attempt, row.priority = u.site, u.attempt, priority
-            row.cpu_millicores, row.memory_bytes, row.gpus = (
-                request.cpu,
-                request.memory,
-                request.gpu,
-            )
-            changed = w is None or any(getattr(w, k) != v for k, v in fields.items())
-            for k, v in fields.items():
-                setattr(row, k, v)
+            row, changed = _site_row(w, u, run, priority, request, now, fields)
             if w is None:
                 create.append(row)
-            elif changed or row.site != w.site:
+            elif changed:
                 update.append(row)
         Workload.objects.bulk_create(create, batch_size=500)
         Workload.objects.bulk_update(
@@ -585,6 +578,77 @@ def _admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
         )
     _say_queued(units, taken, reasons)
     return taken
+
+
+def _site_row(
+    w: Workload | None,
+    u: UnitRun,
+    run: WorkflowRun,
+    priority: int,
+    request: Amount,
+    now: datetime,
+    fields: Mapping[str, Any],
+) -> tuple[Workload, bool]:
+    """``u``'s Workload row at its site (``w``, or a new one) with ``fields`` written, and
+    whether they changed it."""
+    project_id = int(run.project_id or 0)
+    row = w or Workload(unit=u, run_id=run.pk, project_id=project_id, queued_at=now)
+    if w is not None and (w.attempt != u.attempt or w.site != u.site):
+        row.queued_at = now
+    row.site, row.attempt, row.priority = u.site, u.attempt, priority
+    row.cpu_millicores, row.memory_bytes, row.gpus = request.cpu, request.memory, request.gpu
+    changed = w is None or any(getattr(w, k) != v for k, v in fields.items())
+    for k, v in fields.items():
+        setattr(row, k, v)
+    return row, changed
+
+
+def _heads(queue: Iterable[Workload], project: str) -> dict[str, _Waiter]:
+    """Other projects' heads of the queue at a site, for fair sharing of what is borrowed."""
+    heads: dict[str, _Waiter] = {}
+    for w in sorted(queue, key=_key):
+        if w.project.name != project and w.project.name not in heads:
+            heads[w.project.name] = _Waiter(
+                w.project.name, Amount(w.cpu_millicores, w.memory_bytes, w.gpus)
+            )
+    return heads
+
+
+def _why_it_waits(
+    project: str,
+    site: str,
+    priority: int,
+    request: Amount,
+    quotas: Sequence[SiteQuotas],
+    ahead: Mapping[tuple[int, Amount], None],
+    heads: Mapping[str, _Waiter],
+    blocked: str | None,
+) -> str | None:
+    """Why a unit of ``project`` waits at ``site`` (None: it is admitted): the project's units
+    queued ahead of it, its quotas, and, when it borrows, whether it passes what waits (only
+    units within the nominal quota do) and its fair turn among the projects that borrow."""
+    why = _ahead_waits(project, site, priority, ahead, quotas)
+    if why is None:
+        why = admission.fits_all(project, request, quotas)
+    if (
+        why is None
+        and (ahead or blocked is not None)
+        and admission.borrows_any(project, request, quotas)
+    ):
+        return blocked or f"{project}: earlier units wait for quota at {site} before this one"
+    if why is None and admission.borrows_any(project, request, quotas):
+        borrowers = [
+            h.project
+            for h in heads.values()
+            if admission.fits_all(h.project, h.request, quotas) is None
+            and admission.borrows_any(h.project, h.request, quotas)
+        ]
+        if not admission.fair_turn_all(project, borrowers, quotas):
+            return (
+                f"{project} borrows at {site} while projects borrowing less wait; "
+                "waiting for its fair share"
+            )
+    return why
 
 
 def _ahead_waits(
@@ -685,17 +749,6 @@ def queued_runs_in(sites: Iterable[str]) -> list[int]:
     return sorted(set(waiting().filter(where).values_list("run_id", flat=True).distinct()))
 
 
-def queued_runs_at(site: str) -> list[int]:
-    """Runs with units queued at ``site``: to advance when its quotas change."""
-    return queued_runs_in([site])
-
-
-def quota_changed(site: str) -> None:
-    """An operator raised, lowered or removed a quota at ``site``: the runs queued there are
-    advanced now (once the change is committed), not at the next resync."""
-    quota_changed_at([site])
-
-
 def quota_sites(quota: Quota) -> list[str]:
     """The sites a quota covers now: its site, or its group's."""
     if quota.site_id is not None and quota.site is not None:
@@ -742,7 +795,7 @@ def queue_of(units: Sequence[UnitRun]) -> dict[int, QueueEntry]:
     if not mine:
         return {}
     # One read of each queue concerned, in its order: a position is an index, not a count
-    # per unit (a run page of 10,000 queued tiles would have made 10,000 queries).
+    # per unit (which would be a query per queued tile of the run page).
     queues = {(w.site, w.project_id) for w in mine.values()}
     out: dict[int, QueueEntry] = {}
     for site, project_id in queues:

@@ -1,7 +1,7 @@
-"""What units used and cost (issue 32), as OpenCost counts it: a unit's resource-seconds are
+"""What units used and cost, as OpenCost counts it: a unit's resource-seconds are
 its requests times its wall time (the larger of that and its actual usage where the member
 reports it), its compute cost those times its site's prices. Transfer cost is what transfer units
-(issue #28) actually moved: the bytes a copy reported, times the ``cost_per_gb`` of the link it
+actually moved: the bytes a copy reported, times the ``cost_per_gb`` of the link it
 crossed (its producer's site to its relay); every other unit has none. A transfer that has not
 reported its bytes yet (still running, or failed) has moved nothing the portal can price.
 

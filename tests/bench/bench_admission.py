@@ -1,4 +1,4 @@
-"""Quota admission benchmark (issue 32): a workload mix like Kueue's scheduler benchmark: 10
+"""Quota admission benchmark: a workload mix like Kueue's scheduler benchmark: 10
 projects with quotas (some may borrow, some may not) at 50 sites, 15,000 units of mixed sizes
 (CPU, memory, some GPUs) arriving in runs over an hour, each running for a while. A discrete
 event simulation admits them with the portal's own decision (``portal.quotas.admission``):

@@ -1,4 +1,4 @@
-"""The embedded demo keeps up (issue 19): ``manage.py run_demo`` with no servers (SQLite, the
+"""The embedded demo keeps up: ``manage.py run_demo`` with no servers (SQLite, the
 filesystem broker of ``portal/broker.py``, the sandbox fleet), a ``--items``-item fan-out
 (default 200), then a one-step run submitted the moment the fan-out ends.
 

@@ -1,4 +1,4 @@
-"""Benchmark of running workflows across sites (issue 5), with every real part.
+"""Benchmark of running workflows across sites, with every real part.
 
 Prints:
 * runs accepted per second end to end (REST over HTTP → stored and planned → Celery → step

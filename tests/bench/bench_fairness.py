@@ -1,4 +1,4 @@
-"""Fairness of execution (issue 21, item 4): a one-step run behind a 5,000-unit run, and a
+"""Fairness of execution: a one-step run behind a 5,000-unit run, and a
 project's fan-out beside another project's several fan-outs.
 
 Prints, with every real part (sandbox, worker with two processes, watcher, gunicorn):

@@ -1,5 +1,4 @@
-"""A big ``withItems`` fan-out, with every real part (issue 20), and a small run behind it
-(issue 21, item 4).
+"""A big ``withItems`` fan-out, with every real part, and a small run behind it.
 
 Prints, for ``--items`` tiles (default 10,000) over ``--sites`` sites (default 50), each tile
 read from a dataset held at one site:
@@ -43,7 +42,7 @@ DB = os.environ.get("BENCH_DB", "portal_bench_fanout")
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/12")
 DOMAIN = "portal.multisite.io"
 # Raw creates timed for the floor (the rate, scaled to the fan-out): the sandbox creates at
-# a few dozen a second once it holds 10,000 workflows, so all of them took over ten minutes.
+# a few dozen a second once it holds 10,000 workflows, so timing all of them takes minutes.
 RAW_SAMPLE = 1000
 
 
@@ -301,7 +300,7 @@ def main() -> None:
                 print_accepted(args.items, args.sites, accepted, floor_accept)
                 print_pages(pages)
                 return
-            # The small run behind the big one (issue 21, item 4).
+            # The small run behind the big one.
             behind: dict[str, float] = {}
             small = threading.Thread(
                 target=lambda: behind.update(zip(("accept", "done"), one_step(stack), strict=True))

@@ -1,4 +1,4 @@
-"""Step-to-step latency (issue 20), with every real part: for a chain of ``--steps`` steps
+"""Step-to-step latency, with every real part: for a chain of ``--steps`` steps
 (default 20) alternating between two sites, steps that end at once, the time from a unit's
 member Workflow reaching Succeeded (its ResourceBinding shows it) to its dependent's step
 workflow being created on karmada-apiserver. Both moments are seen by this process's own

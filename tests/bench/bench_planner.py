@@ -1,7 +1,7 @@
-"""Planner benchmark (issue 4): one decision at 200 sites x 50 rules, and whole plans of
+"""Planner benchmark: one decision at 200 sites x 50 rules, and whole plans of
 1,000- and 2,000-unit DAGs over 200 sites, each beside a floor measured in the same run.
 
-Also the preview of 1,000 and 2,000 units over 200 sites as the API answers it (issue 20).
+Also the preview of 1,000 and 2,000 units over 200 sites as the API answers it.
 
 Run: ``.venv/bin/python tests/bench/bench_planner.py`` (about ten seconds). Targets: decision
 p99 <= 5 ms; 1,000 units <= 200 ms; 2,000 units <= 2.2 x the 1,000-unit time; the preview of
@@ -202,6 +202,15 @@ def main() -> None:
     rules = make_rules(rng, fleet)
     limits = Limits(max_units=10_000)
 
+    bench_decision(rng, fleet, rules, datasets, limits)
+    parsed_by_size = bench_plans(fleet, rules, datasets, limits)
+    bench_preview(parsed_by_size, fleet, rules, datasets)
+
+
+def bench_decision(
+    rng: random.Random, fleet: Fleet, rules: Any, datasets: Any, limits: Limits
+) -> None:
+    """One decision, as the webhook makes it: warm (one snapshot for a while) and cold."""
     # -- one decision (what the webhook does: a fresh context every call) ------------------
     sample = parse_workflow(make_workflow(rng, 400), limits=limits).units
     upstream = {
@@ -259,6 +268,9 @@ def main() -> None:
     )
     print(f"  floor (touch each site and rule once): p50 {ms(statistics.median(floor_times))}")
 
+
+def bench_plans(fleet: Fleet, rules: Any, datasets: Any, limits: Limits) -> dict[int, Any]:
+    """Whole plans of 1,000 and 2,000 units; the parsed workflows, for the preview's figures."""
     # -- whole plans --------------------------------------------------------------------------
     sizes = (1000, 2000)
     parsed_by_size = {
@@ -310,14 +322,14 @@ def main() -> None:
         print(f"  parse of the same workflow (not in the plan time): {ms(parse_time)}")
     ratio = results[2000] / results[1000]
     print(f"ratio 2000/1000 units: {ratio:.2f}   (targets: 1000 units <= 200 ms, ratio <= 2.2)")
-    bench_preview(parsed_by_size, fleet, rules, datasets)
+    return parsed_by_size
 
 
 def bench_preview(parsed_by_size: dict[int, Any], fleet: Fleet, rules: Any, datasets: Any) -> None:
     """The preview as ``POST /api/v1/runs/preview/`` answers it, after the body is parsed:
     plan, the answer's dict (each unit's best candidates inline, ``PREVIEW_TOP``, as the API's
     default), and its JSON text. Beside it: the same with every table in full
-    (``?candidates=all``, what the API answered before) and one unit's full table
+    (``?candidates=all``) and one unit's full table
     (``?unit=<name>``, the rest a request away), and the plan alone as the floor."""
     import json
 

@@ -1,4 +1,4 @@
-"""Benchmark of a transfer (issue #28): a 256 MiB artifact written at site-a and read by a GPU
+"""Benchmark of a transfer: a 256 MiB artifact written at site-a and read by a GPU
 step at site-c, which cannot read site-a's repository, so the portal relays it through a copy
 at site-b (A -> B -> C). Printed beside the floor of copying the same bytes through the
 repositories' endpoints directly with botocore (a pre-signed GET from site-a's, a pre-signed
@@ -33,7 +33,7 @@ from placement.demo import ARTIFACT_STORES, create_credentials  # noqa: E402
 from portal import presign  # noqa: E402
 from tests.bench.benchstack import BenchStack  # noqa: E402
 
-# 256 MiB as issue #28 asks; 1 GiB too, since at 256 MiB the copy takes about a second and
+# 256 MiB, the size asked for; 1 GiB too, since at 256 MiB the copy takes about a second and
 # Argo's whole-second finish time is a large part of it.
 SIZES = [int(m) for m in os.environ.get("BENCH_TRANSFER_MIB", "256,1024").split(",")]
 DB = "portal_bench_transfer"

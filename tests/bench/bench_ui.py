@@ -1,4 +1,4 @@
-"""Dashboard benchmark (issue 7): server render time of the run page for a 2,000-unit run,
+"""Dashboard benchmark: server render time of the run page for a 2,000-unit run,
 beside a floor measured in the same run (the empty runs list: login, session, base template).
 
 Run: ``.venv/bin/python tests/bench/bench_ui.py``. It creates a throw-away test database

@@ -1,4 +1,4 @@
-"""Benchmark of the runtime placement webhook (issue 6).
+"""Benchmark of the runtime placement webhook.
 
 Prints the webhook's p50/p99 latency under 100 concurrent clients beside a no-op view served
 the same way in the same run: ``POST /bench/noop/`` with the same body, through the same

@@ -1,8 +1,7 @@
 """The portal end to end (PostgreSQL, Redis, a Celery worker, the watcher, the webhook) on a
 sandbox that really runs the steps. Each site's repository Secret is propagated to its own
-cluster only (issue #28); a file written at one site is read at another through a pre-signed
-URL for exactly that object. The demo pipeline, with real results on the run page. Issue 16,
-issue 17 item 2, issue 28."""
+cluster only; a file written at one site is read at another through a pre-signed
+URL for exactly that object. The demo pipeline, with real results on the run page."""
 
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ pytestmark = [pytest.mark.integration]
 
 NS = "portal"  # KARMADA_NAMESPACE
 KUBECTL = shutil.which("kubectl")
-CREDENTIALS = "portal.multisite.io/artifact-credentials"
 SECRET = "site-a-artifacts-credentials"
 CONTENT = "line one\nsecond line: ünïcode & symbols $HOME {{not-a-template}}"
 
@@ -72,7 +70,7 @@ def kubectl_json(stack: Stack, *args: str) -> Any:
 
 
 def test_no_member_holds_another_site_s_repository_secret(live_executing: Stack) -> None:
-    """Issue #28: each ``*-artifacts-credentials`` Secret is bound to its own cluster only
+    """Each ``*-artifacts-credentials`` Secret is bound to its own cluster only
     (its ResourceBinding, as ``kubectl get resourcebindings`` shows it), the every-member
     policy of old is gone, and each member holds its own Secret and no other."""
     secrets = {f"{site}-artifacts-credentials": site for site in ("site-a", "site-b", "site-c")}

@@ -1,5 +1,5 @@
 """``make examples`` on a small fast subset: Argo's examples through the portal end to end
-(REST submit, the executing sandbox, wait), each reaching Argo's outcome (issue 18)."""
+(REST submit, the executing sandbox, wait), each reaching Argo's outcome."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ SUBSET = [
     "arguments-parameters.yaml",
     "parallel-workflow.yaml",
     "dag-conditional-parameters.yaml",
-    # An approval gate: the runner resumes it as a user would (issue 18, item 14).
+    # An approval gate: the runner resumes it as a user would.
     "suspend-template.yaml",
 ]
 

@@ -1,5 +1,5 @@
 """Runs across sites with every real part: REST, PostgreSQL, Redis, a Celery worker, the
-watcher, and the sandbox fleet over HTTP (issue 5)."""
+watcher, and the sandbox fleet over HTTP."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_the_demo_runs_to_succeeded_across_three_sites(live: Stack, api: APIClie
     assert all(u.phase == "Succeeded" for u in units.values())
 
     # inference received preprocess's output artifact, from where preprocess wrote it: a
-    # pre-signed GET for exactly that object in site-b's repository (issue #28).
+    # pre-signed GET for exactly that object in site-b's repository.
     patches = next(a for a in units["preprocess"].outputs["artifacts"] if a["name"] == "patches")
     inference = next(
         w
@@ -176,7 +176,7 @@ def test_a_site_lost_mid_run_has_its_units_placed_again(live: Stack, user: User)
         assert failover.site == pre.site
         assert any(c["site"] == lost and not c["eligible"] for c in failover.candidates)
         # Not site-c: it reads ingest's output at site-a only through a copy at site-b, the
-        # site just lost (issue #28).
+        # site just lost.
         assert pre.site == "site-a"
         why = {c["site"]: c["why"] for c in failover.candidates}
         assert "cannot reach the artifact repository of site-a" in why["site-c"], why["site-c"]

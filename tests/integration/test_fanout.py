@@ -1,4 +1,4 @@
-"""Big fan-outs with every real part (issues 20 and 21, item 4): created in turns, other runs
+"""Big fan-outs with every real part: created in turns, other runs
 served in between, nothing lost or duplicated when the worker is killed mid fan-out, and a
 Karmada outage said on the run."""
 

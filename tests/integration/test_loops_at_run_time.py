@@ -1,4 +1,4 @@
-"""Loops known only at run time, through the whole stack (issue 18 items 1, 2 and 16): a
+"""Loops known only at run time, through the whole stack: a
 ``withSequence`` whose count is an earlier step's output, expanded once that output is known;
 its ``when`` decided per item with ``{{item}}`` bound; an expression tag in the arguments."""
 

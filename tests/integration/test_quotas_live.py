@@ -1,4 +1,4 @@
-"""Quotas on the live stack (issue 32): two projects share the demo fleet; eo-demo has 8 CPU at
+"""Quotas on the live stack: two projects share the demo fleet; eo-demo has 8 CPU at
 site-b and may not borrow. Its fan-out of 1-CPU tiles never has more than 8 step workflows in
 flight at site-b, every tile succeeds, and the other project's one-step run submitted meanwhile
 starts at once. The stack runs without the periodic resync: queued tiles are admitted because

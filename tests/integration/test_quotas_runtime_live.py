@@ -1,4 +1,4 @@
-"""Quotas hold back units placed at run time, on the live stack (issue 32): eo-demo has 16 CPU
+"""Quotas hold back units placed at run time, on the live stack: eo-demo has 16 CPU
 over the group of sites in eu-west (site-a and site-b, by their region label) and none at
 site-c. Its burst of 8-CPU items (60 s each, 3 s at the sandbox's time scale) that the demo's
 rule leaves to the webhook never has more than two items in flight, never lands at site-c,

@@ -1,4 +1,4 @@
-"""What a real transfer costs, on the live stack (issues #28 and #32): the demo's site-c cannot
+"""What a real transfer costs, on the live stack: the demo's site-c cannot
 read site-a's repository, so a GPU step at site-c reading site-a's output reads a copy made at
 site-b. The copy's cost is the bytes it reported times the site-a -> site-b link's
 ``cost_per_gb``, and the transfer unit in REST, the run's ``cost.transfer`` and the project's

@@ -1,4 +1,4 @@
-"""The data plane on the live stack (issue #28): the demo fleet's site-c (the GPUs) cannot read
+"""The data plane on the live stack: the demo fleet's site-c (the GPUs) cannot read
 site-a's repository, so a step at site-c reading what a step at site-a wrote reads a copy a
 transfer unit made at site-b (which reads site-a and which site-c reads); every read is a
 pre-signed URL for exactly that object; a fan-out shares one copy; residency holds across

@@ -1,5 +1,5 @@
-"""Argo's meaning across step workflows on the sandbox over HTTP (issue 18, items 5, 6, 8 and
-the node facts of variables-showcase): ConfigMap arguments read at the site that runs each
+"""Argo's meaning across step workflows on the sandbox over HTTP (the node facts of
+variables-showcase among them): ConfigMap arguments read at the site that runs each
 step, node facts of an earlier unit, and preview warnings naming the field."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Artifacts across sites (issue #17, item 2; issue #28), against a sandbox that really runs the
+"""Artifacts across sites, against a sandbox that really runs the
 steps: Argo records only an output's key, and a reader resolves a key against its own site's
 repository, so the portal resolves it against the producing site's repository and gives the
 reader a pre-signed GET for exactly that object, signed with the keys of site-a's Secret on

@@ -1,4 +1,4 @@
-"""Artifacts across sites (issue #17, item 2; issue #28): the reader would go to site-c (the
+"""Artifacts across sites: the reader would go to site-c (the
 data it also reads is there) but site-c cannot reach site-a's artifact repository (the
 sandbox's fleet says so, and the inventory's link says the same): it stays at site-c when a
 relay can copy the output, and goes to site-b, which reads site-a, when none can."""
@@ -99,7 +99,7 @@ def test_a_reader_that_cannot_reach_the_writers_repository_reads_through_a_relay
 ) -> None:
     """The reader goes where its other data is (site-c) although site-c cannot read site-a's
     repository: site-b reads it and site-c reads site-b, so the plan counts on a copy at
-    site-b (issue #28; tests/integration/test_transfers.py runs it end to end)."""
+    site-b (tests/integration/test_transfers.py runs it end to end)."""
     user = get_user_model().objects.get(username="scientist")
     run: WorkflowRun = services.run_submit(user=user, body=pipeline())
     write, read = run.units.get(name="write"), run.units.get(name="read")

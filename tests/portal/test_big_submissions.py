@@ -1,5 +1,5 @@
-"""Big submissions (issue 20): units streamed with COPY, candidate tables stored once per
-distinct table while every unit keeps its own decision row (issue 17, item 5)."""
+"""Big submissions: units streamed with COPY, candidate tables stored once per
+distinct table while every unit keeps its own decision row."""
 
 from __future__ import annotations
 

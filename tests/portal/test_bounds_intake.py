@@ -1,4 +1,4 @@
-# Bounded intake through the portal (issue 21, items 2, 5 and 14): the API, the webhook and the
+# Bounded intake through the portal: the API, the webhook and the
 # worker refuse oversized loops, unreadable expressions and dense DAGs cleanly, and the parameter
 # form reads a document once.
 
@@ -63,7 +63,7 @@ def preview(api, doc: dict):
     [
         ({"count": "20000000"}, "count"),
         ({"count": "1000000000"}, "count"),
-        ({"end": "9" * 5000}, "end"),  # was a 500: int() refuses more than 4,300 digits
+        ({"end": "9" * 5000}, "end"),  # a 400, not a 500: int() refuses more than 4,300 digits
     ],
 )
 @pytest.mark.parametrize("endpoint", ["/api/v1/runs/preview/", "/api/v1/runs/"])

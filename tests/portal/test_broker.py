@@ -1,9 +1,9 @@
-"""Issue 19 ("the demo keeps up"): the embedded demo's broker (portal/broker.py) never hands a
-consumer a half-written message, so its worker can poll every 50 ms instead of every second.
+"""The embedded demo's broker (portal/broker.py) never hands a consumer a half-written message,
+so its worker can poll every 50 ms.
 
 Real processes write while others read, through kombu's own Connection and queues; nothing is
 mocked. The stock kombu filesystem transport fails ``test_a_fast_reader_never_meets_a_half_
-written_message`` (it creates the file, then writes it), which is why the demo polled slowly.
+written_message`` (it creates the file, then writes it).
 """
 
 from __future__ import annotations

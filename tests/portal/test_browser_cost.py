@@ -1,4 +1,4 @@
-"""The run page of a shared fleet in a real browser (issue #32): Chromium (Playwright) reads
+"""The run page of a shared fleet in a real browser: Chromium (Playwright) reads
 the Cost panel (compute, transfer, total, and per unit, a transfer unit among them) and the
 units Queued for quota, with why and their position, as a scientist sees them."""
 

@@ -1,4 +1,4 @@
-"""A fan-out spreads by capacity on Karmada, not only in the planner (issue #17, item 6): three
+"""A fan-out spreads by capacity on Karmada, not only in the planner: three
 member clusters that hold 20 CPUs each (as their Cluster status reports it), a 60-tile fan-out
 of one-CPU tiles submitted over REST, the worker creates the step workflows, and Karmada's
 bindings put 20 on each site."""

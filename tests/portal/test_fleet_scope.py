@@ -1,4 +1,4 @@
-# The fleet pages show the datasets the user may see, exactly as the API does (issue 21, item 7).
+# The fleet pages show the datasets the user may see, exactly as the API does.
 
 from __future__ import annotations
 

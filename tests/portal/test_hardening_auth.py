@@ -1,4 +1,4 @@
-"""Issue 21, items 6 and 10 in Django: the webhook token is redacted from Django's request
+"""In Django: the webhook token is redacted from Django's request
 logs, and failed logins and API tokens are throttled per user and per address."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21, items 6 and 12 under gunicorn, as production runs it (docker-compose.yml,
+"""Under gunicorn, as production runs it (docker-compose.yml,
 deploy/): the webhook token never reaches a log line, and chunked bodies are read.
 
 gunicorn listens on 127.0.0.1 only. The webhook answers these requests before it needs the

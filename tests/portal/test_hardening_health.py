@@ -1,8 +1,7 @@
-"""Issue 21, items 3 and 11: every Karmada call carries a (connect, read) timeout, /readyz
+"""Every Karmada call carries a (connect, read) timeout, /readyz
 answers within its budget from a cached probe, and says what failed only to those allowed.
 
-The silent listener is on the loopback interface: it accepts connections and never answers,
-as the red team's did."""
+The silent listener is on the loopback interface: it accepts connections and never answers."""
 
 from __future__ import annotations
 
@@ -122,7 +121,7 @@ def test_readyz_answers_within_its_budget_with_karmada_silent(
         response = Client().get("/readyz")
         answers.append((response.status_code, response.json(), time.monotonic() - started))
 
-    # Six at once (the red team's six blocked every web worker), then six more one by one.
+    # Six at once (six could block every web worker), then six more one by one.
     threads = [threading.Thread(target=hit, daemon=True) for _ in range(6)]
     for t in threads:
         t.start()

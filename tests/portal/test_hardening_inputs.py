@@ -1,4 +1,4 @@
-"""Issue 21, items 9 and 12: hostile bodies get a 4xx, never a 500, and chunked bodies are read."""
+"""Hostile bodies get a 4xx, never a 500, and chunked bodies are read."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Minor hardening, over HTTP against the live server as an ordinary project member: NUL
+"""Small guards, over HTTP against the live server as an ordinary project member: NUL
 characters anywhere a client can put them, a dataset PATCH with an empty replica, a stranger's
 failed logins, the demo's SQLite file mode, and API keys stored hashed and shown once."""
 

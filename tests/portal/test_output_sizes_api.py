@@ -1,4 +1,4 @@
-"""Declared output sizes over REST (issue #17, item 2): a malformed ``output-sizes`` annotation is
+"""Declared output sizes over REST: a malformed ``output-sizes`` annotation is
 a 400 naming the field at preview and at submission; a valid one shows in the candidate rows of
 the units that read the outputs."""
 

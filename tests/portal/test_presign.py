@@ -1,4 +1,4 @@
-"""Pre-signed reads (issue #28): the URL a step gets for another site's output is an S3 SigV4
+"""Pre-signed reads: the URL a step gets for another site's output is an S3 SigV4
 query-signed GET for exactly that object, checked here against the signature computed from
 AWS's published algorithm (an independent implementation, not botocore's), and the step's
 arguments carry the URL and no Secret reference."""

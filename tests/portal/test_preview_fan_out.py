@@ -1,5 +1,5 @@
 """The submit page's preview of a big fan-out draws one node for the loop, as the run page
-does (it drew every item: a 200-item fan-out was a DAG 25,000 pixels tall)."""
+does, so a 200-item fan-out is a DAG a screen tall, not a node per item."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The submit page's preview lists the copies the plan implies, as the REST preview does
-(issue #28): a GPU step at site-c reading what a step pinned to site-a writes reads a copy
+"""The submit page's preview lists the copies the plan implies, as the REST preview does:
+a GPU step at site-c reading what a step pinned to site-a writes reads a copy
 made at site-b."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Quotas over a group of sites and quota admission of units placed at run time (issue 32):
+"""Quotas over a group of sites and quota admission of units placed at run time:
 a quota naming a group by its sites' labels limits what the project holds across the group;
 a runtime unit is admitted for the eligible sites where its quotas have room (the webhook and
 its fallback site choose among those only) or waits Queued; its end and its placement wake
@@ -192,12 +192,6 @@ def test_fleet_staff_set_a_group_quota_in_the_admin(
 def demo(db: Any) -> User:
     call_command("load_demo", verbosity=0)
     return User.objects.get(username="scientist")
-
-
-def items_of(run: WorkflowRun) -> list[UnitRun]:
-    return list(
-        run.units.filter(timing=UnitTiming.RUNTIME, phase=UnitPhase.PENDING).order_by("position")
-    )
 
 
 def submitted_burst(user: User, n: int) -> tuple[WorkflowRun, list[UnitRun], list[UnitRun]]:

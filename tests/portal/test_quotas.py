@@ -1,4 +1,4 @@
-"""Quotas against the database (``portal.quotas.services``) and over REST (issue 32): units
+"""Quotas against the database (``portal.quotas.services``) and over REST: units
 over their project's quota are queued with why and their position, admitted as quota frees,
 higher priority first; ``/api/v1/quotas/`` for fleet staff."""
 

@@ -1,4 +1,4 @@
-"""Fan-out reservations through submission (issue #17, item 6): a 60-tile fan-out over three
+"""Fan-out reservations through submission: a 60-tile fan-out over three
 sites that hold 20 CPUs each spreads over all three, and what active runs hold counts as taken
 until the member reports the step running."""
 

@@ -13,8 +13,6 @@ from portal.karmada import lists, resources
 from tests.factories import UserFactory
 from tests.fixtures_sandbox import SandboxServer
 
-KARMADA_OWN = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields")
-
 
 def _objects() -> dict[tuple[str, str], dict[str, Any]]:
     """Every portal policy on karmada-apiserver, without Karmada's own fields and without the

@@ -199,7 +199,7 @@ def test_a_webhook_decision_is_recorded_and_replayed_like_a_submission(
     assert len(moved) == 2
     # Decided as the webhook decides, for a step workflow already built: site-c (the only
     # site left in its regions) reads site-a's repository only through a copy, which a built
-    # step cannot get (issue #28), so nothing could take it.
+    # step cannot get, so nothing could take it.
     assert {(m["run"], m["unit"], m["from"], m["to"], m["timing"]) for m in moved} == {
         (run.pk, "preprocess", "site-b", None, "runtime")
     }

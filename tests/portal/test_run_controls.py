@@ -1,4 +1,4 @@
-"""Run-level controls the portal holds across units (issue 18, items 11, 14, 15): parallelism,
+"""Run-level controls the portal holds across units: parallelism,
 failFast, spec.suspend and resume, spec.shutdown, the run's activeDeadlineSeconds and
 artifactGC, against the sandbox fleet over HTTP (PostgreSQL, no worker: the advance and the
 binding reader run in this process, as the worker and the watcher would)."""

@@ -1,4 +1,4 @@
-"""A run's global outputs (``globalName``) in its REST representation (issue 18.9)."""
+"""A run's global outputs (``globalName``) in its REST representation."""
 
 from __future__ import annotations
 

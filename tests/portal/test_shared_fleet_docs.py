@@ -1,4 +1,4 @@
-"""Issue #32's documentation: the operator guide's "Quotas, priorities and prices" and the
+"""The shared fleet's documentation: the operator guide's "Quotas, priorities and prices" and the
 scientist guide's "Why is my step queued?" and "What did my run cost?" exist, and the operator
 guide names every Prometheus figure ``/metrics`` exports for a shared fleet, as exported."""
 

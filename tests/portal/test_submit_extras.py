@@ -1,4 +1,4 @@
-"""Issue 19, around the run page: the admin's "Add site", the preview's candidate tables, enum
+"""Around the run page: the admin's "Add site", the preview's candidate tables, enum
 parameters, the default project, ``run_demo`` stopping what it started when start-up fails, and
 the pod names the log reader asks a site for."""
 

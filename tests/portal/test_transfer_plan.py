@@ -1,5 +1,5 @@
-"""Which site relays an output a reader's site cannot read, and what the preview lists
-(issue #28). Pure: the planner's inputs, no database."""
+"""Which site relays an output a reader's site cannot read, and what the preview lists.
+Pure: the planner's inputs, no database."""
 
 from __future__ import annotations
 

@@ -225,8 +225,8 @@ def test_a_unit_of_a_suspended_run_says_the_run_waits_to_be_resumed(
 def test_a_unit_whose_pod_is_pending_at_its_site_names_the_members_reason(
     sites: None, scientist: User
 ) -> None:
-    """A tainted or full site used to be blamed on "the site's capacity, or its image pulls"
-    whatever the member said."""
+    """A tainted or full site is named for what the member said, not blamed on "the site's
+    capacity, or its image pulls"."""
     from portal.controller import bindings
     from portal.selectors import unit_detail
 

@@ -1,4 +1,4 @@
-"""Usage and cost (issue 32): requests times wall time times the site's prices, bytes moved
+"""Usage and cost: requests times wall time times the site's prices, bytes moved
 times the link's price, in Decimal cents that reconcile: the units' costs sum to the run's
 total and to the project's total for the period; ``/api/v1/usage/`` and its CSV."""
 
@@ -99,7 +99,7 @@ def ran(run: WorkflowRun, name: str, cpu: int, seconds: int, *, ended_days_ago: 
 
 
 def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-a") -> UnitRun:
-    """A transfer unit (issue #28) at site-b that copied ``nbytes`` from ``source``."""
+    """A transfer unit at site-b that copied ``nbytes`` from ``source``."""
     unit = ran(run, name, 0, 2)
     outputs = (
         {"parameters": [{"name": "bytes", "value": str(nbytes)}]} if nbytes is not None else {}
@@ -122,9 +122,9 @@ def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-
     return unit
 
 
-def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
-    priced: tuple[Site, Site], api_client_for: Any, staff: User
-) -> None:
+def two_runs_of_eo_demo() -> tuple[WorkflowRun, WorkflowRun]:
+    """Two runs of eo-demo: the first with three steps, a copy and a step whose bytes the
+    planner counted; the second with a step this month and one 40 days ago."""
     eo = Project.objects.create(name="eo-demo")
     first: WorkflowRun = WorkflowRunFactory(project=eo)
     second: WorkflowRun = WorkflowRunFactory(project=eo)
@@ -143,6 +143,13 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     )
     ran(second, "b0", 2000, 1800)  # 2 x 0.5 x 0.04 + 0.5 x 0.005 = 0.0425 -> 0.04
     ran(second, "old", 1000, 3600, ended_days_ago=40)
+    return first, second
+
+
+def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
+    priced: tuple[Site, Site], api_client_for: Any, staff: User
+) -> None:
+    first, second = two_runs_of_eo_demo()
     api = api_client_for(staff)
     detail = api.get(f"/api/v1/runs/{first.pk}/").json()
     assert detail["cost"] == {

@@ -1,4 +1,4 @@
-"""The runtime placement webhook (issue 6): AdmissionReviews as karmada-apiserver sends them."""
+"""The runtime placement webhook: AdmissionReviews as karmada-apiserver sends them."""
 
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def test_it_places_preprocess_at_site_a_when_site_a_has_room(client, demo_run):
 
 
 def test_it_sees_a_cordon_within_the_snapshot_lifetime_only_after_refresh(client, demo_run):
-    # Here site-c reads site-a's repository (in the demo fleet it does not, issue #28).
+    # Here site-c reads site-a's repository (in the demo fleet it does not).
     SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
         artifacts_reachable=True
     )
@@ -568,8 +568,8 @@ def test_the_context_decides_like_the_database_would(client, demo_run):
 def test_both_ways_the_webhook_binds_a_step_by_what_its_ancestors_read(client, demo_run):
     """ingest read sentinel2-l1c, which may now only be read in eu-central: preprocess reads
     only ingest's outputs (pulled to site-a by their 20 GB), and both the placement context
-    and the database path bind it to site-c, saying why (issue #17, item 5)."""
-    # Here site-c reads site-a's repository (in the demo fleet it does not, issue #28).
+    and the database path bind it to site-c, saying why."""
+    # Here site-c reads site-a's repository (in the demo fleet it does not).
     SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
         artifacts_reachable=True
     )
@@ -852,7 +852,7 @@ def test_register_applies_the_configuration_through_the_gateway(settings, monkey
 
 
 def test_without_a_context_it_places_only_where_the_quota_admitted_the_unit(client, demo_run):
-    # Issue 32: the worker admitted the unit for site-b only (its quota is full at site-a,
+    # The worker admitted the unit for site-b only (its quota is full at site-a,
     # where data locality would send it now that site-a has room); the database path reads
     # that, in the unit's own query, as the context would say it.
     from django.utils import timezone

@@ -1,4 +1,4 @@
-"""Residency holds for everything derived, in the webhook's own decision (issue #17, item 5),
+"""Residency holds for everything derived, in the webhook's own decision,
 against the sandbox over HTTP: karmada-apiserver (the sandbox) calls the portal's webhook (the
 test's live server) when a runtime step workflow is created, and the unit that reads only the
 outputs of a step that read a residency-bound dataset is placed inside the dataset's region,

@@ -1,4 +1,4 @@
-"""The WorkflowTemplate catalogue over REST (issue 18): list/create/replace/delete by project,
+"""The WorkflowTemplate catalogue over REST: list/create/replace/delete by project,
 and a templateRef to a missing template says what is missing and how to add it."""
 
 from __future__ import annotations

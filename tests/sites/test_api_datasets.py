@@ -2,80 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from rest_framework.test import APIClient
 
-from sites.api.serializers import DatasetSerializer
 from sites.models import Dataset, DatasetReplica, Project, Site
-from tests.factories import DatasetFactory, DatasetReplicaFactory, ProjectFactory, SiteFactory
+from tests.sites.datasets import LIST, detail, names, new_dataset, paths
 
 pytestmark = pytest.mark.django_db
-
-LIST = "/api/v1/datasets/"
-
-
-def detail(dataset: Dataset) -> str:
-    return f"/api/v1/datasets/{dataset.pk}/"
-
-
-def paths(response) -> list[str]:
-    return [error["path"] for error in response.json()["errors"]]
-
-
-def names(response) -> list[str]:
-    assert response.status_code == 200, response.content
-    return [d["name"] for d in response.json()["results"]]
-
-
-@pytest.fixture
-def project_dataset(project: Project, other_site: Site) -> Dataset:
-    """A dataset of the scientist's project, with a replica at a site nobody here operates."""
-    dataset = DatasetFactory(name="project-data", project=project, residency=["eu-west"])
-    DatasetReplicaFactory(dataset=dataset, site=other_site, uri="s3://other/p/", bytes=5)
-    return dataset
-
-
-@pytest.fixture
-def foreign_dataset(db) -> Dataset:
-    """A dataset of a project none of the personas belongs to, stored nowhere they operate."""
-    return DatasetFactory(name="foreign-data", project=ProjectFactory(name="other-team"))
-
-
-@pytest.fixture
-def public_dataset(db) -> Dataset:
-    return DatasetFactory(name="public-data", project=None)
-
-
-@pytest.fixture
-def hosted_dataset(operated_site: Site) -> Dataset:
-    """Another team's dataset with a replica at the operator's site."""
-    dataset = DatasetFactory(name="hosted-data", project=ProjectFactory(name="hosts"))
-    DatasetReplicaFactory(dataset=dataset, site=operated_site)
-    return dataset
-
-
-@pytest.fixture
-def all_datasets(project_dataset, foreign_dataset, public_dataset, hosted_dataset) -> None:
-    pass
-
-
-def new_dataset(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "name": "sentinel-2",
-        "project": "eo",
-        "uri_prefix": "s3://eo/sentinel-2/",
-        "bytes": 1000,
-        "format": "zarr",
-        "residency": ["eu-west", "eu-north"],
-        "replicas": [
-            {"site": "site-op", "uri": "s3://op/s2/", "bytes": 1000},
-            {"site": "site-other", "uri": "s3://other/s2/", "bytes": 1000, "state": "Copying"},
-        ],
-    }
-    body.update(overrides)
-    return body
 
 
 # --- authentication and visibility ----------------------------------------------------------
@@ -455,75 +388,3 @@ def test_a_member_deletes_a_dataset_and_its_replicas(
 def test_put_is_not_offered(scientist_api: APIClient, project_dataset: Dataset):
     response = scientist_api.put(detail(project_dataset), new_dataset(), format="json")
     assert response.status_code == 405
-
-
-# --- filters and pagination -----------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("query", "expected"),
-    [
-        ("project=eo", ["project-data"]),
-        ("project=other-team", ["foreign-data"]),
-        ("site=site-op", ["hosted-data"]),
-        ("site=site-other", ["project-data"]),
-        ("name=public-data", ["public-data"]),
-        ("format=zarr", ["foreign-data", "hosted-data", "project-data", "public-data"]),
-        ("format=netcdf", []),
-        ("site=nowhere", []),
-    ],
-)
-def test_it_filters_datasets(
-    staff_api: APIClient, all_datasets: None, query: str, expected: list[str]
-):
-    assert names(staff_api.get(f"{LIST}?{query}")) == expected
-
-
-def test_a_site_with_several_replicas_lists_each_dataset_once(
-    staff_api: APIClient, project_dataset: Dataset, operated_site: Site
-):
-    DatasetReplicaFactory(dataset=project_dataset, site=operated_site)
-    other = SiteFactory(name="third")
-    DatasetReplicaFactory(dataset=project_dataset, site=other)
-    assert names(staff_api.get(f"{LIST}?site=site-op")) == ["project-data"]
-    assert staff_api.get(f"{LIST}?site=site-op").json()["count"] == 1
-
-
-def test_filters_never_widen_visibility(outsider_api: APIClient, all_datasets: None):
-    assert names(outsider_api.get(f"{LIST}?project=other-team")) == []
-    assert names(outsider_api.get(f"{LIST}?site=site-op")) == []
-
-
-def test_it_paginates_datasets(staff_api: APIClient, all_datasets: None):
-    first = staff_api.get(f"{LIST}?limit=3").json()
-    assert first["count"] == 4
-    assert len(first["results"]) == 3
-    assert first["next"] is not None
-    second = staff_api.get(f"{LIST}?limit=3&offset=3").json()
-    assert [d["name"] for d in second["results"]] == ["public-data"]
-    assert second["previous"] is not None
-
-
-def test_a_name_taken_by_a_concurrent_request_is_400_not_500(
-    scientist_api: APIClient, project_dataset: Dataset, monkeypatch: pytest.MonkeyPatch
-):
-    # Both requests passed the serializer's unique check before either stored its dataset.
-    monkeypatch.setattr(DatasetSerializer, "validate_name", lambda self, value: value)
-    response = scientist_api.post(
-        LIST, new_dataset(name="project-data", replicas=[]), format="json"
-    )
-    assert response.status_code == 400
-    assert paths(response) == ["name"]
-    assert Dataset.objects.count() == 1
-
-
-def test_listing_datasets_costs_the_same_queries_for_many(
-    scientist_api: APIClient, project: Project, other_site: Site, django_assert_max_num_queries
-):
-    for index in range(15):
-        dataset = DatasetFactory(name=f"bulk-{index}", project=project)
-        DatasetReplicaFactory(dataset=dataset, site=other_site)
-    # auth token, user, count, page, replicas + sites (prefetch); no query per dataset.
-    with django_assert_max_num_queries(8):
-        response = scientist_api.get(LIST)
-    assert response.json()["count"] == 15

@@ -1,6 +1,6 @@
 """The demo inventory and the sandbox's demo fleet file describe one fleet: its sites, their
 artifact repositories (endpoint, bucket, credential Secret) and who reads which repository
-(issue #28: the two once disagreed, and a run the preview accepted failed at site-c)."""
+(where they disagree, a run the preview accepts fails at site-c)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def test_every_link_says_what_the_fleet_file_says_about_reading_its_source(loade
 
 
 def test_site_c_cannot_read_site_a_in_the_demo(loaded) -> None:
-    # The case of issue #28: the GPU site cannot read the data site's repository.
+    # The case the demo shows: the GPU site cannot read the data site's repository.
     link = SiteLink.objects.get(source__name="site-a", target__name="site-c")
     assert link.artifacts_reachable is False
     assert SiteLink.objects.get(source__name="site-a", target__name="site-b").artifacts_reachable

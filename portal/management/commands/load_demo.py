@@ -135,35 +135,7 @@ class Command(BaseCommand):
         )
         project.members.add(scientist, admin)
 
-        sites = {}
-        for spec in SITES:
-            fields = {k: v for k, v in spec.items() if k != "name"}
-            site, created = Site.objects.get_or_create(
-                name=spec["name"], defaults={**fields, "ready": True}
-            )
-            if not created:
-                # Keep what the watcher synced from Karmada (capacity, readiness); reset the
-                # descriptive fields the scenario depends on.
-                for key in ("region", "zone", "provider", "labels", "capabilities"):
-                    setattr(site, key, spec[key])
-            site.overrides = {
-                **(site.overrides or {}),
-                "artifact_store": ARTIFACT_STORES[site.name],
-            }
-            site.save()
-            sites[site.name] = site
-        for source, target, mbps, cost, latency in LINKS:
-            SiteLink.objects.update_or_create(
-                source=sites[source],
-                target=sites[target],
-                defaults={
-                    "bandwidth_mbps": mbps,
-                    "cost_per_gb": cost,
-                    "latency_ms": latency,
-                    # Which site reads which repository: the fleet file's `readableFrom`.
-                    "artifacts_reachable": artifacts_reachable(source, target),
-                },
-            )
+        sites = _load_sites()
         # The datasets from the demo's STAC catalogue, as an operator loads their own.
         datasets = catalogue_import(source=str(EXAMPLES / "stac" / "catalog.json"))
         template_register(EXAMPLES / "eo-pipeline.yaml", DEMO_TEMPLATE)
@@ -181,6 +153,40 @@ class Command(BaseCommand):
                 f"{DEMO_PASSWORD}). API token: {key}"
             )
         )
+
+
+def _load_sites() -> dict[str, Site]:
+    """The demo fleet's sites and links, by site name."""
+    sites: dict[str, Site] = {}
+    for spec in SITES:
+        fields = {k: v for k, v in spec.items() if k != "name"}
+        site, created = Site.objects.get_or_create(
+            name=spec["name"], defaults={**fields, "ready": True}
+        )
+        if not created:
+            # Keep what the watcher synced from Karmada (capacity, readiness); reset the
+            # descriptive fields the scenario depends on.
+            for key in ("region", "zone", "provider", "labels", "capabilities"):
+                setattr(site, key, spec[key])
+        site.overrides = {
+            **(site.overrides or {}),
+            "artifact_store": ARTIFACT_STORES[site.name],
+        }
+        site.save()
+        sites[site.name] = site
+    for source, target, mbps, cost, latency in LINKS:
+        SiteLink.objects.update_or_create(
+            source=sites[source],
+            target=sites[target],
+            defaults={
+                "bandwidth_mbps": mbps,
+                "cost_per_gb": cost,
+                "latency_ms": latency,
+                # Which site reads which repository: the fleet file's `readableFrom`.
+                "artifacts_reachable": artifacts_reachable(source, target),
+            },
+        )
+    return sites
 
 
 def template_register(path: Path, name: str) -> None:

@@ -1,6 +1,6 @@
 """An advance is bounded: expression errors end the unit with the message, an advance that
 keeps failing ends the run in Error, one advance per run at a time, and a Karmada outage is
-said on the unit (issue 21, items 1, 4, 5 and 13). PostgreSQL and Redis, no worker."""
+said on the unit. PostgreSQL and Redis, no worker."""
 
 from __future__ import annotations
 
@@ -179,8 +179,8 @@ spec:
 
 
 def test_an_advance_reads_the_units_upstream_without_a_query_each(transactional_db: Any) -> None:
-    # ``upstream`` was deferred and read per unit in every pass: a query per unit, and a
-    # 10,000-item fan-out was created at 5 step workflows a second.
+    # ``upstream`` is read with the units: deferred, it would cost a query per unit in every
+    # pass, and a big fan-out would be created at a crawl.
     call_command("load_demo", verbosity=0)
     user = User.objects.get(username="scientist")
     run = services.run_submit(user=user, body=CHAIN, project="eo-demo")

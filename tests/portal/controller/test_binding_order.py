@@ -1,6 +1,6 @@
 """What the watcher sees of a step workflow's binding, against the sandbox over HTTP: the
 older states a lagging watch delivers after the resync recorded the outcome are not re-runs,
-and a step whose pod waits says why on its unit until it runs (issue 19)."""
+and a step whose pod waits says why on its unit until it runs."""
 
 from __future__ import annotations
 
@@ -83,8 +83,8 @@ def test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new(
     fleet: SandboxServer,  # noqa: F811
 ) -> None:
     """A step's binding changes a dozen times and most changes touch neither its site nor its
-    member status, the two parts a fold reads; under a 10,000-item fan-out the watcher spent
-    most of its time reading the unit again for them."""
+    member status, the two parts a fold reads; reading the unit again for each change would
+    take most of the watcher's time under a big fan-out."""
     run = submit(fleet, duration="1500s")
     _, version = lists.list_objects(resources.RESOURCE_BINDING)
     run_advance(run.pk)

@@ -1,4 +1,4 @@
-"""Issue 19 ("the demo keeps up"): with no Redis and no PostgreSQL (the embedded demo),
+"""With no Redis and no PostgreSQL (the embedded demo),
 advance requests are still coalesced (a mark file created with O_EXCL) and one advance per run
 runs at a time (an flock), so a fan-out does not leave hundreds of advances queued in front of
 the next run. Real files and a real second process; no database."""

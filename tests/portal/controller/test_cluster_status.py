@@ -1,4 +1,4 @@
-"""What the portal reads back from Karmada (issue #17, items 8 and 9): free capacity from a
+"""What the portal reads back from Karmada: free capacity from a
 Cluster's status, a member Workflow's nodes in any of Argo's formats."""
 
 from __future__ import annotations

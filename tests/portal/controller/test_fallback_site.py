@@ -1,4 +1,4 @@
-"""Hard constraints hold when the placement webhook cannot answer (issue #17, item 4), against
+"""Hard constraints hold when the placement webhook cannot answer, against
 the sandbox over HTTP with the webhook registered at a closed port: a runtime step workflow
 carries a fallback site chosen by the worker among the sites that satisfy every hard
 constraint, that site's policy selects it, and with no such site the unit waits."""
@@ -156,7 +156,7 @@ def test_a_step_reading_outputs_of_a_bound_dataset_is_bound_too(fleet) -> None:
     units = list(run.units.all())
     preprocess = next(u for u in units if u.name == "preprocess")
     # Where ingest's outputs are would pull preprocess to site-a; residency must not. (Here
-    # site-c reads site-a's repository: in the demo fleet it does not, issue #28, and a
+    # site-c reads site-a's repository: in the demo fleet it does not, and a
     # step workflow already built is not given a copy.)
     SiteLink.objects.filter(source__name="site-a", target__name="site-c").update(
         artifacts_reachable=True

@@ -1,4 +1,4 @@
-"""Failover with a partitioned site, against the sandbox over HTTP (issue #17, item 7): the
+"""Failover with a partitioned site, against the sandbox over HTTP: the
 old attempt is deleted at the control plane, its copy keeps running at the lost site and is
 removed there when the site returns; whatever it reports is ignored; the run shows both
 attempts."""

@@ -1,4 +1,4 @@
-"""Policies written the way Karmada accepts them (issue #17, item 1): Karmada's webhooks add a
+"""Policies written the way Karmada accepts them: Karmada's webhooks add a
 permanent-id label, a finalizer and defaults to every PropagationPolicy and refuse an update
 that drops the label, so the portal compares only the fields it owns and keeps the rest."""
 

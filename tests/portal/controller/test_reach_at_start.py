@@ -1,5 +1,5 @@
 """A step placed at submission is placed again when it is about to start if a runtime step
-upstream landed at a site whose artifact repository it cannot read (issue #17, item 2): at
+upstream landed at a site whose artifact repository it cannot read: at
 submission the planner could only check against where that step would probably go."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lifetime of a step workflow against the sandbox over HTTP (issue #17, item 3): the
+"""The lifetime of a step workflow against the sandbox over HTTP: the
 portal deletes a finished step workflow on karmada-apiserver once it has recorded the outcome,
 a user's ttlStrategy is not inherited, and a copy a member deleted and Karmada re-created does
 not count twice."""

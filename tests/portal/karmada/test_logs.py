@@ -1,7 +1,7 @@
 """Logs where Karmada's cluster proxy has no path to the site, on a fleet of its own: site-p is
 a pull-mode site whose karmada-agent ran with `--report-secrets=None` (no impersonator secret),
 site-q one with the agent's default (readable, until the site is unreachable). The step really
-runs at the site (simulated), so the pod names come from Karmada as for any run. Issue 19."""
+runs at the site (simulated), so the pod names come from Karmada as for any run."""
 
 from __future__ import annotations
 

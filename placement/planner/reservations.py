@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from placement.parser import Resources
-from placement.planner.inputs import Fleet, _FleetCaches
+from placement.planner.fleet import Fleet, FleetCaches
 
 
-def _caches_without_capacity(old: _FleetCaches) -> _FleetCaches:
-    new = _FleetCaches()
+def _caches_without_capacity(old: FleetCaches) -> FleetCaches:
+    new = FleetCaches()
     new.exclusions = old.exclusions
     new.datasets = old.datasets
     new.links = old.links

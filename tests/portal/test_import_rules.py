@@ -17,7 +17,14 @@ PACKAGES = ("portal", "placement", "sites", "sandbox")
 WORKER = ("portal.tasks", "portal.watcher", "portal.execution")
 # The webhook's decision and the recording of its decisions.
 WEBHOOK = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
-PURE = ("placement.context", "placement.codec")
+PURE = (
+    "placement.parser",
+    "placement.planner",
+    "placement.manifests",
+    "placement.expression",
+    "placement.context",
+    "placement.codec",
+)
 
 
 def _path(module: str) -> Path | None:
@@ -108,8 +115,9 @@ def test_the_webhooks_decision_and_recorder_never_load_the_gateway():
     assert _offending(WEBHOOK, ("portal.gateway", "kubernetes")) == {}
 
 
-def test_the_placement_context_codec_is_pure():
-    assert _offending(PURE, ("django", "portal", "sites", "rest_framework")) == {}
+def test_the_pure_libraries_are_pure():
+    forbidden = ("django", "portal", "sites", "rest_framework", "placement.models")
+    assert _offending(PURE, forbidden) == {}
 
 
 @pytest.mark.parametrize(

@@ -160,7 +160,7 @@ class PodCounter:
         out = []
         for _kind, call, path in calls:
             size, loop_path = self._loop_size(call, path)
-            targets = tuple(self.index._targets(call, scope, path))
+            targets = tuple(self.index.call_targets(call, scope, path))
             items = self.unknown_items if size is None else size
             out.append((items, size is not None, loop_path, targets))
         self._edge_cache[key] = out

@@ -361,19 +361,20 @@ class TemplateIndex:
             scope = self.scopes[k]
             found: list[str] = []
             for _kind, call, cpath in self.calls(k):
-                for target in self._targets(call, scope, cpath):
+                for target in self.call_targets(call, scope, cpath):
                     found.append(target)
             t = self.templates[k]
             hooks = t.get("hooks")
             if isinstance(hooks, Mapping):
                 for hook_name, hook in hooks.items():
-                    found += self._targets(hook, scope, join_path("hooks", hook_name))
+                    found += self.call_targets(hook, scope, join_path("hooks", hook_name))
             stack.extend(reversed(found))
         result = tuple(order)
         self._reach_cache[key] = result
         return result
 
-    def _targets(self, call: Mapping[str, Any], scope: str, path: str) -> list[str]:
+    def call_targets(self, call: Mapping[str, Any], scope: str, path: str) -> list[str]:
+        """The templates a call runs: its template, its ``onExit`` and its hooks' templates."""
         out: list[str] = []
         # Resolution already succeeded during the walk; errors here would be duplicates.
         saved = len(self.errors)

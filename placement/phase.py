@@ -144,6 +144,18 @@ def assess_dag(
                 add(dependents[name], item if item in COMPLETED else branch)
         else:
             add(dependents[name], branch)
+    return _dag_result(wanted, deduced, by_name, fail_fast)
+
+
+def _dag_result(
+    wanted: Sequence[str],
+    deduced: Mapping[str, str],
+    by_name: Mapping[str, Task],
+    fail_fast: bool,
+) -> str:
+    """The DAG's phase from the branch phase each target task was reached with (``deduced``):
+    Running for a task not reached yet, Failed or Error for one its ``continueOn`` does not
+    let fail; with ``fail_fast`` the first failure decides, without it a task not reached."""
     result = SUCCEEDED
     for name in wanted:
         branch_phase = deduced.get(name, "")

@@ -9,9 +9,9 @@ require_secret_key()  # gunicorn's worker exits with the message instead of serv
 application = get_wsgi_application()
 
 # Start compiling the workflow schema validator now, not on the first submission.
-from placement.parser import _fast_validator  # noqa: E402
+from placement.parser.schema import fast_validator  # noqa: E402
 
-_fast_validator("Workflow")
+fast_validator("Workflow")
 
 # And load what a submission enqueues with (the tasks, the controller, the kubernetes
 # client: about half a second), so that the first submission a process serves does not pay it.

@@ -11,7 +11,7 @@ checked against a size limit, so no expression runs long or grows large.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from placement.expression.syntax import ExprError, Node
 
@@ -19,6 +19,8 @@ MAX_STEPS = 200_000
 MAX_VALUE_CHARS = 1 << 20
 MAX_ITEMS = 100_000
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+
+_T = TypeVar("_T")
 
 
 class Budget:
@@ -33,7 +35,7 @@ class Budget:
             raise ExprError(f"expression takes more than {MAX_STEPS} steps")
 
 
-def bounded(value: Any) -> Any:
+def bounded(value: _T) -> _T:
     """``value`` when it is within the size limits, else ``ExprError``."""
     if isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
         raise ExprError(f"a string of more than {MAX_VALUE_CHARS} characters")

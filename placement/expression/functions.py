@@ -321,7 +321,7 @@ BUILTINS: dict[str, Callable[..., Any]] = {
 
 
 # Go's reference-time layout elements, longest first, as strftime-like renderers.
-_GO_LAYOUT = [
+_GO_LAYOUT: list[tuple[str, Callable[[dt.datetime], str]]] = [
     ("January", lambda t: t.strftime("%B")),
     ("Monday", lambda t: t.strftime("%A")),
     ("2006", lambda t: f"{t.year:04d}"),

@@ -6,9 +6,15 @@ Pure package: plain dicts in, plain dicts out; nothing here talks to a cluster o
   ``override_policies(site, overrides)``, ``webhook_configuration(url)`` and
   ``karmada_manifests(...)``: the objects the portal keeps on karmada-apiserver.
 * ``workflows``: ``step_workflow(parsed, unit, ...)``, the Argo Workflow that runs one unit.
+* ``transfers``: ``transfer_workflow(unit, artifacts, ...)``, the one that copies outputs.
 * ``images``: ``mirror_images`` / ``image_mirror_patch``, a site's registry mirror.
-* ``substitution``: ``substitute`` / ``resolve_arguments`` fill ``{{workflow.parameters.x}}``,
+* ``outputs``: ``TaskOutputs``, what a finished upstream unit produced, and
+  ``aggregate_outputs`` / ``with_skipped_defaults``: how Argo shows them downstream.
+* ``substitution``: ``substitute`` fills ``{{workflow.parameters.x}}``,
   ``{{tasks.X.outputs...}}``, ``{{steps.X.outputs...}}`` and ``{{item}}`` from known values.
+* ``arguments``: ``resolve_arguments``, a unit's Argo ``arguments`` with those filled.
+* ``workflow_variables``: ``run_variables`` / ``fill_run_variables`` (``{{workflow.*}}``) and
+  ``global_outputs`` / ``fill_global_artifacts`` (the run's ``globalName`` outputs).
 * ``conditions``: ``evaluate_depends`` / ``evaluate_when`` decide whether a unit runs.
 * ``runlevel``: ``run_level_spec``, a step workflow's spec under the run's own deadline,
   locks and artifact GC.
@@ -29,6 +35,7 @@ sections.
 
 from __future__ import annotations
 
+from placement.manifests.arguments import resolve_arguments
 from placement.manifests.conditions import (
     FINAL_PHASES,
     DependsError,
@@ -51,6 +58,7 @@ from placement.manifests.names import (
     dns_name,
     label_value,
 )
+from placement.manifests.outputs import TaskOutputs, aggregate_outputs, with_skipped_defaults
 from placement.manifests.policies import (
     artifact_credentials_policy,
     fallback_policy,
@@ -60,25 +68,19 @@ from placement.manifests.policies import (
     webhook_configuration,
 )
 from placement.manifests.runlevel import has_artifact_gc, run_level_spec
-from placement.manifests.substitution import (
+from placement.manifests.substitution import Unresolved, substitute
+from placement.manifests.transfers import TRANSFER_IMAGE, transfer_workflow
+from placement.manifests.workflow_variables import (
     GlobalOutputs,
-    TaskOutputs,
-    Unresolved,
-    aggregate_outputs,
     fill_global_artifacts,
     fill_run_variables,
     global_outputs,
-    resolve_arguments,
     run_variables,
-    substitute,
-    with_skipped_defaults,
 )
 from placement.manifests.workflows import (
-    TRANSFER_IMAGE,
     emitted_template_names,
     step_workflow,
     step_workflow_name,
-    transfer_workflow,
 )
 
 __all__ = [

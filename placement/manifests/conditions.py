@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from placement import expression
-from placement.manifests.substitution import TaskOutputs, _as_text, substitute
+from placement.manifests.outputs import TaskOutputs
+from placement.manifests.substitution import as_text, substitute
 from placement.parser import (
     DependsExpr,
     DependsSyntaxError,
@@ -187,7 +188,7 @@ def _number(v: Any) -> float | None:
 def _compare(op: str, left: Any, right: Any) -> bool:
     if op in ("=~", "!~"):
         # RE2: linear in the subject, which the expression's length bound keeps small.
-        hit = compile_regex(right).search(_as_text(left)) is not None
+        hit = compile_regex(right).search(as_text(left)) is not None
         return bool(hit) if op == "=~" else not hit
     ln, rn = _number(left), _number(right)
     if ln is not None and rn is not None:
@@ -196,7 +197,7 @@ def _compare(op: str, left: Any, right: Any) -> bool:
     elif isinstance(left, bool) or isinstance(right, bool):
         a, b = _truthy(left), _truthy(right)
     else:
-        a, b = _as_text(left), _as_text(right)
+        a, b = as_text(left), as_text(right)
     if op == "==":
         return bool(a == b)
     if op == "!=":

@@ -10,15 +10,14 @@ from typing import Any
 
 from placement import labels
 from placement.labels import DEFAULT_DOMAIN
+from placement.manifests.arguments import resolve_arguments
 from placement.manifests.images import mirror_images
 from placement.manifests.names import API_VERSION, dns_name, label_value
-from placement.manifests.substitution import (
+from placement.manifests.outputs import TaskOutputs, with_skipped_defaults
+from placement.manifests.workflow_variables import (
     GlobalOutputs,
-    TaskOutputs,
     fill_global_artifacts,
     fill_run_variables,
-    resolve_arguments,
-    with_skipped_defaults,
 )
 from placement.parser import ParsedWorkflow, Unit, entry_inputs
 
@@ -179,34 +178,12 @@ def step_workflow(
     wp = dict(parsed.workflow_parameters())
     if workflow_parameters:
         wp.update(workflow_parameters)
-    names = emitted_template_names(parsed, unit.templates)
-    templates = []
-    for k in unit.templates:
-        t = _rewrite_calls(parsed.templates[k], parsed.template_scopes.get(k, ""), parsed, names)
-        t["name"] = names[k]
-        templates.append(t)
-
-    spec: dict[str, Any] = {
-        k: copy.deepcopy(v) for k, v in parsed.spec.items() if k not in _NOT_INHERITED
-    }
-    spec["entrypoint"] = names[unit.template]
-    spec["templates"] = templates
-    pod_gc = _pod_gc(parsed.spec.get("podGC"))
-    if pod_gc:
-        spec["podGC"] = pod_gc
-    if unit.carries_exit:
-        spec.update(_carried_exit(parsed, names))
-    if outputs:
-        outputs = with_skipped_defaults(outputs, parsed.templates)
-    arguments = _step_arguments(parsed, unit, wp, outputs)
-    if arguments:
-        spec["arguments"] = arguments
+    spec = _step_spec(parsed, unit, wp, outputs)
     spec = _fill_run_level(spec, unit, run_vars, globals_)
-
     wf: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "Workflow",
-        "metadata": _step_metadata(
+        "metadata": step_metadata(
             unit,
             domain,
             run_name=run_name,
@@ -221,6 +198,38 @@ def step_workflow(
     if image_mirror:
         wf = mirror_images(wf, image_mirror)
     return wf
+
+
+def _step_spec(
+    parsed: ParsedWorkflow,
+    unit: Unit,
+    workflow_parameters: Mapping[str, str],
+    outputs: Mapping[str, TaskOutputs] | None,
+) -> dict[str, Any]:
+    """The step workflow's spec: the run's spec less what the portal sets or runs itself, the
+    unit's templates under their emitted names (its own the entrypoint), and its arguments."""
+    names = emitted_template_names(parsed, unit.templates)
+    templates = []
+    for k in unit.templates:
+        t = _rewrite_calls(parsed.templates[k], parsed.template_scopes.get(k, ""), parsed, names)
+        t["name"] = names[k]
+        templates.append(t)
+    spec: dict[str, Any] = {
+        k: copy.deepcopy(v) for k, v in parsed.spec.items() if k not in _NOT_INHERITED
+    }
+    spec["entrypoint"] = names[unit.template]
+    spec["templates"] = templates
+    pod_gc = _pod_gc(parsed.spec.get("podGC"))
+    if pod_gc:
+        spec["podGC"] = pod_gc
+    if unit.carries_exit:
+        spec.update(_carried_exit(parsed, names))
+    if outputs:
+        outputs = with_skipped_defaults(outputs, parsed.templates)
+    arguments = _step_arguments(parsed, unit, workflow_parameters, outputs)
+    if arguments:
+        spec["arguments"] = arguments
+    return spec
 
 
 def _fill_run_level(
@@ -338,7 +347,7 @@ def _step_labels(
     return out
 
 
-def _step_metadata(
+def step_metadata(
     unit: Unit,
     domain: str,
     *,
@@ -358,90 +367,5 @@ def _step_metadata(
         "annotations": {
             labels.key(domain, labels.REASON): " ".join(reason.split())[:1024],
             labels.key(domain, labels.UNIT_NAME): unit.name,
-        },
-    }
-
-
-# The transfer step's image: a shell is all it needs (Argo's executor moves the bytes).
-TRANSFER_IMAGE = "alpine:3.20"
-# Argo's retryStrategy (workflow_types.go, RetryStrategy): ``Always`` retries a node that
-# ended Failed or Error; the backoff waits 2 s, then 4 s.
-TRANSFER_RETRY = {
-    "limit": "2",
-    "retryPolicy": "Always",
-    "backoff": {"duration": "2s", "factor": "2"},
-}
-TRANSFER_DIR = "/tmp/transfer"
-
-
-def transfer_workflow(
-    unit: Unit,
-    artifacts: Sequence[Mapping[str, Any]],
-    *,
-    run_name: str,
-    run_id: str | int,
-    attempt: int = 1,
-    namespace: str,
-    site: str,
-    reason: str,
-    domain: str = DEFAULT_DOMAIN,
-) -> dict[str, Any]:
-    """The step workflow of a transfer unit (issue #28): each of ``artifacts`` (a producer's
-    outputs, each an input artifact at a pre-signed ``http`` URL, by the output's name) is
-    read into the step and written out again, under the same name, into the repository of the
-    site it runs at, unarchived (``archive: none``: the copy is the object as read, Argo having
-    unpacked a producer's default tgz on input). Its ``bytes`` output parameter is what was
-    moved, for the transfer's record and the link's observed bandwidth."""
-    inputs, outputs = [], []
-    for i, artifact in enumerate(artifacts):
-        path = f"{TRANSFER_DIR}/{i}"
-        inputs.append({"name": f"a{i}", "path": path})
-        outputs.append({"name": str(artifact["name"]), "path": path, "archive": {"none": {}}})
-    arguments = [
-        {**{k: v for k, v in a.items() if k != "name"}, "name": f"a{i}"}
-        for i, a in enumerate(artifacts)
-    ]
-    template = {
-        "name": "transfer",
-        "inputs": {"artifacts": inputs},
-        "outputs": {
-            "artifacts": outputs,
-            "parameters": [{"name": "bytes", "valueFrom": {"path": f"{TRANSFER_DIR}.bytes"}}],
-        },
-        # A copy is idempotent (the same objects written again under the same keys), so a
-        # transient failure (a dropped connection, a repository answering 503 SlowDown) is
-        # retried in place by the member's Argo, whatever phase it ended in, as any step
-        # with a retryStrategy is; a permanent one (an expired URL) fails after the last.
-        "retryStrategy": dict(TRANSFER_RETRY),
-        "container": {
-            "image": TRANSFER_IMAGE,
-            "command": ["sh", "-c"],
-            # Bytes of every file read (a directory artifact is counted file by file).
-            "args": [
-                f"find {TRANSFER_DIR} -type f -exec cat {{}} + | wc -c "
-                f"| tr -d ' ' > {TRANSFER_DIR}.bytes"
-            ],
-        },
-    }
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "Workflow",
-        "metadata": _step_metadata(
-            unit,
-            domain,
-            run_name=run_name,
-            namespace=namespace,
-            run_id=run_id,
-            attempt=attempt,
-            site=site,
-            reason=reason,
-        ),
-        "spec": {
-            # The copy is the portal's, not the user's: it goes when its step workflow is
-            # deleted (after the run ends), whatever the run's own artifactGC says.
-            "artifactGC": {"strategy": "OnWorkflowDeletion"},
-            "entrypoint": "transfer",
-            "arguments": {"artifacts": arguments},
-            "templates": [template],
         },
     }

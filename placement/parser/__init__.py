@@ -24,6 +24,8 @@ The modules, from the bottom up (each imports only those above it):
 * ``catalogue``: the WorkflowTemplate catalogue references resolve against.
 * ``references``: semantic checks (references, DAG dependencies, cycles) and reachability.
 * ``pods``: how many pods one unit's step workflow can create (nested loops, recursion).
+* ``facts``: what the units of one call share (resources, images, datasets, labels).
+* ``loops``: how many units a call's loop gives, and its items when known at submission.
 * ``units``: placement units of the entrypoint.
 * ``together``: features that keep the entrypoint's units together, and preview warnings.
 * ``volumes``: volumes, claims and mounts as kube-apiserver admits them.
@@ -35,7 +37,7 @@ Callers import from ``placement.parser`` itself; the names below are its interfa
 from placement.parser.across_sites import preview_warnings
 from placement.parser.arguments import artifact_locations, parse_arguments
 from placement.parser.catalogue import uses_catalogue
-from placement.parser.decode import JsonDocument, _load_plain, _NeedsFullLoader, decode_document
+from placement.parser.decode import JsonDocument, decode_document
 from placement.parser.depends import (
     TASK_RESULTS,
     DependsExpr,
@@ -69,7 +71,7 @@ from placement.parser.results import (
     Unit,
     UnitKind,
 )
-from placement.parser.schema import SCHEMA_PATH, _fast_validator, _validator, schema_errors
+from placement.parser.schema import SCHEMA_PATH, schema_errors
 from placement.parser.when import (
     MAX_REGEX_CHARS,
     MAX_WHEN_CHARS,
@@ -88,7 +90,6 @@ from placement.parser.workflow import (
     parse_workflow_template,
 )
 
-# The underscored names are internals the WSGI warm-up and the tests reach for.
 __all__ = [
     "API_VERSION",
     "ARGO_FIELD_MAX",
@@ -123,10 +124,6 @@ __all__ = [
     "WhenExpr",
     "WhenSyntaxError",
     "WorkflowInvalid",
-    "_NeedsFullLoader",
-    "_fast_validator",
-    "_load_plain",
-    "_validator",
     "artifact_locations",
     "compile_regex",
     "decode_document",

@@ -10,7 +10,7 @@ from typing import Any
 from placement.parser.results import Arguments, Artifact, Parameter
 
 
-def _scalar_str(value: Any) -> str | None:
+def scalar_str(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool):
@@ -64,9 +64,9 @@ def _parse_parameters(items: Any) -> tuple[Parameter, ...]:
         out.append(
             Parameter(
                 name=p["name"],
-                value=_scalar_str(p.get("value")),
-                default=_scalar_str(p.get("default")),
-                enum=tuple(s for s in (_scalar_str(e) for e in enum) if s is not None)
+                value=scalar_str(p.get("value")),
+                default=scalar_str(p.get("default")),
+                enum=tuple(s for s in (scalar_str(e) for e in enum) if s is not None)
                 if isinstance(enum, list)
                 else (),
                 description=p.get("description") if isinstance(p.get("description"), str) else None,
@@ -96,5 +96,5 @@ def parse_arguments(args: Any) -> Arguments:
 _WF_PARAM = re.compile(r"\{\{\s*workflow\.parameters\.([-\w.]+)\s*\}\}")
 
 
-def _substitute_wf_params(value: str, params: Mapping[str, str]) -> str:
+def substitute_wf_params(value: str, params: Mapping[str, str]) -> str:
     return _WF_PARAM.sub(lambda m: params.get(m.group(1), m.group(0)), value)

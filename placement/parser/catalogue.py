@@ -8,7 +8,7 @@ from typing import Any
 from placement.parser.results import CatalogueEntry
 
 
-class _Catalogue:
+class TemplateCatalogue:
     def __init__(
         self,
         catalogue: Mapping[str, Mapping[str, Any] | CatalogueEntry] | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import yaml
@@ -15,13 +15,13 @@ from placement.parser.errors import (
     FieldError,
     Limits,
     WorkflowInvalid,
-    _join,
-    _type_name,
+    join_path,
+    type_name,
 )
 
 
-class _YamlTooLarge(Exception):
-    pass
+class YamlTooLarge(Exception):
+    """A YAML document over the intake limits (nesting, aliases, expanded size)."""
 
 
 # libyaml when present (about 20x faster); PyYAML's pure-Python classes otherwise. Both offer
@@ -68,13 +68,13 @@ def _prescan(text: str, limits: Limits) -> None:
         if isinstance(event, _OPEN):
             depth += 1
             if depth > limits.max_depth:
-                raise _YamlTooLarge(f"nesting deeper than {limits.max_depth} levels")
+                raise YamlTooLarge(f"nesting deeper than {limits.max_depth} levels")
         elif isinstance(event, _CLOSE):
             depth -= 1
         elif isinstance(event, yaml.AliasEvent):
             aliases += 1
             if aliases > limits.max_yaml_aliases:
-                raise _YamlTooLarge(f"more than {limits.max_yaml_aliases} YAML aliases")
+                raise YamlTooLarge(f"more than {limits.max_yaml_aliases} YAML aliases")
 
 
 def _check_expansion(root: Any, max_nodes: int, max_depth: int) -> None:
@@ -86,9 +86,9 @@ def _check_expansion(root: Any, max_nodes: int, max_depth: int) -> None:
         if key in sizes:
             return sizes[key]
         if depth > max_depth:
-            raise _YamlTooLarge(f"nesting deeper than {max_depth} levels")
+            raise YamlTooLarge(f"nesting deeper than {max_depth} levels")
         if key in active:
-            raise _YamlTooLarge("recursive YAML alias")
+            raise YamlTooLarge("recursive YAML alias")
         total = 1
         if isinstance(node, yaml.SequenceNode | yaml.MappingNode):
             active.add(key)
@@ -100,7 +100,7 @@ def _check_expansion(root: Any, max_nodes: int, max_depth: int) -> None:
             for child in children:
                 total += size(child, depth + 1)
                 if total > max_nodes:
-                    raise _YamlTooLarge(f"document expands to more than {max_nodes} nodes")
+                    raise YamlTooLarge(f"document expands to more than {max_nodes} nodes")
             active.discard(key)
         sizes[key] = total
         return total
@@ -119,7 +119,7 @@ _PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "null", "bool"
 _NO_KEY = object()  # a mapping waiting for its next key
 
 
-class _NeedsFullLoader(Exception):
+class NeedsFullLoader(Exception):
     """The document uses a YAML feature the single-pass reader leaves to the full loader."""
 
 
@@ -135,17 +135,16 @@ def _reader() -> Any:
     return reader
 
 
-def _load_plain(text: str, limits: Limits) -> list[Any]:
+def load_plain(text: str, limits: Limits) -> list[Any]:
     """The documents of ``text`` in plain JSON types, in one pass over libyaml's events; raises
-    ``_NeedsFullLoader`` when the document needs the full loader (anchors, aliases, explicit
+    ``NeedsFullLoader`` when the document needs the full loader (anchors, aliases, explicit
     collection tags, merge keys, keys that are not strings, non-finite numbers).
 
     Most submissions use none of those, and for them this does the work of ``_prescan``,
     the composer, ``_check_expansion``, the constructor and ``_to_json`` at once: the same
     limits, the same messages, the same values (tests/placement compare both on every
     reference example and on generated documents), in about half the time."""
-    reader = _reader()
-    resolve, constructors = reader.resolve, reader.yaml_constructors
+    scalar = _scalar_reader()
     docs: list[Any] = []
     # Open collections: [container, pending mapping key or _NO_KEY]
     stack: list[list[Any]] = []
@@ -154,27 +153,10 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
     for event in yaml.parse(text, Loader=_BaseLoader):
         kind = type(event)
         if kind is yaml.ScalarEvent:
-            if event.anchor is not None:
-                raise _NeedsFullLoader
-            tag = event.tag
-            if tag is None or tag == "!":
-                tag = resolve(yaml.ScalarNode, event.value, event.implicit)
-            if NUL in event.value:
-                raise _NeedsFullLoader  # the full path reports where (_to_json)
-            if tag == _STR_TAG:
-                value: Any = event.value
-            elif tag in _PLAIN_TAGS:
-                value = constructors[tag](reader, yaml.ScalarNode(tag, event.value))
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise _NeedsFullLoader
-            else:
-                raise _NeedsFullLoader
+            value: Any = scalar(event)
             nodes += 1
         elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
-            if event.anchor is not None or event.tag not in (None, "!"):
-                raise _NeedsFullLoader
-            if len(stack) >= limits.max_depth:
-                raise _YamlTooLarge(f"nesting deeper than {limits.max_depth} levels")
+            _check_open(event, len(stack), limits)
             nodes += 1
             stack.append([{} if kind is yaml.MappingStartEvent else [], _NO_KEY])
             continue
@@ -187,11 +169,11 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
             docs.append(root)
             continue
         elif kind is yaml.AliasEvent:
-            raise _NeedsFullLoader
+            raise NeedsFullLoader
         else:  # stream start and end
             continue
         if nodes > limits.max_expanded_nodes:
-            raise _YamlTooLarge(f"document expands to more than {limits.max_expanded_nodes} nodes")
+            raise YamlTooLarge(f"document expands to more than {limits.max_expanded_nodes} nodes")
         if not stack:
             root = value
             continue
@@ -201,7 +183,7 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
             container.append(value)
         elif top[1] is _NO_KEY:
             if type(value) is not str:
-                raise _NeedsFullLoader
+                raise NeedsFullLoader
             top[1] = value
         else:
             container[top[1]] = value
@@ -209,7 +191,41 @@ def _load_plain(text: str, limits: Limits) -> list[Any]:
     return docs
 
 
-def _load_yaml(text: str, limits: Limits) -> list[Any]:
+def _scalar_reader() -> Callable[[yaml.ScalarEvent], Any]:
+    """A scalar event's value, typed by PyYAML's own resolver and constructors as the full
+    loader would type it; ``NeedsFullLoader`` for what the single pass leaves to it."""
+    reader = _reader()
+    resolve, constructors = reader.resolve, reader.yaml_constructors
+
+    def scalar(event: yaml.ScalarEvent) -> Any:
+        if event.anchor is not None:
+            raise NeedsFullLoader
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = resolve(yaml.ScalarNode, event.value, event.implicit)
+        if NUL in event.value:
+            raise NeedsFullLoader  # the full path reports where (_to_json)
+        if tag == _STR_TAG:
+            return event.value
+        if tag not in _PLAIN_TAGS:
+            raise NeedsFullLoader
+        value = constructors[tag](reader, yaml.ScalarNode(tag, event.value))
+        if isinstance(value, float) and not math.isfinite(value):
+            raise NeedsFullLoader
+        return value
+
+    return scalar
+
+
+def _check_open(event: yaml.CollectionStartEvent, depth: int, limits: Limits) -> None:
+    """A mapping or sequence may open here: no anchor or explicit tag, not too deep."""
+    if event.anchor is not None or event.tag not in (None, "!"):
+        raise NeedsFullLoader
+    if depth >= limits.max_depth:
+        raise YamlTooLarge(f"nesting deeper than {limits.max_depth} levels")
+
+
+def load_yaml(text: str, limits: Limits) -> list[Any]:
     _prescan(text, limits)
     loader_cls = type(
         "_Loader",
@@ -236,9 +252,9 @@ def _to_json(value: Any, path: str, errors: list[FieldError], depth: int, limits
         for k, v in value.items():
             key = k if isinstance(k, str) else json.dumps(k) if isinstance(k, bool) else str(k)
             if NUL in key:
-                errors.append(FieldError(_join(path, key.replace(NUL, "\\u0000")), NO_NUL))
+                errors.append(FieldError(join_path(path, key.replace(NUL, "\\u0000")), NO_NUL))
                 continue
-            out[key] = _to_json(v, _join(path, key), errors, depth + 1, limits)
+            out[key] = _to_json(v, join_path(path, key), errors, depth + 1, limits)
         return out
     if isinstance(value, list):
         return [_to_json(v, f"{path}[{i}]", errors, depth + 1, limits) for i, v in enumerate(value)]
@@ -320,10 +336,10 @@ def _read_documents(text: str, limits: Limits) -> tuple[list[Any], bool]:
     JSON types already)."""
     try:
         try:
-            return _load_plain(text, limits), True
-        except _NeedsFullLoader:
-            return _load_yaml(text, limits), False
-    except _YamlTooLarge as exc:
+            return load_plain(text, limits), True
+        except NeedsFullLoader:
+            return load_yaml(text, limits), False
+    except YamlTooLarge as exc:
         raise WorkflowInvalid([FieldError("", f"refused: {exc}")]) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -352,6 +368,6 @@ def _one_mapping(docs: list[Any]) -> dict[str, Any]:
     doc = docs[0]
     if not isinstance(doc, dict):
         raise WorkflowInvalid(
-            [FieldError("", f"expected a mapping (an object), found {_type_name(doc)}")]
+            [FieldError("", f"expected a mapping (an object), found {type_name(doc)}")]
         )
     return doc

@@ -76,73 +76,80 @@ def parse_depends(expr: str) -> DependsExpr:
     tokens = _tokenise_depends(expr)
     if not tokens:
         raise DependsSyntaxError("empty expression")
-    pos = 0
-    depth = 0
+    if len(tokens) > MAX_DEPENDS_TOKENS:
+        raise DependsSyntaxError(f"expression has more than {MAX_DEPENDS_TOKENS} tokens")
+    return _DependsParser(tokens).parse()
 
-    def nest(delta: int) -> None:
-        nonlocal depth
-        depth += delta
-        if depth > MAX_DEPENDS_DEPTH:
+
+class _DependsParser:
+    """Recursive descent over the tokens: ``||`` binds loosest, then ``&&``, then ``!``."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+        self.depth = 0
+
+    def parse(self) -> DependsExpr:
+        tree = self.parse_or()
+        if self.pos != len(self.tokens):
+            raise DependsSyntaxError(f"unexpected {self.tokens[self.pos]!r}")
+        return tree
+
+    def nest(self, delta: int) -> None:
+        self.depth += delta
+        if self.depth > MAX_DEPENDS_DEPTH:
             raise DependsSyntaxError(f"nested deeper than {MAX_DEPENDS_DEPTH} levels")
 
-    def peek() -> str | None:
-        return tokens[pos] if pos < len(tokens) else None
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
 
-    def take() -> str:
-        nonlocal pos
-        tok = tokens[pos]
-        pos += 1
+    def take(self) -> str:
+        tok = self.tokens[self.pos]
+        self.pos += 1
         return tok
 
-    def parse_or() -> DependsExpr:
-        args = [parse_and()]
-        while peek() == "||":
-            take()
-            args.append(parse_and())
+    def parse_or(self) -> DependsExpr:
+        args = [self.parse_and()]
+        while self.peek() == "||":
+            self.take()
+            args.append(self.parse_and())
         return args[0] if len(args) == 1 else DependsExpr("or", args=tuple(args))
 
-    def parse_and() -> DependsExpr:
-        args = [parse_not()]
-        while peek() == "&&":
-            take()
-            args.append(parse_not())
+    def parse_and(self) -> DependsExpr:
+        args = [self.parse_not()]
+        while self.peek() == "&&":
+            self.take()
+            args.append(self.parse_not())
         return args[0] if len(args) == 1 else DependsExpr("and", args=tuple(args))
 
-    def parse_not() -> DependsExpr:
-        tok = peek()
+    def parse_not(self) -> DependsExpr:
+        tok = self.peek()
         if tok is None:
             raise DependsSyntaxError("expression ends too early")
         if tok == "!":
-            take()
-            nest(1)
-            negated = parse_not()
-            nest(-1)
+            self.take()
+            self.nest(1)
+            negated = self.parse_not()
+            self.nest(-1)
             return DependsExpr("not", args=(negated,))
         if tok == "(":
-            take()
-            nest(1)
-            inner = parse_or()
-            nest(-1)
-            if peek() != ")":
+            self.take()
+            self.nest(1)
+            inner = self.parse_or()
+            self.nest(-1)
+            if self.peek() != ")":
                 raise DependsSyntaxError("missing ')'")
-            take()
+            self.take()
             return inner
         if tok in ("&&", "||", ")"):
             raise DependsSyntaxError(f"unexpected {tok!r}")
-        take()
+        self.take()
         name, _, result = tok.partition(".")
         if result and result not in TASK_RESULTS:
             raise DependsSyntaxError(
                 f"unknown task result {result!r}; use one of {', '.join(TASK_RESULTS)}"
             )
         return DependsExpr("name", task=name, result=result or None)
-
-    if len(tokens) > MAX_DEPENDS_TOKENS:
-        raise DependsSyntaxError(f"expression has more than {MAX_DEPENDS_TOKENS} tokens")
-    tree = parse_or()
-    if pos != len(tokens):
-        raise DependsSyntaxError(f"unexpected {tokens[pos]!r}")
-    return tree
 
 
 @cache

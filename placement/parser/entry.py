@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from placement import expression
-from placement.parser.arguments import _scalar_str, _substitute_wf_params
+from placement.parser.arguments import scalar_str, substitute_wf_params
 
 _INPUT = re.compile(r"\{\{\s*inputs\.parameters\.([-\w.]+)\s*\}\}")
 
@@ -33,9 +33,9 @@ def entry_inputs(entry: Mapping[str, Any], wf_params: Mapping[str, str]) -> dict
         if name in wf_params:
             continue
         for fld in ("value", "default"):
-            v = _scalar_str(p.get(fld))
+            v = scalar_str(p.get(fld))
             if v is not None:
-                out[name] = _evaluated(fill_inputs(_substitute_wf_params(v, wf_params), out), out)
+                out[name] = _evaluated(fill_inputs(substitute_wf_params(v, wf_params), out), out)
                 break
     return out
 

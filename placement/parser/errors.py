@@ -62,20 +62,20 @@ DEFAULT_LIMITS = Limits()
 # Field paths as the API reports them: ``spec.templates[2].dag.tasks[0].dependencies``.
 
 
-def _json_path(parts: Iterable[Any]) -> str:
+def json_path(parts: Iterable[Any]) -> str:
     out = ""
     for part in parts:
-        out = f"{out}[{part}]" if isinstance(part, int) else _join(out, str(part))
+        out = f"{out}[{part}]" if isinstance(part, int) else join_path(out, str(part))
     return out
 
 
-def _join(path: str, key: str) -> str:
+def join_path(path: str, key: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_$-]+", key):
         return f"{path}[{json.dumps(key)}]"
     return f"{path}.{key}" if path else key
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     if isinstance(value, str):

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from placement.parser.arguments import _scalar_str, artifact_locations
-from placement.parser.names import _dedupe_slugs, item_label, slugify
+from placement.parser.arguments import artifact_locations, scalar_str
+from placement.parser.names import dedupe_slugs, item_label, slugify
 from placement.parser.results import Arguments, Artifact, Parameter, Unit
 
 
@@ -99,7 +99,7 @@ def substitute_item(arguments: Arguments, item: Any) -> Arguments:
                     v = v[part]
                 else:
                     return m.group(0)
-            return _scalar_str(v) or ""
+            return scalar_str(v) or ""
 
         return _ITEM.sub(one, value)
 
@@ -123,7 +123,7 @@ def _item_value(item: Any, path: str | None) -> str:
             v = v[part]
         else:
             return "{{item." + (path or "") + "}}"
-    return _scalar_str(v) or ""
+    return scalar_str(v) or ""
 
 
 def _json_escape(s: str) -> str:
@@ -149,7 +149,7 @@ def expand_with_param(unit: Unit, items: Sequence[Any]) -> tuple[Unit, ...]:
                 with_param=None,
             )
         )
-    return tuple(_dedupe_slugs(out))
+    return tuple(dedupe_slugs(out))
 
 
 _SEQUENCE_FIELDS = frozenset({"count", "start", "end", "format"})

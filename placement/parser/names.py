@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from placement.parser.arguments import _scalar_str
+from placement.parser.arguments import scalar_str
 from placement.parser.results import Unit
 
 # Kubernetes and Argo name rules.
@@ -38,11 +38,11 @@ def slugify(name: str, max_len: int = SLUG_MAX) -> str:
 def item_label(item: Any) -> str:
     """How Argo shows an item in an expanded node name: ``task(0:foo)``."""
     if isinstance(item, Mapping):
-        return ",".join(f"{k}:{_scalar_str(v)}" for k, v in sorted(item.items()))
-    return _scalar_str(item) or ""
+        return ",".join(f"{k}:{scalar_str(v)}" for k, v in sorted(item.items()))
+    return scalar_str(item) or ""
 
 
-def _dedupe_slugs(units: list[Unit]) -> list[Unit]:
+def dedupe_slugs(units: list[Unit]) -> list[Unit]:
     seen: set[str] = set()
     out: list[Unit] = []
     for u in units:

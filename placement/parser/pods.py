@@ -31,10 +31,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from placement.parser.arguments import _substitute_wf_params
-from placement.parser.errors import _join
+from placement.parser.arguments import substitute_wf_params
+from placement.parser.errors import join_path
 from placement.parser.expansion import SequenceInvalid, sequence_range
-from placement.parser.references import _TemplateIndex
+from placement.parser.references import TemplateIndex
 
 # Argo's workflow/controller/controller.go: ``const maxAllowedStackDepth = 100``.
 ARGO_MAX_STACK_DEPTH = 100
@@ -71,7 +71,7 @@ class PodCounter:
     """Pod counts of the templates one workflow's parser has resolved, memoised."""
 
     def __init__(
-        self, index: _TemplateIndex, wf_params: Mapping[str, str], cap: int, unknown_items: int
+        self, index: TemplateIndex, wf_params: Mapping[str, str], cap: int, unknown_items: int
     ) -> None:
         self.index = index
         self.wf_params = wf_params
@@ -155,12 +155,12 @@ class PodCounter:
         hooks = t.get("hooks")
         for name, hook in hooks.items() if isinstance(hooks, Mapping) else ():
             if isinstance(hook, Mapping):
-                where = _join(_join(self.index.template_paths[key], "hooks"), str(name))
+                where = join_path(join_path(self.index.template_paths[key], "hooks"), str(name))
                 calls.append(("hook", hook, where))
         out = []
         for _kind, call, path in calls:
             size, loop_path = self._loop_size(call, path)
-            targets = tuple(self.index._targets(call, scope, path))
+            targets = tuple(self.index.call_targets(call, scope, path))
             items = self.unknown_items if size is None else size
             out.append((items, size is not None, loop_path, targets))
         self._edge_cache[key] = out
@@ -171,27 +171,27 @@ class PodCounter:
         the size is only known at run time."""
         items = call.get("withItems")
         if isinstance(items, list):
-            return len(items), _join(path, "withItems")
+            return len(items), join_path(path, "withItems")
         seq = call.get("withSequence")
         if isinstance(seq, Mapping):
             filled = {
-                k: _substitute_wf_params(v, self.wf_params) if isinstance(v, str) else v
+                k: substitute_wf_params(v, self.wf_params) if isinstance(v, str) else v
                 for k, v in seq.items()
             }
             try:
                 numbers = sequence_range(filled)
             except SequenceInvalid:
                 numbers = None
-            return (None if numbers is None else len(numbers)), _join(path, "withSequence")
+            return (None if numbers is None else len(numbers)), join_path(path, "withSequence")
         param = call.get("withParam")
         if isinstance(param, str) and param.strip():
-            text = _substitute_wf_params(param, self.wf_params)
+            text = substitute_wf_params(param, self.wf_params)
             if "{{" not in text:
                 try:
                     data = json.loads(text)
                 except ValueError:
                     data = None
                 if isinstance(data, list):
-                    return len(data), _join(path, "withParam")
-            return None, _join(path, "withParam")
+                    return len(data), join_path(path, "withParam")
+            return None, join_path(path, "withParam")
         return 1, None

@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from placement.parser.catalogue import _Catalogue, missing_template_message
+from placement.parser.catalogue import TemplateCatalogue, missing_template_message
 from placement.parser.depends import DependsSyntaxError, parse_depends
-from placement.parser.errors import FieldError, Limits, WorkflowInvalid, _join
+from placement.parser.errors import FieldError, Limits, WorkflowInvalid, join_path
 from placement.parser.names import ARGO_FIELD_MAX, ARGO_FIELD_NAME, PARAM_NAME
 from placement.parser.results import FieldWarning
 from placement.parser.when import MAX_WHEN_CHARS
@@ -28,25 +28,25 @@ TEMPLATE_TYPES = (
 )
 
 
-def _check_template(t: Any, path: str, seen: set[str]) -> list[FieldError]:
+def check_template(t: Any, path: str, seen: set[str]) -> list[FieldError]:
     errors: list[FieldError] = []
     if not isinstance(t, Mapping):
         return [FieldError(path, "must be an object")]
     name = t.get("name")
     if not isinstance(name, str) or not name:
-        errors.append(FieldError(_join(path, "name"), "a template needs a name"))
+        errors.append(FieldError(join_path(path, "name"), "a template needs a name"))
     else:
         if not ARGO_FIELD_NAME.match(name) or len(name) > ARGO_FIELD_MAX:
             errors.append(
                 FieldError(
-                    _join(path, "name"),
+                    join_path(path, "name"),
                     f"{name!r} is not a valid template name "
                     f"(letters, digits and '-', at most {ARGO_FIELD_MAX})",
                 )
             )
         if name in seen:
             errors.append(
-                FieldError(_join(path, "name"), f"template {name!r} is defined more than once")
+                FieldError(join_path(path, "name"), f"template {name!r} is defined more than once")
             )
         seen.add(name)
     types = [k for k in TEMPLATE_TYPES if t.get(k) is not None]
@@ -57,15 +57,15 @@ def _check_template(t: Any, path: str, seen: set[str]) -> list[FieldError]:
     return errors
 
 
-class _TemplateIndex:
+class TemplateIndex:
     """The templates a workflow can reach, by key, with every problem found resolving them.
 
     Keys: a local template's name, ``"ref:<wft>/<template>"`` or ``"cref:<cwft>/<template>"``
     for a catalogue template, ``"inline:<path>"`` for an inline one. ``_Parser`` adds the
-    workflow-level checks on top; ``_UnitBuilder`` reads the index to build units.
+    workflow-level checks on top; ``UnitBuilder`` reads the index to build units.
     """
 
-    def __init__(self, catalogue: _Catalogue, limits: Limits) -> None:
+    def __init__(self, catalogue: TemplateCatalogue, limits: Limits) -> None:
         self.catalogue = catalogue
         self.limits = limits
         self.errors: list[FieldError] = []
@@ -112,7 +112,7 @@ class _TemplateIndex:
 
     # -- references ---------------------------------------------------------------------------
 
-    def _resolve_call(self, call: Any, scope: str, path: str, optional: bool = True) -> str | None:
+    def resolve_call(self, call: Any, scope: str, path: str, optional: bool = True) -> str | None:
         """Template key a step / task / hook calls, or None (error recorded)."""
         if not isinstance(call, Mapping):
             return None
@@ -130,18 +130,18 @@ class _TemplateIndex:
                 self.err(path, "needs a template, templateRef or inline")
             return None
         if tmpl:
-            return self._resolve_local(tmpl, scope, _join(path, "template"))
+            return self._resolve_local(tmpl, scope, join_path(path, "template"))
         if ref:
-            return self._resolve_ref(ref, _join(path, "templateRef"))
+            return self._resolve_ref(ref, join_path(path, "templateRef"))
         key = f"inline:{path}"
         if isinstance(inline, Mapping):
-            problems = _check_template(
-                {**inline, "name": inline.get("name") or "inline"}, _join(path, "inline"), set()
+            problems = check_template(
+                {**inline, "name": inline.get("name") or "inline"}, join_path(path, "inline"), set()
             )
             self.errors += problems
             self.templates[key] = inline
             self.scopes[key] = scope
-            self.template_paths[key] = _join(path, "inline")
+            self.template_paths[key] = join_path(path, "inline")
         return key
 
     def _resolve_local(self, name: str, scope: str, path: str) -> str | None:
@@ -161,17 +161,17 @@ class _TemplateIndex:
         name, tmpl, cluster = ref.get("name"), ref.get("template"), bool(ref.get("clusterScope"))
         what = "ClusterWorkflowTemplate" if cluster else "WorkflowTemplate"
         if not isinstance(name, str) or not name:
-            self.err(_join(path, "name"), f"required: the {what} to use")
+            self.err(join_path(path, "name"), f"required: the {what} to use")
             return None
         if not isinstance(tmpl, str) or not tmpl:
-            self.err(_join(path, "template"), "required: the template to use")
+            self.err(join_path(path, "template"), "required: the template to use")
             return None
         templates = self.catalogue.templates_of(name, cluster)
         if templates is None:
-            self.err(_join(path, "name"), missing_template_message(what, name))
+            self.err(join_path(path, "name"), missing_template_message(what, name))
             return None
         if tmpl not in templates:
-            self.err(_join(path, "template"), missing_template_message(what, name, tmpl))
+            self.err(join_path(path, "template"), missing_template_message(what, name, tmpl))
             return None
         scope = f"{'cref' if cluster else 'ref'}:{name}"
         key = f"{scope}/{tmpl}"
@@ -204,12 +204,12 @@ class _TemplateIndex:
         self._walked.add(key)
         t = self.templates[key]
         scope = self.scopes[key]
-        self._check_parameter_names(t.get("inputs"), _join(path, "inputs"))
+        self._check_parameter_names(t.get("inputs"), join_path(path, "inputs"))
         for kind, call, cpath in list(self.calls(key)):
             self._check_call(kind, call, cpath, scope)
         dag = t.get("dag")
         if isinstance(dag, Mapping):
-            self._check_dag(dag, _join(path, "dag"))
+            self._check_dag(dag, join_path(path, "dag"))
         steps = t.get("steps")
         if isinstance(steps, list):
             names: set[str] = set()
@@ -226,7 +226,9 @@ class _TemplateIndex:
         for hook_name, hook in (
             (t.get("hooks") or {}).items() if isinstance(t.get("hooks"), Mapping) else []
         ):
-            self._resolve_call(hook, scope, _join(_join(path, "hooks"), hook_name), optional=False)
+            self.resolve_call(
+                hook, scope, join_path(join_path(path, "hooks"), hook_name), optional=False
+            )
 
     def _check_call(self, kind: str, call: Mapping[str, Any], path: str, scope: str) -> None:
         name = call.get("name")
@@ -236,27 +238,27 @@ class _TemplateIndex:
             or len(name) > ARGO_FIELD_MAX
         ):
             self.err(
-                _join(path, "name"),
+                join_path(path, "name"),
                 f"{name!r} is not a valid {kind} name "
                 f"(letters, digits and '-', at most {ARGO_FIELD_MAX})",
             )
-        key = self._resolve_call(call, scope, path, optional=False)
+        key = self.resolve_call(call, scope, path, optional=False)
         if key is not None and key.startswith("inline:"):
             self._walk_template(key, self.template_paths[key])
         on_exit = call.get("onExit")
         if isinstance(on_exit, str) and on_exit:
-            self._resolve_local(on_exit, scope, _join(path, "onExit"))
+            self._resolve_local(on_exit, scope, join_path(path, "onExit"))
         hooks = call.get("hooks")
         if isinstance(hooks, Mapping):
             for hook_name, hook in hooks.items():
-                self._resolve_call(
-                    hook, scope, _join(_join(path, "hooks"), hook_name), optional=False
+                self.resolve_call(
+                    hook, scope, join_path(join_path(path, "hooks"), hook_name), optional=False
                 )
-        self._check_parameter_names(call.get("arguments"), _join(path, "arguments"))
+        self._check_parameter_names(call.get("arguments"), join_path(path, "arguments"))
         when = call.get("when")
         if isinstance(when, str) and len(when) > MAX_WHEN_CHARS:
             self.err(
-                _join(path, "when"),
+                join_path(path, "when"),
                 f"expression is {len(when)} characters long; the limit is {MAX_WHEN_CHARS}",
             )
         items = [k for k in ("withItems", "withParam", "withSequence") if call.get(k) is not None]
@@ -293,7 +295,7 @@ class _TemplateIndex:
             # of every later step grows with the edges. Said once, where the limit is crossed.
             if before <= self.limits.max_dependency_edges:
                 self.err(
-                    _join(path, "tasks"),
+                    join_path(path, "tasks"),
                     f"{self._dag_edges} dependencies between tasks; the limit is "
                     f"{self.limits.max_dependency_edges}",
                 )
@@ -302,7 +304,7 @@ class _TemplateIndex:
         if isinstance(target, str) and target.strip():
             for tname in re.split(r"[\s,]+", target.strip()):
                 if tname and tname not in index and "{{" not in tname:
-                    self.err(_join(path, "target"), f"no task named {tname!r} in this DAG")
+                    self.err(join_path(path, "target"), f"no task named {tname!r} in this DAG")
         cycle = _find_cycle(edges)
         if cycle:
             first = cycle[0]
@@ -359,23 +361,24 @@ class _TemplateIndex:
             scope = self.scopes[k]
             found: list[str] = []
             for _kind, call, cpath in self.calls(k):
-                for target in self._targets(call, scope, cpath):
+                for target in self.call_targets(call, scope, cpath):
                     found.append(target)
             t = self.templates[k]
             hooks = t.get("hooks")
             if isinstance(hooks, Mapping):
                 for hook_name, hook in hooks.items():
-                    found += self._targets(hook, scope, _join("hooks", hook_name))
+                    found += self.call_targets(hook, scope, join_path("hooks", hook_name))
             stack.extend(reversed(found))
         result = tuple(order)
         self._reach_cache[key] = result
         return result
 
-    def _targets(self, call: Mapping[str, Any], scope: str, path: str) -> list[str]:
+    def call_targets(self, call: Mapping[str, Any], scope: str, path: str) -> list[str]:
+        """The templates a call runs: its template, its ``onExit`` and its hooks' templates."""
         out: list[str] = []
         # Resolution already succeeded during the walk; errors here would be duplicates.
         saved = len(self.errors)
-        k = self._resolve_call(call, scope, path)
+        k = self.resolve_call(call, scope, path)
         if k:
             out.append(k)
         on_exit = call.get("onExit")
@@ -386,7 +389,7 @@ class _TemplateIndex:
         hooks = call.get("hooks")
         if isinstance(hooks, Mapping):
             for hook in hooks.values():
-                k3 = self._resolve_call(hook, scope, path)
+                k3 = self.resolve_call(hook, scope, path)
                 if k3:
                     out.append(k3)
         del self.errors[saved:]

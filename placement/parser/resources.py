@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from placement.parser.decode import _load_yaml, _YamlTooLarge
+from placement.parser.decode import YamlTooLarge, load_yaml
 from placement.parser.errors import Limits
 from placement.parser.results import Resources
 
@@ -81,7 +81,7 @@ def _sum(rs: Iterable[Resources]) -> Resources:
     return Resources(cpu, mem, gpu)
 
 
-def _max(rs: Iterable[Resources]) -> Resources:
+def max_resources(rs: Iterable[Resources]) -> Resources:
     cpu = mem = gpu = 0
     for r in rs:
         cpu = max(cpu, r.cpu_millicores)
@@ -95,8 +95,8 @@ def _pod_spec_patch_containers(patch: Any) -> dict[str, Mapping[str, Any]]:
     if not isinstance(patch, str) or "{{" in patch or len(patch) > 65536:
         return {}
     try:
-        doc = _load_yaml(patch, Limits(max_yaml_aliases=0, max_expanded_nodes=10_000, max_depth=20))
-    except (yaml.YAMLError, _YamlTooLarge, RecursionError, ValueError, TypeError):
+        doc = load_yaml(patch, Limits(max_yaml_aliases=0, max_expanded_nodes=10_000, max_depth=20))
+    except (yaml.YAMLError, YamlTooLarge, RecursionError, ValueError, TypeError):
         return {}
     if len(doc) != 1 or not isinstance(doc[0], dict):
         return {}
@@ -131,12 +131,12 @@ def template_pod_resources(
             if isinstance(c.get("resources"), Mapping):
                 containers[name] = c
     main = _sum(_container_resources(c) for c in containers.values())
-    init = _max(
+    init = max_resources(
         _container_resources(c)
         for c in template.get("initContainers") or []
         if isinstance(c, Mapping)
     )
-    pod = _max((main, init))
+    pod = max_resources((main, init))
     # Pod-level resources (template, else workflow) set the pod's budget as a whole.
     for budget in (template.get("podResources"), wf_pod_resources):
         if isinstance(budget, Mapping):

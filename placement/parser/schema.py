@@ -18,7 +18,7 @@ import fastjsonschema
 from jsonschema import Draft7Validator
 from jsonschema.exceptions import ValidationError
 
-from placement.parser.errors import FieldError, _json_path, _type_name
+from placement.parser.errors import FieldError, json_path, type_name
 
 # The schema stays in ``placement/schemas`` beside the script that builds it.
 SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "argo-workflow.json"
@@ -31,7 +31,7 @@ def _schema() -> dict[str, Any]:
 
 
 @cache
-def _validator(kind: str) -> Draft7Validator:
+def full_validator(kind: str) -> Draft7Validator:
     schema = dict(_schema())
     schema["$ref"] = f"#/definitions/io.argoproj.workflow.v1alpha1.{kind}"
     return Draft7Validator(schema)
@@ -45,7 +45,7 @@ def _schema_message(err: ValidationError) -> str:
     if keyword == "type":
         expected = err.validator_value
         want = " or ".join(expected) if isinstance(expected, list) else expected
-        return f"must be of type {want}, found {_type_name(err.instance)}"
+        return f"must be of type {want}, found {type_name(err.instance)}"
     if keyword == "const":
         return f"must be {json.dumps(err.validator_value)}"
     if keyword == "enum":
@@ -103,7 +103,7 @@ def _compile_fast(kind: str) -> None:
     _fast[kind] = lambda data: validate(data, formats)
 
 
-def _fast_validator(kind: str, wait: bool = False) -> Callable[[Any], Any] | None:
+def fast_validator(kind: str, wait: bool = False) -> Callable[[Any], Any] | None:
     """The schema compiled to Python (about 7x faster than ``jsonschema`` on a valid document).
     Compiling takes a second or two, so it happens once per process in the background; until it
     is ready, callers use the full validator."""
@@ -129,7 +129,7 @@ def schema_errors(
 
     A valid document (the common case) is confirmed by the compiled validator; only an
     invalid one pays for ``jsonschema``, which reports every problem with its path."""
-    fast = _fast_validator(kind)
+    fast = fast_validator(kind)
     if fast is not None:
         try:
             fast(doc)
@@ -138,8 +138,8 @@ def schema_errors(
             pass
     out: list[FieldError] = []
     try:
-        for err in _validator(kind).iter_errors(doc):
-            out.append(FieldError(_json_path(err.absolute_path), _schema_message(err)))
+        for err in full_validator(kind).iter_errors(doc):
+            out.append(FieldError(json_path(err.absolute_path), _schema_message(err)))
             if len(out) >= limit:
                 break
     except RecursionError:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from placement.parser.errors import _join
+from placement.parser.errors import join_path
 from placement.parser.results import FieldWarning, Unit
 
 _CONTAINER_FIELDS = ("container", "script")
@@ -135,7 +135,7 @@ def keep_together(
         if isinstance(call.get("hooks"), Mapping) and call["hooks"]:
             out.append(
                 FieldWarning(
-                    _join(cpath, "hooks"),
+                    join_path(cpath, "hooks"),
                     f"lifecycle hooks of {name!r} run with its status and outputs: the "
                     "workflow runs as one unit at one site",
                 )
@@ -143,7 +143,7 @@ def keep_together(
         if call.get("onExit"):
             out.append(
                 FieldWarning(
-                    _join(cpath, "onExit"),
+                    join_path(cpath, "onExit"),
                     f"the exit handler of {name!r} runs with its status and outputs: the "
                     "workflow runs as one unit at one site",
                 )
@@ -154,7 +154,7 @@ def keep_together(
             where = template_paths.get(key)
             out.append(
                 FieldWarning(
-                    _join(where, "daemon") if where else cpath,
+                    join_path(where, "daemon") if where else cpath,
                     f"{name!r} is a daemon that lives until the entrypoint ends and its "
                     f"clients reach it by {{{{{prefix}.{name}.ip}}}}: the workflow runs as one "
                     "unit at one site",
@@ -165,7 +165,7 @@ def keep_together(
         if hook != "exit":
             out.append(
                 FieldWarning(
-                    _join("spec.hooks", str(hook)),
+                    join_path("spec.hooks", str(hook)),
                     "a workflow-level hook on an expression is evaluated by the Argo that runs "
                     "the workflow: the workflow runs as one unit at one site",
                 )

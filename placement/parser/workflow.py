@@ -12,15 +12,16 @@ from typing import Any
 from placement import labels
 from placement.parser.across_sites import preview_warnings
 from placement.parser.arguments import parse_arguments
-from placement.parser.catalogue import _Catalogue, missing_template_message
+from placement.parser.catalogue import TemplateCatalogue, missing_template_message
 from placement.parser.decode import decode_document
-from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid, _join
-from placement.parser.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, _dedupe_slugs
-from placement.parser.references import _check_template, _TemplateIndex
+from placement.parser.errors import DEFAULT_LIMITS, FieldError, Limits, WorkflowInvalid, join_path
+from placement.parser.loops import RUNTIME_LOOP
+from placement.parser.names import DNS1123_LABEL, DNS1123_SUBDOMAIN, dedupe_slugs
+from placement.parser.references import TemplateIndex, check_template
 from placement.parser.results import CatalogueEntry, FieldWarning, ParsedWorkflow, Unit
 from placement.parser.schema import schema_errors
 from placement.parser.together import keep_together, site_bound_warnings
-from placement.parser.units import RUNTIME_LOOP, _topological, _UnitBuilder
+from placement.parser.units import UnitBuilder, topological_order
 from placement.parser.volumes import volume_errors
 
 # The label domain of DESIGN section 3 when the settings name none.
@@ -56,7 +57,7 @@ def parse_workflow_template(
         spec = doc["spec"]
         seen: set[str] = set()
         for i, t in enumerate(spec.get("templates") or []):
-            errors += _check_template(t, f"spec.templates[{i}]", seen)
+            errors += check_template(t, f"spec.templates[{i}]", seen)
         errors += volume_errors(spec)
     if errors:
         raise WorkflowInvalid(errors[: limits.max_errors])
@@ -80,16 +81,16 @@ def parse_workflow(
     """
     doc = decode_document(raw, limits)
     try:
-        return _Parser(doc, _Catalogue(catalogue, cluster_catalogue), limits, domain).run()
+        return _Parser(doc, TemplateCatalogue(catalogue, cluster_catalogue), limits, domain).run()
     except RecursionError:
         raise WorkflowInvalid([FieldError("", "document nested too deeply")]) from None
 
 
-class _Parser(_TemplateIndex):
+class _Parser(TemplateIndex):
     """One Workflow document through structure, names, references, and into units."""
 
     def __init__(
-        self, doc: dict[str, Any], catalogue: _Catalogue, limits: Limits, domain: str
+        self, doc: dict[str, Any], catalogue: TemplateCatalogue, limits: Limits, domain: str
     ) -> None:
         super().__init__(catalogue, limits)
         self.doc = doc
@@ -160,7 +161,7 @@ class _Parser(_TemplateIndex):
             keys += self.reachable(on_exit)
         hooks = spec.get("hooks")
         for name, hook in hooks.items() if isinstance(hooks, Mapping) else ():
-            key = self._resolve_call(hook, "", _join("spec.hooks", str(name)), optional=False)
+            key = self.resolve_call(hook, "", join_path("spec.hooks", str(name)), optional=False)
             if key is not None:
                 keys += self.reachable(key)
         return tuple(dict.fromkeys(keys))
@@ -174,7 +175,7 @@ class _Parser(_TemplateIndex):
         hook = hooks.get("exit") if isinstance(hooks, Mapping) else None
         if not isinstance(hook, Mapping):
             return None
-        return self._resolve_call(hook, "", "spec.hooks.exit", optional=False)
+        return self.resolve_call(hook, "", "spec.hooks.exit", optional=False)
 
     def _check_kind(self, kind: Any) -> None:
         if kind != "Workflow":
@@ -215,14 +216,14 @@ class _Parser(_TemplateIndex):
         }
         for k, v in (meta.get("labels") or {}).items():
             if not isinstance(v, str):
-                self.err(_join("metadata.labels", k), "label values must be strings")
+                self.err(join_path("metadata.labels", k), "label values must be strings")
         return labels, annotations
 
     def _add_local_templates(self, spec: Mapping[str, Any]) -> None:
         local_seen: set[str] = set()
         for i, t in enumerate(spec.get("templates") or []):
             path = f"spec.templates[{i}]"
-            problems = _check_template(t, path, local_seen)
+            problems = check_template(t, path, local_seen)
             self.errors += problems
             if (
                 isinstance(t, Mapping)
@@ -247,7 +248,7 @@ class _Parser(_TemplateIndex):
         if on_exit and on_exit not in self.templates:
             self.err("spec.onExit", f"no template named {on_exit!r}")
         for hook_name, hook in (spec.get("hooks") or {}).items():
-            self._resolve_call(hook, "", _join("spec.hooks", hook_name), optional=False)
+            self.resolve_call(hook, "", join_path("spec.hooks", hook_name), optional=False)
         return entrypoint, on_exit
 
     def _merge_workflow_template_ref(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -294,7 +295,7 @@ class _Parser(_TemplateIndex):
     ) -> tuple[tuple[Unit, ...], list[FieldWarning]]:
         """The entrypoint's units, and why they were kept together as one (when they were)."""
         entry = self.templates[entrypoint]
-        builder = _UnitBuilder(self, spec, wf_labels, wf_annotations, wf_params, self.domain)
+        builder = UnitBuilder(self, spec, wf_labels, wf_annotations, wf_params, self.domain)
         path = self.template_paths[entrypoint]
         whole = functools.partial(
             builder.make,
@@ -334,8 +335,8 @@ class _Parser(_TemplateIndex):
                 f"the limit is {self.limits.max_units}",
             )
             return (), together
-        ordered = _topological(units)
+        ordered = topological_order(units)
         if ordered is None:  # checked per DAG already; a safety net for steps/expansions
             self.err("spec", "dependency cycle between units")
             return (), together
-        return tuple(_dedupe_slugs(ordered)), together
+        return tuple(dedupe_slugs(ordered)), together

@@ -26,21 +26,25 @@ How a decision is made, per unit:
 
 Modules (callers import from the package: ``from placement import planner``):
 
-* ``inputs``: the input dataclasses, ``Fleet``, ``Upstream``, and the scoring constants;
-* ``outputs``: ``Candidate``, ``Decision``, ``Plan``;
+* ``inputs``: the input dataclasses, ``Upstream``, and the scoring constants;
+* ``fleet``: ``Fleet`` and the per-site vectors derived from it, shared by its decisions;
+* ``outputs``: ``Decision``, ``Plan``;
 * ``rules``: ``RuleBook`` (rules compiled once) and ``template_display_name``;
 * ``catalogue``: ``DataCatalogue`` (which datasets a unit reads);
 * ``filters``: the hard filters (why a site is ineligible);
-* ``scoring``: transfer costs, free capacity, and the pick of the best site;
-* ``context``: the per-plan caches shared by its decisions;
-* ``table``: a decision's candidate table, its rows built on first access;
+* ``scoring``: per-site cost vectors, free capacity, and the pick of the best site;
+* ``context``: the per-plan caches shared by its decisions, and the transfer costs;
+* ``table``: a decision's candidate table (``Candidate`` rows), built on first access;
 * ``reasons``: the one-line why of a decision;
+* ``relays``: which site relays an output a reader cannot read, and the copies a plan implies;
+* ``reservations``: capacity held back for placed units no member reports yet;
 * ``planning``: ``decide`` and ``plan``.
 """
 
 from __future__ import annotations
 
 from placement.planner.catalogue import MATCH_CACHE_MAX, DataCatalogue
+from placement.planner.fleet import Fleet
 from placement.planner.inputs import (
     ASSUMED_UPSTREAM_BYTES,
     CAPACITY_WEIGHT,
@@ -50,7 +54,6 @@ from placement.planner.inputs import (
     TRANSFER_HALF_SCORE_S,
     DatasetInfo,
     Effect,
-    Fleet,
     Link,
     Replica,
     Rule,
@@ -60,10 +63,11 @@ from placement.planner.inputs import (
     Upstream,
     UpstreamArg,
 )
-from placement.planner.outputs import Candidate, Decision, Plan
+from placement.planner.outputs import Decision, Plan
 from placement.planner.planning import decide, plan
 from placement.planner.reservations import PlannerView, hold, reserve
 from placement.planner.rules import RuleBook, template_display_name
+from placement.planner.table import Candidate
 from placement.units import human_bytes, human_seconds
 
 __all__ = [

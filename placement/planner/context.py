@@ -3,26 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from placement.parser import Resources
 from placement.planner.catalogue import DataCatalogue
-from placement.planner.filters import _Eligibility, _exclusions, _ineligible
-from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, Fleet, Rule, SizeSource
+from placement.planner.filters import Eligibility, exclusions, ineligible
+from placement.planner.fleet import Fleet
+from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, Rule, SizeSource
+from placement.planner.relays import cached_relay
 from placement.planner.rules import RuleBook
-from placement.planner.scoring import (
-    _capacity,
-    _Costs,
-    _dataset_cost,
-    _dataset_note,
-    _memo_note,
-    _no_note,
-)
+from placement.planner.scoring import Costs, free_fraction, memo_note, no_note
+from placement.planner.table import CandidateTable
 from placement.units import human_bytes, human_seconds
-
-if TYPE_CHECKING:
-    from placement.planner.table import _Table
-
 
 _T = TypeVar("_T")
 
@@ -46,7 +38,7 @@ def _compiled(items: Sequence[Any], build: Callable[[Sequence[Any]], _T]) -> _T:
     return value
 
 
-class _Context:
+class PlanContext:
     """Everything computed once per plan (or per decide call) and shared by its decisions:
     compiled rules, the dataset index, and per-site vectors (eligibility, capacity, data
     costs) keyed by what they depend on, so units that repeat a template cost little."""
@@ -70,17 +62,17 @@ class _Context:
         self.project = project
         self.sites = fleet.ordered_sites
         self.bandwidth = fleet.bandwidth
-        self.memo: dict[Any, tuple[_Table, str | None, str]] = {}
+        self.memo: dict[Any, tuple[CandidateTable, str | None, str]] = {}
         self.memo_hits = 0
         self.caches = fleet.caches
-        self.nothing = _Costs([0] * len(self.sites), [0.0] * len(self.sites), _no_note)
+        self.nothing = Costs([0] * len(self.sites), [0.0] * len(self.sites), no_note)
 
     def hard_exclusions(self, rule: Rule) -> dict[str, str]:
         """Sites a hard rule removes, with the why."""
         key = self.rulebook.key(rule)
         cached = self.caches.exclusions.get(key)
         if cached is None:
-            cached = self.caches.exclusions.put(key, _exclusions(rule, self.sites))
+            cached = self.caches.exclusions.put(key, exclusions(rule, self.sites))
         return cached
 
     def transfer(self, source: str, target: str, nbytes: int) -> tuple[float, bool]:
@@ -99,7 +91,7 @@ class _Context:
         req: Resources,
         exclude: frozenset[str],
         strict: bool,
-    ) -> _Eligibility:
+    ) -> Eligibility:
         """Per site (by name): why it is ineligible, or None."""
         residency = [(d, d.residency) for d in reads if d.residency]
         key = (
@@ -112,8 +104,8 @@ class _Context:
         cached = self.caches.eligibility.get(key)
         if cached is None:
             hard_out = [self.hard_exclusions(r) for r in hard]
-            whys = [_ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
-            cached = self.caches.eligibility.put(key, _Eligibility(whys))
+            whys = [ineligible(s, req, exclude, hard_out, residency, strict) for s in self.sites]
+            cached = self.caches.eligibility.put(key, Eligibility(whys))
         return cached
 
     def capacity(self, req: Resources) -> tuple[list[float], list[str]]:
@@ -122,26 +114,26 @@ class _Context:
         if cached is None:
             fractions, notes = [], []
             for s, note in zip(self.sites, self.fleet.free_notes, strict=True):
-                fraction, fits = _capacity(s, req)
+                fraction, fits = free_fraction(s, req)
                 fractions.append(fraction)
                 notes.append(note if fits else f"{note} (request does not fit now: would queue)")
             cached = self.caches.capacity.put(req, (fractions, notes))
         return cached
 
-    def dataset_costs(self, reads: Sequence[DatasetInfo]) -> _Costs:
+    def dataset_costs(self, reads: Sequence[DatasetInfo]) -> Costs:
         key = tuple(reads)
         cached = self.caches.datasets.get(key)
         if cached is None:
             sites = self.sites
 
             def note(i: int) -> str:
-                return "; ".join(_dataset_note(self, d, sites[i].name) for d in reads)
+                return "; ".join(dataset_note(self, d, sites[i].name) for d in reads)
 
-            cached = _Costs([], [], _memo_note(note, len(sites)))
+            cached = Costs([], [], memo_note(note, len(sites)))
             for s in sites:
                 nbytes, seconds = 0, 0.0
                 for d in reads:
-                    b, t, _src, _known = _dataset_cost(self, d, s.name)
+                    b, t, _src, _known = dataset_cost(self, d, s.name)
                     nbytes += b
                     seconds += t
                 cached.bytes.append(nbytes)
@@ -151,7 +143,7 @@ class _Context:
 
     def relay(self, source: str, target: str) -> str | None:
         """The relay of ``source``'s outputs for a reader at ``target`` (None: not relayed)."""
-        return self.fleet.relay(source, target) if self.relays else None
+        return cached_relay(self.fleet, source, target) if self.relays else None
 
     def link_row(self, source: str) -> tuple[list[float], list[bool]]:
         """From ``source`` to each site (by name): seconds per byte, and whether a link is
@@ -176,7 +168,7 @@ class _Context:
             cached = self.caches.links.put((source, self.relays), (per_byte, known))
         return cached
 
-    def upstream_costs(self, source: str, nbytes: int, how: SizeSource) -> _Costs:
+    def upstream_costs(self, source: str, nbytes: int, how: SizeSource) -> Costs:
         key = (source, nbytes, how, self.relays)
         cached = self.caches.upstream.get(key)
         if cached is None:
@@ -213,6 +205,34 @@ class _Context:
 
             moved = [0 if s.name == source else nbytes for s in sites]
             cached = self.caches.upstream.put(
-                key, _Costs(moved, seconds, _memo_note(note, len(sites)))
+                key, Costs(moved, seconds, memo_note(note, len(sites)))
             )
         return cached
+
+
+def dataset_cost(ctx: PlanContext, d: DatasetInfo, site: str) -> tuple[int, float, str, bool]:
+    """(bytes to move, seconds, source site, link known) to read dataset ``d`` at ``site`` from
+    its best replica; source "" when it is local or has no replica."""
+    best: tuple[float, int, str, bool] | None = None
+    for r in d.replicas:
+        size = r.bytes or d.bytes
+        if r.site == site:
+            return 0, 0.0, "", True
+        t, known = ctx.transfer(r.site, site, size)
+        cand = (t, size, r.site, known)
+        if best is None or cand[:3] < best[:3]:
+            best = cand
+    if best is None:
+        return 0, 0.0, "", True
+    t, size, src, known = best
+    return size, t, src, known
+
+
+def dataset_note(ctx: PlanContext, d: DatasetInfo, site: str) -> str:
+    if not d.replicas:
+        return f"dataset {d.name} has no replica"
+    size, t, src, known = dataset_cost(ctx, d, site)
+    if not src:
+        return f"dataset {d.name} local"
+    link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
+    return f"dataset {d.name} {human_bytes(size)} from {src} ({human_seconds(t)}{link})"

@@ -11,7 +11,7 @@ from placement.planner.inputs import DatasetInfo, Rule, SiteState
 from placement.units import human_bytes
 
 
-def _ineligible(
+def ineligible(
     s: SiteState,
     req: Resources,
     exclude: frozenset[str],
@@ -60,12 +60,12 @@ def _ineligible(
     return None
 
 
-def _exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
+def exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
     out: dict[str, str] = {}
     p = rule.params
     label = f"rule '{rule.name}'"
     if rule.effect == "pin":
-        allowed = set(_str_list(p.get("sites")))
+        allowed = set(str_list(p.get("sites")))
         why = f"{label}: pinned to {', '.join(sorted(allowed)) or 'no site'}"
         if len(why) > 200:
             why = f"{label}: pinned to {len(allowed)} other sites"
@@ -73,7 +73,7 @@ def _exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
             if s.name not in allowed:
                 out[s.name] = why
     elif rule.effect == "exclude":
-        banned = set(_str_list(p.get("sites")))
+        banned = set(str_list(p.get("sites")))
         why = f"{label}: site excluded"
         for s in sites:
             if s.name in banned:
@@ -90,7 +90,7 @@ def _exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
             if missing:
                 out[s.name] = f"{label}: site lacks label {', '.join(missing)}"
     elif rule.effect == "require_capabilities":
-        caps = _str_list(p.get("capabilities"))
+        caps = str_list(p.get("capabilities"))
         for s in sites:
             missing = [c for c in caps if c not in s.capabilities]
             if missing:
@@ -98,7 +98,7 @@ def _exclusions(rule: Rule, sites: Sequence[SiteState]) -> dict[str, str]:
     return out
 
 
-def _str_list(value: Any) -> list[str]:
+def str_list(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if isinstance(value, list | tuple | set | frozenset):
@@ -106,7 +106,7 @@ def _str_list(value: Any) -> list[str]:
     return []
 
 
-class _Eligibility:
+class Eligibility:
     """Per site (by name): why it is ineligible or None; the eligible positions; and, for an
     unplaceable unit, the reasons grouped."""
 

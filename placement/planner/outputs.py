@@ -3,32 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
-if TYPE_CHECKING:
-    from placement.planner.inputs import Timing
-    from placement.planner.table import _Table
-
-
-class Candidate(NamedTuple):
-    """One row of a decision's candidate table (the REST shape of DESIGN section 9)."""
-
-    site: str
-    eligible: bool
-    why: str
-    score: float | None
-    bytes_to_move: int
-    est_transfer_s: float
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "site": self.site,
-            "eligible": self.eligible,
-            "why": self.why,
-            "score": self.score,
-            "bytes_to_move": self.bytes_to_move,
-            "est_transfer_s": self.est_transfer_s,
-        }
+from placement.planner.inputs import Timing
+from placement.planner.table import Candidate, CandidateTable
 
 
 @dataclass(frozen=True)
@@ -47,7 +25,7 @@ class Decision:
     timing: Timing
     site: str | None
     reason: str
-    table: _Table = field(repr=False)
+    table: CandidateTable = field(repr=False)
     rules: tuple[str, ...] = ()
     datasets: tuple[str, ...] = ()
     # For a runtime unit in a plan: where it would go if decided now (later units plan with it).

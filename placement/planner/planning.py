@@ -7,8 +7,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from placement.gcpause import gc_paused
 from placement.parser import ParsedWorkflow, Resources, Unit
 from placement.planner.catalogue import DataCatalogue
-from placement.planner.context import _Context
-from placement.planner.filters import _Eligibility
+from placement.planner.context import PlanContext
+from placement.planner.filters import Eligibility
+from placement.planner.fleet import Fleet
 from placement.planner.inputs import (
     ASSUMED_UPSTREAM_BYTES,
     CAPACITY_WEIGHT,
@@ -16,7 +17,6 @@ from placement.planner.inputs import (
     HARD_EFFECTS,
     TRANSFER_HALF_SCORE_S,
     DatasetInfo,
-    Fleet,
     Rule,
     SizeSource,
     Timing,
@@ -24,12 +24,12 @@ from placement.planner.inputs import (
     UpstreamArg,
 )
 from placement.planner.outputs import Decision, Plan
-from placement.planner.reasons import _first_runtime, _reason
+from placement.planner.reasons import explain, first_runtime_rule
 from placement.planner.relays import relay_for
 from placement.planner.reservations import reserve
 from placement.planner.rules import RuleBook, template_display_name
-from placement.planner.scoring import _best
-from placement.planner.table import _Table
+from placement.planner.scoring import best_position
+from placement.planner.table import CandidateTable
 
 
 def decide(
@@ -59,7 +59,7 @@ def decide(
     site that cannot read them itself is not eligible even where a copy could be relayed.
     """
     with gc_paused():
-        ctx = _Context(fleet, rules, datasets, project, relays)
+        ctx = PlanContext(fleet, rules, datasets, project, relays)
         where = _normalise_upstream(upstream_sites, unit.upstream)
         bound = _bound(ctx, ancestors)
         decision = _decide(
@@ -99,7 +99,7 @@ def plan(
         if isinstance(parsed_or_units, ParsedWorkflow)
         else tuple(parsed_or_units)
     )
-    ctx = _Context(fleet, rules, datasets, project)
+    ctx = PlanContext(fleet, rules, datasets, project)
     where = _normalise_upstream(upstream_sites)
     decisions: list[Decision] = []
     # Residency-bound datasets each unit read, itself or through its upstream's outputs.
@@ -128,7 +128,7 @@ def plan(
             if d.site is not None and _requests(unit.resources):
                 # The next unit sees this one's requests taken (reservations.py).
                 fleet = reserve(fleet, d.site, unit.resources)
-                ctx = _Context(fleet, ctx.rulebook, ctx.data, project)
+                ctx = PlanContext(fleet, ctx.rulebook, ctx.data, project)
             # Later units plan with the site a runtime decision would choose today.
             planned = d.site or d.runtime_hint
             if planned is not None and unit.name not in where:
@@ -147,16 +147,16 @@ def _merge(groups: Iterable[tuple[DatasetInfo, ...]]) -> tuple[DatasetInfo, ...]
     return tuple(found[n] for n in sorted(found))
 
 
-def _bound(ctx: _Context, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
+def _bound(ctx: PlanContext, ancestors: Iterable[Unit]) -> tuple[DatasetInfo, ...]:
     return _merge(tuple(d for d in ctx.data.read_by(u) if d.residency) for u in ancestors)
 
 
 def _reachable(
-    ctx: _Context,
-    elig: _Eligibility,
+    ctx: PlanContext,
+    elig: Eligibility,
     moving: Sequence[tuple[str, int, SizeSource]],
     derived: tuple[DatasetInfo, ...] = (),
-) -> _Eligibility:
+) -> Eligibility:
     """Sites that cannot read the artifact repository of a site upstream outputs are at, and
     where no relay can copy them to (``relays.py``): a relay outside the regions the outputs
     are bound to by a residency-bound dataset read upstream (``derived``) is never used."""
@@ -193,7 +193,7 @@ def _reachable(
                 why += " and no site can relay them"
             whys[i] = why
             changed = True
-    return _Eligibility(whys) if changed else elig
+    return Eligibility(whys) if changed else elig
 
 
 def _requests(r: Resources) -> bool:
@@ -218,7 +218,7 @@ def _normalise_upstream(
 
 
 def _decide(
-    ctx: _Context,
+    ctx: PlanContext,
     unit: Unit,
     upstream: Mapping[str, Upstream],
     exclude: frozenset[str],
@@ -231,23 +231,10 @@ def _decide(
     matched = ctx.rulebook.matching(unit, ctx.project)
     if reads is None:  # the datasets the unit reads, unless its caller looked them up
         reads = ctx.data.read_by(unit)
-    own = {d.name for d in reads}
-    # Outputs derived from a residency-bound dataset are bound by it too (a filter only:
-    # nothing of the dataset itself moves).
-    derived = tuple(
-        DatasetInfo(name=f"{d.name} (read upstream)", residency=d.residency)
-        for d in bound
-        if d.name not in own
-    )
+    derived = _derived(bound, reads)
     rule_timing: Timing = "runtime" if any(r.timing == "runtime" for r in matched) else "submit"
     effective: Timing = timing or rule_timing
-    moving = tuple(
-        sorted(
-            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.size_source)
-            for u in upstream.values()
-            if u.bytes is None or u.bytes > 0
-        )
-    )
+    moving = _moving(upstream)
     # Units with the same rules, data, requests and upstream locations share one evaluation.
     memo_key = (
         tuple(r.id for r in matched),
@@ -271,7 +258,9 @@ def _decide(
     hint = None
     if effective == "runtime" and not force_site:
         site, hint = None, best
-        reason = f"placed at runtime by rule '{_first_runtime(matched)}'; now it would be: {reason}"
+        reason = (
+            f"placed at runtime by rule '{first_runtime_rule(matched)}'; now it would be: {reason}"
+        )
     return Decision(
         unit=unit.name,
         template=template_display_name(unit.template),
@@ -286,8 +275,33 @@ def _decide(
     )
 
 
+def _derived(
+    bound: tuple[DatasetInfo, ...], reads: tuple[DatasetInfo, ...]
+) -> tuple[DatasetInfo, ...]:
+    """Outputs derived from a residency-bound dataset are bound by it too (a filter only:
+    nothing of the dataset itself moves); a dataset the unit reads itself binds it already."""
+    own = {d.name for d in reads}
+    return tuple(
+        DatasetInfo(name=f"{d.name} (read upstream)", residency=d.residency)
+        for d in bound
+        if d.name not in own
+    )
+
+
+def _moving(upstream: Mapping[str, Upstream]) -> tuple[tuple[str, int, SizeSource], ...]:
+    """The upstream outputs a unit reads, as (site, bytes, how the size is known), sorted;
+    an output known to be empty moves nothing."""
+    return tuple(
+        sorted(
+            (u.site, ASSUMED_UPSTREAM_BYTES if u.bytes is None else u.bytes, u.size_source)
+            for u in upstream.values()
+            if u.bytes is None or u.bytes > 0
+        )
+    )
+
+
 def _evaluate(
-    ctx: _Context,
+    ctx: PlanContext,
     req: Resources,
     matched: Sequence[Rule],
     reads: Sequence[DatasetInfo],
@@ -295,7 +309,7 @@ def _evaluate(
     exclude: frozenset[str],
     strict_capacity: bool,
     derived: tuple[DatasetInfo, ...] = (),
-) -> tuple[_Table, str | None, str]:
+) -> tuple[CandidateTable, str | None, str]:
     hard = [r for r in matched if r.effect in HARD_EFFECTS]
     locality_w = DATA_WEIGHT + sum(r.weight for r in matched if r.effect == "prefer_data_locality")
     capacity_w = CAPACITY_WEIGHT + sum(
@@ -322,10 +336,10 @@ def _evaluate(
     scores = [
         lw * (1.0 - t / (t + half)) + cw * fractions[i] for t, i in zip(seconds, idx, strict=True)
     ]
-    best = _best(scores, idx, costs, skip=-1)
-    second = _best(scores, idx, costs, skip=best) if best >= 0 else -1
+    best = best_position(scores, idx, costs, skip=-1)
+    second = best_position(scores, idx, costs, skip=best) if best >= 0 else -1
 
-    table = _Table(
+    table = CandidateTable(
         ctx.sites,
         elig.whys,
         capacity,
@@ -338,7 +352,7 @@ def _evaluate(
     )
     if best < 0:
         return table, None, f"unplaceable: no eligible site ({elig.summary(ctx.sites)})"
-    reason = _reason(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
+    reason = explain(ctx, table, best, second, hard, reads, req, locality_w, capacity_w)
     if derived:
         regions = sorted(set.intersection(*(set(d.residency) for d in derived)))
         names = ", ".join(d.name.removesuffix(" (read upstream)") for d in derived)

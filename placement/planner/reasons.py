@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from placement.parser import Resources
-from placement.planner.filters import _str_list
+from placement.planner.context import PlanContext
+from placement.planner.filters import str_list
 from placement.planner.inputs import TRANSFER_HALF_SCORE_S, DatasetInfo, Rule
+from placement.planner.table import CandidateTable
 from placement.units import human_bytes, human_seconds
 
-if TYPE_CHECKING:
-    from placement.planner.context import _Context
-    from placement.planner.table import _Table
 
-
-def _first_runtime(rules: Sequence[Rule]) -> str:
+def first_runtime_rule(rules: Sequence[Rule]) -> str:
     return next((r.name for r in rules if r.timing == "runtime"), "?")
 
 
-def _reason(
-    ctx: _Context,
-    table: _Table,
+def explain(
+    ctx: PlanContext,
+    table: CandidateTable,
     best: int,
     second: int,
     hard: Sequence[Rule],
@@ -36,15 +33,14 @@ def _reason(
     if hard:
         r = hard[0]
         what = {
-            "pin": f"pinned to {', '.join(_str_list(r.params.get('sites')))}",
-            "exclude": f"excludes {', '.join(_str_list(r.params.get('sites')))}",
+            "pin": f"pinned to {', '.join(str_list(r.params.get('sites')))}",
+            "exclude": f"excludes {', '.join(str_list(r.params.get('sites')))}",
             "require_labels": "requires "
             + ", ".join(
                 f"{k}={v}" if v not in (None, "*") else str(k)
                 for k, v in sorted((r.params.get("labels") or {}).items())
             ),
-            "require_capabilities": "requires "
-            + ", ".join(_str_list(r.params.get("capabilities"))),
+            "require_capabilities": "requires " + ", ".join(str_list(r.params.get("capabilities"))),
         }[r.effect]
         if len(what) > 160:
             what = what[:157] + "..."

@@ -20,7 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from placement.planner.inputs import ASSUMED_UPSTREAM_BYTES, DEFAULT_BANDWIDTH_MBPS, Fleet
+from placement.planner.fleet import Fleet
+from placement.planner.inputs import ASSUMED_UPSTREAM_BYTES, DEFAULT_BANDWIDTH_MBPS
 from placement.planner.outputs import Decision
 
 GB = 1_000_000_000
@@ -99,6 +100,20 @@ def relay_for(
     return best[2] if best else None
 
 
+_NOT_YET = object()
+
+
+def cached_relay(fleet: Fleet, source: str, target: str) -> str | None:
+    """The site that would relay ``source``'s outputs to a reader at ``target`` (size
+    unknown: by bandwidth alone), cached per Fleet object; None when no relay is needed
+    or none can."""
+    key = (source, target)
+    found = fleet.caches.relays.get(key, _NOT_YET)
+    if found is _NOT_YET:
+        found = fleet.caches.relays.put(key, relay_for(fleet, source, target, 1 << 20))
+    return found if isinstance(found, str) else None
+
+
 def transfer(fleet: Fleet, source: str, relay: str, target: str, nbytes: int) -> Transfer:
     """The planned copy ``source`` → ``relay`` for a reader at ``target``, with its estimate."""
     return Transfer(
@@ -139,7 +154,7 @@ def planned(
             source = site_of.get(up)
             if source is None or (source, target) not in blocked:
                 continue
-            relay = fleet.relay(source, target)
+            relay = cached_relay(fleet, source, target)
             if relay is None or (up, relay) in seen:
                 continue
             seen.add((up, relay))

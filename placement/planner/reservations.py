@@ -26,12 +26,12 @@ from dataclasses import dataclass, replace
 
 from placement.parser import Resources
 from placement.planner.catalogue import DataCatalogue
-from placement.planner.inputs import Fleet, _FleetCaches
+from placement.planner.fleet import Fleet, FleetCaches
 from placement.planner.rules import RuleBook
 
 
-def _caches_without_capacity(old: _FleetCaches) -> _FleetCaches:
-    new = _FleetCaches()
+def _caches_without_capacity(old: FleetCaches) -> FleetCaches:
+    new = FleetCaches()
     new.exclusions = old.exclusions
     new.datasets = old.datasets
     new.links = old.links

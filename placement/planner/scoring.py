@@ -4,17 +4,13 @@ capacity left), and how the best eligible site is picked from the scores."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from placement.parser import Resources
-from placement.planner.inputs import DEFAULT_BANDWIDTH_MBPS, DatasetInfo, SiteState
-from placement.units import human_bytes, human_seconds
-
-if TYPE_CHECKING:
-    from placement.planner.context import _Context
+from placement.planner.inputs import SiteState
 
 
-class _Costs(NamedTuple):
+class Costs(NamedTuple):
     """Per site (by name): bytes to move and seconds; ``note(i)`` says it in words for site i
     ("" when there is nothing to say), built only when a candidate row is."""
 
@@ -23,11 +19,11 @@ class _Costs(NamedTuple):
     note: Callable[[int], str]
 
 
-def _no_note(_: int) -> str:
+def no_note(_: int) -> str:
     return ""
 
 
-def _memo_note(note: Callable[[int], str], n: int) -> Callable[[int], str]:
+def memo_note(note: Callable[[int], str], n: int) -> Callable[[int], str]:
     """``note`` computed at most once per site (the vectors are shared by many decisions)."""
     done: list[str | None] = [None] * n
 
@@ -40,35 +36,7 @@ def _memo_note(note: Callable[[int], str], n: int) -> Callable[[int], str]:
     return cached
 
 
-def _dataset_cost(ctx: _Context, d: DatasetInfo, site: str) -> tuple[int, float, str, bool]:
-    """(bytes to move, seconds, source site, link known) to read dataset ``d`` at ``site`` from
-    its best replica; source "" when it is local or has no replica."""
-    best: tuple[float, int, str, bool] | None = None
-    for r in d.replicas:
-        size = r.bytes or d.bytes
-        if r.site == site:
-            return 0, 0.0, "", True
-        t, known = ctx.transfer(r.site, site, size)
-        cand = (t, size, r.site, known)
-        if best is None or cand[:3] < best[:3]:
-            best = cand
-    if best is None:
-        return 0, 0.0, "", True
-    t, size, src, known = best
-    return size, t, src, known
-
-
-def _dataset_note(ctx: _Context, d: DatasetInfo, site: str) -> str:
-    if not d.replicas:
-        return f"dataset {d.name} has no replica"
-    size, t, src, known = _dataset_cost(ctx, d, site)
-    if not src:
-        return f"dataset {d.name} local"
-    link = "" if known else f", no link: assumed {DEFAULT_BANDWIDTH_MBPS:.0f} Mbit/s"
-    return f"dataset {d.name} {human_bytes(size)} from {src} ({human_seconds(t)}{link})"
-
-
-def _capacity(s: SiteState, req: Resources) -> tuple[float, bool]:
+def free_fraction(s: SiteState, req: Resources) -> tuple[float, bool]:
     """Mean free fraction left after the request (0 if it does not fit now), and whether it
     fits now. GPUs count only for units that need them: free GPUs do not make a site better for
     CPU work."""
@@ -91,7 +59,9 @@ def _capacity(s: SiteState, req: Resources) -> tuple[float, bool]:
     return (sum(fractions) / len(fractions) if fractions else 0.0), True
 
 
-def _best(scores: list[float], idx: Sequence[int], costs: Sequence[_Costs], skip: int) -> int:
+def best_position(
+    scores: list[float], idx: Sequence[int], costs: Sequence[Costs], skip: int
+) -> int:
     """Position (in ``idx``) of the best eligible site: highest score, then fewer bytes, then
     name (sites are ordered by name); -1 if none. ``skip`` leaves one position out."""
     if skip >= 0:

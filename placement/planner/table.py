@@ -4,17 +4,35 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any, NamedTuple
 
-from placement.planner.outputs import Candidate
+from placement.planner.inputs import SiteState
+from placement.planner.scoring import Costs
 from placement.units import human_bytes, human_seconds
 
-if TYPE_CHECKING:
-    from placement.planner.inputs import SiteState
-    from placement.planner.scoring import _Costs
+
+class Candidate(NamedTuple):
+    """One row of a decision's candidate table (the REST shape of DESIGN section 9)."""
+
+    site: str
+    eligible: bool
+    why: str
+    score: float | None
+    bytes_to_move: int
+    est_transfer_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "eligible": self.eligible,
+            "why": self.why,
+            "score": self.score,
+            "bytes_to_move": self.bytes_to_move,
+            "est_transfer_s": self.est_transfer_s,
+        }
 
 
-class _Table:
+class CandidateTable:
     """A decision's candidate table: numbers now (for eligible sites: positions ``idx`` in the
     site list, their ``scores`` and transfer ``seconds``), rows with their text on first access."""
 
@@ -37,7 +55,7 @@ class _Table:
         sites: Sequence[SiteState],
         elig: list[str | None],
         capacity: tuple[list[float], list[str]],
-        costs: Sequence[_Costs],
+        costs: Sequence[Costs],
         idx: list[int],
         scores: list[float],
         seconds: list[float],
@@ -144,7 +162,7 @@ class _Table:
         return "; ".join([p for p in parts if p]) or fallback, moved
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Table) and self.rows() == other.rows()
+        return isinstance(other, CandidateTable) and self.rows() == other.rows()
 
     def __hash__(self) -> int:
         return hash(self.rows())

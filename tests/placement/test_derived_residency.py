@@ -8,6 +8,7 @@ import pytest
 
 from placement import planner
 from placement.parser import Resources, Unit
+from placement.planner.relays import cached_relay
 from tests.placement.planned_units import task_unit
 
 CPU = 1000
@@ -103,7 +104,7 @@ def test_a_site_that_reads_a_relay_is_a_candidate_through_a_copy() -> None:
     )
     rows = {c.site: c for c in placed.by_unit()["use"].candidates}
     assert rows["site-b"].eligible
-    assert fleet.relay("site-c", "site-b") == "site-a"
+    assert cached_relay(fleet, "site-c", "site-b") == "site-a"
     # 1 GB over two 1 Gbit/s hops: 16 s, twice the direct read at site-a.
     assert rows["site-b"].est_transfer_s == pytest.approx(
         2 * rows["site-a"].est_transfer_s, rel=0.01

@@ -13,13 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from placement import parser
+from placement.parser import schema
 
 EXAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "reference" / "argo" / "examples"
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "eo-pipeline.yaml"
 
 
 def _fast_valid(doc: Any) -> bool:
-    validator = parser._fast_validator("Workflow", wait=True)
+    validator = schema.fast_validator("Workflow", wait=True)
     assert validator is not None
     try:
         validator(doc)
@@ -29,7 +30,7 @@ def _fast_valid(doc: Any) -> bool:
 
 
 def _full_valid(doc: Any) -> bool:
-    return not list(parser._validator("Workflow").iter_errors(doc))
+    return not list(schema.full_validator("Workflow").iter_errors(doc))
 
 
 def test_it_agrees_with_jsonschema_on_every_reference_example() -> None:
@@ -46,7 +47,7 @@ def test_it_agrees_with_jsonschema_on_every_reference_example() -> None:
 
 
 def test_schema_errors_still_lists_every_problem_when_the_fast_path_is_ready() -> None:
-    parser._fast_validator("Workflow", wait=True)
+    schema.fast_validator("Workflow", wait=True)
     doc = yaml.safe_load(DEMO.read_text())
     doc["spec"]["templates"][0]["dag"]["tasks"][0]["name"] = 7
     doc["spec"]["entrypoint"] = ["not", "a", "string"]

@@ -21,19 +21,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def decoded(text: str, limits: Limits = DEFAULT_LIMITS, *, full: bool = False) -> Any:
     """``decode_document``'s value or its refusal, by the single pass or by the full loader."""
     if full:
-        saved = parser._load_plain
+        saved = parser.load_plain
 
         def refuse(text: str, limits: Limits) -> None:
-            raise parser._NeedsFullLoader
+            raise parser.NeedsFullLoader
 
-        parser._load_plain = refuse  # type: ignore[assignment]
+        parser.load_plain = refuse  # type: ignore[assignment]
     try:
         return ("ok", parser.decode_document(text, limits))
     except WorkflowInvalid as exc:
         return ("refused", exc.as_dicts())
     finally:
         if full:
-            parser._load_plain = saved
+            parser.load_plain = saved
 
 
 def same_both_ways(text: str, limits: Limits = DEFAULT_LIMITS) -> Any:
@@ -54,9 +54,9 @@ def test_every_reference_example_decodes_the_same_both_ways() -> None:
         text = path.read_text()
         same_both_ways(text)
         try:
-            parser._load_plain(text, DEFAULT_LIMITS)
+            parser.load_plain(text, DEFAULT_LIMITS)
             single += 1
-        except parser._NeedsFullLoader:
+        except parser.NeedsFullLoader:
             pass
     # Most examples take the single pass; the rest (anchors, tags) exercised the fallback.
     assert single > len(paths) // 2, (single, len(paths))
@@ -98,8 +98,8 @@ def test_merge_keys_anchors_tags_and_other_keys_take_the_full_loader() -> None:
         ("1: one\nnull: t\n", "one"),
         ("v: .inf\n", None),
     ]:
-        with pytest.raises(parser._NeedsFullLoader):
-            parser._load_plain(text, DEFAULT_LIMITS)
+        with pytest.raises(parser.NeedsFullLoader):
+            parser.load_plain(text, DEFAULT_LIMITS)
         outcome = same_both_ways(text)
         if outcome[0] == "ok" and value is not None:
             assert value in outcome[1].values()

@@ -19,7 +19,14 @@ CONTROLLER = ("portal.controller",)
 WORKER = ("portal.tasks", "portal.karmada.watcher", *CONTROLLER)
 # The webhook's decision and the recording of its decisions.
 WEBHOOK = ("portal.admission.decide", "portal.admission.queue", "portal.admission.budget")
-PURE = ("placement.context", "placement.codec")
+PURE = (
+    "placement.parser",
+    "placement.planner",
+    "placement.manifests",
+    "placement.expression",
+    "placement.context",
+    "placement.codec",
+)
 
 
 def _path(module: str) -> Path | None:
@@ -139,8 +146,9 @@ def test_the_boundarys_plain_modules_load_neither_django_nor_the_portal():
     assert _offending(plain, ("django", "portal", "kubernetes", "sites", "placement")) == {}
 
 
-def test_the_placement_context_codec_is_pure():
-    assert _offending(PURE, ("django", "portal", "sites", "rest_framework")) == {}
+def test_the_pure_libraries_are_pure():
+    forbidden = ("django", "portal", "sites", "rest_framework", "placement.models")
+    assert _offending(PURE, forbidden) == {}
 
 
 @pytest.mark.parametrize(

@@ -23,24 +23,8 @@ def expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitRu
     """withParam: one unit per item of the upstream output, created once (unique names)."""
     spec = codec.unit_from_dict(unit.spec)
     assert spec.with_param is not None
-    missing: list[str] = []
     try:
-        # An expression tag (``{{= ...}}``) is evaluated here too; its error is a ValueError.
-        value = manifests.substitute(
-            spec.with_param,
-            run.compiled.get("parameters") or {},
-            # a skipped producer's declared defaults, as in its consumers' arguments
-            manifests.with_skipped_defaults(
-                upstream_outputs(units), run.compiled.get("templates") or {}
-            ),
-            missing=missing,
-            inputs=entry_inputs(run),
-        )
-        if missing:
-            raise ValueError(f"unresolved: {', '.join(missing)}")
-        # Sized against the run's unit limit before a single unit is built.
-        room = settings.PORTAL_MAX_UNITS - len(units)
-        items = parser.parse_with_param_value(value, max_items=room)
+        items = _items(run, spec.with_param, units)
     except ValueError as exc:
         state.unit_move(unit, UnitPhase.ERROR, message=f"withParam: {exc}")
         return []
@@ -80,6 +64,28 @@ def expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitRu
     if not children:
         state.unit_move(unit, UnitPhase.SKIPPED, message="withParam gave no items")
     return list(UnitRun.objects.filter(run=run, name__in=[c.name for c in children]))
+
+
+def _items(run: WorkflowRun, with_param: str, units: list[UnitRun]) -> list[Any]:
+    """The items ``withParam`` names, from the run's parameters and upstream outputs; a
+    ValueError says why there are none to build."""
+    missing: list[str] = []
+    # An expression tag (``{{= ...}}``) is evaluated here too; its error is a ValueError.
+    value = manifests.substitute(
+        with_param,
+        run.compiled.get("parameters") or {},
+        # a skipped producer's declared defaults, as in its consumers' arguments
+        manifests.with_skipped_defaults(
+            upstream_outputs(units), run.compiled.get("templates") or {}
+        ),
+        missing=missing,
+        inputs=entry_inputs(run),
+    )
+    if missing:
+        raise ValueError(f"unresolved: {', '.join(missing)}")
+    # Sized against the run's unit limit before a single unit is built.
+    room = settings.PORTAL_MAX_UNITS - len(units)
+    return parser.parse_with_param_value(value, max_items=room)
 
 
 def entry_inputs(run: WorkflowRun) -> dict[str, str]:

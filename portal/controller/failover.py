@@ -145,16 +145,7 @@ def _move(
         )
         if not changed:
             return False
-        if (unit.spec or {}).get("via"):
-            # Its copies were relayed for the site it leaves: the new site routes its own.
-            unit.spec = {k: v for k, v in unit.spec.items() if k != "via"}
-            UnitRun.objects.filter(pk=unit.pk).update(spec=unit.spec)
-        unit.attempt = attempt
-        unit.site = site
-        unit.phase = UnitPhase.PENDING
-        unit.workflow_name = ""
-        unit.timing = UnitTiming.SUBMIT
-        unit.reason = f"{why}{decision.reason}"
+        _moved(unit, attempt, site, f"{why}{decision.reason}")
         holds_changed(held, held_by([unit]))
         _record(run, unit, decision)
         event(
@@ -167,6 +158,20 @@ def _move(
             data={"ended_attempt": ended} if ended else {},
         )
     return True
+
+
+def _moved(unit: UnitRun, attempt: int, site: str, reason: str) -> None:
+    """``unit`` as the move left its row; copies relayed for the site it leaves are dropped
+    (the new site routes its own)."""
+    if (unit.spec or {}).get("via"):
+        unit.spec = {k: v for k, v in unit.spec.items() if k != "via"}
+        UnitRun.objects.filter(pk=unit.pk).update(spec=unit.spec)
+    unit.attempt = attempt
+    unit.site = site
+    unit.phase = UnitPhase.PENDING
+    unit.workflow_name = ""
+    unit.timing = UnitTiming.SUBMIT
+    unit.reason = reason
 
 
 def _record(

@@ -81,7 +81,7 @@ def _submission_with_priority(
             manifest = data["manifest"]
             if not isinstance(manifest, (dict, str)):
                 raise WorkflowInvalid(
-                    [services.FieldError("manifest", "must be a Workflow object or YAML text")]
+                    [FieldError("manifest", "must be a Workflow object or YAML text")]
                 )
             arguments = data.get("arguments")
             return (

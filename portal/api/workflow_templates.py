@@ -15,7 +15,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from placement.parser import WorkflowInvalid
+from placement.parser import FieldError, WorkflowInvalid
 from portal import services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
@@ -66,7 +66,7 @@ def _body(request: Request) -> tuple[Any, str | None]:
         if isinstance(data, dict) and "manifest" in data and "kind" not in data:
             if not isinstance(data["manifest"], (dict, str)):
                 raise WorkflowInvalid(
-                    [services.FieldError("manifest", "must be a WorkflowTemplate object or YAML")]
+                    [FieldError("manifest", "must be a WorkflowTemplate object or YAML")]
                 )
             return data["manifest"], data.get("project") or project
     return raw, project

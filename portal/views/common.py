@@ -7,8 +7,11 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 from django.http import HttpRequest
+from django.shortcuts import get_object_or_404
 
 from portal.dag import site_colours
+from portal.models import WorkflowRun
+from portal.selectors.runs import runs_listed
 from sites.models import Site
 
 UNITS_PER_PAGE = 50
@@ -20,6 +23,12 @@ def is_htmx(request: HttpRequest) -> bool:
 
 def page_of(request: HttpRequest, items: Any, per_page: int, param: str = "page") -> Page[Any]:
     return Paginator(items, per_page).get_page(request.GET.get(param))
+
+
+def get_run(request: HttpRequest, pk: int) -> WorkflowRun:
+    """The run ``pk`` if the user may see it; a 404 otherwise (never a 403, which would
+    confirm that it exists)."""
+    return get_object_or_404(runs_listed(request.user), pk=pk)
 
 
 def fleet_colours(extra: Iterable[str] = ()) -> dict[str, str]:

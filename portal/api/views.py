@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db.models import Prefetch, QuerySet
-from django.http import Http404, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -22,6 +21,7 @@ from placement.parser import FieldError, WorkflowInvalid
 from portal import log_follows, logs, outputs, reasons, services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
+from portal.api.renderers import PlainTextRenderer
 from portal.api.serializers import (
     PlacementDecisionSerializer,
     PreviewSerializer,
@@ -32,27 +32,13 @@ from portal.api.serializers import (
     WorkflowRunListSerializer,
     WorkflowRunSerializer,
 )
+from portal.api.unit_logs import LogWanted, log_answer, log_request
 from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import Attempt, runs_visible_to, unit_by_key, unit_detail
+from portal.selectors import runs_visible_to, unit_by_key, unit_detail
 from portal.submission_limits import SubmissionsThrottled
 from sites.api.base import BaseViewSet
-
-
-class PlainTextRenderer(BaseRenderer):
-    """Logs are text; a refusal (404, 400) on the logs endpoint is rendered as its text."""
-
-    media_type = "text/plain"
-    format = "txt"
-    charset = "utf-8"
-
-    def render(
-        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
-    ) -> Any:
-        if isinstance(data, dict):
-            return str(data.get("detail") or json.dumps(data)).encode()
-        return str(data).encode() if not isinstance(data, bytes) else data
 
 
 def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | None]:
@@ -384,7 +370,7 @@ class WorkflowRunViewSet(
         PORTAL_LOG_FOLLOWS_PER_PROCESS (503), both with Retry-After."""
         u = self._unit(name)
         params = request.query_params
-        asked = _log_request(u, params)
+        asked = log_request(u, params)
         if isinstance(asked, Response):
             return asked
         attempt, tail = asked
@@ -413,88 +399,10 @@ class WorkflowRunViewSet(
             follow=bool(follow),
         )
         try:
-            return _log_answer(u, attempt.number, params.get("pod"), wanted, release)
+            return log_answer(u, attempt.number, params.get("pod"), wanted, release)
         except logs.LogsNotAvailable as exc:
             release()
             return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
         except BaseException:
             release()
             raise
-
-
-@dataclass(frozen=True)
-class LogWanted:
-    """Which log of an attempt, read how: its site, the container, the last ``tail`` lines,
-    and whether to follow it while the step runs."""
-
-    site: str
-    container: str
-    tail: int | None
-    follow: bool
-
-    def chunks(self, pod: str, kept: int | None, follow: bool) -> Any:
-        return logs.log_chunks(
-            self.site, pod, container=self.container, tail=self.tail, follow=follow, kept=kept
-        )
-
-
-def _log_request(u: UnitRun, params: Any) -> tuple[Attempt, int | None] | Response:
-    """The attempt whose log is asked for and the lines wanted (``tail``), or the 400 that
-    names what is wrong."""
-    errors = []
-    numbers: dict[str, int | None] = {}
-    for key in ("attempt", "tail"):
-        raw = params.get(key)
-        try:
-            numbers[key] = int(raw) if raw else None
-        except ValueError:
-            errors.append(FieldError(key, "must be a whole number"))
-            continue
-        value = numbers[key]
-        if value is not None and value < (1 if key == "attempt" else 0):
-            errors.append(FieldError(key, "must be positive"))
-    attempts = {a.number: a for a in unit_detail(u)["attempts"]}
-    number = numbers.get("attempt") or u.attempt
-    if not errors and number not in attempts:
-        errors.append(FieldError("attempt", f"the unit has attempts 1 to {u.attempt}"))
-    if errors:
-        return errors_response([e.as_dict() for e in errors])
-    return attempts[number], numbers["tail"]
-
-
-def _log_answer(
-    u: UnitRun, attempt: int, pod: str | None, wanted: LogWanted, release: Any
-) -> HttpResponseBase:
-    """The log of the attempt's pods (``pod`` alone when given): one pod's read whole, or a
-    stream of each in turn, headed by its name (raises ``LogsNotAvailable`` before any of it
-    is sent)."""
-    pods = logs.attempt_pods(u, attempt, wanted.site)
-    shown = [p for p in pods.pods if not pod or p.pod == pod]
-    if not shown:
-        raise logs.LogsNotAvailable("No pod has run for this attempt yet.")
-    if len(shown) == 1 and not wanted.follow:
-        text = logs.log_text(
-            wanted.site, shown[0].pod, container=wanted.container, tail=wanted.tail, kept=pods.kept
-        )
-        return HttpResponse(text, content_type="text/plain; charset=utf-8")
-    first = wanted.chunks(shown[0].pod, pods.kept, wanted.follow)
-    return StreamingHttpResponse(
-        log_follows.HeldStream(_log_stream(shown, first, wanted, pods.kept), release),
-        content_type="text/plain; charset=utf-8",
-    )
-
-
-def _log_stream(shown: list[Any], first: Any, wanted: LogWanted, kept: int | None) -> Any:
-    if wanted.follow:
-        # Nothing yet, but the status line and headers go out now: a follower knows at once
-        # that it holds a slot, even while the step is silent.
-        yield b""
-    # Several pods: each in turn, headed by its name; following reads the last one.
-    for i, pod in enumerate(shown):
-        if len(shown) > 1:
-            yield f"==> {pod.pod} ({pod.node}) <==\n".encode()
-        try:
-            last = i == len(shown) - 1
-            yield from first if i == 0 else wanted.chunks(pod.pod, kept, wanted.follow and last)
-        except logs.LogsNotAvailable as exc:
-            yield f"[{exc}]\n".encode()

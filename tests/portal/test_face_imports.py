@@ -28,7 +28,7 @@ def _sources() -> list[Path]:
     return out
 
 
-def _named(node: ast.AST) -> list[str]:
+def _named(node: ast.stmt) -> list[str]:
     """The modules an import statement names (``from portal import tasks`` names
     ``portal.tasks``)."""
     if isinstance(node, ast.Import):
@@ -47,6 +47,7 @@ def test_no_face_imports_a_controller_module():
         f"{path.relative_to(ROOT)}:{node.lineno}": module
         for path in _sources()
         for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.stmt)
         for module in _named(node)
         if _is_controller(module)
     }

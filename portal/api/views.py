@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
@@ -36,7 +36,8 @@ from portal.api.unit_logs import LogWanted, log_answer, log_request
 from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import runs_visible_to, unit_by_key, unit_detail
+from portal.selectors import unit_by_key, unit_detail
+from portal.selectors.runs import run_decisions_all, run_events, runs_with_units
 from portal.submission_limits import SubmissionsThrottled
 from sites.api.base import BaseViewSet
 
@@ -121,9 +122,7 @@ class WorkflowRunViewSet(
     filterset_class = WorkflowRunFilterSet
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
-        return runs_visible_to(self.request.user).prefetch_related(
-            Prefetch("units", queryset=UnitRun.objects.order_by("position", "id"))
-        )
+        return runs_with_units(self.request.user)
 
     def get_serializer_class(self) -> Any:
         return WorkflowRunListSerializer if self.action == "list" else WorkflowRunSerializer
@@ -256,14 +255,14 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["get"], pagination_class=None)
     def decisions(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        rows = run.decisions.select_related("unit", "shared_table").order_by("created_at", "id")
+        rows = run_decisions_all(run)
         return Response(PlacementDecisionSerializer(rows, many=True).data)
 
     @extend_schema(responses={200: RunEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        rows = run.events.select_related("unit").order_by("created_at", "id")
+        rows = run_events(run)
         return Response(RunEventSerializer(rows, many=True).data)
 
     @extend_schema(

@@ -30,6 +30,10 @@ def policy_errors() -> dict[str, str]:
     return found
 
 
+def site_names() -> list[str]:
+    return list(Site.objects.values_list("name", flat=True))
+
+
 def sites_all() -> list[Site]:
     return list(Site.objects.all())
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F, IntegerField, OuterRef, Prefetch, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from portal.choices import UnitPhase
-from portal.models import PlacementDecision, UnitRun, WorkflowRun
+from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.quotas import services as quota_services
 from portal.quotas import usage as quota_usage
 from portal.selectors import runs_visible_to, unit_suspended
@@ -25,6 +25,13 @@ def runs_listed(user: Any) -> QuerySet[WorkflowRun]:
     """The runs ``user`` may see, with what the list shows of each (project, owner)."""
     visible = runs_visible_to(user).values("pk")
     return WorkflowRun.objects.filter(pk__in=visible).select_related("project", "owner")
+
+
+def runs_with_units(user: Any) -> QuerySet[WorkflowRun]:
+    """The runs ``user`` may see, each with its units in their order (one query for all)."""
+    return runs_visible_to(user).prefetch_related(
+        Prefetch("units", queryset=UnitRun.objects.order_by("position", "id"))
+    )
 
 
 def runs_with_progress(runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -90,6 +97,16 @@ def run_decision_log(run: WorkflowRun) -> QuerySet[PlacementDecision]:
         .select_related("shared_table")
         .order_by("created_at", "id")
     )
+
+
+def run_decisions_all(run: WorkflowRun) -> QuerySet[PlacementDecision]:
+    """Every placement decision of the run, oldest first, with its unit and shared table."""
+    return run.decisions.select_related("unit", "shared_table").order_by("created_at", "id")
+
+
+def run_events(run: WorkflowRun) -> QuerySet[RunEvent]:
+    """Every event of the run, oldest first, with its unit."""
+    return run.events.select_related("unit").order_by("created_at", "id")
 
 
 def decision_candidates(decision: PlacementDecision) -> list[dict[str, Any]]:

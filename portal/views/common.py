@@ -11,8 +11,8 @@ from django.shortcuts import get_object_or_404
 
 from portal.dag import site_colours
 from portal.models import WorkflowRun
+from portal.selectors.fleet import site_names
 from portal.selectors.runs import runs_listed
-from sites.models import Site
 
 UNITS_PER_PAGE = 50
 
@@ -34,7 +34,7 @@ def get_run(request: HttpRequest, pk: int) -> WorkflowRun:
 def fleet_colours(extra: Iterable[str] = ()) -> dict[str, str]:
     """Colours for every site of the fleet (so a site keeps its colour on every page) and for
     any other name a run mentions."""
-    return site_colours([*Site.objects.values_list("name", flat=True), *extra])
+    return site_colours([*site_names(), *extra])
 
 
 def legend(colours: dict[str, str], names: Iterable[str]) -> list[tuple[str, str]]:

@@ -1,5 +1,6 @@
-"""The faces (pages, REST API, template tags, drawings, selectors, health) read what the worker
-recorded through selectors; none of them imports a module of the worker's controller."""
+"""The faces (pages, REST API, the OGC and Argo faces, template tags, drawings, selectors,
+health) read what the worker recorded through selectors; none of them imports a module of the
+worker's controller."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ FACES = (
     "portal/selectors",
     "portal/health.py",
     "portal/live.py",
+    "portal/ogcapi",
+    "portal/argoserver",
 )
 # The worker side: its Celery tasks, the watcher and the controller package.
 CONTROLLER = ("portal.tasks", "portal.watcher", "portal.execution", "portal.controller")

@@ -90,33 +90,36 @@ def _layers(ids: Sequence[str], preds: Mapping[str, Sequence[str]]) -> dict[str,
     return layer
 
 
-def layout(
-    ids: Sequence[str],
-    edges: Iterable[tuple[str, str]],
-    *,
-    node_w: int = NODE_W,
-    node_h: int = NODE_H,
-    gap_x: int = GAP_X,
-    gap_y: int = GAP_Y,
-    sweeps: int = SWEEPS,
-) -> Layout:
-    """Lay out the DAG ``ids`` with ``edges`` (source, target); unknown ends are dropped."""
+def _graph(
+    ids: Sequence[str], edges: Iterable[tuple[str, str]]
+) -> tuple[dict[str, int], dict[str, list[str]], dict[str, list[str]]]:
+    """The nodes' input order, and each node's predecessors and successors (edges with an
+    unknown end, self-loops and repeats dropped)."""
     index = {n: i for i, n in enumerate(dict.fromkeys(ids))}
-    ids = list(index)
-    preds: dict[str, list[str]] = {n: [] for n in ids}
-    succs: dict[str, list[str]] = {n: [] for n in ids}
+    preds: dict[str, list[str]] = {n: [] for n in index}
+    succs: dict[str, list[str]] = {n: [] for n in index}
     seen: set[tuple[str, str]] = set()
     for s, t in edges:
         if s in index and t in index and s != t and (s, t) not in seen:
             seen.add((s, t))
             preds[t].append(s)
             succs[s].append(t)
-    layer = _layers(ids, preds)
+    return index, preds, succs
+
+
+def _ordered_rows(
+    index: Mapping[str, int],
+    layer: Mapping[str, int],
+    preds: Mapping[str, Sequence[str]],
+    succs: Mapping[str, Sequence[str]],
+    sweeps: int,
+) -> list[list[str]]:
+    """The nodes of each layer in drawing order: the barycentre of their neighbours in the
+    adjacent layer, sweeping forwards and backwards; ties keep the input order."""
     nlayers = max(layer.values(), default=-1) + 1
     rows: list[list[str]] = [[] for _ in range(nlayers)]
-    for n in ids:
+    for n in index:
         rows[layer[n]].append(n)
-
     pos: dict[str, float] = {}
     for row in rows:
         for i, n in enumerate(row):
@@ -139,13 +142,17 @@ def layout(
         else:
             for li in range(nlayers - 2, -1, -1):
                 reorder(rows[li], succs, li + 1)
+    return rows
 
+
+def _place(
+    rows: list[list[str]], node_w: int, node_h: int, gap_x: int, gap_y: int
+) -> dict[str, Node]:
+    """Each node's position: layers left to right, each centred vertically so short layers
+    sit beside the middle of tall ones."""
     tallest = max((len(r) for r in rows), default=0)
-    height = MARGIN * 2 + tallest * node_h + max(tallest - 1, 0) * gap_y
-    width = MARGIN * 2 + nlayers * node_w + max(nlayers - 1, 0) * gap_x
     nodes: dict[str, Node] = {}
     for li, row in enumerate(rows):
-        # Centre each layer vertically so short layers sit beside the middle of tall ones.
         offset = (tallest - len(row)) * (node_h + gap_y) // 2
         for oi, n in enumerate(row):
             nodes[n] = Node(
@@ -155,10 +162,17 @@ def layout(
                 x=MARGIN + li * (node_w + gap_x),
                 y=MARGIN + offset + oi * (node_h + gap_y),
             )
+    return nodes
+
+
+def _edges_between(
+    nodes: Mapping[str, Node], preds: Mapping[str, Sequence[str]], node_w: int, node_h: int
+) -> list[Edge]:
+    """Each edge from the right middle of its source to the left middle of its target."""
     out_edges = []
-    for n in ids:
+    for n, ps in preds.items():
         tgt = nodes[n]
-        for p in preds[n]:
+        for p in ps:
             src = nodes[p]
             out_edges.append(
                 Edge(
@@ -170,11 +184,32 @@ def layout(
                     y2=tgt.y + node_h // 2,
                 )
             )
+    return out_edges
+
+
+def layout(
+    ids: Sequence[str],
+    edges: Iterable[tuple[str, str]],
+    *,
+    node_w: int = NODE_W,
+    node_h: int = NODE_H,
+    gap_x: int = GAP_X,
+    gap_y: int = GAP_Y,
+    sweeps: int = SWEEPS,
+) -> Layout:
+    """Lay out the DAG ``ids`` with ``edges`` (source, target); unknown ends are dropped."""
+    index, preds, succs = _graph(ids, edges)
+    rows = _ordered_rows(index, _layers(list(index), preds), preds, succs, sweeps)
+    nodes = _place(rows, node_w, node_h, gap_x, gap_y)
+    tallest = max((len(r) for r in rows), default=0)
+    nlayers = len(rows)
+    height = MARGIN * 2 + tallest * node_h + max(tallest - 1, 0) * gap_y
+    width = MARGIN * 2 + nlayers * node_w + max(nlayers - 1, 0) * gap_x
     return Layout(
-        nodes=tuple(nodes[n] for n in ids),
-        edges=tuple(out_edges),
-        width=width if ids else 0,
-        height=height if ids else 0,
+        nodes=tuple(nodes[n] for n in index),
+        edges=tuple(_edges_between(nodes, preds, node_w, node_h)),
+        width=width if index else 0,
+        height=height if index else 0,
         layers=nlayers,
         node_w=node_w,
         node_h=node_h,

@@ -197,7 +197,7 @@ def readyz(request: HttpRequest) -> HttpResponse:
         # A policy Karmada refuses does not make the portal unready (the other sites still
         # work), but whoever may see the detail is told which one and why (with the database
         # down there is nothing to read it from).
-        from portal.controller.sync import policy_errors
+        from portal.selectors.fleet import policy_errors
 
         errors = policy_errors()
         if errors:
@@ -236,7 +236,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         RUNS_BY_STATUS.labels(status=row["status"]).set(row["n"])
     for name, ready in Site.objects.values_list("name", "ready"):
         SITES_READY.labels(site=name).set(1 if ready else 0)
-    from portal.controller.sync import policy_errors
+    from portal.selectors.fleet import policy_errors
 
     errors = policy_errors()
     for name in [*Site.objects.values_list("name", flat=True), ""]:

@@ -23,9 +23,9 @@ from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 
 from portal.choices import FINAL_UNIT
+from portal.drawing import Group, group_units
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.selectors import outputs_summary
-from portal.templatetags.portal_ui import Group, group_units
 
 # A poll's version moves at least this often while the run goes on, so that the durations of
 # what runs (drawn up to now) move on the page even when no unit does.

@@ -68,5 +68,5 @@ def resync() -> None:
 
 @shared_task(**RETRY, priority=BULK)
 def step_workflows_delete(names: list[str]) -> None:
-    """The step workflows of a deleted run (``run_services.run_delete``)."""
+    """The step workflows of a deleted run (``portal.services.runs.run_delete``)."""
     cleanup.step_workflows_delete(names)

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, serializers, status, viewsets
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -19,8 +19,7 @@ from placement.revisions import replay as replaying
 from placement.revisions import services
 from placement.revisions.models import RuleRevision
 from placement.revisions.selectors import current_config, revisions_list
-from sites.api.pagination import BoundedLimitOffsetPagination
-from sites.api.parsers import StrictJSONParser
+from sites.api.base import BaseViewSet
 from sites.permissions import AnyUser, is_fleet_staff
 
 OPERATOR_GROUPS = ("operators", "rule editors")
@@ -139,12 +138,10 @@ def _raise(exc: Exception) -> Response:
     retrieve=extend_schema(summary="One rule revision with its diff"),
 )
 class RuleRevisionViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[RuleRevision]
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseViewSet[RuleRevision]
 ):
     permission_classes = [RevisionsReadOrOperate]
     serializer_class = RuleRevisionSerializer
-    parser_classes = [StrictJSONParser]
-    pagination_class = BoundedLimitOffsetPagination
 
     def get_queryset(self) -> QuerySet[RuleRevision]:
         return revisions_list()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import viewsets
 from rest_framework.exceptions import ValidationError
 from rest_framework.serializers import BaseSerializer
 
@@ -14,8 +13,7 @@ from placement.api.serializers import PlacementRuleSerializer
 from placement.filtersets import PlacementRuleFilterSet
 from placement.models import PlacementRule
 from placement.revisions.services import revision_baseline, revision_record_direct
-from sites.api.pagination import BoundedLimitOffsetPagination
-from sites.api.parsers import StrictJSONParser
+from sites.api.base import BaseModelViewSet
 
 
 @extend_schema_view(
@@ -25,12 +23,10 @@ from sites.api.parsers import StrictJSONParser
     partial_update=extend_schema(summary="Change a placement rule (rule editors)"),
     destroy=extend_schema(summary="Delete a placement rule (rule editors)"),
 )
-class PlacementRuleViewSet(viewsets.ModelViewSet[PlacementRule]):
+class PlacementRuleViewSet(BaseModelViewSet[PlacementRule]):
     permission_classes = [RulesReadOrEdit]
     serializer_class = PlacementRuleSerializer
     filterset_class = PlacementRuleFilterSet
-    parser_classes = [StrictJSONParser]
-    pagination_class = BoundedLimitOffsetPagination
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self) -> QuerySet[PlacementRule]:

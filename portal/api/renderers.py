@@ -8,11 +8,12 @@ answer (``Accept: application/json; indent=2``) is left to DRF."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.utils import encoders
 
 OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
@@ -37,3 +38,18 @@ class FastJSONRenderer(JSONRenderer):
         if b"\xe2\x80\xa8" in out or b"\xe2\x80\xa9" in out:
             out = out.replace(b"\xe2\x80\xa8", b"\\u2028").replace(b"\xe2\x80\xa9", b"\\u2029")
         return out
+
+
+class PlainTextRenderer(BaseRenderer):
+    """Logs are text; a refusal (404, 400) on the logs endpoint is rendered as its text."""
+
+    media_type = "text/plain"
+    format = "txt"
+    charset = "utf-8"
+
+    def render(
+        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
+    ) -> Any:
+        if isinstance(data, dict):
+            return str(data.get("detail") or json.dumps(data)).encode()
+        return str(data).encode() if not isinstance(data, bytes) else data

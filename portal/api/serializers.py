@@ -8,12 +8,12 @@ from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from portal.choices import UnitTiming
-from portal.controller import transfers
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
 from portal.quotas import services as quota_services
 from portal.quotas import usage
 from portal.selectors import outputs_summary, run_global_outputs
+from portal.selectors.transfers import transfer_measured, unit_is_transfer
 
 
 class PrototypeFieldsMixin:
@@ -131,9 +131,9 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
 
 def unit_kind(unit: UnitRun) -> dict[str, Any]:
     """``kind`` ("step" or "transfer") and, for a transfer, what it moved (issue #28)."""
-    if not transfers.is_transfer(unit):
+    if not unit_is_transfer(unit):
         return {"kind": "step", "transfer": None}
-    found = transfers.measured(unit)
+    found = transfer_measured(unit)
     return {
         "kind": "transfer",
         "transfer": {k: found[k] for k in ("from", "to", "bytes", "seconds", "cost")},

@@ -6,15 +6,14 @@ import json
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Prefetch, QuerySet
-from django.http import Http404, HttpResponse, StreamingHttpResponse
-from django_filters.rest_framework import DjangoFilterBackend
+from django.db.models import QuerySet
+from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.parsers import BaseParser
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -22,6 +21,7 @@ from placement.parser import FieldError, WorkflowInvalid
 from portal import log_follows, outputs, reasons, services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
+from portal.api.renderers import PlainTextRenderer
 from portal.api.serializers import (
     PlacementDecisionSerializer,
     PreviewSerializer,
@@ -32,27 +32,15 @@ from portal.api.serializers import (
     WorkflowRunListSerializer,
     WorkflowRunSerializer,
 )
+from portal.api.unit_logs import LogWanted, log_answer, log_request
 from portal.choices import UnitPhase
 from portal.filtersets import WorkflowRunFilterSet
 from portal.karmada import logs
 from portal.models import UnitRun, WorkflowRun
-from portal.selectors import runs_visible_to, unit_by_key, unit_detail
+from portal.selectors import unit_by_key, unit_detail
+from portal.selectors.runs import run_decisions_all, run_events, runs_with_units
 from portal.submission_limits import SubmissionsThrottled
-
-
-class PlainTextRenderer(BaseRenderer):
-    """Logs are text; a refusal (404, 400) on the logs endpoint is rendered as its text."""
-
-    media_type = "text/plain"
-    format = "txt"
-    charset = "utf-8"
-
-    def render(
-        self, data: Any, accepted_media_type: Any = None, renderer_context: Any = None
-    ) -> Any:
-        if isinstance(data, dict):
-            return str(data.get("detail") or json.dumps(data)).encode()
-        return str(data).encode() if not isinstance(data, bytes) else data
+from sites.api.base import BaseViewSet
 
 
 def _submission(request: Request) -> tuple[Any, str | None, dict[str, str] | None]:
@@ -82,7 +70,7 @@ def _submission_with_priority(
             manifest = data["manifest"]
             if not isinstance(manifest, (dict, str)):
                 raise WorkflowInvalid(
-                    [services.FieldError("manifest", "must be a Workflow object or YAML text")]
+                    [FieldError("manifest", "must be a Workflow object or YAML text")]
                 )
             arguments = data.get("arguments")
             return (
@@ -130,15 +118,12 @@ WORKFLOW_BODY = {
 
 
 class WorkflowRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet[WorkflowRun]
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, BaseViewSet[WorkflowRun]
 ):
-    filter_backends = [DjangoFilterBackend]
     filterset_class = WorkflowRunFilterSet
 
     def get_queryset(self) -> QuerySet[WorkflowRun]:
-        return runs_visible_to(self.request.user).prefetch_related(
-            Prefetch("units", queryset=UnitRun.objects.order_by("position", "id"))
-        )
+        return runs_with_units(self.request.user)
 
     def get_serializer_class(self) -> Any:
         return WorkflowRunListSerializer if self.action == "list" else WorkflowRunSerializer
@@ -271,14 +256,14 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["get"], pagination_class=None)
     def decisions(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        rows = run.decisions.select_related("unit", "shared_table").order_by("created_at", "id")
+        rows = run_decisions_all(run)
         return Response(PlacementDecisionSerializer(rows, many=True).data)
 
     @extend_schema(responses={200: RunEventSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        rows = run.events.select_related("unit").order_by("created_at", "id")
+        rows = run_events(run)
         return Response(RunEventSerializer(rows, many=True).data)
 
     @extend_schema(
@@ -385,26 +370,10 @@ class WorkflowRunViewSet(
         PORTAL_LOG_FOLLOWS_PER_PROCESS (503), both with Retry-After."""
         u = self._unit(name)
         params = request.query_params
-        errors = []
-        numbers: dict[str, int | None] = {}
-        for key in ("attempt", "tail"):
-            raw = params.get(key)
-            try:
-                numbers[key] = int(raw) if raw else None
-            except ValueError:
-                errors.append(FieldError(key, "must be a whole number"))
-                continue
-            value = numbers[key]
-            if value is not None and value < (1 if key == "attempt" else 0):
-                errors.append(FieldError(key, "must be positive"))
-        attempts = {a.number: a for a in unit_detail(u)["attempts"]}
-        number = numbers.get("attempt") or u.attempt
-        if not errors and number not in attempts:
-            errors.append(FieldError("attempt", f"the unit has attempts 1 to {u.attempt}"))
-        if errors:
-            return errors_response([e.as_dict() for e in errors])
-        attempt = attempts[number]
-        container = params.get("container") or "main"
+        asked = log_request(u, params)
+        if isinstance(asked, Response):
+            return asked
+        attempt, tail = asked
         # Only a step that still runs is followed; a finished one's log is read once.
         follow = (
             params.get("follow") in ("1", "true", "yes")
@@ -423,62 +392,17 @@ class WorkflowRunViewSet(
                     status=refused.status,
                     headers={"Retry-After": str(refused.retry_after)},
                 )
+        wanted = LogWanted(
+            site=attempt.site,
+            container=params.get("container") or "main",
+            tail=tail,
+            follow=bool(follow),
+        )
         try:
-            pods = logs.attempt_pods(u, attempt.number, attempt.site)
-            wanted = params.get("pod")
-            shown = [p for p in pods.pods if not wanted or p.pod == wanted]
-            if not shown:
-                raise logs.LogsNotAvailable("No pod has run for this attempt yet.")
-            if len(shown) == 1 and not follow:
-                text = logs.log_text(
-                    attempt.site,
-                    shown[0].pod,
-                    container=container,
-                    tail=numbers["tail"],
-                    kept=pods.kept,
-                )
-                return HttpResponse(text, content_type="text/plain; charset=utf-8")
-            first = logs.log_chunks(
-                attempt.site,
-                shown[0].pod,
-                container=container,
-                tail=numbers["tail"],
-                follow=follow,
-                kept=pods.kept,
-            )
+            return log_answer(u, attempt.number, params.get("pod"), wanted, release)
         except logs.LogsNotAvailable as exc:
             release()
             return Response({"detail": str(exc)}, status=status.HTTP_404_NOT_FOUND)
         except BaseException:
             release()
             raise
-
-        def stream() -> Any:
-            if follow:
-                # Nothing yet, but the status line and headers go out now: a follower knows at
-                # once that it holds a slot, even while the step is silent.
-                yield b""
-            # Several pods: each in turn, headed by its name; following reads the last one.
-            for i, pod in enumerate(shown):
-                if len(shown) > 1:
-                    yield f"==> {pod.pod} ({pod.node}) <==\n".encode()
-                try:
-                    chunks = (
-                        first
-                        if i == 0
-                        else logs.log_chunks(
-                            attempt.site,
-                            pod.pod,
-                            container=container,
-                            tail=numbers["tail"],
-                            follow=follow and i == len(shown) - 1,
-                            kept=pods.kept,
-                        )
-                    )
-                    yield from chunks
-                except logs.LogsNotAvailable as exc:
-                    yield f"[{exc}]\n".encode()
-
-        return StreamingHttpResponse(
-            log_follows.HeldStream(stream(), release), content_type="text/plain; charset=utf-8"
-        )

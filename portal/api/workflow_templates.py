@@ -9,19 +9,20 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import Http404
 from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_view
-from rest_framework import serializers, status, viewsets
+from rest_framework import serializers, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from placement.parser import WorkflowInvalid
+from placement.parser import FieldError, WorkflowInvalid
 from portal import services
 from portal.api.bodies import BodyTooLarge, RawWorkflowParser, read_body
 from portal.api.errors import errors_response
 from portal.api.views import WORKFLOW_BODY
 from portal.catalogue import template_pick, templates_visible_to
 from portal.models import WorkflowTemplate
+from sites.api.base import BaseModelViewSet
 
 
 class WorkflowTemplateSerializer(serializers.ModelSerializer[WorkflowTemplate]):
@@ -66,7 +67,7 @@ def _body(request: Request) -> tuple[Any, str | None]:
         if isinstance(data, dict) and "manifest" in data and "kind" not in data:
             if not isinstance(data["manifest"], (dict, str)):
                 raise WorkflowInvalid(
-                    [services.FieldError("manifest", "must be a WorkflowTemplate object or YAML")]
+                    [FieldError("manifest", "must be a WorkflowTemplate object or YAML")]
                 )
             return data["manifest"], data.get("project") or project
     return raw, project
@@ -112,7 +113,7 @@ _WRAPPER = OpenApiExample(
     ),
     destroy=extend_schema(summary="Remove a WorkflowTemplate from the catalogue"),
 )
-class WorkflowTemplateViewSet(viewsets.ModelViewSet[WorkflowTemplate]):
+class WorkflowTemplateViewSet(BaseModelViewSet[WorkflowTemplate]):
     permission_classes = [IsAuthenticated]
     serializer_class = WorkflowTemplateSerializer
     lookup_field = "name"

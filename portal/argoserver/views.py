@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from placement.parser import WorkflowInvalid
-from portal import run_services, services
+from portal import services
 from portal.api.authentication import CachedTokenAuthentication
 from portal.argoserver import listing, streams
 from portal.argoserver.errors import (
@@ -43,6 +43,7 @@ from portal.argoserver.workflows import (
 )
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import projects_of
+from portal.services import runs as run_services
 from sites.models import Project
 
 RUNS = WorkflowRun.objects.select_related("project", "owner", "resubmitted_from")

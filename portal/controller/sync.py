@@ -17,6 +17,7 @@ from placement.revisions.selectors import active_revision_id
 from portal import labels
 from portal.karmada import client, lists, resources
 from portal.karmada.errors import KarmadaError, TransientError
+from portal.selectors.fleet import FLEET_POLICY_ERROR_KEY
 from sites.choices import SyncMode
 from sites.models import Site
 
@@ -236,9 +237,6 @@ def _policies_present() -> dict[Key, dict[str, Any]]:
     return present
 
 
-FLEET_POLICY_ERROR_KEY = "policy-sync:fleet-error"
-
-
 def _policy_errors_record(errors: Mapping[str, list[str]]) -> None:
     """Keep what the last sync could not write where the web process sees it: a site's on its
     row (the fleet page, ``/readyz`` detail, the ``portal_policy_write_failures`` metric), the
@@ -257,15 +255,6 @@ def _policy_errors_record(errors: Mapping[str, list[str]]) -> None:
         cache.set(FLEET_POLICY_ERROR_KEY, fleet[:2000], timeout=None)
     else:
         cache.delete(FLEET_POLICY_ERROR_KEY)
-
-
-def policy_errors() -> dict[str, str]:
-    """What the last policy sync could not write, by site ("" for the fallback policy)."""
-    found = dict(Site.objects.exclude(policy_error="").values_list("name", "policy_error"))
-    fleet = cache.get(FLEET_POLICY_ERROR_KEY)
-    if fleet:
-        found[""] = str(fleet)
-    return found
 
 
 # The webhook's registration is applied with the policies (``PORTAL_WEBHOOK_REGISTER``).

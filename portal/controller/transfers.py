@@ -37,7 +37,7 @@ from portal.controller.common import ancestors, event
 from portal.karmada import client
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
-from portal.quotas import usage
+from portal.selectors.transfers import transfer_measured
 from sites.models import SiteLink
 
 log = logging.getLogger(__name__)
@@ -318,43 +318,13 @@ def workflow(
     )
 
 
-def measured(unit: UnitRun) -> dict[str, Any]:
-    """The transfer as the REST API and the pages show it: ``from``, ``to``, ``bytes``,
-    ``seconds``, ``cost`` (actual once it succeeded, else the estimate) and the estimate."""
-    info = (unit.spec or {}).get(TRANSFER) or {}
-    estimate = info.get("estimate") or {}
-    nbytes = usage.transfer_bytes(unit.outputs)
-    seconds: float | None = None
-    if unit.started_at and unit.finished_at and unit.phase == UnitPhase.SUCCEEDED:
-        seconds = max((unit.finished_at - unit.started_at).total_seconds(), 0.0)
-    actual = nbytes if nbytes is not None else int(estimate.get("bytes") or 0)
-    source, relay = str(info.get("from", "")), unit.site or str(info.get("to", ""))
-    # Priced as the run's cost and the usage rows price it, to the cent.
-    cost = usage.transfer_cost(actual, usage.link_price(source, relay))
-    return {
-        "from": source,
-        "to": relay,
-        "bytes": actual,
-        "seconds": seconds if seconds is not None else estimate.get("seconds"),
-        "cost": usage.money(cost),
-        "estimate": estimate,
-        "measured": nbytes is not None and seconds is not None,
-    }
-
-
-def moved_of(run: WorkflowRun) -> dict[str, dict[str, Any]]:
-    """``measured`` of each of the run's transfer units, by name (the run page's timeline
-    labels a copy's bar with what it moved). A run has a few, read in one query."""
-    return {u.name: measured(u) for u in run.units.filter(spec__kind=TRANSFER)}
-
-
 def observe(unit: UnitRun) -> None:
     """Fold a succeeded transfer's bandwidth into its link's observed mean, once per attempt
     (``spec.transfer.observed``: a conditional update)."""
     info = (unit.spec or {}).get(TRANSFER) or {}
     if unit.phase != UnitPhase.SUCCEEDED or info.get("observed") == unit.attempt:
         return
-    found = measured(unit)
+    found = transfer_measured(unit)
     if not found["measured"] or found["seconds"] is None:
         return
     if int(found["bytes"]) < MIN_OBSERVED_BYTES:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -10,47 +9,29 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from placement.revisions.selectors import revisions_list
-from portal.choices import UnitPhase
 from portal.models import UnitRun
 from portal.quotas import quantities
 from portal.quotas import services as quota_services
-from portal.selectors import runs_visible_to
+from portal.selectors.fleet import (
+    policy_errors,
+    replicas_by_site,
+    running_by_site,
+    running_counts,
+    site_get,
+    site_links,
+    site_replicas_visible,
+    site_running_units,
+    sites_all,
+)
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, page_of
-from sites.models import Site, SiteLink
+from sites.models import Site
 from sites.permissions import can_operate_site
-from sites.selectors import dataset_list_visible
 from sites.services import site_set_cordoned
-
-
-def _running_by_site(request: HttpRequest) -> dict[str, list[UnitRun]]:
-    """The running units the user may see, by site (at most a few per site)."""
-    visible = runs_visible_to(request.user).values("pk")
-    units = (
-        UnitRun.objects.filter(phase=UnitPhase.RUNNING, run__in=visible)
-        .exclude(site="")
-        .select_related("run")
-        .order_by("site", "started_at", "id")
-    )
-    by_site: dict[str, list[UnitRun]] = defaultdict(list)
-    for u in units[:500]:
-        by_site[u.site].append(u)
-    return by_site
-
-
-def _running_counts() -> dict[str, int]:
-    rows = (
-        UnitRun.objects.filter(phase=UnitPhase.RUNNING)
-        .exclude(site="")
-        .values("site")
-        .annotate(n=Count("pk"))
-    )
-    return {r["site"]: r["n"] for r in rows}
 
 
 def _pct(used: int, total: int) -> int:
@@ -70,8 +51,8 @@ class SiteRow:
 
 def _site_rows(request: HttpRequest, sites: Iterable[Site]) -> list[SiteRow]:
     colours = fleet_colours()
-    counts = _running_counts()
-    mine = _running_by_site(request)
+    counts = running_counts()
+    mine = running_by_site(request.user)
     return [
         SiteRow(
             site=s,
@@ -89,29 +70,16 @@ def _site_rows(request: HttpRequest, sites: Iterable[Site]) -> list[SiteRow]:
 @login_required
 @require_GET
 def fleet(request: HttpRequest) -> HttpResponse:
-    sites = list(Site.objects.all())
+    sites = sites_all()
     rows = _site_rows(request, sites)
     if is_htmx(request):
         return render(request, "portal/htmx/fleet_sites.html", {"rows": rows})
-    # The API's selector: the page shows exactly the datasets the API would list for this user.
-    datasets = list(dataset_list_visible(request.user).order_by("name"))
-    replicas = [
-        {
-            "dataset": d,
-            "by_site": [
-                next((r for r in d.replicas.all() if r.site_id == s.pk), None) for s in sites
-            ],
-        }
-        for d in datasets
-    ]
-    from portal.controller.sync import policy_errors
-
     context = {
         "rows": rows,
         "fleet_policy_error": policy_errors().get("", ""),
         "sites": sites,
         "colours": fleet_colours(),
-        "replicas": replicas,
+        "replicas": replicas_by_site(request.user, sites),
         # The audit trail of the placement configuration: the newest revisions.
         "revisions": list(revisions_list()[:10]),
         "quota_rows": quota_bars(),
@@ -156,7 +124,7 @@ def quota_bars() -> list[dict[str, Any]]:
 
 def _get_site(name: str) -> Site:
     try:
-        return Site.objects.get(name=name)
+        return site_get(name)
     except Site.DoesNotExist:
         raise Http404("No such site.") from None
 
@@ -166,26 +134,14 @@ def _get_site(name: str) -> Site:
 def site_detail(request: HttpRequest, name: str) -> HttpResponse:
     site = _get_site(name)
     row = _site_rows(request, [site])[0]
-    visible = runs_visible_to(request.user).values("pk")
-    running = (
-        UnitRun.objects.filter(site=site.name, phase=UnitPhase.RUNNING, run__in=visible)
-        .select_related("run")
-        .order_by("started_at", "id")
-    )
-    links = SiteLink.objects.filter(Q(source=site) | Q(target=site)).select_related(
-        "source", "target"
-    )
+    links_out, links_in = site_links(site)
     context = {
         "site": site,
         "row": row,
-        "running_page": page_of(request, running, UNITS_PER_PAGE),
-        "links_out": [lk for lk in links if lk.source_id == site.pk],
-        "links_in": [lk for lk in links if lk.target_id == site.pk],
-        "replicas": site.replicas.filter(
-            dataset__in=dataset_list_visible(request.user).values("pk")
-        )
-        .select_related("dataset")
-        .order_by("dataset__name"),
+        "running_page": page_of(request, site_running_units(request.user, site), UNITS_PER_PAGE),
+        "links_out": links_out,
+        "links_in": links_in,
+        "replicas": site_replicas_visible(request.user, site),
         "can_cordon": can_operate_site(request.user, site),
         "colours": fleet_colours(),
     }

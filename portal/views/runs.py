@@ -10,9 +10,7 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.core.paginator import Paginator
-from django.db.models import Count, F, IntegerField, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Coalesce
+from django.core.paginator import Page, Paginator
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -21,7 +19,7 @@ from django.http import (
     HttpResponseNotModified,
     QueryDict,
 )
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -29,34 +27,34 @@ from django.views.decorators.http import require_GET, require_POST
 from placement.parser import WorkflowInvalid
 from portal import live, services
 from portal.choices import RunStatus, UnitPhase
-from portal.controller import transfers
+from portal.drawing import PHASES as PHASE_ORDER
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import services as quota_services
-from portal.quotas import usage as quota_usage
-from portal.selectors import (
-    ended_attempts_of_run,
-    failovers_blocked,
-    runs_visible_to,
-    unit_suspended,
+from portal.selectors import ended_attempts_of_run, failovers_blocked
+from portal.selectors.runs import (
+    DONE_PHASES,
+    FAILED_PHASES,
+    decision_candidates,
+    run_cost,
+    run_decision_log,
+    run_quota_queue,
+    run_unit_slug,
+    run_unit_table,
+    run_units_suspended,
+    runs_listed,
+    runs_with_progress,
 )
-from portal.templatetags.portal_ui import PHASES as PHASE_ORDER
-from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, legend, page_of
+from portal.selectors.transfers import run_transfers_moved
+from portal.views.common import (
+    UNITS_PER_PAGE,
+    fleet_colours,
+    get_run,
+    is_htmx,
+    legend,
+    page_of,
+)
 
-GRAPH_FIELDS = (
-    "name",
-    "slug",
-    "upstream",
-    "depends",
-    "timing",
-    "site",
-    "planned_site",
-    "phase",
-    "started_at",
-    "finished_at",
-)
-DONE_PHASES = (UnitPhase.SUCCEEDED, UnitPhase.SKIPPED, UnitPhase.OMITTED)
-FAILED_PHASES = (UnitPhase.FAILED, UnitPhase.ERROR)
 RUNS_PER_PAGE = 25
 DECISIONS_PER_PAGE = 25
 # Polling intervals: the run page every 2 s while the run is not finished; a very large run
@@ -68,34 +66,13 @@ EVENTS_SHOWN = 30
 FINAL_OUTPUTS_SHOWN = 20
 
 
-def _with_progress(runs: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-    def count(phases: Iterable[str] | None) -> Coalesce:
-        units = UnitRun.objects.filter(run=OuterRef("pk"))
-        if phases is not None:
-            units = units.filter(phase__in=list(phases))
-        sub = units.order_by().values("run").annotate(n=Count("pk")).values("n")
-        return Coalesce(Subquery(sub, output_field=IntegerField()), 0)
-
-    return runs.annotate(
-        units_total=count(None),
-        units_done=count(DONE_PHASES),
-        units_failed=count(FAILED_PHASES),
-        units_running=count([UnitPhase.RUNNING]),
-    )
-
-
-def _visible_runs(request: HttpRequest) -> QuerySet[WorkflowRun]:
-    visible = runs_visible_to(request.user).values("pk")
-    return WorkflowRun.objects.filter(pk__in=visible).select_related("project", "owner")
-
-
 @login_required
 @require_GET
 def run_list(request: HttpRequest) -> HttpResponse:
     filterset = WorkflowRunFilterSet(
-        request.GET or None, queryset=_visible_runs(request), request=request
+        request.GET or None, queryset=runs_listed(request.user), request=request
     )
-    runs = _with_progress(filterset.qs.order_by("-created_at", "-id"))
+    runs = runs_with_progress(filterset.qs.order_by("-created_at", "-id"))
     page = page_of(request, runs, RUNS_PER_PAGE)
     query = request.GET.copy()
     query.pop("page", None)
@@ -108,10 +85,6 @@ def run_list(request: HttpRequest) -> HttpResponse:
     }
     template = "portal/htmx/run_table.html" if is_htmx(request) else "portal/run_list.html"
     return render(request, template, context)
-
-
-def _get_run(request: HttpRequest, pk: int) -> WorkflowRun:
-    return get_object_or_404(_visible_runs(request), pk=pk)
 
 
 def _duration(start: datetime | None, end: datetime | None, now: datetime) -> timedelta | None:
@@ -141,42 +114,28 @@ def _since(request: HttpRequest) -> int | None:
     return int(raw)
 
 
+def _unit_page(
+    request: HttpRequest, run: WorkflowRun, counts: live.Counts, phase: str, site: str
+) -> Page[UnitRun]:
+    paginator = Paginator(run_unit_table(run, phase, site), UNITS_PER_PAGE)
+    # The count is known from the counts: no COUNT(*) over the run's units.
+    paginator.__dict__["count"] = counts.filtered(phase, site)
+    return paginator.get_page(request.GET.get("page"))
+
+
 def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> dict[str, Any]:
     """What the live part of the run page shows that can change, read at a cost independent
     of the run's size (``portal.live``), and its version."""
     counts = live.unit_counts(run.pk)
     phase_filter = request.GET.get("phase") or ""
     site_filter = request.GET.get("site") or ""
-    table = run.units.order_by("position", "id")
-    if phase_filter:
-        table = table.filter(phase=phase_filter)
-    if site_filter:
-        table = table.filter(site=site_filter)
-    paginator = Paginator(table, UNITS_PER_PAGE)
-    # The count is known from the counts: no COUNT(*) over the run's units.
-    paginator.__dict__["count"] = counts.filtered(phase_filter, site_filter)
-    page = paginator.get_page(request.GET.get("page"))
+    page = _unit_page(request, run, counts, phase_filter, site_filter)
     rows = list(page.object_list)
-    # Only the rows shown, and only where quotas exist: a queue's order is read once per site
-    # and project on the page, whatever the run's size.
-    queue: dict[int, quota_services.QueueEntry] = {}
-    queued = 0
-    if quota_services.governed():
-        queue = quota_services.queue_of(rows)
-        queued = quota_services.waiting().filter(run_id=run.pk).count()
+    queue, queued = run_quota_queue(run, rows)
     events = live.events_since(run, since or 0, EVENTS_SHOWN)
     last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
-    suspended = []
-    # Only a run with a suspend template has steps waiting for approval: no read of the
-    # running steps otherwise.
-    templates = (run.compiled or {}).get("templates") or {}
-    waits = any(isinstance(t, dict) and "suspend" in t for t in templates.values())
-    if waits and counts.by_phase.get(UnitPhase.RUNNING):
-        for u in run.units.filter(phase=UnitPhase.RUNNING).order_by("position")[:50]:
-            u.run = run  # no query per unit for the run's templates
-            if unit_suspended(u):
-                suspended.append(u)
+    suspended = run_units_suspended(run, counts.by_phase.get(UnitPhase.RUNNING, 0))
     decisions = live.latest_decision_id(run)
     now = timezone.now()
     version = live.version(
@@ -219,18 +178,10 @@ def _has_transfer(units: Iterable[dict[str, Any]]) -> bool:
     return any(u.get("kind") == "transfer" for u in units)
 
 
-def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) -> dict[str, Any]:
-    """Everything the live part of the run page draws (DAG, timeline, units table), from
-    ``state``: the graph's nodes and groups from the counts, not from every unit."""
-    now = state["now"]
-    counts: live.Counts = state["counts"]
+def _links(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) -> dict[str, Any]:
+    """The live part's own URLs: its poll (with the filters, the page and the groups shown),
+    the filters' query, and the prefix a group node's link completes with the group's name."""
     expand = [t for t in request.GET.getlist("expand") if t]
-    skeleton = live.graph_skeleton(run, counts, expand)
-    units = live.drawn_units(run, counts, skeleton)
-    colours = fleet_colours(counts.where())
-    total = counts.total
-    done = sum(counts.by_phase.get(p, 0) for p in DONE_PHASES)
-    failed = sum(counts.by_phase.get(p, 0) for p in FAILED_PHASES)
     query = QueryDict(mutable=True)
     for key, value in (("phase", state["phase_filter"]), ("site", state["site_filter"])):
         if value:
@@ -249,36 +200,58 @@ def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) 
     if expand_query:
         group_link += f"{expand_query.urlencode()}&"
     group_link += "expand="
-    ended = ended_attempts_of_run(run)
     return {
-        **state,
-        "run": run,
-        "units": units,
-        "timeline_units": live.timeline_rows(
-            counts, units, skeleton, transfers.moved_of(run) if _has_transfer(units) else None
-        ),
-        "colours": colours,
-        "legend": legend(colours, counts.where()),
+        "expand": expand,
+        "live_url": f"{live_url}?{poll.urlencode()}",
+        "filter_query": filter_query,
+        "group_link": group_link,
+    }
+
+
+def _progress(counts: live.Counts) -> dict[str, Any]:
+    """The run's progress bar and phase counts, from the counts."""
+    total = counts.total
+    done = sum(counts.by_phase.get(p, 0) for p in DONE_PHASES)
+    return {
         "total": total,
         "done": done,
-        "failed": failed,
+        "failed": sum(counts.by_phase.get(p, 0) for p in FAILED_PHASES),
         "running": counts.by_phase.get(UnitPhase.RUNNING, 0),
         "percent": round(100 * done / total) if total else 0,
         "phase_counts": sorted(counts.by_phase.items()),
-        "finished": run.is_finished,
         "poll": RUN_POLL_LARGE if total > LARGE_RUN_UNITS else RUN_POLL,
-        "live_url": f"{live_url}?{poll.urlencode()}",
-        "filter_query": filter_query,
         "unit_sites": counts.sites(),
         "phases_drawn": [p for p in PHASE_ORDER if counts.by_phase.get(p)],
         "all_phases": PHASE_ORDER,
-        "expand": expand,
-        "group_link": group_link,
+    }
+
+
+def _run_context(request: HttpRequest, run: WorkflowRun, state: dict[str, Any]) -> dict[str, Any]:
+    """Everything the live part of the run page draws (DAG, timeline, units table), from
+    ``state``: the graph's nodes and groups from the counts, not from every unit."""
+    counts: live.Counts = state["counts"]
+    links = _links(request, run, state)
+    skeleton = live.graph_skeleton(run, counts, links["expand"])
+    units = live.drawn_units(run, counts, skeleton)
+    colours = fleet_colours(counts.where())
+    has_transfer = any(u.get("kind") == "transfer" for u in units)
+    return {
+        **state,
+        **_progress(counts),
+        **links,
+        "run": run,
+        "units": units,
+        "timeline_units": live.timeline_rows(
+            counts, units, skeleton, run_transfers_moved(run) if has_transfer else None
+        ),
+        "colours": colours,
+        "legend": legend(colours, counts.where()),
+        "finished": run.is_finished,
         "groups": {str(u["name"]): u["group"] for u in units if u.get("group") is not None},
-        "ended_attempts": ended,
+        "ended_attempts": ended_attempts_of_run(run),
         "unit_link": reverse("ui-unit-detail", args=[run.pk, "-"])[:-2],
         "outputs": live.live_outputs(run, skeleton, FINAL_OUTPUTS_SHOWN),
-        "run_duration": _duration(run.started_at or run.created_at, run.finished_at, now),
+        "run_duration": _duration(run.started_at or run.created_at, run.finished_at, state["now"]),
         # Retry restarts the failed units of a failed run only; a stopped run is resubmitted.
         "can_retry": run.status in (RunStatus.FAILED, RunStatus.ERROR),
     }
@@ -294,25 +267,10 @@ def run_page_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
 @login_required
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     context = run_page_context(request, run)
-    context.update(cost_context(run))
+    context.update(run_cost(run))
     return render(request, "portal/run_detail.html", context)
-
-
-def cost_context(run: WorkflowRun) -> dict[str, Any]:
-    """The run page's cost panel and its units queued for quota (issue 32)."""
-    units = list(run.units.filter(phase=UnitPhase.PENDING, workflow_name=""))
-    queue = quota_services.queue_of(units)
-    return {
-        "cost": quota_usage.run_cost(run),
-        "unit_costs": quota_usage.run_unit_costs(run),
-        "priority_class": quota_services.run_priority(run)[0],
-        "queued_units": sorted(
-            ({"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue),
-            key=lambda q: (q["site"], q["position"]),
-        ),
-    }
 
 
 @login_required
@@ -322,7 +280,7 @@ def run_live(request: HttpRequest, pk: int) -> HttpResponse:
     version (``If-None-Match``), and otherwise carries only the events newer than ``since``
     (added to the page's list out of band). A finished run's partial carries no polling
     trigger, so the browser stops asking."""
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     try:
         since = _since(request)
     except BadParameter as exc:
@@ -348,19 +306,8 @@ def _etags(header: str) -> set[str]:
 
 
 def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
-    decisions = (
-        run.decisions.annotate(unit_name=F("unit__name"))
-        .select_related("shared_table")
-        .order_by("created_at", "id")
-    )
-    page = page_of(request, decisions, DECISIONS_PER_PAGE, param="dpage")
-    rows = []
-    for d in page:
-        candidates = sorted(
-            (c for c in d.candidate_rows if isinstance(c, dict)),
-            key=lambda c: (not c.get("eligible"), -(c.get("score") or 0), str(c.get("site"))),
-        )
-        rows.append({"decision": d, "candidates": candidates})
+    page = page_of(request, run_decision_log(run), DECISIONS_PER_PAGE, param="dpage")
+    rows = [{"decision": d, "candidates": decision_candidates(d)} for d in page]
     return {
         "decision_page": page,
         "decision_rows": rows,
@@ -372,7 +319,7 @@ def _decisions_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]
 @login_required
 @require_GET
 def run_decisions(request: HttpRequest, pk: int) -> HttpResponse:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     context = {"run": run, **_decisions_context(request, run)}
     return render(request, "portal/htmx/decisions.html", context)
 
@@ -398,7 +345,7 @@ def _refused(request: HttpRequest, run: WorkflowRun, verb: str, exc: Exception) 
 @login_required
 @require_POST
 def run_stop(request: HttpRequest, pk: int) -> HttpResponseBase:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     try:
         services.run_stop(run=run, user=request.user)
     except ACTION_REFUSALS as exc:
@@ -410,7 +357,7 @@ def run_stop(request: HttpRequest, pk: int) -> HttpResponseBase:
 @login_required
 @require_POST
 def run_retry(request: HttpRequest, pk: int) -> HttpResponseBase:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     try:
         services.run_retry(run=run, user=request.user)
     except ACTION_REFUSALS as exc:
@@ -422,7 +369,7 @@ def run_retry(request: HttpRequest, pk: int) -> HttpResponseBase:
 @login_required
 @require_POST
 def run_resubmit(request: HttpRequest, pk: int) -> HttpResponseBase:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     try:
         new = services.run_resubmit(run=run, user=request.user)
     except ACTION_REFUSALS as exc:
@@ -434,7 +381,7 @@ def run_resubmit(request: HttpRequest, pk: int) -> HttpResponseBase:
 @login_required
 @require_POST
 def run_resume(request: HttpRequest, pk: int) -> HttpResponseBase:
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     node = request.POST.get("node") or None
     try:
         services.run_resume(run=run, user=request.user, node=node)
@@ -442,7 +389,7 @@ def run_resume(request: HttpRequest, pk: int) -> HttpResponseBase:
         return _refused(request, run, "resume", exc)
     messages.success(request, f"Resume of {node or 'the run'} requested.")
     if node:
-        unit = run.units.filter(name=node).values_list("slug", flat=True).first()
+        unit = run_unit_slug(run, node)
         if unit:
             return redirect("ui-unit-detail", pk=run.pk, key=unit)
     return redirect("ui-run-detail", pk=run.pk)

@@ -19,8 +19,8 @@ from portal.choices import UnitPhase
 from portal.karmada import logs
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import unit_by_key, unit_detail
-from portal.views.common import fleet_colours, is_htmx
-from portal.views.runs import _get_run, run_page_context
+from portal.views.common import fleet_colours, get_run, is_htmx
+from portal.views.runs import run_page_context
 
 # The panel shows the end of a log; the REST endpoint gives the whole (bounded) log.
 PANEL_TAIL_LINES = 500
@@ -60,7 +60,7 @@ def panel_context(request: HttpRequest, run: WorkflowRun, unit: UnitRun) -> dict
 @require_GET
 def unit_panel(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     """The panel alone for HTMX; the run page with the panel open for a deep link."""
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     unit = _unit(run, key)
     panel = panel_context(request, run, unit)
     if is_htmx(request):
@@ -74,7 +74,7 @@ def unit_panel(request: HttpRequest, pk: int, key: str) -> HttpResponse:
 @require_GET
 def unit_logs(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     """The end of an attempt's log, per pod and container; polled while the unit runs."""
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     unit = _unit(run, key)
     attempts = {a.number: a for a in unit_detail(unit)["attempts"]}
     number = _int(request.GET.get("attempt"), unit.attempt) or unit.attempt
@@ -132,7 +132,7 @@ PANEL_OUTPUT_PAGE = 16384
 def unit_output(request: HttpRequest, pk: int, key: str) -> HttpResponse:
     """The next page of a long output value in the step panel (``parameter`` or ``result``,
     from ``offset``), with its own "Show more"."""
-    run = _get_run(request, pk)
+    run = get_run(request, pk)
     unit = _unit(run, key)
     wanted, errors = outputs.page_request(request.GET, PANEL_OUTPUT_PAGE)
     if errors:

@@ -7,7 +7,7 @@ from typing import Any
 from django.db import IntegrityError
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_view
-from rest_framework import mixins, viewsets
+from rest_framework import mixins
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -15,9 +15,8 @@ from rest_framework.response import Response
 from rest_framework.serializers import BaseSerializer
 
 from sites import selectors, services
+from sites.api.base import BaseModelViewSet, BaseViewSet
 from sites.api.negotiation import FormatIsAFilterNegotiation
-from sites.api.pagination import BoundedLimitOffsetPagination
-from sites.api.parsers import StrictJSONParser
 from sites.api.permissions import CanOperateSite, CanWriteDataset
 from sites.api.serializers import DatasetSerializer, SitePatchAnswerSerializer, SiteSerializer
 from sites.filtersets import DatasetFilterSet, SiteFilterSet
@@ -44,11 +43,9 @@ class SiteViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.UpdateModelMixin,
-    viewsets.GenericViewSet[Site],
+    BaseViewSet[Site],
 ):
     permission_classes = [IsAuthenticated, CanOperateSite]
-    parser_classes = [StrictJSONParser]
-    pagination_class = BoundedLimitOffsetPagination
     serializer_class = SiteSerializer
     filterset_class = SiteFilterSet
     lookup_field = "name"
@@ -77,10 +74,8 @@ class SiteViewSet(
     partial_update=extend_schema(summary="Change a dataset; `replicas` replaces them all"),
     destroy=extend_schema(summary="Delete a dataset and its replicas"),
 )
-class DatasetViewSet(viewsets.ModelViewSet[Dataset]):
+class DatasetViewSet(BaseModelViewSet[Dataset]):
     permission_classes = [IsAuthenticated, CanWriteDataset]
-    parser_classes = [StrictJSONParser]
-    pagination_class = BoundedLimitOffsetPagination
     content_negotiation_class = FormatIsAFilterNegotiation
     # No PUT: a dataset is changed with PATCH (DESIGN section 9).
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]

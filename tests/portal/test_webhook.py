@@ -14,7 +14,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from placement import context, planner
+from placement import context, parser, planner
 from portal import services
 from portal.admission import budget, decide
 from portal.admission import queue as decision_queue
@@ -308,7 +308,7 @@ def test_it_places_a_workflow_created_directly_by_the_rules(client, demo_run):
 def test_it_places_the_whole_demo_pipeline_created_directly_where_its_gpu_step_fits(
     client, demo_run
 ):
-    obj = services.parser.decode_document(EO_PIPELINE.read_text())
+    obj = parser.decode_document(EO_PIPELINE.read_text())
     obj["metadata"]["name"] = "eo-pipeline-abcde"
     _, patch = answer(post(client, review(obj, namespace="argo")))
 

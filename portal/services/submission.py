@@ -1,6 +1,5 @@
-"""Writes for runs: preview, submit, stop, retry, resubmit (HackSoft style: keyword-only,
-typed; views, serializers and tasks call these). Status and phase changes go through
-``portal.state``, the one writer of run and unit state."""
+"""Submitting a run: the plan preview (stores nothing) and the submission, which stores the
+run, its units and its submission-time decisions in one transaction and starts it."""
 
 from __future__ import annotations
 
@@ -11,208 +10,26 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
-from placement import codec, manifests, parser, planner
+from placement import codec, manifests, planner
 from placement.gcpause import gc_paused
 from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
 from placement.planner import relays
 from placement.revisions.replay import planning_record
-from portal import bulk, catalogue, state, stored_decisions
-from portal.choices import RunStatus, UnitPhase, UnitTiming
-from portal.models import (
-    BULK_ROWS,
-    RunEvent,
-    UnitRun,
-    WorkflowRun,
-    WorkflowTemplate,
-)
+from portal import bulk, stored_decisions
+from portal.models import BULK_ROWS, RunEvent, UnitRun, WorkflowRun
 from portal.planning import held_by, holds_changed, planner_snapshot
 from portal.quotas import budgets
 from portal.quotas import services as quota_services
 from portal.quotas import usage as quota_usage
 from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass
-from portal.selectors import projects_of
+from portal.services.parsing import project_for, workflow_parse
 from portal.submission_limits import submission_count
-from sites.models import DEFAULT_PRIORITY_RANGE, Project, priority_clamp
+from sites.models import Project
 
 log = logging.getLogger(__name__)
-
-
-class ActionRefused(Exception):
-    """An action that the run's state does not allow (answered 409)."""
-
-
-def parser_limits() -> parser.Limits:
-    """The parser's bounds from the settings, for the API and the submit page (the webhook
-    builds the same from the settings itself: it must not import this module)."""
-    return parser.Limits(
-        max_body_bytes=settings.PORTAL_MAX_BODY_BYTES,
-        max_units=settings.PORTAL_MAX_UNITS,
-        max_dependency_edges=settings.PORTAL_MAX_DEPENDENCY_EDGES,
-        max_pods_per_unit=settings.PORTAL_MAX_PODS_PER_UNIT,
-        unknown_loop_items=settings.PORTAL_UNKNOWN_LOOP_ITEMS,
-    )
-
-
-# -- the WorkflowTemplate catalogue (GET|POST /api/v1/workflow-templates/ ...) -------------
-# Who writes what and what a run resolves: ``portal.catalogue``; these bind the parser's bounds.
-
-CatalogueRefused = catalogue.CatalogueRefused
-
-
-def workflow_template_create(
-    *, user: Any, body: str | bytes | dict[str, Any], project: Project | str | None = None
-) -> WorkflowTemplate:
-    """Add a WorkflowTemplate (or, for fleet staff, a ClusterWorkflowTemplate) to the
-    catalogue of ``project`` (None: fleet-wide)."""
-    return catalogue.workflow_template_create(
-        user=user, body=body, project=project, limits=parser_limits()
-    )
-
-
-def workflow_template_update(
-    *,
-    template: WorkflowTemplate,
-    user: Any,
-    body: str | bytes | dict[str, Any],
-    project: Project | str | None = None,
-) -> WorkflowTemplate:
-    return catalogue.workflow_template_update(
-        template=template, user=user, body=body, project=project, limits=parser_limits()
-    )
-
-
-def workflow_template_delete(*, template: WorkflowTemplate, user: Any) -> None:
-    catalogue.workflow_template_delete(template=template, user=user)
-
-
-def _apply_arguments(doc: dict[str, Any], arguments: dict[str, str] | None) -> dict[str, Any]:
-    """Set workflow parameter values from a form or an API client before parsing."""
-    if not arguments:
-        return doc
-    if not isinstance(arguments, dict):
-        raise WorkflowInvalid([FieldError("arguments", "must be an object of name: value")])
-    spec = doc.get("spec")
-    params = (spec.get("arguments") or {}).get("parameters") if isinstance(spec, dict) else None
-    if not isinstance(params, list):
-        params = []
-    known = {p.get("name"): p for p in params if isinstance(p, dict)}
-    errors = [
-        FieldError(f"arguments.{name}", "no such workflow parameter")
-        for name in arguments
-        if name not in known
-    ]
-    errors += [
-        FieldError(f"arguments.{name}", "must be a string")
-        for name, value in arguments.items()
-        if not isinstance(value, (str, int, float, bool))
-    ]
-    if errors:
-        raise WorkflowInvalid(errors)
-    for name, value in arguments.items():
-        known[name]["value"] = str(value)
-    return doc
-
-
-def _check_enums(doc: dict[str, Any], arguments: dict[str, str] | None) -> None:
-    """A workflow parameter with an ``enum`` takes only one of its values (Argo refuses the
-    workflow otherwise): a value given in ``arguments`` is reported at ``arguments.<name>``,
-    one written in the manifest at its place in ``spec.arguments.parameters``."""
-    spec = doc.get("spec")
-    params = (spec.get("arguments") or {}).get("parameters") if isinstance(spec, dict) else None
-    errors = []
-    for i, p in enumerate(params if isinstance(params, list) else []):
-        if not isinstance(p, dict) or not isinstance(p.get("enum"), list) or not p["enum"]:
-            continue
-        value = p.get("value", p.get("default"))
-        if value is None:
-            continue
-        allowed = [str(e).lower() if isinstance(e, bool) else str(e) for e in p["enum"]]
-        shown = str(value).lower() if isinstance(value, bool) else str(value)
-        if shown not in allowed:
-            name = p.get("name")
-            path = (
-                f"arguments.{name}"
-                if arguments and name in arguments
-                else f"spec.arguments.parameters[{i}].value"
-            )
-            errors.append(FieldError(path, f"{shown!r} is not one of {', '.join(allowed)}"))
-    if errors:
-        raise WorkflowInvalid(errors)
-
-
-def workflow_parse(
-    *,
-    body: str | bytes | dict[str, Any],
-    arguments: dict[str, str] | None = None,
-    project: Project | None = None,
-) -> ParsedWorkflow:
-    """Decode, validate and split a submitted Workflow into units (raises WorkflowInvalid).
-    ``templateRef``s resolve in ``project``'s catalogue, then the fleet-wide one."""
-    doc = parser.decode_document(body, parser_limits())
-    doc = _apply_arguments(doc, arguments)
-    _check_enums(doc, arguments)
-    uses = parser.uses_catalogue(doc)
-    parsed = parser.parse_workflow(
-        doc,
-        catalogue.catalogue_for(project) if uses else {},
-        cluster_catalogue=catalogue.catalogue_for(None, catalogue.CLUSTER_KIND) if uses else {},
-        limits=parser_limits(),
-        domain=settings.PORTAL_LABEL_DOMAIN,
-    )
-    return _priority_clamped(parsed, project)
-
-
-def _priority_clamped(parsed: ParsedWorkflow, project: Project | None) -> ParsedWorkflow:
-    """``spec.priority`` within the range the project allows: the run is compiled with the
-    clamped value (its place in a lock's queue, its step workflows' priority at their site),
-    and the preview and the run's history say so at ``spec.priority``."""
-    asked = parsed.spec.get("priority")
-    if isinstance(asked, bool) or not isinstance(asked, int):
-        return parsed  # Argo's schema types it; a string priority is refused there
-    allowed = priority_clamp(asked, project)
-    if allowed == asked:
-        return parsed
-    low, high = project.priority_range if project is not None else DEFAULT_PRIORITY_RANGE
-    whose = f"project {project.name!r}" if project is not None else "a run in no project"
-    warning = FieldWarning(
-        "spec.priority",
-        f"{asked} is outside the range {whose} allows ({low} to {high}): "
-        f"the run's priority is {allowed}",
-    )
-    return dataclasses.replace(
-        parsed,
-        spec={**parsed.spec, "priority": allowed},
-        warnings=(*parsed.warnings, warning),
-    )
-
-
-def _project_for(user: Any, project: Project | str | None) -> Project | None:
-    if project is None or project == "":
-        return default_project(user)
-    # One query: the project by name among the user's own (unknown and not-yours look alike).
-    key: dict[str, Any] = {"pk": project.pk} if isinstance(project, Project) else {"name": project}
-    obj = projects_of(user).filter(**key).first()
-    if obj is None:
-        raise WorkflowInvalid([FieldError("project", f"unknown project: {project}")])
-    return obj
-
-
-def default_project(user: Any) -> Project | None:
-    """The user's only project, when they have exactly one (staff, who see every project,
-    choose). A run in no project is visible to its owner alone."""
-    if getattr(user, "is_staff", False) or not getattr(user, "is_authenticated", False):
-        return None
-    mine = list(projects_of(user)[:2])
-    return mine[0] if len(mine) == 1 else None
-
-
-def _plan(parsed: ParsedWorkflow, project: Project | None) -> planner.Plan:
-    return _plan_from(parsed, project)[0]
 
 
 def _plan_from(
@@ -240,7 +57,7 @@ def workflow_preview(
     its ``top`` best candidates (None: the full table), or ``unit`` alone with its full table
     (``units`` is then empty when no unit has that name). ``loops`` adds each unit's ``task``
     and ``item_index``, with which the submit page groups a fan-out as the run page does."""
-    proj = _project_for(user, project)
+    proj = project_for(user, project)
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
     plan, fleet, _ = _plan_from(parsed, proj)
     warnings = [w.as_dict() for w in parsed.warnings]
@@ -348,7 +165,7 @@ def _submit(
     resubmitted_from: WorkflowRun | None,
     priority_class: str | None = None,
 ) -> WorkflowRun:
-    proj = _project_for(user, project)
+    proj = project_for(user, project)
     priority = _priority_class(proj, priority_class)
     submission_count(user=user, project=proj)  # before any parsing: that is what it bounds
     parsed = workflow_parse(body=body, arguments=arguments, project=proj)
@@ -523,7 +340,7 @@ def _store_run(
                 for w in parsed.warnings
             ]
         )
-        transaction.on_commit(lambda: _enqueue_advance(run.pk))
+        transaction.on_commit(lambda: enqueue_advance(run.pk))
     # The units as stored, for an answer built without reading them again (``with_units``).
     run.stored_units = units  # type: ignore[attr-defined]
     return run
@@ -546,148 +363,10 @@ def with_units(run: WorkflowRun) -> WorkflowRun | None:
     return run
 
 
-def _enqueue_advance(run_id: int) -> None:
+def enqueue_advance(run_id: int) -> None:
     from portal.controller import workqueue
 
     try:
         workqueue.add(run_id)
     except Exception:  # noqa: BLE001 - broker down: the periodic resync picks the run up
         log.warning("could not enqueue run %s; the resync will start it", run_id, exc_info=True)
-
-
-STOP_STRATEGIES = ("Stop", "Terminate")
-
-
-def run_stop(*, run: WorkflowRun, user: Any, strategy: str = "Stop") -> WorkflowRun:
-    """No new units start; running step workflows are asked to stop (``spec.shutdown``).
-    ``Stop`` (``argo stop``) then runs the exit handler, ``Terminate`` (``argo terminate``)
-    does not; the strategy is kept as the run's ``spec.shutdown``, as Argo keeps it."""
-    if strategy not in STOP_STRATEGIES:
-        raise WorkflowInvalid([FieldError("strategy", "must be 'Stop' or 'Terminate'")])
-    with transaction.atomic():
-        locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)
-        updated = state.run_move(
-            run.pk, RunStatus.STOPPED, finished_at=timezone.now(), updated_at=timezone.now()
-        )
-        if not updated:
-            raise ActionRefused(f"run is {run.status}; only pending or running runs stop")
-        spec = {**(locked.compiled.get("spec") or {}), "shutdown": strategy}
-        WorkflowRun.objects.filter(pk=run.pk).update(compiled={**locked.compiled, "spec": spec})
-        RunEvent.objects.create(
-            run=run,
-            kind="stopped",
-            message=f"Stopped by {user.get_username()}"
-            + ("" if strategy == "Stop" else f" (strategy {strategy})"),
-        )
-        transaction.on_commit(lambda: _enqueue_advance(run.pk))
-    run.refresh_from_db()
-    return run
-
-
-def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
-    """Failed and errored units get a new attempt; units they blocked become pending again."""
-    with transaction.atomic():
-        locked = WorkflowRun.objects.select_for_update().get(pk=run.pk)
-        if locked.status not in (RunStatus.FAILED, RunStatus.ERROR):
-            raise ActionRefused(f"run is {locked.status}; only failed runs can be retried")
-        failed = list(locked.units.filter(phase__in=[UnitPhase.FAILED, UnitPhase.ERROR]))
-        if not failed:
-            raise ActionRefused("no failed units to retry")
-        for unit in failed:
-            RunEvent.objects.create(
-                run=run,
-                unit=unit,
-                kind="unit-retried",
-                message=f"{unit.name}: attempt {unit.attempt} {unit.phase}; "
-                f"retried as attempt {unit.attempt + 1}",
-                data={"ended_attempt": unit.attempt_record(ended="retried", why=unit.message)},
-            )
-            state.units_move(
-                UnitRun.objects.filter(pk=unit.pk),
-                UnitPhase.PENDING,
-                from_=[unit.phase],
-                attempt=unit.attempt + 1,
-                workflow_name="",
-                submitted_at=None,
-                started_at=None,
-                finished_at=None,
-                message="",
-                site="" if unit.timing == UnitTiming.RUNTIME else unit.site,
-            )
-        state.units_move(locked.units.all(), UnitPhase.PENDING, from_=[UnitPhase.OMITTED])
-        state.run_move(
-            run.pk, RunStatus.RUNNING, from_=[locked.status], finished_at=None, message=""
-        )
-        RunEvent.objects.create(
-            run=run,
-            kind="retried",
-            message=f"Retry by {user.get_username()}: {', '.join(u.name for u in failed)}",
-        )
-        transaction.on_commit(lambda: _enqueue_advance(run.pk))
-    run.refresh_from_db()
-    return run
-
-
-def run_resume(*, run: WorkflowRun, user: Any, node: str | None = None) -> WorkflowRun:
-    """Resume a suspended step (``node``: a unit's name) or the whole run, as ``argo resume``
-    does: without a node, the run's ``spec.suspend`` is cleared (units start again) and every
-    running step is resumed; the worker clears each step's ``spec.suspend`` and marks its
-    suspended nodes."""
-    from portal import tasks
-
-    if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
-        raise ActionRefused(f"run is {run.status}; only a running run has steps to resume")
-    units = run.units.filter(phase=UnitPhase.RUNNING).exclude(workflow_name="")
-    if node:
-        if not run.units.filter(name=node).exists():
-            raise WorkflowInvalid([FieldError("node", f"no step {node!r} in run {run.name}")])
-        units = units.filter(name=node)
-    targets = list(units.values_list("pk", "name"))
-    by = user.get_username()
-    held = not node and _run_unsuspend(run, by)
-    if not targets and not held:
-        raise ActionRefused(f"step {node} is not running" if node else "no running step")
-    if targets:
-        RunEvent.objects.create(
-            run=run,
-            kind="resume-requested",
-            message=f"Resume of {', '.join(n for _, n in targets)} requested by {by}",
-        )
-
-    def enqueue() -> None:
-        for pk, _name in targets:
-            try:
-                tasks.unit_resume.delay(pk, by)
-            except Exception:  # noqa: BLE001 - broker down: the user sees no "resumed" event
-                log.warning("could not enqueue the resume of unit %s", pk, exc_info=True)
-
-    transaction.on_commit(enqueue)
-    return run
-
-
-def _run_unsuspend(run: WorkflowRun, by: str) -> bool:
-    """Clear the run's ``spec.suspend`` (one conditional UPDATE of the stored spec, so two
-    resumes clear it once) and advance it. False when it was not suspended."""
-    with transaction.atomic():
-        locked = WorkflowRun.objects.select_for_update().filter(pk=run.pk).first()
-        if locked is None or not locked.suspended:
-            return False
-        spec = {k: v for k, v in locked.compiled["spec"].items() if k != "suspend"}
-        locked.compiled = {**locked.compiled, "spec": spec}
-        WorkflowRun.objects.filter(pk=run.pk).update(compiled=locked.compiled)
-        run.compiled = locked.compiled
-        RunEvent.objects.create(run=run, kind="resumed", message=f"Run resumed by {by}")
-        transaction.on_commit(lambda: _enqueue_advance(run.pk))
-    return True
-
-
-def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
-    """A new run of the same manifest and arguments."""
-    return run_submit(
-        user=user,
-        body=run.manifest,
-        project=run.project,
-        arguments=run.arguments or None,
-        resubmitted_from=run,
-        priority_class=quota_services.run_priority(run)[0] or None,
-    )

@@ -449,32 +449,32 @@ def project() -> Tree:
 
 def _print_known(tree: Tree) -> None:
     edges = graph(tree)
-    print("KNOWN_CYCLES = [")
+    print("KNOWN_CYCLES: list[frozenset[str]] = [")
     for members in cycles(edges):
         print(f"    frozenset({sorted(members)!r}),")
-    print("]\nKNOWN_PRIVATE_IMPORTS = {")
+    print("]\nKNOWN_PRIVATE_IMPORTS: set[tuple[str, str, str]] = set([")
     for imp in sorted({(i.importer, i.module, i.name) for i in private_imports(tree)}):
         print(f"    {imp!r},")
-    print("}\nKNOWN_LONG_FILES = {")
+    print("])\nKNOWN_LONG_FILES: dict[str, int] = {")
     for path, lines in sorted(file_sizes(tree).items()):
         if lines > MAX_FILE_LINES:
             print(f"    {path!r}: {lines},")
-    print("}\nKNOWN_LONG_FUNCTIONS = {")
+    print("}\nKNOWN_LONG_FUNCTIONS: dict[tuple[str, str], int] = {")
     for key, (lines, _) in sorted(function_sizes(tree).items()):
         if lines > MAX_FUNCTION_LINES:
             print(f"    {key!r}: {lines},")
-    print("}\nKNOWN_FACE_IMPORTS = {")
+    print("}\nKNOWN_FACE_IMPORTS: set[tuple[str, str]] = set([")
     for module in tree.modules(FACES):
         for target in sorted(
             {i.target for i in tree.imports(module) if in_any(i.target, CONTROLLER)}
         ):
             print(f"    {(module, target)!r},")
-    print("}\nKNOWN_CONTROLLER_LOADS = {")
+    print("])\nKNOWN_CONTROLLER_LOADS: set[tuple[str, str]] = set([")
     for module in tree.modules(CONTROLLER):
         for name in sorted(loaded_by(tree, module, outside_the_controller)):
             if in_any(name, ADMISSION):
                 print(f"    {(module, name)!r},")
-    print("}")
+    print("])")
 
 
 if __name__ == "__main__":

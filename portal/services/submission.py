@@ -326,24 +326,24 @@ def _store_run(
             fleet=planned_from[0],
             datasets=planned_from[1],
         )
-        RunEvent.objects.create(
-            run=run,
-            kind="submitted",
-            message=f"Submitted by {user.get_username()}: {len(units)} units",
-        )
-        # What the preview warned of stays in the run's history, field path and all.
-        RunEvent.objects.bulk_create(
-            [
-                RunEvent(
-                    run=run, kind="warning", message=f"{w.path}: {w.message}", data=w.as_dict()
-                )
-                for w in parsed.warnings
-            ]
-        )
+        _submitted_events(run, user, len(units), parsed)
         transaction.on_commit(lambda: enqueue_advance(run.pk))
     # The units as stored, for an answer built without reading them again (``with_units``).
     run.stored_units = units  # type: ignore[attr-defined]
     return run
+
+
+def _submitted_events(run: WorkflowRun, user: Any, units: int, parsed: ParsedWorkflow) -> None:
+    """The run's first event, and what the preview warned of, field path and all."""
+    RunEvent.objects.create(
+        run=run, kind="submitted", message=f"Submitted by {user.get_username()}: {units} units"
+    )
+    RunEvent.objects.bulk_create(
+        [
+            RunEvent(run=run, kind="warning", message=f"{w.path}: {w.message}", data=w.as_dict())
+            for w in parsed.warnings
+        ]
+    )
 
 
 def with_units(run: WorkflowRun) -> WorkflowRun | None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import BooleanField, Q
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
 
@@ -286,15 +286,32 @@ def live_outputs(run: WorkflowRun, skeleton: Skeleton, limit: int) -> dict[str, 
     rows = [dict(r) for r in final.order_by("position", "id").values(*fields)[:limit]]
     shown = outputs_summary(rows)["final"]
     total = final.count() if len(rows) == limit else len(shown)
-    # A JSON path over the stored binary form: no unit's outputs turned into text.
-    has_global = RawSQL(
-        "outputs @? '$.parameters[*].globalName' OR outputs @? '$.artifacts[*].globalName'",
-        [],
-        output_field=BooleanField(),
-    )
-    named = [dict(r) for r in run.units.alias(g=has_global).filter(g=True).values(*fields)]
+    named = [dict(r) for r in _with_global_outputs(run.units.all()).values(*fields)]
     return {
         "global": outputs_summary(named)["global"],
         "final": shown,
         "final_total": total,
     }
+
+
+def _with_global_outputs(units: QuerySet[UnitRun]) -> QuerySet[UnitRun]:
+    """The units whose outputs name a ``globalName``. On PostgreSQL a JSON path over the stored
+    binary form (no unit's outputs turned into text); the embedded demo's SQLite has no such
+    operator, and its runs are small: the outputs are read there and filtered in Python."""
+    if connection.vendor == "postgresql":
+        has_global = RawSQL(
+            "outputs @? '$.parameters[*].globalName' OR outputs @? '$.artifacts[*].globalName'",
+            [],
+            output_field=BooleanField(),
+        )
+        return units.alias(g=has_global).filter(g=True)
+    named = [
+        pk
+        for pk, outputs in units.exclude(outputs__isnull=True).values_list("pk", "outputs")
+        if any(
+            isinstance(o, dict) and o.get("globalName")
+            for kind in ("parameters", "artifacts")
+            for o in ((outputs or {}).get(kind) or [])
+        )
+    ]
+    return units.filter(pk__in=named)

@@ -131,7 +131,6 @@ KNOWN_LONG_FILES = {
     "placement/parser/units.py": 594,
     "portal/execution/advance.py": 589,
     "portal/gateway.py": 715,
-    "portal/models.py": 531,
     "portal/quotas/services.py": 846,
     "portal/services.py": 692,
     "portal/templatetags/portal_ui.py": 548,

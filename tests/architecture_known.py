@@ -20,21 +20,6 @@ KNOWN_CYCLES = [
     ),
     frozenset(
         [
-            "portal.execution",
-            "portal.execution.advance",
-            "portal.execution.bindings",
-            "portal.execution.gates",
-            "portal.execution.locks",
-            "portal.execution.outcome",
-            "portal.execution.steps",
-            "portal.execution.turns",
-            "portal.execution.vanished",
-            "portal.quotas.services",
-            "portal.tasks",
-        ]
-    ),
-    frozenset(
-        [
             "sandbox.argo",
             "sandbox.argo.graph",
             "sandbox.argo.hooks",
@@ -131,7 +116,6 @@ KNOWN_LONG_FILES = {
     "placement/parser/units.py": 594,
     "portal/execution/advance.py": 589,
     "portal/gateway.py": 715,
-    "portal/quotas/services.py": 846,
     "portal/services.py": 692,
     "portal/templatetags/portal_ui.py": 548,
     "sandbox/argo/graph.py": 543,
@@ -170,8 +154,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("portal/execution/steps.py", "submit_units"): 73,
     ("portal/execution/sync.py", "policies_sync"): 82,
     ("portal/execution/transfers.py", "_copy_unit"): 78,
-    ("portal/quotas/services.py", "_admit_at"): 80,
-    ("portal/quotas/services.py", "_admit_runtime"): 86,
     ("portal/templatetags/portal_ui.py", "dag_svg"): 151,
     ("portal/templatetags/portal_ui.py", "group_units"): 63,
     ("portal/templatetags/portal_ui.py", "timeline_svg"): 96,

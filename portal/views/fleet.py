@@ -18,8 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from placement.revisions.selectors import revisions_list
 from portal.choices import UnitPhase
 from portal.models import UnitRun
+from portal.quotas import overview as quota_overview
 from portal.quotas import quantities
-from portal.quotas import services as quota_services
 from portal.selectors import runs_visible_to
 from portal.views.common import UNITS_PER_PAGE, fleet_colours, is_htmx, page_of
 from sites.models import Site, SiteLink
@@ -127,7 +127,7 @@ def _quota_pct(used: int, total: int) -> int:
 def quota_bars() -> list[dict[str, Any]]:
     """Each quota with what its project holds, as the fleet page's bars (issue 32)."""
     out = []
-    for row in quota_services.quota_rows():
+    for row in quota_overview.quota_rows():
         q, used = row["quota"], row["used"]
         name = f"{q.project.name} at {row['where']}"
         out.append(

@@ -32,7 +32,10 @@ from portal.choices import RunStatus, UnitPhase
 from portal.controller import transfers
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services as quota_services
+from portal.quotas import overview as quota_overview
+from portal.quotas import priorities as quota_priorities
+from portal.quotas import queue as quota_queue
+from portal.quotas import scopes as quota_scopes
 from portal.quotas import usage as quota_usage
 from portal.selectors import (
     ended_attempts_of_run,
@@ -125,7 +128,7 @@ class UnitRow:
     unit: UnitRun
     duration: timedelta | None
     # Waiting for its project's quota (issue 32): its position and why; None otherwise.
-    queue: quota_services.QueueEntry | None = None
+    queue: quota_overview.QueueEntry | None = None
 
 
 class BadParameter(ValueError):
@@ -159,11 +162,11 @@ def _live_state(request: HttpRequest, run: WorkflowRun, since: int | None) -> di
     rows = list(page.object_list)
     # Only the rows shown, and only where quotas exist: a queue's order is read once per site
     # and project on the page, whatever the run's size.
-    queue: dict[int, quota_services.QueueEntry] = {}
+    queue: dict[int, quota_overview.QueueEntry] = {}
     queued = 0
-    if quota_services.governed():
-        queue = quota_services.queue_of(rows)
-        queued = quota_services.waiting().filter(run_id=run.pk).count()
+    if quota_scopes.governed():
+        queue = quota_overview.queue_of(rows)
+        queued = quota_queue.waiting().filter(run_id=run.pk).count()
     events = live.events_since(run, since or 0, EVENTS_SHOWN)
     last_event = events[0].pk if events else (since or live.latest_event_id(run))
     blocked, blocked_total = failovers_blocked(run)
@@ -303,11 +306,11 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def cost_context(run: WorkflowRun) -> dict[str, Any]:
     """The run page's cost panel and its units queued for quota (issue 32)."""
     units = list(run.units.filter(phase=UnitPhase.PENDING, workflow_name=""))
-    queue = quota_services.queue_of(units)
+    queue = quota_overview.queue_of(units)
     return {
         "cost": quota_usage.run_cost(run),
         "unit_costs": quota_usage.run_unit_costs(run),
-        "priority_class": quota_services.run_priority(run)[0],
+        "priority_class": quota_priorities.run_priority(run)[0],
         "queued_units": sorted(
             ({"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue),
             key=lambda q: (q["site"], q["position"]),

@@ -15,6 +15,8 @@ from portal.quotas.queue import queue_key
 
 @dataclass
 class Waiter:
+    """A project's head of the queue at a site: what it asks for."""
+
     project: str
     request: Amount
 
@@ -43,7 +45,7 @@ def why_it_waits(
     """Why a unit of ``project`` waits at ``site`` (None: it is admitted): the project's units
     queued ahead of it, its quotas, and, when it borrows, whether it passes what waits (only
     units within the nominal quota do) and its fair turn among the projects that borrow."""
-    why = ahead_waits(project, site, priority, ahead, quotas)
+    why = _ahead_waits(project, site, priority, ahead, quotas)
     if why is None:
         why = admission.fits_all(project, request, quotas)
     if (
@@ -67,7 +69,7 @@ def why_it_waits(
     return why
 
 
-def ahead_waits(
+def _ahead_waits(
     project: str,
     site: str,
     priority: int,

@@ -31,10 +31,12 @@ def waiting() -> Any:
 
 
 def queue_key(w: Workload) -> tuple[int, datetime, int]:
+    """A waiting workload's place in its queue: higher priority first, then first queued."""
     return (-w.priority, w.queued_at, w.pk or _LAST[2])
 
 
 def lock_site(site: str) -> None:
+    """Take the site's (or a group's, by its name) admission lock until the transaction ends."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"portal-quota:{site}"])
@@ -63,6 +65,7 @@ WORKLOAD_FIELDS = (
 )
 
 
+# How a queued unit's message begins.
 QUEUED = "queued: "
 
 

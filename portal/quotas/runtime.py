@@ -51,7 +51,7 @@ def admit_runtime(
     project = run.project.name if run.project else ""
     _, priority = run_priority(run)
     ordered = sorted(units, key=lambda u: u.position)
-    where = eligible_by_unit(run, ordered, every)
+    where = _eligible_by_unit(run, ordered, every)
     governed_here = sorted({s for e, _ in where.values() for s in e} & quota_sites)
     reasons: dict[int, str] = {}
     now = timezone.now()
@@ -72,7 +72,7 @@ def admit_runtime(
                 taken.add(u.pk)  # its creation says it waits for a site, as without quotas
                 continue
             request = request_of(u)
-            room, why = room_for(project, request, eligible, quota_sites, higher, scopes, covering)
+            room, why = _room(project, request, eligible, quota_sites, higher, scopes, covering)
             row = _runtime_row(existing.get(u.pk), u, run, priority, request, now)
             # Where it can start now if any (the webhook places only there); else wherever
             # its quota has room, and the member queues it, as without quotas.
@@ -148,7 +148,7 @@ def _runtime_row(
     return row
 
 
-def room_for(
+def _room(
     project: str,
     request: Amount,
     eligible: Sequence[str],
@@ -178,7 +178,7 @@ def room_for(
     return room, why
 
 
-def eligible_by_unit(
+def _eligible_by_unit(
     run: WorkflowRun, ordered: Sequence[UnitRun], every: Sequence[UnitRun]
 ) -> dict[int, tuple[list[str], set[str]]]:
     """Each unit's eligible sites and those with room now (``eligible_sites``), by unit id.

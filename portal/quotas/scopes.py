@@ -16,10 +16,12 @@ from sites.models import Site
 
 
 def governed() -> bool:
+    """Whether any quota exists (without one, every unit passes)."""
     return Quota.objects.exists()
 
 
-def limits_of(quotas: Any) -> dict[str, Limit]:
+def _limits_of(quotas: Any) -> dict[str, Limit]:
+    """The limits of ``quotas`` (a query of ``Quota``) by project name."""
     out = {}
     for q in quotas.select_related("project__fleet_share"):
         share = getattr(q.project, "fleet_share", None)
@@ -31,12 +33,12 @@ def limits_of(quotas: Any) -> dict[str, Limit]:
     return out
 
 
-def limits_at(site: str) -> dict[str, Limit]:
-    return limits_of(Quota.objects.filter(site__name=site))
+def _limits(site: str) -> dict[str, Limit]:
+    return _limits_of(Quota.objects.filter(site__name=site))
 
 
 def site_quotas(site: str) -> SiteQuotas:
-    return SiteQuotas(site, limits_at(site), used_at(site))
+    return SiteQuotas(site, _limits(site), used_at(site))
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def groups(labels: Mapping[str, Any] | None = None) -> list[Group]:
 
 def group_quotas(group: Group) -> SiteQuotas:
     """A group's quotas (by project) and what each project holds across its sites."""
-    limits = limits_of(Quota.objects.filter(site__isnull=True, site_selector=group.selector))
+    limits = _limits_of(Quota.objects.filter(site__isnull=True, site_selector=group.selector))
     return SiteQuotas(group.name, limits, used_over(group.sites))
 
 

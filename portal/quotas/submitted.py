@@ -131,7 +131,7 @@ def admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
             else:
                 fields = {"admitted_at": None, "reason": why}
                 reasons[u.pk] = why
-            row, changed = site_row(w, u, run, priority, request, now, fields)
+            row, changed = _site_row(w, u, run, priority, request, now, fields)
             if w is None:
                 create.append(row)
             elif changed:
@@ -142,7 +142,7 @@ def admit_at(run: WorkflowRun, site: str, units: list[UnitRun]) -> set[int]:
     return taken
 
 
-def site_row(
+def _site_row(
     w: Workload | None,
     u: UnitRun,
     run: WorkflowRun,

@@ -10,7 +10,8 @@ from rest_framework import serializers
 from portal.choices import UnitTiming
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from portal.outputs import preview
-from portal.quotas import services as quota_services
+from portal.quotas import overview as quota_overview
+from portal.quotas import priorities as quota_priorities
 from portal.quotas import usage
 from portal.selectors import outputs_summary, run_global_outputs
 from portal.selectors.transfers import transfer_measured, unit_is_transfer
@@ -248,7 +249,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
     def to_representation(self, instance: WorkflowRun) -> dict[str, Any]:
         row = dict(super().to_representation(instance))
         # The shared fleet (issue 32): the run's priority class, and its queued units.
-        row["priority_class"] = quota_services.run_priority(instance)[0] or None
+        row["priority_class"] = quota_priorities.run_priority(instance)[0] or None
         if "units" in row:
             quota_shown(list(instance.units.all()), row["units"])
             row["cost"] = usage.run_cost(instance)
@@ -258,7 +259,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
 def quota_shown(units: list[UnitRun], rows: list[dict[str, Any]]) -> None:
     """A unit queued for quota shows ``"phase": "Queued"`` and ``"queue": {position, reason}``
     (it is Pending in the database: nothing was pushed to Karmada)."""
-    queued = quota_services.queue_of(units)
+    queued = quota_overview.queue_of(units)
     if not queued:
         return
     by_name = {u.name: u.pk for u in units}

@@ -27,7 +27,8 @@ from portal.controller.failover import failover_unit
 from portal.controller.status import mark_running, run_refresh_status, settle_groups, shutdown
 from portal.controller.submit import submit_units
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services as quota_services
+from portal.quotas import admit as quota_admit
+from portal.quotas import waking as quota_waking
 from portal.selectors import upstream_outputs
 from sites.models import SiteLink
 
@@ -122,7 +123,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
 def _wake_quota_waiters(run: WorkflowRun) -> None:
     """Units of this run that ended freed quota: the runs queued at those sites advance now
     (a unit's end admits what waits, not the next resync)."""
-    for run_id in quota_services.wake(run):
+    for run_id in quota_waking.wake(run):
         try:
             workqueue.add(run_id)
         except Exception:  # noqa: BLE001 - broker down: the resync advances waiting runs
@@ -162,7 +163,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
         ready, ended = gates.admit(run, units, ready)
         progressed |= ended
         # Over its project's quota at its site: queued, not pushed to Karmada.
-        ready = quota_services.admit(run, ready, units)
+        ready = quota_admit.admit(run, ready, units)
         # Created in chunks, the turn checked between them: a fan-out's thousands of ready
         # units are created over several turns, other runs' advances in between.
         for start in range(0, len(ready), CREATE_CHUNK):

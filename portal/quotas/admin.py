@@ -8,7 +8,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.quotas import services
+from portal.quotas import scopes, waking
 from portal.quotas.models import Budget, PriorityClass, ProjectDefaults, Quota, SitePrice
 
 
@@ -28,14 +28,14 @@ class QuotaAdmin(admin.ModelAdmin):
     list_filter = ("site", "project")
 
     def save_model(self, request: HttpRequest, obj: Quota, form: Any, change: bool) -> None:
-        before = services.quota_sites(Quota.objects.get(pk=obj.pk)) if change else []
+        before = scopes.quota_sites(Quota.objects.get(pk=obj.pk)) if change else []
         super().save_model(request, obj, form, change)
-        services.quota_changed_at([*before, *services.quota_sites(obj)])
+        waking.quota_changed_at([*before, *scopes.quota_sites(obj)])
 
     def delete_model(self, request: HttpRequest, obj: Quota) -> None:
-        sites = services.quota_sites(obj)
+        sites = scopes.quota_sites(obj)
         super().delete_model(request, obj)
-        services.quota_changed_at(sites)
+        waking.quota_changed_at(sites)
 
 
 @admin.register(PriorityClass)

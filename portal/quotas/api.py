@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.models import UnitRun
-from portal.quotas import budgets, quantities, services, usage
+from portal.quotas import budgets, overview, quantities, scopes, usage, waking
 from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass, Quota, selector_error
 from portal.selectors import runs_visible_to
@@ -101,7 +101,7 @@ class QuotaSerializer(serializers.Serializer[Quota]):
             "project": instance.project.name,
             "site": instance.site.name if instance.site_id is not None and instance.site else None,
             "site_selector": instance.site_selector or None,
-            "sites": services.quota_sites(instance),
+            "sites": scopes.quota_sites(instance),
             "cpu": quantities.cpu_text(instance.cpu_millicores),
             "memory": quantities.memory_text(instance.memory_bytes),
             "gpu": instance.gpus,
@@ -209,20 +209,20 @@ class QuotaViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         serializer.save()
-        services.quota_changed_at(services.quota_sites(serializer.instance))
+        waking.quota_changed_at(scopes.quota_sites(serializer.instance))
 
     def perform_update(self, serializer: Any) -> None:
-        before = services.quota_sites(serializer.instance)
+        before = scopes.quota_sites(serializer.instance)
         serializer.save()
-        services.quota_changed_at([*before, *services.quota_sites(serializer.instance)])
+        waking.quota_changed_at([*before, *scopes.quota_sites(serializer.instance)])
 
     def perform_destroy(self, instance: Quota) -> None:
-        sites = services.quota_sites(instance)
+        sites = scopes.quota_sites(instance)
         instance.delete()
-        services.quota_changed_at(sites)
+        waking.quota_changed_at(sites)
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        rows = services.quota_rows()
+        rows = overview.quota_rows()
         project = request.query_params.get("project")
         site = request.query_params.get("site")
         out = []

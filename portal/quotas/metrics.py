@@ -16,7 +16,7 @@ from decimal import Decimal
 from prometheus_client import Gauge
 
 from portal.models import UnitRun
-from portal.quotas import services, usage
+from portal.quotas import overview, usage
 
 REFRESH_SECONDS = 30.0
 
@@ -82,7 +82,7 @@ def refresh(force: bool = False) -> None:
     for (project, link), nbytes in moved.items():
         source, _, target = link.partition(">")
         TRANSFER_BYTES.labels(project=project, source=source, target=target).set(nbytes)
-    for held in services.quota_rows():
+    for held in overview.quota_rows():
         q = held["quota"]
         labels = {"project": q.project.name, "site": held["where"]}
         QUOTA_CPU.labels(**labels).set(q.cpu_millicores / 1000)

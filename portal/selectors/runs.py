@@ -11,7 +11,10 @@ from django.db.models.functions import Coalesce
 
 from portal.choices import UnitPhase
 from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
-from portal.quotas import services as quota_services
+from portal.quotas import overview as quota_overview
+from portal.quotas import priorities as quota_priorities
+from portal.quotas import queue as quota_queue
+from portal.quotas import scopes as quota_scopes
 from portal.quotas import usage as quota_usage
 from portal.selectors import runs_visible_to, unit_suspended
 
@@ -65,14 +68,14 @@ def run_unit_table(run: WorkflowRun, phase: str = "", site: str = "") -> QuerySe
 
 def run_quota_queue(
     run: WorkflowRun, rows: Sequence[UnitRun]
-) -> tuple[dict[int, quota_services.QueueEntry], int]:
+) -> tuple[dict[int, quota_overview.QueueEntry], int]:
     """Where ``rows`` wait in their quota queues (by unit id) and how many of the run's units
     wait in all. Only the rows given, and only where quotas exist: a queue's order is read once
     per site and project, whatever the run's size."""
-    if not quota_services.governed():
+    if not quota_scopes.governed():
         return {}, 0
-    queue = quota_services.queue_of(rows)
-    return queue, quota_services.waiting().filter(run_id=run.pk).count()
+    queue = quota_overview.queue_of(rows)
+    return queue, quota_queue.waiting().filter(run_id=run.pk).count()
 
 
 def run_units_suspended(run: WorkflowRun, running: int) -> list[UnitRun]:
@@ -120,11 +123,11 @@ def decision_candidates(decision: PlacementDecision) -> list[dict[str, Any]]:
 def run_cost(run: WorkflowRun) -> dict[str, Any]:
     """The run page's cost panel and its units queued for quota."""
     units = list(run.units.filter(phase=UnitPhase.PENDING, workflow_name=""))
-    queue = quota_services.queue_of(units)
+    queue = quota_overview.queue_of(units)
     return {
         "cost": quota_usage.run_cost(run),
         "unit_costs": quota_usage.run_unit_costs(run),
-        "priority_class": quota_services.run_priority(run)[0],
+        "priority_class": quota_priorities.run_priority(run)[0],
         "queued_units": sorted(
             ({"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue),
             key=lambda q: (q["site"], q["position"]),

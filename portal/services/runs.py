@@ -15,7 +15,7 @@ from placement.parser import FieldError, WorkflowInvalid
 from portal import state
 from portal.choices import ACTIVE_RUN, RunStatus, UnitPhase, UnitTiming
 from portal.models import RunEvent, UnitRun, WorkflowRun
-from portal.quotas import services as quota_services
+from portal.quotas import priorities as quota_priorities
 from portal.services.submission import enqueue_advance, run_submit
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,7 @@ def run_resubmit(*, run: WorkflowRun, user: Any) -> WorkflowRun:
         project=run.project,
         arguments=run.arguments or None,
         resubmitted_from=run,
-        priority_class=quota_services.run_priority(run)[0] or None,
+        priority_class=quota_priorities.run_priority(run)[0] or None,
     )
 
 

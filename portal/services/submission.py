@@ -21,7 +21,7 @@ from portal import bulk, stored_decisions
 from portal.models import BULK_ROWS, RunEvent, UnitRun, WorkflowRun
 from portal.planning import held_by, holds_changed, planner_snapshot
 from portal.quotas import budgets
-from portal.quotas import services as quota_services
+from portal.quotas import priorities as quota_priorities
 from portal.quotas import usage as quota_usage
 from portal.quotas.admission import Amount
 from portal.quotas.models import PriorityClass
@@ -266,7 +266,7 @@ def _priority_class(project: Project | None, name: Any) -> PriorityClass | None:
     if name is not None and not isinstance(name, str):
         raise WorkflowInvalid([FieldError("priority_class", "must be a priority class's name")])
     try:
-        return quota_services.priority_for(project, name)
+        return quota_priorities.priority_for(project, name)
     except PriorityClass.DoesNotExist:
         known = ", ".join(PriorityClass.objects.values_list("name", flat=True)) or "none"
         raise WorkflowInvalid(

@@ -15,8 +15,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from placement.revisions.selectors import revisions_list
 from portal.models import UnitRun
+from portal.quotas import overview as quota_overview
 from portal.quotas import quantities
-from portal.quotas import services as quota_services
 from portal.selectors.fleet import (
     policy_errors,
     replicas_by_site,
@@ -95,7 +95,7 @@ def _quota_pct(used: int, total: int) -> int:
 def quota_bars() -> list[dict[str, Any]]:
     """Each quota with what its project holds, as the fleet page's bars (issue 32)."""
     out = []
-    for row in quota_services.quota_rows():
+    for row in quota_overview.quota_rows():
         q, used = row["quota"], row["used"]
         name = f"{q.project.name} at {row['where']}"
         out.append(

@@ -30,7 +30,7 @@ from portal.choices import RunStatus, UnitPhase
 from portal.drawing import PHASES as PHASE_ORDER
 from portal.filtersets import WorkflowRunFilterSet
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services as quota_services
+from portal.quotas import overview as quota_overview
 from portal.selectors import ended_attempts_of_run, failovers_blocked
 from portal.selectors.runs import (
     DONE_PHASES,
@@ -98,7 +98,7 @@ class UnitRow:
     unit: UnitRun
     duration: timedelta | None
     # Waiting for its project's quota (issue 32): its position and why; None otherwise.
-    queue: quota_services.QueueEntry | None = None
+    queue: quota_overview.QueueEntry | None = None
 
 
 class BadParameter(ValueError):

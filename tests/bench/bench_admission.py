@@ -122,7 +122,7 @@ class Site:
 def admission_pass(site: Site, now: float, stats: dict[str, float]) -> list[Job]:
     """One pass at a site: the heads of each project's queue in global order; behind a head
     that does not fit, a smaller unit of the same priority that fits within the nominal quota
-    goes (as ``portal.quotas.services``); otherwise the project waits for the next pass."""
+    goes (as ``portal.quotas.submitted``); otherwise the project waits for the next pass."""
     admitted: list[Job] = []
     blocked: set[str] = set()
     while True:

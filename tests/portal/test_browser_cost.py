@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from portal.choices import UnitPhase, UnitTiming
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services
+from portal.quotas.admit import admit
 from portal.quotas.models import Quota, SitePrice
 from sites.models import Project, Site, SiteLink
 from tests.factories import UnitRunFactory, WorkflowRunFactory
@@ -80,7 +80,7 @@ def shared_run(transactional_db: Any) -> WorkflowRun:
         ]
     )
     tiles = list(run.units.filter(phase=UnitPhase.PENDING).order_by("position"))
-    admitted = services.admit(run, tiles)
+    admitted = admit(run, tiles)
     assert len(admitted) == 2
     UnitRun.objects.filter(pk__in=[u.pk for u in admitted]).update(
         phase=UnitPhase.RUNNING, workflow_name="x", started_at=end

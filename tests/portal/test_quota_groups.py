@@ -20,8 +20,13 @@ from portal.choices import UnitPhase, UnitTiming
 from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import fallback_site
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import selectors, services
+from portal.quotas import selectors
+from portal.quotas.admit import admit
+from portal.quotas.holdings import used_at, used_over
 from portal.quotas.models import Quota, Workload
+from portal.quotas.overview import queue_of, quota_rows
+from portal.quotas.runtime import eligible_sites
+from portal.quotas.waking import wake
 from sites.models import Project, Site
 from tests.portal.helpers import fan_out as burst
 from tests.portal.quota_runs import CPU, pending, start, tiles
@@ -50,29 +55,29 @@ def test_a_group_quota_limits_what_the_project_holds_across_its_sites(
         project=eo, site_selector=HPC, cpu_millicores=3 * CPU, borrow_cpu_millicores=0
     )
     at_b, at_c, at_d = tiles(eo, "site-b", 2), tiles(eo, "site-c", 2), tiles(eo, "site-d", 4)
-    start(services.admit(at_b, pending(at_b)))
-    admitted_c = services.admit(at_c, pending(at_c))
+    start(admit(at_b, pending(at_b)))
+    admitted_c = admit(at_c, pending(at_c))
     assert [u.name for u in admitted_c] == ["tile-0"]  # 2 at site-b + 1 here = 3
     start(admitted_c)
-    queued = services.queue_of(pending(at_c))
+    queued = queue_of(pending(at_c))
     assert [e.reason for e in queued.values()] == [
         "eo-demo uses 3 of 3 CPU at sites tier=hpc; waiting for quota"
     ]
     # site-d is not in the group, and eo-demo has no other quota: not limited there.
-    assert len(services.admit(at_d, pending(at_d))) == 4
-    assert services.used_over(["site-b", "site-c"])["eo-demo"].cpu == 3 * CPU
+    assert len(admit(at_d, pending(at_d))) == 4
+    assert used_over(["site-b", "site-c"])["eo-demo"].cpu == 3 * CPU
     # A unit ending at site-b frees the group's quota: the run queued at site-c is woken.
     UnitRun.objects.filter(pk=at_b.units.get(name="tile-0").pk).update(phase=UnitPhase.SUCCEEDED)
-    assert services.wake(at_b) == [at_c.pk]
-    assert [u.name for u in services.admit(at_c, pending(at_c))] == ["tile-1"]
+    assert wake(at_b) == [at_c.pk]
+    assert [u.name for u in admit(at_c, pending(at_c))] == ["tile-1"]
 
 
 def test_a_unit_must_fit_its_sites_quota_and_its_groups(hpc: list[Site], eo: Project) -> None:
     Quota.objects.create(project=eo, site_selector=HPC, cpu_millicores=10 * CPU)
     Quota.objects.create(project=eo, site=hpc[0], cpu_millicores=1 * CPU, borrow_cpu_millicores=0)
     run = tiles(eo, "site-b", 3)
-    assert [u.name for u in services.admit(run, pending(run))] == ["tile-0"]
-    assert set(e.reason for e in services.queue_of(pending(run)).values()) == {
+    assert [u.name for u in admit(run, pending(run))] == ["tile-0"]
+    assert set(e.reason for e in queue_of(pending(run)).values()) == {
         "eo-demo uses 1 of 1 CPU at site-b; waiting for quota"
     }
 
@@ -82,10 +87,10 @@ def test_a_site_labelled_later_joins_its_groups_quota(hpc: list[Site], eo: Proje
         project=eo, site_selector=HPC, cpu_millicores=1 * CPU, borrow_cpu_millicores=0
     )
     at_d = tiles(eo, "site-d", 2)
-    assert len(services.admit(at_d, pending(at_d))) == 2  # not in the group yet
+    assert len(admit(at_d, pending(at_d))) == 2  # not in the group yet
     Workload.objects.all().delete()
     Site.objects.filter(name="site-d").update(labels={"tier": "hpc"})
-    assert len(services.admit(at_d, pending(at_d))) == 1
+    assert len(admit(at_d, pending(at_d))) == 1
 
 
 # REST and admin
@@ -115,7 +120,7 @@ def test_fleet_staff_post_a_quota_over_a_group_of_sites(
     assert body["site"] is None and body["site_selector"] == HPC
     assert body["sites"] == ["site-b", "site-c"]
     run = tiles(eo, "site-c", 2)
-    start(services.admit(run, pending(run)))
+    start(admit(run, pending(run)))
     listed = staff_api.get("/api/v1/quotas/?site=site-b").json()
     assert [(q["site_selector"], q["used"]["cpu"]) for q in listed] == [(HPC, "2")]
     again = staff_api.post("/api/v1/quotas/", GROUP, format="json")
@@ -137,15 +142,15 @@ def test_raising_a_group_quota_advances_the_runs_queued_at_any_of_its_sites(
         project=eo, site_selector=HPC, cpu_millicores=1 * CPU, borrow_cpu_millicores=0
     )
     at_b, at_c = tiles(eo, "site-b", 1), tiles(eo, "site-c", 2)
-    start(services.admit(at_b, pending(at_b)))
-    assert services.admit(at_c, pending(at_c)) == []
+    start(admit(at_b, pending(at_b)))
+    assert admit(at_c, pending(at_c)) == []
     asked: list[int] = []
     monkeypatch.setattr("portal.controller.workqueue.add", asked.append)
     with django_capture_on_commit_callbacks(execute=True):
         answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
     assert answer.status_code == 200, answer.content
     assert asked == [at_c.pk]
-    assert [u.name for u in services.admit(at_c, pending(at_c))] == ["tile-0", "tile-1"]
+    assert [u.name for u in admit(at_c, pending(at_c))] == ["tile-0", "tile-1"]
 
 
 @pytest.mark.parametrize(
@@ -220,10 +225,10 @@ def test_a_runtime_unit_is_admitted_only_where_its_quota_has_room(demo: User) ->
     )
     run, units, items = submitted_burst(demo, 3)
     assert len(items) == 3
-    eligible, free_now = services.eligible_sites(run, items[0], units)
+    eligible, free_now = eligible_sites(run, items[0], units)
     assert set(eligible) == {"site-a", "site-b", "site-c"}, eligible
     assert free_now == {"site-b", "site-c"}  # site-a has 4 CPU free
-    admitted = services.admit(run, items, units)
+    admitted = admit(run, items, units)
     assert len(admitted) == 3  # site-a is not limited: each may go there
     # Where it can start now and its quota has room: site-b (the webhook places only there).
     assert selectors.admitted_sites(items[0]) == ["site-b"]
@@ -254,9 +259,9 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
         project=eo, site=Site.objects.get(name="site-c"), cpu_millicores=0, borrow_cpu_millicores=0
     )
     run, units, items = submitted_burst(demo, 2)
-    admitted = services.admit(run, items, units)
+    admitted = admit(run, items, units)
     assert [u.pk for u in admitted] == [items[0].pk]
-    entry = services.queue_of([items[1]])[items[1].pk]
+    entry = queue_of([items[1]])[items[1].pk]
     assert entry.position == 1
     assert entry.reason == (
         "eo-demo uses 8 of 8 CPU at sites topology.kubernetes.io/region=eu-west; waiting for quota"
@@ -270,20 +275,20 @@ def test_a_runtime_unit_over_quota_everywhere_waits_and_is_woken_when_one_ends(
     page = browser.get(f"/runs/{run.pk}/").content.decode()
     assert "#1 in eo-demo's queue for a run-time site" in page
     # It waits for site-a and site-b: one unit queued for the group's quota, not two.
-    group = next(r for r in services.quota_rows() if r["quota"].site_id is None)
+    group = next(r for r in quota_rows() if r["quota"].site_id is None)
     assert (group["sites"], group["queued"], group["used"].cpu) == (["site-a", "site-b"], 1, 8000)
     # Placed by the webhook at site-b: it holds there only; then it ends.
     UnitRun.objects.filter(pk=items[0].pk).update(
         site="site-b", workflow_name="w-0", phase=UnitPhase.RUNNING
     )
-    assert services.used_at("site-b")["eo-demo"].cpu == 8000
-    assert services.wake(run) == []  # narrowed to site-b (its own run advances itself)
+    assert used_at("site-b")["eo-demo"].cpu == 8000
+    assert wake(run) == []  # narrowed to site-b (its own run advances itself)
     assert Workload.objects.get(unit_id=items[0].pk).sites == ["site-b"]
     other, other_units, other_items = submitted_burst(demo, 1)
-    assert services.admit(other, other_items, other_units) == []
+    assert admit(other, other_items, other_units) == []
     UnitRun.objects.filter(pk=items[0].pk).update(phase=UnitPhase.SUCCEEDED)
-    assert services.wake(run) == [other.pk]
-    assert len(services.admit(other, other_items, other_units)) == 1
+    assert wake(run) == [other.pk]
+    assert len(admit(other, other_items, other_units)) == 1
     assert selectors.admitted_sites(other_items[0]) is not None
 
 
@@ -299,12 +304,12 @@ def test_an_admitted_runtime_unit_whose_sites_went_away_is_decided_again(demo: U
     run = portal_services.run_submit(user=demo, body=burst(1), project="eo-demo")
     units = list(run.units.all())
     item = next(u for u in units if u.spec.get("item_index") is not None)
-    assert len(services.admit(run, [item], units)) == 1
+    assert len(admit(run, [item], units)) == 1
     assert selectors.admitted_sites(item) == ["site-b", "site-c"]  # where it can start now
-    assert services.used_at("site-b")["eo-demo"].cpu == 8000
+    assert used_at("site-b")["eo-demo"].cpu == 8000
     # Not created yet (the turn ran out), and both sites are cordoned meanwhile: it no
     # longer holds site-b's quota for a site it cannot go to, and goes where it may.
     Site.objects.filter(name__in=["site-b", "site-c"]).update(cordoned=True)
-    assert len(services.admit(run, [item], units)) == 1
+    assert len(admit(run, [item], units)) == 1
     assert selectors.admitted_sites(item) == ["site-a"]
-    assert "eo-demo" not in services.used_at("site-b")
+    assert "eo-demo" not in used_at("site-b")

@@ -1,6 +1,6 @@
-"""Quotas against the database (``portal.quotas.services``) and over REST: units
-over their project's quota are queued with why and their position, admitted as quota frees,
-higher priority first; ``/api/v1/quotas/`` for fleet staff."""
+"""Quotas against the database (``portal.quotas.admit`` and the modules it drives) and over
+REST: units over their project's quota are queued with why and their position, admitted as
+quota frees, higher priority first; ``/api/v1/quotas/`` for fleet staff."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ from rest_framework.test import APIClient
 
 from portal.choices import UnitPhase, UnitTiming
 from portal.models import UnitRun, WorkflowRun
-from portal.quotas import services
+from portal.quotas.admit import admit
+from portal.quotas.holdings import used_at
 from portal.quotas.models import PriorityClass, ProjectDefaults, Quota, Workload
+from portal.quotas.overview import queue_of
+from portal.quotas.priorities import run_priority
+from portal.quotas.waking import wake
 from sites.models import Project, Site
 from tests.factories import UnitRunFactory, WorkflowRunFactory
 from tests.portal import quota_runs
@@ -49,9 +53,9 @@ def test_a_fan_out_over_its_quota_is_queued_with_why_and_position(
 ) -> None:
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=8 * CPU, borrow_cpu_millicores=0)
     run = fan_out(eo, 12)
-    admitted = services.admit(run, pending(run))
+    admitted = admit(run, pending(run))
     assert [u.name for u in admitted] == [f"tile-{i}" for i in range(8)]
-    queued = services.queue_of(pending(run))
+    queued = queue_of(pending(run))
     assert len(queued) == 4
     first = queued[run.units.get(name="tile-8").pk]
     assert first.position == 1
@@ -61,38 +65,38 @@ def test_a_fan_out_over_its_quota_is_queued_with_why_and_position(
     assert run.units.get(name="tile-9").message == f"queued: {first.reason}"
     # Asked again before anything ended: nothing more is admitted, nothing admitted twice.
     start(admitted)
-    assert services.admit(run, pending(run)) == []
+    assert admit(run, pending(run)) == []
     assert Workload.objects.filter(run=run, admitted_at__isnull=False).count() == 8
 
 
 def test_a_unit_ending_admits_the_next_and_wakes_other_runs(site_b: Site, eo: Project) -> None:
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
     first = fan_out(eo, 2)
-    start(services.admit(first, pending(first)))
+    start(admit(first, pending(first)))
     second = fan_out(eo, 3)
-    assert services.admit(second, pending(second)) == []
+    assert admit(second, pending(second)) == []
     finish(first.units.get(name="tile-0"))
-    assert services.wake(first) == [second.pk]
-    assert services.wake(first) == []  # once per end
-    admitted = services.admit(second, pending(second))
+    assert wake(first) == [second.pk]
+    assert wake(first) == []  # once per end
+    admitted = admit(second, pending(second))
     assert [u.name for u in admitted] == ["tile-0"]
-    assert services.queue_of(pending(second))[second.units.get(name="tile-1").pk].position == 1
+    assert queue_of(pending(second))[second.units.get(name="tile-1").pk].position == 1
 
 
 def test_higher_priority_goes_first_then_submission_order(site_b: Site, eo: Project) -> None:
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=1 * CPU, borrow_cpu_millicores=0)
     running = fan_out(eo, 1)
-    start(services.admit(running, pending(running)))
+    start(admit(running, pending(running)))
     bulk = fan_out(eo, 3)
-    services.admit(bulk, pending(bulk))
+    admit(bulk, pending(bulk))
     urgent = fan_out(eo, 1, priority=100)
-    services.admit(urgent, pending(urgent))
-    entry = services.queue_of(pending(urgent))[urgent.units.get().pk]
+    admit(urgent, pending(urgent))
+    entry = queue_of(pending(urgent))[urgent.units.get().pk]
     assert entry.position == 1  # ahead of the bulk run's three, queued before it
     finish(running.units.get())
     # The bulk run's advance comes first: its tile stays behind the urgent unit.
-    assert services.admit(bulk, pending(bulk)) == []
-    assert [u.name for u in services.admit(urgent, pending(urgent))] == ["tile-0"]
+    assert admit(bulk, pending(bulk)) == []
+    assert [u.name for u in admit(urgent, pending(urgent))] == ["tile-0"]
 
 
 def test_a_project_within_nominal_is_not_blocked_by_anothers_borrowing(site_b: Site) -> None:
@@ -100,18 +104,18 @@ def test_a_project_within_nominal_is_not_blocked_by_anothers_borrowing(site_b: S
     Quota.objects.create(project=a, site=site_b, cpu_millicores=4 * CPU)
     Quota.objects.create(project=b, site=site_b, cpu_millicores=4 * CPU)
     greedy = fan_out(a, 10)
-    start(services.admit(greedy, pending(greedy)))
+    start(admit(greedy, pending(greedy)))
     assert greedy.units.filter(phase=UnitPhase.RUNNING).count() == 8  # 4 + 4 borrowed
     small = fan_out(b, 1)
-    assert len(services.admit(small, pending(small))) == 1
+    assert len(admit(small, pending(small))) == 1
 
 
 def test_units_without_a_quota_pass(site_b: Site, eo: Project) -> None:
     run = fan_out(eo, 20)
-    assert len(services.admit(run, pending(run))) == 20  # no quota anywhere
+    assert len(admit(run, pending(run))) == 20  # no quota anywhere
     other = Project.objects.create(name="other")
     Quota.objects.create(project=other, site=site_b, cpu_millicores=0)
-    assert len(services.admit(run, pending(run))) == 20  # none for eo-demo
+    assert len(admit(run, pending(run))) == 20  # none for eo-demo
     assert not Workload.objects.exists()
 
 
@@ -172,7 +176,7 @@ def test_scientists_read_quotas_with_current_use_but_cannot_write(
     assert scientist_api.post("/api/v1/quotas/", BODY, format="json").status_code == 403
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
     run = fan_out(eo, 3, cpu=1500)
-    start(services.admit(run, pending(run)))
+    start(admit(run, pending(run)))
     rows = scientist_api.get("/api/v1/quotas/").json()
     assert rows[0]["used"] == {"cpu": "1500m", "memory": "0", "gpu": 0, "queued_units": 2}
     assert rows[0]["borrowing"] == {"cpu": "0", "memory": None, "gpu": None}
@@ -187,7 +191,7 @@ def test_the_run_shows_queued_units_and_its_priority_class(
     WorkflowRun.objects.filter(pk=run.pk).update(
         compiled={"priority_class": {"name": "urgent", "value": 100}}
     )
-    services.admit(run, pending(run))
+    admit(run, pending(run))
     api = api_client_for(staff)
     body = api.get(f"/api/v1/runs/{run.pk}/").json()
     assert body["priority_class"] == "urgent"
@@ -222,7 +226,7 @@ def test_a_run_submitted_over_rest_carries_its_priority_class(demo_sci: APIClien
     assert answer.status_code == 201, answer.content
     assert answer.json()["priority_class"] == "urgent"
     run = WorkflowRun.objects.get(pk=answer.json()["id"])
-    assert services.run_priority(run) == ("urgent", 100)
+    assert run_priority(run) == ("urgent", 100)
     # Resubmitted, it keeps its class.
     again = demo_sci.post(f"/api/v1/runs/{run.pk}/resubmit/")
     assert again.status_code == 201 and again.json()["priority_class"] == "urgent"
@@ -256,7 +260,7 @@ def test_the_submit_form_offers_and_applies_a_priority_class(demo_sci: APIClient
         {"manifest": DEMO, "project": "eo-demo", "priority_class": "urgent", "action": "submit"},
     )
     assert answer.status_code == 302, answer.content[:500]
-    assert services.run_priority(WorkflowRun.objects.get()) == ("urgent", 100)
+    assert run_priority(WorkflowRun.objects.get()) == ("urgent", 100)
 
 
 def test_fleet_staff_set_quotas_and_classes_in_the_admin(client_for: Any, superuser: User) -> None:
@@ -288,7 +292,7 @@ def test_the_fleet_page_shows_each_sites_quota_use_per_project(
 ) -> None:
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=4 * CPU, borrow_cpu_millicores=0)
     run = fan_out(eo, 5)
-    start(services.admit(run, pending(run)))
+    start(admit(run, pending(run)))
     page = client_for(scientist).get("/fleet/").content.decode()
     assert 'id="fleet-quotas"' in page
     assert 'title="CPU quota of eo-demo at site-b: 4 of 4 cores allocated"' in page
@@ -306,14 +310,14 @@ def test_raising_a_quota_advances_the_runs_queued_at_its_site_at_once(
         project=eo, site=site_b, cpu_millicores=1 * CPU, borrow_cpu_millicores=0
     )
     run = fan_out(eo, 3)
-    start(services.admit(run, pending(run)))
+    start(admit(run, pending(run)))
     asked: list[int] = []
     monkeypatch.setattr("portal.controller.workqueue.add", asked.append)
     with django_capture_on_commit_callbacks(execute=True):
         answer = staff_api.patch(f"/api/v1/quotas/{quota.pk}/", {"cpu": "3"}, format="json")
     assert answer.status_code == 200, answer.content
     assert asked == [run.pk]
-    assert [u.name for u in services.admit(run, pending(run))] == ["tile-1", "tile-2"]
+    assert [u.name for u in admit(run, pending(run))] == ["tile-1", "tile-2"]
 
 
 def test_a_smaller_unit_passes_one_that_does_not_fit_but_never_a_higher_priority(
@@ -323,18 +327,18 @@ def test_a_smaller_unit_passes_one_that_does_not_fit_but_never_a_higher_priority
     one of the same priority that fits within the nominal quota; a higher priority does."""
     Quota.objects.create(project=eo, site=site_b, cpu_millicores=4 * CPU, borrow_cpu_millicores=0)
     running = fan_out(eo, 3)
-    start(services.admit(running, pending(running)))  # 3 of 4 CPU held
+    start(admit(running, pending(running)))  # 3 of 4 CPU held
     big = fan_out(eo, 1, cpu=2 * CPU)
-    assert services.admit(big, pending(big)) == []
+    assert admit(big, pending(big)) == []
     small = fan_out(eo, 2)
-    assert [u.name for u in services.admit(small, pending(small))] == ["tile-0"]
+    assert [u.name for u in admit(small, pending(small))] == ["tile-0"]
     start(list(small.units.filter(name="tile-0")))  # 4 of 4 held
     finish(running.units.get(name="tile-0"))  # 3 of 4: the big one still does not fit
     urgent_big = fan_out(eo, 1, cpu=2 * CPU, priority=10)
-    assert services.admit(urgent_big, pending(urgent_big)) == []
+    assert admit(urgent_big, pending(urgent_big)) == []
     # The small run's next tile would fit, but a higher priority waits before it.
-    assert services.admit(small, pending(small)) == []
-    reason = services.queue_of(pending(small))[small.units.get(name="tile-1").pk].reason
+    assert admit(small, pending(small)) == []
+    reason = queue_of(pending(small))[small.units.get(name="tile-1").pk].reason
     assert reason == "eo-demo: higher-priority units wait for quota at site-b before this one"
 
 
@@ -356,8 +360,8 @@ def test_within_a_run_small_units_pass_a_big_one_that_does_not_fit(
             for i, (name, cpu) in enumerate([("a", 1000), ("huge", 8000), ("b", 1000)])
         ]
     )
-    assert [u.name for u in services.admit(run, pending(run))] == ["a", "b"]
-    huge = services.queue_of(pending(run))[run.units.get(name="huge").pk]
+    assert [u.name for u in admit(run, pending(run))] == ["a", "b"]
+    huge = queue_of(pending(run))[run.units.get(name="huge").pk]
     assert huge.reason == (
         "it asks for 8 CPU, more than eo-demo's quota at site-b ever allows (2 with borrowing); "
         "an operator must raise it"
@@ -380,8 +384,8 @@ def test_units_placed_at_run_time_count_against_the_quota_once_placed(
         spec={"resources": {"cpu_millicores": 1500, "memory_bytes": 0, "gpus": 0}},
     )
     tiles = fan_out(eo, 2)
-    assert [u.name for u in services.admit(tiles, pending(tiles))] == []
-    assert services.used_at("site-b")["eo-demo"].cpu == 1500
+    assert [u.name for u in admit(tiles, pending(tiles))] == []
+    assert used_at("site-b")["eo-demo"].cpu == 1500
 
 
 @pytest.mark.parametrize(("weight_a", "expected"), [("3", (3, 1)), ("1", (2, 2))])
@@ -400,11 +404,11 @@ def test_what_two_projects_borrow_follows_their_weights(
         Quota.objects.create(project=p, site=site_b, cpu_millicores=2 * CPU)
     runs = {a.name: fan_out(a, 8), b.name: fan_out(b, 8)}
     for run in runs.values():  # each within its nominal quota; the rest waits
-        start(services.admit(run, pending(run)))
+        start(admit(run, pending(run)))
     # The third project's quota (unused) is what the cohort can lend now.
     Quota.objects.create(project=c, site=site_b, cpu_millicores=4 * CPU)
     for _ in range(6):  # the runs' advances, woken in turn as quota frees
         for run in runs.values():
-            start(services.admit(run, pending(run)))
+            start(admit(run, pending(run)))
     running = tuple(runs[n].units.filter(phase=UnitPhase.RUNNING).count() - 2 for n in ("a", "b"))
     assert running == expected

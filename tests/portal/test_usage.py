@@ -244,7 +244,7 @@ def test_usage_shows_only_the_runs_a_user_may_see(
 def test_the_run_page_shows_its_cost_and_its_queued_units(
     priced: tuple[Site, Site], client_for: Any, staff: User
 ) -> None:
-    from portal.quotas import services
+    from portal.quotas.admit import admit
     from portal.quotas.models import Quota
 
     eo = Project.objects.create(name="eo-demo")
@@ -258,7 +258,7 @@ def test_the_run_page_shows_its_cost_and_its_queued_units(
         site="site-b",
         spec={"resources": {"cpu_millicores": 2000, "memory_bytes": 0, "gpus": 0}},
     )
-    assert services.admit(run, [waiting]) == []
+    assert admit(run, [waiting]) == []
     page = client_for(staff).get(f"/runs/{run.pk}/").content.decode()
     assert 'id="run-cost"' in page and "0.05 EUR" in page
     assert 'id="run-queue"' in page

@@ -1,0 +1,216 @@
+"""Runs: what a scientist submitted and the placement units it became."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Case, Value, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import IsNull
+
+from placement import codec
+from portal.choices import RunStatus, UnitPhase, UnitTiming
+from portal.models.fields import InlineJSONField
+from sites.models import Project
+
+if TYPE_CHECKING:
+    from placement.parser import Unit
+    from placement.planner import Decision
+
+
+class WorkflowRun(models.Model):
+    """One submission of an Argo Workflow. Status transitions: see ``RunStatus``."""
+
+    name = models.CharField(max_length=63, unique=True)
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, null=True, blank=True, related_name="runs"
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+    manifest = models.JSONField()
+    arguments = models.JSONField(default=dict, blank=True)
+    # What the parser resolved once at submission, so later steps need not parse again:
+    # ``{"templates": {key: template}, "parameters": {name: value}, "entrypoint", "on_exit"}``.
+    compiled = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING)
+    message = models.TextField(blank=True)
+    resubmitted_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="resubmissions"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "updated_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def suspended(self) -> bool:
+        """Held by the workflow's ``spec.suspend`` until resumed (``argo resume`` clears it)."""
+        return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
+
+    @property
+    def priority(self) -> int:
+        """``spec.priority`` as the run was compiled: within its project's range."""
+        value = ((self.compiled or {}).get("spec") or {}).get("priority")
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in {RunStatus.SUCCEEDED, RunStatus.STOPPED} or (
+            self.finished_at is not None
+        )
+
+
+class UnitRun(models.Model):
+    """One placement unit of a run; ``attempt`` grows with retries and failovers.
+
+    ``spec`` keeps what the parser and planner produced for the unit (templates, arguments,
+    requests, datasets) so later attempts and runtime placement need not parse the manifest
+    again. Phase transitions: see ``UnitPhase``.
+    """
+
+    run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="units")
+    name = models.CharField(max_length=253)
+    slug = models.CharField(max_length=63)
+    template = models.CharField(max_length=253)
+    position = models.IntegerField(default=0)
+    depends = models.TextField(blank=True)
+    upstream = models.JSONField(default=list, blank=True)
+    when = models.TextField(blank=True)
+    timing = models.CharField(max_length=8, choices=UnitTiming.choices, default=UnitTiming.SUBMIT)
+    site = models.CharField(max_length=63, blank=True)
+    planned_site = models.CharField(max_length=63, blank=True)
+    phase = models.CharField(max_length=10, choices=UnitPhase.choices, default=UnitPhase.PENDING)
+    attempt = models.PositiveIntegerField(default=1)
+    reason = models.TextField(blank=True)
+    message = models.TextField(blank=True)
+    spec = InlineJSONField(default=dict, blank=True)
+    outputs = models.JSONField(default=dict, blank=True)
+    workflow_name = models.CharField(max_length=63, blank=True)
+    # When the portal deleted the finished step workflow on karmada-apiserver (None: not yet).
+    workflow_deleted_at = models.DateTimeField(null=True, blank=True)
+    # The resourceVersion of the ResourceBinding this unit was last folded from: a watch that
+    # lags behind the resync's list delivers older states after it (portal.controller.bindings).
+    binding_version = models.CharField(max_length=32, blank=True, default="")
+    # Since when Karmada refuses this attempt's step workflow (not scheduled, or the member
+    # refused its Work); None while it does not. After the site's grace it is placed again.
+    refused_at = models.DateTimeField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The task of a loop item (withItems, withParam), "" for any other unit: kept by PostgreSQL
+    # beside the row, so the run page's counts per task, phase and site read an index, not
+    # every unit's spec.
+    loop_task = models.GeneratedField(
+        expression=Case(
+            When(
+                IsNull(KT("spec__item_index"), False),
+                then=Coalesce(KT("spec__task"), Value(""), output_field=models.TextField()),
+            ),
+            default=Value(""),
+            output_field=models.TextField(),
+        ),
+        output_field=models.CharField(max_length=253),
+        db_persist=True,
+    )
+
+    class Meta:
+        # By the run's id, not the run (which would join to order by its created_at): newest
+        # runs first, as before, and no join on the watcher's and the worker's hot reads.
+        ordering = ["-run_id", "position", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="unitrun_unique_name")]
+        indexes = [
+            models.Index(fields=["workflow_name"]),
+            models.Index(fields=["site", "phase"]),
+            # One page of a run's units table, in its order, without sorting the run.
+            models.Index(fields=["run", "position", "id"], name="unitrun_run_position"),
+            # The run page's counts (portal.live): one pass over the run's entries.
+            models.Index(
+                fields=["run", "loop_task", "phase", "site", "planned_site"],
+                include=["started_at", "finished_at"],
+                name="unitrun_live_counts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run.name}/{self.name}"
+
+    def attempt_record(self, *, ended: str, why: str) -> dict[str, Any]:
+        """What an event keeps of an attempt that ends for good (failover, retry): the row is
+        reused by the next attempt, so this is the attempt's only record (the step panel, the
+        graph and the timeline show it)."""
+        return {
+            "attempt": self.attempt,
+            "site": self.site,
+            "workflow": self.workflow_name,
+            "phase": self.phase,
+            "ended": ended,
+            "why": why,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "message": self.message,
+        }
+
+    @property
+    def item_index(self) -> int | None:
+        value = (self.spec or {}).get("item_index")
+        return value if isinstance(value, int) else None
+
+    @property
+    def task(self) -> str:
+        return str((self.spec or {}).get("task") or self.name)
+
+    # The columns a planned unit sets (``plan_row``); the others keep their defaults.
+    PLAN_COLUMNS = (
+        "run_id",
+        "name",
+        "slug",
+        "template",
+        "position",
+        "depends",
+        "upstream",
+        "when",
+        "timing",
+        "site",
+        "planned_site",
+        "reason",
+        "spec",
+    )
+
+    @staticmethod
+    def plan_row(run_id: int, unit: Unit, decision: Decision, *, position: int) -> tuple[Any, ...]:
+        """The values of ``PLAN_COLUMNS`` for the parser's ``Unit`` placed by the planner's
+        ``Decision`` (a submission's units, written as rows: ``portal.bulk.create_rows``)."""
+        return (
+            run_id,
+            unit.name,
+            unit.slug,
+            unit.template,
+            position,
+            unit.depends,
+            list(unit.upstream),
+            unit.when or "",
+            decision.timing,
+            decision.site or "",
+            decision.site or decision.runtime_hint or "",
+            decision.reason,
+            codec.unit_to_dict(unit),
+        )
+
+    @classmethod
+    def from_plan(
+        cls, run: WorkflowRun, unit: Unit, decision: Decision, *, position: int
+    ) -> UnitRun:
+        """An unsaved unit of ``run`` (the items a withParam expands into)."""
+        row = cls.plan_row(run.pk, unit, decision, position=position)
+        return cls(run=run, **dict(zip(cls.PLAN_COLUMNS[1:], row[1:], strict=True)))

@@ -120,5 +120,5 @@ class ApiTokenAdmin(admin.ModelAdmin):
         return False
 
 
-# Quotas, priority classes and prices (issue 32).
+# Quotas, priority classes and prices.
 from portal.quotas import admin as quotas_admin  # noqa: E402, F401

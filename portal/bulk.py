@@ -1,9 +1,8 @@
 """Big inserts through PostgreSQL's COPY (a fan-out's units and decisions).
 
-A 10,000-item fan-out inserted 20,000 rows through ``bulk_create``: Django prepared every field
-of every row (``get_db_prep_save``, 340,000 calls), psycopg spliced each literal into a
-statement of 8,500 placeholders (its query splitter alone was a third of the CPU), and the
-server parsed 40 such statements. ``COPY ... FROM STDIN`` streams the rows as text instead.
+``bulk_create`` prepares every field of every row in Python and sends statements of thousands
+of placeholders that psycopg splices and the server parses; for a big fan-out that costs more
+than the work itself. ``COPY ... FROM STDIN`` streams the rows as text instead.
 COPY returns no ids, so they are taken from the table's sequence first (one ``nextval`` query
 for all of them), which is what ``bulk_create`` would have set on the objects.
 

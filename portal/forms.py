@@ -53,7 +53,7 @@ class SubmitForm(forms.Form):
         to_field_name="name",
         empty_label="(no project)",
     )
-    # The quota queue's order (issue 32): empty is the project's default class.
+    # The quota queue's order: empty is the project's default class.
     priority_class = forms.ModelChoiceField(
         queryset=PriorityClass.objects.all(),
         required=False,

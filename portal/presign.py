@@ -1,5 +1,5 @@
 """Pre-signed reads: a step that reads an artifact another site wrote gets an S3 SigV4
-pre-signed GET for exactly that object, never the repository's keys (issue #28).
+pre-signed GET for exactly that object, never the repository's keys.
 
 The URL is made with botocore's own signer (``S3SigV4QueryAuth``, what
 ``generate_presigned_url`` uses), so it is what S3, MinIO or any S3-compatible repository

@@ -1,5 +1,5 @@
-"""A submission's decisions as rows: one per unit decided at submission (issue 17, item 5:
-each item of a fan-out keeps its own), with candidate tables stored once where units share
+"""A submission's decisions as rows: one per unit decided at submission (each
+item of a fan-out keeps its own), with candidate tables stored once where units share
 them (``CandidateTable``)."""
 
 from __future__ import annotations

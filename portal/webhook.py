@@ -1,4 +1,4 @@
-"""``POST /webhooks/placement/``: the runtime placement admission webhook (issue 6).
+"""``POST /webhooks/placement/``: the runtime placement admission webhook.
 
 A plain typed function view (as healthchecks' ``hc/api/views.py``): authenticate, bound the body,
 hand it to ``portal.admission.decide`` and answer its AdmissionReview.

@@ -1,7 +1,7 @@
 """Argo's ``{{= expr}}`` expression tags (expr-lang), evaluated by the portal where it fills a
 template itself: ``when``, arguments and ``withParam`` of the units it builds.
 
-Pure and bounded (issue 21 item 1): at most ``MAX_EXPR_CHARS`` of text, ``MAX_EXPR_TOKENS``
+Pure and bounded: at most ``MAX_EXPR_CHARS`` of text, ``MAX_EXPR_TOKENS``
 tokens, ``MAX_EXPR_DEPTH`` levels of nesting, ``MAX_STEPS`` evaluation steps, values of at
 most ``MAX_VALUE_CHARS`` characters or ``MAX_ITEMS`` items, and ``matches`` through RE2. Every
 failure is an ``ExprError`` with the reason.

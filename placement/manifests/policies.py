@@ -95,7 +95,7 @@ def fallback_policy(*, namespace: str, domain: str = DEFAULT_DOMAIN) -> dict[str
 
 
 # The one policy that once propagated every site's repository Secret to every member: the
-# policy sync deletes it where it is still there (issue #28).
+# policy sync deletes it where it is still there.
 ARTIFACT_CREDENTIALS_POLICY = "portal-artifact-credentials"
 
 

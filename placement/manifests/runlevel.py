@@ -1,5 +1,5 @@
-"""A step workflow's spec under run-level controls the portal holds itself (issue 18, items 13
-and 15): what Argo's controller would apply once to the whole workflow must not be applied
+"""A step workflow's spec under run-level controls the portal holds itself (parallelism and the
+run's deadline): what Argo's controller would apply once to the whole workflow must not be applied
 again, separately, by each site's controller to each step workflow."""
 
 from __future__ import annotations

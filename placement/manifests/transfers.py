@@ -35,7 +35,7 @@ def transfer_workflow(
     reason: str,
     domain: str = DEFAULT_DOMAIN,
 ) -> dict[str, Any]:
-    """The step workflow of a transfer unit (issue #28): each of ``artifacts`` (a producer's
+    """The step workflow of a transfer unit: each of ``artifacts`` (a producer's
     outputs, each an input artifact at a pre-signed ``http`` URL, by the output's name) is
     read into the step and written out again, under the same name, into the repository of the
     site it runs at, unarchived (``archive: none``: the copy is the object as read, Argo having

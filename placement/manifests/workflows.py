@@ -238,7 +238,7 @@ def _fill_run_level(
     run_vars: Mapping[str, str] | None,
     globals_: GlobalOutputs | None,
 ) -> dict[str, Any]:
-    """``{{workflow.name}}`` and friends mean the run, not this step workflow (issue 18.10);
+    """``{{workflow.name}}`` and friends mean the run, not this step workflow;
     global outputs set by earlier units (maybe at other sites) are filled in too."""
     variables = dict(run_vars or {})
     if unit.carries_exit:
@@ -296,7 +296,7 @@ def _step_arguments(
     params = {p["name"]: p for p in args.get("parameters", [])}
     from_site = {p.name: p for p in parsed.arguments.parameters if p.from_site}
     merged = [
-        # A ConfigMap argument goes as a reference, read by the site's Argo (issue 18.6).
+        # A ConfigMap argument goes as a reference, read by the site's Argo.
         {"name": n, "valueFrom": copy.deepcopy(dict(from_site[n].value_from or {}))}
         if n in from_site and v == from_site[n].submitted
         else {"name": n, "value": v}

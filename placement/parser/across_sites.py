@@ -1,5 +1,5 @@
 """What changes meaning when a workflow's units run at several sites and the portal cannot
-hold it for the run: said at preview, with the field, never silently (issue 18)."""
+hold it for the run: said at preview, with the field, never silently."""
 
 from __future__ import annotations
 

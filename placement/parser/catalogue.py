@@ -53,7 +53,7 @@ def uses_catalogue(doc: Any) -> bool:
 
 def missing_template_message(what: str, name: str, template: str | None = None) -> str:
     """The error for a ``templateRef``/``workflowTemplateRef`` the catalogue cannot answer: what
-    is missing and how to add it (issue 18)."""
+    is missing and how to add it."""
     if template is None:
         return (
             f"no {what} named {name!r} in the catalogue; add it with "

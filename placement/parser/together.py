@@ -1,4 +1,4 @@
-"""Features whose meaning spans the entrypoint's steps (issue 18, items 5, 8, 12): the units
+"""Features whose meaning spans the entrypoint's steps: the units
 that use them are kept together as one unit, so one Argo at one site runs them as Argo would.
 
 Argo gives these a scope larger than one step: a daemon lives until its parent template ends

@@ -1,4 +1,4 @@
-"""Transfers: which site relays an artifact a reader's site cannot read (issue #28). Pure.
+"""Transfers: which site relays an artifact a reader's site cannot read. Pure.
 
 A step at ``target`` reads an output held in ``source``'s repository only if the inventory says
 ``target`` can read it (``Fleet.unreachable``). When it cannot, the portal runs a transfer

@@ -209,7 +209,7 @@ def _decide(found: Context, view: planner.PlannerView) -> planner.Decision:
         view.datasets,
         found.project,
         found.upstream,
-        # Sites its project's quotas did not admit it for (issue 32): never chosen.
+        # Sites its project's quotas did not admit it for: never chosen.
         exclude_sites=quota_excluded(found, view.fleet),
         timing="runtime",
         strict_capacity=True,

@@ -131,7 +131,7 @@ class UnitRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[UnitRu
 
 
 def unit_kind(unit: UnitRun) -> dict[str, Any]:
-    """``kind`` ("step" or "transfer") and, for a transfer, what it moved (issue #28)."""
+    """``kind`` ("step" or "transfer") and, for a transfer, what it moved."""
     if not unit_is_transfer(unit):
         return {"kind": "step", "transfer": None}
     found = transfer_measured(unit)
@@ -248,7 +248,7 @@ class WorkflowRunSerializer(PrototypeFieldsMixin, serializers.ModelSerializer[Wo
 
     def to_representation(self, instance: WorkflowRun) -> dict[str, Any]:
         row = dict(super().to_representation(instance))
-        # The shared fleet (issue 32): the run's priority class, and its queued units.
+        # The shared fleet: the run's priority class, and its queued units.
         row["priority_class"] = quota_priorities.run_priority(instance)[0] or None
         if "units" in row:
             quota_shown(list(instance.units.all()), row["units"])
@@ -390,7 +390,7 @@ class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
         many=True,
         required=False,
         help_text="Copies the plan implies: a unit placed where it cannot read an upstream "
-        "output reads a copy made at a relay site (issue #28)",
+        "output reads a copy made at a relay site",
     )
     warnings = PreviewWarningSerializer(
         many=True, required=False, help_text="Fields whose meaning the split changes"

@@ -1,4 +1,4 @@
-"""The WorkflowTemplate catalogue over REST (issue 18): what ``templateRef`` resolves against,
+"""The WorkflowTemplate catalogue over REST: what ``templateRef`` resolves against,
 so a platform component can keep it in step with its Git repository. Thin: one service each."""
 
 from __future__ import annotations

@@ -423,7 +423,7 @@ def run_global_outputs(run: WorkflowRun, units: Iterable[Any] | None = None) -> 
 
 
 def run_variables_of(run: WorkflowRun, units: Iterable[Any], *, namespace: str) -> dict[str, str]:
-    """``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values (issue 18.10).
+    """``{{workflow.name}}``, ``uid``, ``labels.x`` ... with the run's values.
     The uid is derived from the run (stable, unique), so no migration is needed for it."""
     c = run.compiled
     created = run.created_at or timezone.now()

@@ -207,7 +207,7 @@ def _estimate(
     plan: planner.Plan,
     transfers: list[dict[str, Any]],
 ) -> budgets.Estimate:
-    """What the run is expected to cost (issue 32): its compute from the project's history,
+    """What the run is expected to cost: its compute from the project's history,
     and the copies its plan implies (``relays.planned``)."""
     sites = {d.unit: d.site or "" for d in plan.decisions}
     return budgets.estimate(
@@ -239,7 +239,7 @@ def _planned_transfers(
 def _within_budget(
     project: Project | None, parsed: ParsedWorkflow, plan: planner.Plan, fleet: planner.Fleet
 ) -> ParsedWorkflow:
-    """The project's monthly budget (issue 32): past 80 % the run carries a warning (an event);
+    """The project's monthly budget: past 80 % the run carries a warning (an event);
     with a hard stop, a submission whose estimate exceeds what is left is refused with it."""
     standing = budgets.standing(project)
     if standing is None or project is None:

@@ -1,4 +1,4 @@
-"""Browser pages of the scientist's dashboard (issue 7), server-rendered with HTMX partials.
+"""Browser pages of the scientist's dashboard, server-rendered with HTMX partials.
 
 Every page is ``login_required``; runs are looked up through ``runs_visible_to`` so a run the
 user may not see is a 404, never a 403 that would confirm it exists. Writes go through the

@@ -93,7 +93,7 @@ def _quota_pct(used: int, total: int) -> int:
 
 
 def quota_bars() -> list[dict[str, Any]]:
-    """Each quota with what its project holds, as the fleet page's bars (issue 32)."""
+    """Each quota with what its project holds, as the fleet page's bars."""
     out = []
     for row in quota_overview.quota_rows():
         q, used = row["quota"], row["used"]

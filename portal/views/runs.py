@@ -97,7 +97,7 @@ def _duration(start: datetime | None, end: datetime | None, now: datetime) -> ti
 class UnitRow:
     unit: UnitRun
     duration: timedelta | None
-    # Waiting for its project's quota (issue 32): its position and why; None otherwise.
+    # Waiting for its project's quota: its position and why; None otherwise.
     queue: quota_overview.QueueEntry | None = None
 
 

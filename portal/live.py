@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.cache import cache
@@ -21,6 +21,8 @@ from django.db import connection
 from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.fields.json import KT
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from portal.choices import FINAL_UNIT
 from portal.drawing import Group, group_units
@@ -85,12 +87,39 @@ class Counts:
         return {r.site or r.planned_site for r in self.rows if r.site or r.planned_site}
 
 
+def _count_row(r: Sequence[Any]) -> CountRow:
+    """A row of the counts. PostgreSQL answers the times as datetimes; SQLite (the embedded
+    demo) answers an aggregate's as text, which the timeline could not compare."""
+    node, item, phase, site, planned_site, n, started, finished, slug, timing = r
+    return CountRow(
+        node,
+        bool(item),
+        phase,
+        site,
+        planned_site,
+        n,
+        _when(started),
+        _when(finished),
+        slug,
+        timing,
+    )
+
+
+def _when(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    parsed = parse_datetime(str(value))
+    if parsed is not None and timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed, UTC)
+    return parsed
+
+
 def unit_counts(run_id: int) -> Counts:
     with connection.cursor() as cursor:
         cursor.execute(_LOOP_COUNTS_SQL, [run_id])
-        rows = [CountRow(*r) for r in cursor.fetchall()]
+        rows = [_count_row(r) for r in cursor.fetchall()]
         cursor.execute(_UNITS_SQL, [run_id])
-        rows += [CountRow(*r) for r in cursor.fetchall()]
+        rows += [_count_row(r) for r in cursor.fetchall()]
     out = Counts(rows=rows)
     for r in rows:
         out.total += r.n

@@ -190,26 +190,6 @@ KNOWN_LONG_FUNCTIONS = {
     ("sandbox/server.py", "Api.watch"): 81,
     ("sandbox/store.py", "Store._check_meta"): 65,
     ("sandbox/store.py", "Store.update"): 83,
-    ("tests/bench/bench_fairness.py", "main"): 65,
-    ("tests/bench/bench_fanout.py", "main"): 146,
-    ("tests/bench/bench_latency.py", "main"): 61,
-    ("tests/bench/bench_webhook.py", "main"): 92,
-    ("tests/bench/benchstack.py", "BenchStack.__init__"): 71,
-    ("tests/examples_runner.py", "Stack.__init__"): 88,
-    ("tests/fixtures_stack.py", "running_stack"): 68,
-    ("tests/integration/hera_demo.py", "eo_pipeline"): 94,
-    (
-        "tests/integration/test_quotas_runtime_live.py",
-        "test_runtime_items_wait_for_their_group_quota_and_are_woken_by_ends",
-    ): 66,
-    (
-        "tests/integration/test_transfers.py",
-        "test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b",
-    ): 68,
-    (
-        "tests/portal/test_argo_scopes.py",
-        "test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses",
-    ): 66,
     (
         "tests/portal/test_binding_order.py",
         "test_the_watcher_reads_a_unit_only_when_its_binding_says_something_new",
@@ -220,7 +200,6 @@ KNOWN_LONG_FUNCTIONS = {
     ): 61,
     ("tests/sandbox/test_argo.py", "test_outputs_flow_between_steps"): 71,
     ("tests/sandbox/test_karmada.py", "test_override_policies_change_the_member_copy"): 67,
-    ("tests/screenshots.py", "shoot"): 119,
 }
 
 # (face module, controller module) for each face that imports the controller.

@@ -47,6 +47,7 @@ from tests.stack import (  # noqa: E402 - importable once the repository root is
     REFERENCE,
     SHIPPED_RBAC,
     WATCHER_READY,
+    Process,
     Processes,
     ProcessFailed,
     answers,
@@ -103,50 +104,11 @@ class Stack:
         self.web_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
         self.processes = Processes(workdir, dict(os.environ))
-        redis_url = REDIS
-        if not redis_url:
-            port = free_port()
-            self.processes.start(
-                "redis",
-                ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
-                ready=logged("Ready to accept connections"),
-            )
-            redis_url = f"redis://127.0.0.1:{port}/0"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": f"{PG}/{self.db}",
-            "REDIS_URL": redis_url,
-            "KARMADA_KUBECONFIG": str(self.kubeconfig),
-            "SECURE_SSL_REDIRECT": "0",
-            "STATIC_MANIFEST": "0",
-            "PORTAL_RESYNC_SECONDS": "10",
-            "PORTAL_VAR_DIR": str(workdir / "var"),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "LOG_LEVEL": "WARNING",
-            # What is measured is the control plane, not the submission limit.
-            "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
-            "SECRET_KEY": os.environ.get("SECRET_KEY", "examples-only-not-a-secret"),
-            "DEBUG": os.environ.get("DEBUG", "1"),
-        }
+        self.env = self._environment(workdir, self._redis_url())
         self.processes.env = self.env
         try:
             # The sandbox starts while the database is made (it needs none).
-            sandbox = spawn(
-                "sandbox",
-                # The portal as its ServiceAccount under the shipped RBAC (self.kubeconfig),
-                # as in the demo and the test stacks.
-                sandbox_argv(
-                    self.sandbox_port,
-                    workdir / "admin.kubeconfig",
-                    time_scale,
-                    "--execute",
-                    "--portal-kubeconfig",
-                    str(self.kubeconfig),
-                    *SHIPPED_RBAC,
-                ),
-                log_path=workdir / "sandbox.log",
-                env=self.env,
-            )
+            sandbox = self._spawn_sandbox(workdir, time_scale)
             self.processes.running["sandbox"] = sandbox
             self._dropdb()
             subprocess.run(["createdb", *self._pg_args(), self.db], check=True)
@@ -163,28 +125,77 @@ class Stack:
                 self.env.get("KARMADA_NAMESPACE", "portal"),
                 self.env.get("PORTAL_LABEL_DOMAIN", "portal.multisite.io"),
             )
-            # Side by side: their start-ups (imports, mostly) overlap.
-            self.processes.start_together(
-                [
-                    (
-                        "worker",
-                        worker_argv(
-                            concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"
-                        ),
-                        None,
-                    ),
-                    ("watcher", watcher_argv(), logged(WATCHER_READY)),
-                    (
-                        "web",
-                        gunicorn_argv(self.web_port, "--workers", "2"),
-                        answers(f"http://127.0.0.1:{self.web_port}/healthz"),
-                    ),
-                ]
-            )
+            self._start_control_plane(workdir)
         except BaseException:
             with contextlib.suppress(ProcessFailed):
                 self.stop()
             raise
+
+    def _redis_url(self) -> str:
+        """REDIS, or a Redis server of its own when none is given."""
+        if REDIS:
+            return REDIS
+        port = free_port()
+        self.processes.start(
+            "redis",
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", ""],
+            ready=logged("Ready to accept connections"),
+        )
+        return f"redis://127.0.0.1:{port}/0"
+
+    def _environment(self, workdir: Path, redis_url: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DATABASE_URL": f"{PG}/{self.db}",
+            "REDIS_URL": redis_url,
+            "KARMADA_KUBECONFIG": str(self.kubeconfig),
+            "SECURE_SSL_REDIRECT": "0",
+            "STATIC_MANIFEST": "0",
+            "PORTAL_RESYNC_SECONDS": "10",
+            "PORTAL_VAR_DIR": str(workdir / "var"),
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "LOG_LEVEL": "WARNING",
+            # What is measured is the control plane, not the submission limit.
+            "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
+            "SECRET_KEY": os.environ.get("SECRET_KEY", "examples-only-not-a-secret"),
+            "DEBUG": os.environ.get("DEBUG", "1"),
+        }
+
+    def _spawn_sandbox(self, workdir: Path, time_scale: float) -> Process:
+        return spawn(
+            "sandbox",
+            # The portal as its ServiceAccount under the shipped RBAC (self.kubeconfig),
+            # as in the demo and the test stacks.
+            sandbox_argv(
+                self.sandbox_port,
+                workdir / "admin.kubeconfig",
+                time_scale,
+                "--execute",
+                "--portal-kubeconfig",
+                str(self.kubeconfig),
+                *SHIPPED_RBAC,
+            ),
+            log_path=workdir / "sandbox.log",
+            env=self.env,
+        )
+
+    def _start_control_plane(self, workdir: Path) -> None:
+        # Side by side: their start-ups (imports, mostly) overlap.
+        self.processes.start_together(
+            [
+                (
+                    "worker",
+                    worker_argv(concurrency=2, loglevel="warning", beat_schedule=workdir / "beat"),
+                    None,
+                ),
+                ("watcher", watcher_argv(), logged(WATCHER_READY)),
+                (
+                    "web",
+                    gunicorn_argv(self.web_port, "--workers", "2"),
+                    answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+                ),
+            ]
+        )
 
     def _pg_args(self) -> list[str]:
         # PG is postgres://user@host:port

@@ -170,6 +170,39 @@ def end_other_sessions(application_name: str | None = None) -> None:
 RUNNING_STACKS: list[Stack] = []
 
 
+def stack_env(
+    workdir: Path, db: dict[str, Any], redis_url: str, kubeconfig: Path, live_server_url: str
+) -> dict[str, str]:
+    """The environment of the stack's worker and watcher: the test database and Redis, the
+    sandbox as Karmada, short timers, and the live server as the placement webhook."""
+    return {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": redis_url,
+        # libpq names the stack's sessions, so that only they are ended when it stops.
+        "PGAPPNAME": STACK_APP_NAME,
+        "KARMADA_KUBECONFIG": str(kubeconfig),
+        "PORTAL_RESYNC_SECONDS": "1",
+        "PORTAL_FAILOVER_GRACE_SECONDS": "2",
+        "PORTAL_STALE_SECONDS": "3",
+        "KARMADA_REQUEST_TIMEOUT": "3",
+        # The leader election of the watcher and beat, shorter than production's (10, 7, 2 s):
+        # a standby takes over a killed leader sooner. The renew deadline stays above the
+        # request timeout, so a slow answer alone never ends a term, and the lease leaves
+        # 2 s past it for a leader's last fold to end before anyone may take over.
+        "PORTAL_LEADER_LEASE_SECONDS": "6",
+        "PORTAL_LEADER_RENEW_DEADLINE_SECONDS": "4",
+        "PORTAL_LEADER_RETRY_SECONDS": "1",
+        "PORTAL_VAR_DIR": str(workdir / "var"),
+        # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
+        "PORTAL_WEBHOOK_URL": f"{live_server_url}/webhooks/placement/",
+        "PORTAL_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
+        # The webhook (the live server, in this process) queues decisions the watcher writes.
+        "PORTAL_DECISION_QUEUE_KEY": STACK_QUEUE_KEY,
+    }
+
+
 @contextlib.contextmanager
 def running_stack(
     tmp_path_factory: pytest.TempPathFactory,
@@ -196,32 +229,7 @@ def running_stack(
         db = connection.settings_dict
     redis_url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/15")
     redis.Redis.from_url(redis_url).flushdb()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:"
-        f"{db['PORT'] or 5432}/{db['NAME']}",
-        "REDIS_URL": redis_url,
-        # libpq names the stack's sessions, so that only they are ended when it stops.
-        "PGAPPNAME": STACK_APP_NAME,
-        "KARMADA_KUBECONFIG": str(sandbox.kubeconfig),
-        "PORTAL_RESYNC_SECONDS": "1",
-        "PORTAL_FAILOVER_GRACE_SECONDS": "2",
-        "PORTAL_STALE_SECONDS": "3",
-        "KARMADA_REQUEST_TIMEOUT": "3",
-        # The leader election of the watcher and beat, shorter than production's (10, 7, 2 s):
-        # a standby takes over a killed leader sooner. The renew deadline stays above the
-        # request timeout, so a slow answer alone never ends a term, and the lease leaves
-        # 2 s past it for a leader's last fold to end before anyone may take over.
-        "PORTAL_LEADER_LEASE_SECONDS": "6",
-        "PORTAL_LEADER_RENEW_DEADLINE_SECONDS": "4",
-        "PORTAL_LEADER_RETRY_SECONDS": "1",
-        "PORTAL_VAR_DIR": str(workdir / "var"),
-        # karmada-apiserver (the sandbox) calls the test's live server for runtime placement.
-        "PORTAL_WEBHOOK_URL": f"{live_server.url}/webhooks/placement/",
-        "PORTAL_WEBHOOK_TOKEN": WEBHOOK_TOKEN,
-        # The webhook (the live server, in this process) queues decisions the watcher writes.
-        "PORTAL_DECISION_QUEUE_KEY": STACK_QUEUE_KEY,
-    }
+    env = stack_env(workdir, db, redis_url, sandbox.kubeconfig, live_server.url)
     s = Stack(sandbox=sandbox, processes=Processes(workdir, env), resync=resync)
     RUNNING_STACKS.append(s)
     try:

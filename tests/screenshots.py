@@ -188,7 +188,7 @@ def fail_over(page: Any, base: str, kubeconfig: Path, wait_s: float) -> int:
 
 
 def shoot(base: str, var_dir: Path, wait_s: float, kubeconfig: Path) -> list[Path]:
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import sync_playwright
 
     OUT.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -196,116 +196,160 @@ def shoot(base: str, var_dir: Path, wait_s: float, kubeconfig: Path) -> list[Pat
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
-        page.goto(f"{base}/login/")
-        page.fill("#id_username", USER)
-        page.fill("#id_password", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{base}/")
-
-        # Submit with the preview shown.
-        page.goto(f"{base}/submit/")
-        page.fill("#id_manifest", demo_yaml)
-        expect(page.locator("select[name=param-model]")).to_be_visible(timeout=20_000)
-        page.select_option("#id_project", "eo-demo")
-        page.click("button:has-text('Preview placement')")
-        expect(page.locator("#preview table.plan")).to_be_visible(timeout=30_000)
-        # One unit's candidate table open: the losing sites and why.
-        page.locator("#preview details.candidates-of summary").last.click()
-        page.evaluate("document.activeElement && document.activeElement.blur()")
-        page.evaluate("document.getElementById('id_manifest').scrollTop = 0")
-        written.append(OUT / "submit-preview.png")
-        page.screenshot(path=written[-1], full_page=True)
-
-        # Submit, then follow the run until it finishes.
-        page.click("button:has-text('Submit'):not(:has-text('Preview'))")
-        page.wait_for_url("**/runs/*/")
-        run_url = page.url
-        run_id = int(run_url.rstrip("/").rsplit("/", 1)[1])
-        finished = page.locator("#run-live[data-finished=true]")
-        try:
-            expect(finished).to_have_count(1, timeout=wait_s * 1000)
-            how = "executed by the demo's sandbox fleet, worker and watcher"
-        except AssertionError:
-            finish_through_orm(var_dir, run_id)
-            how = "NOT executed: completed through the ORM (no execution pipeline answered)"
-        page.goto(run_url)
-        expect(finished).to_have_count(1)
-        page.locator("details.decision summary").first.click()
-        written.append(OUT / "run.png")
-        page.screenshot(path=written[-1], full_page=True)
-
-        # At once, while the site still has the pods: the step panel of preprocess (a
-        # push-mode site: logs through Karmada's cluster proxy, or the reason they are not).
-        page.goto(run_url)
-        page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
-        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
-        # A step whose image the sandbox cannot run printed nothing: the panel is then shot
-        # on the fan-out's last step instead (a shell step that really ran), below.
-        panel_has_log = page.locator("#unit-logs pre.log-text").count() > 0
-        if panel_has_log:
-            written.append(OUT / "step-panel.png")
-            page.screenshot(path=written[-1], full_page=True)
-
-        # A second run, so the list shows one finished and one in progress.
-        page.goto(f"{base}/submit/")
-        page.fill("#id_manifest", demo_yaml)
-        expect(page.locator("select[name=param-model]")).to_be_visible(timeout=20_000)
-        page.select_option("#id_project", "eo-demo")
-        page.select_option("select[name=param-model]", "land-cover-v2")
-        page.click("button:has-text('Submit'):not(:has-text('Preview'))")
-        page.wait_for_url("**/runs/*/")
-        page.wait_for_timeout(1500)
-        page.goto(f"{base}/runs/")
-        written.append(OUT / "runs.png")
-        page.screenshot(path=written[-1], full_page=True)
-
-        page.goto(f"{base}/fleet/")
-        written.append(OUT / "fleet.png")
-        page.screenshot(path=written[-1], full_page=True)
-
-        # The run page on a phone.
-        page.set_viewport_size({"width": 390, "height": 844})
-        page.goto(run_url)
-        written.append(OUT / "run-390.png")
-        page.screenshot(path=written[-1], full_page=True)
-        page.set_viewport_size(VIEWPORT)
-
-        # A big fan-out: prepare, 200 tiles, report.
-        page.goto(f"{base}/submit/")
-        page.fill("#id_manifest", fan_out_yaml(200))
-        page.select_option("#id_project", "eo-demo")
-        page.click("button:has-text('Submit'):not(:has-text('Preview'))")
-        page.wait_for_url("**/runs/*/", timeout=60_000)
-        fan_url = page.url
-        try:
-            expect(page.locator("#run-live[data-finished=true]")).to_have_count(
-                1, timeout=wait_s * 1000
-            )
-            fan_how = "finished"
-        except AssertionError:
-            fan_how = "still running when shot"
-        page.goto(fan_url)
-        written.append(OUT / "fan-out.png")
-        # The top of the page: status, outputs, the graph with its group node and counts.
-        page.set_viewport_size({"width": VIEWPORT["width"], "height": 1100})
-        page.screenshot(path=written[-1])
-        page.set_viewport_size(VIEWPORT)
-        if not panel_has_log:
-            page.goto(f"{fan_url}units/report/")
-            expect(page.locator("#unit-logs pre.log-text")).to_have_count(1, timeout=20_000)
-            written.append(OUT / "step-panel.png")
-            page.screenshot(path=written[-1])  # the panel; the fan-out's page below is long
-
-        # A failover, for real: the step's site stops being Ready while it runs.
-        failover_id = fail_over(page, base, kubeconfig, wait_s)
-        page.goto(f"{base}/runs/{failover_id}/units/simulate/")
-        expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
-        written.append(OUT / "failover.png")
-        page.screenshot(path=written[-1], full_page=True)
+        log_in(page, base)
+        shoot_preview(page, base, demo_yaml, written)
+        run_url, run_id, how = shoot_run(page, var_dir, wait_s, written)
+        panel_has_log = shoot_step_panel(page, run_url, written)
+        shoot_lists(page, base, demo_yaml, run_url, written)
+        fan_how = shoot_fan_out(page, base, wait_s, panel_has_log, written)
+        shoot_failover(page, base, kubeconfig, wait_s, written)
         browser.close()
     print(f"the fan-out run: {fan_how}")
     print(f"the demo run {run_id}: {how}")
     return written
+
+
+def log_in(page: Any, base: str) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", USER)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+
+
+def shoot_preview(page: Any, base: str, demo_yaml: str, written: list[Path]) -> None:
+    """Submit with the preview shown."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/submit/")
+    page.fill("#id_manifest", demo_yaml)
+    expect(page.locator("select[name=param-model]")).to_be_visible(timeout=20_000)
+    page.select_option("#id_project", "eo-demo")
+    page.click("button:has-text('Preview placement')")
+    expect(page.locator("#preview table.plan")).to_be_visible(timeout=30_000)
+    # One unit's candidate table open: the losing sites and why.
+    page.locator("#preview details.candidates-of summary").last.click()
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    page.evaluate("document.getElementById('id_manifest').scrollTop = 0")
+    written.append(OUT / "submit-preview.png")
+    page.screenshot(path=written[-1], full_page=True)
+
+
+def shoot_run(page: Any, var_dir: Path, wait_s: float, written: list[Path]) -> tuple[str, int, str]:
+    """Submit the previewed run, then follow it until it finishes: its URL, id and how it
+    finished."""
+    from playwright.sync_api import expect
+
+    page.click("button:has-text('Submit'):not(:has-text('Preview'))")
+    page.wait_for_url("**/runs/*/")
+    run_url = page.url
+    run_id = int(run_url.rstrip("/").rsplit("/", 1)[1])
+    finished = page.locator("#run-live[data-finished=true]")
+    try:
+        expect(finished).to_have_count(1, timeout=wait_s * 1000)
+        how = "executed by the demo's sandbox fleet, worker and watcher"
+    except AssertionError:
+        finish_through_orm(var_dir, run_id)
+        how = "NOT executed: completed through the ORM (no execution pipeline answered)"
+    page.goto(run_url)
+    expect(finished).to_have_count(1)
+    page.locator("details.decision summary").first.click()
+    written.append(OUT / "run.png")
+    page.screenshot(path=written[-1], full_page=True)
+    return run_url, run_id, how
+
+
+def shoot_step_panel(page: Any, run_url: str, written: list[Path]) -> bool:
+    """At once, while the site still has the pods: the step panel of preprocess (a push-mode
+    site: logs through Karmada's cluster proxy, or the reason they are not). Whether it
+    showed a log."""
+    from playwright.sync_api import expect
+
+    page.goto(run_url)
+    page.locator("#run-live svg.dag g.node[data-unit=preprocess]").click()
+    expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
+    # A step whose image the sandbox cannot run printed nothing: the panel is then shot
+    # on the fan-out's last step instead (a shell step that really ran), below.
+    panel_has_log: bool = page.locator("#unit-logs pre.log-text").count() > 0
+    if panel_has_log:
+        written.append(OUT / "step-panel.png")
+        page.screenshot(path=written[-1], full_page=True)
+    return panel_has_log
+
+
+def shoot_lists(page: Any, base: str, demo_yaml: str, run_url: str, written: list[Path]) -> None:
+    """The runs list (one run finished, one in progress), the fleet, the run page on a phone."""
+    from playwright.sync_api import expect
+
+    # A second run, so the list shows one finished and one in progress.
+    page.goto(f"{base}/submit/")
+    page.fill("#id_manifest", demo_yaml)
+    expect(page.locator("select[name=param-model]")).to_be_visible(timeout=20_000)
+    page.select_option("#id_project", "eo-demo")
+    page.select_option("select[name=param-model]", "land-cover-v2")
+    page.click("button:has-text('Submit'):not(:has-text('Preview'))")
+    page.wait_for_url("**/runs/*/")
+    page.wait_for_timeout(1500)
+    page.goto(f"{base}/runs/")
+    written.append(OUT / "runs.png")
+    page.screenshot(path=written[-1], full_page=True)
+
+    page.goto(f"{base}/fleet/")
+    written.append(OUT / "fleet.png")
+    page.screenshot(path=written[-1], full_page=True)
+
+    # The run page on a phone.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(run_url)
+    written.append(OUT / "run-390.png")
+    page.screenshot(path=written[-1], full_page=True)
+    page.set_viewport_size(VIEWPORT)
+
+
+def shoot_fan_out(
+    page: Any, base: str, wait_s: float, panel_has_log: bool, written: list[Path]
+) -> str:
+    """A big fan-out: prepare, 200 tiles, report. How far it got when shot."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/submit/")
+    page.fill("#id_manifest", fan_out_yaml(200))
+    page.select_option("#id_project", "eo-demo")
+    page.click("button:has-text('Submit'):not(:has-text('Preview'))")
+    page.wait_for_url("**/runs/*/", timeout=60_000)
+    fan_url = page.url
+    try:
+        expect(page.locator("#run-live[data-finished=true]")).to_have_count(
+            1, timeout=wait_s * 1000
+        )
+        fan_how = "finished"
+    except AssertionError:
+        fan_how = "still running when shot"
+    page.goto(fan_url)
+    written.append(OUT / "fan-out.png")
+    # The top of the page: status, outputs, the graph with its group node and counts.
+    page.set_viewport_size({"width": VIEWPORT["width"], "height": 1100})
+    page.screenshot(path=written[-1])
+    page.set_viewport_size(VIEWPORT)
+    if not panel_has_log:
+        page.goto(f"{fan_url}units/report/")
+        expect(page.locator("#unit-logs pre.log-text")).to_have_count(1, timeout=20_000)
+        written.append(OUT / "step-panel.png")
+        page.screenshot(path=written[-1])  # the panel; the fan-out's page below is long
+    return fan_how
+
+
+def shoot_failover(
+    page: Any, base: str, kubeconfig: Path, wait_s: float, written: list[Path]
+) -> None:
+    """A failover, for real: the step's site stops being Ready while it runs."""
+    from playwright.sync_api import expect
+
+    failover_id = fail_over(page, base, kubeconfig, wait_s)
+    page.goto(f"{base}/runs/{failover_id}/units/simulate/")
+    expect(page.locator("#unit-logs:not([hx-trigger=load])")).to_have_count(1, timeout=20_000)
+    written.append(OUT / "failover.png")
+    page.screenshot(path=written[-1], full_page=True)
 
 
 def start(argv: list[str], env: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:

@@ -271,7 +271,7 @@ def projects_race(stack: BenchStack, runs: int, items: int) -> dict[str, float]:
     return finished
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--big", type=int, default=5000)
     ap.add_argument("--items", type=int, default=300)
@@ -280,7 +280,11 @@ def main() -> None:
     ap.add_argument("--small-runs", type=int, default=200)
     ap.add_argument("--small-units", type=int, default=20)
     ap.add_argument("--only", choices=["small"], help="only the many-small-runs figure")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     load_start = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
@@ -310,6 +314,16 @@ def main() -> None:
             stack.stop()
     load = os.getloadavg()
     print(f"load average (1 min) at start {load_start[0]:.2f}, at end {load[0]:.2f}")
+    print_small_runs(args, many, floor)
+    if args.only == "small":
+        return
+    print_big_run(args, big, floor)
+    print_race(args, race, alone)
+
+
+def print_small_runs(
+    args: argparse.Namespace, many: dict[str, Any], floor: dict[str, float]
+) -> None:
     small = many["small"]
     print(
         f"one-step run (project other) behind {args.small_runs} runs of {args.small_units} units"
@@ -320,8 +334,9 @@ def main() -> None:
     print(f"  eo-demo's units ended by then: {many['ended']} of {many['total']}")
     depth = many["depth"]
     print(f"  broker queues meanwhile (most): prompt {depth['prompt']}, bulk {depth['bulk']}")
-    if args.only == "small":
-        return
+
+
+def print_big_run(args: argparse.Namespace, big: dict[str, Any], floor: dict[str, float]) -> None:
     small = big["small"]
     print(f"one-step run (project other) behind a {args.big}-unit run (project eo-demo)")
     print(f"  to Succeeded                 : {small['total']:6.2f} s  {split(small)}")
@@ -332,6 +347,9 @@ def main() -> None:
     )
     print(f"  Karmada requests per step wf : {big['requests']:6.2f}    (a raw create: 1.00)")
     print(f"  peak RSS MB worker / web     : {big['rss']['worker']:6.0f} / {big['rss']['web']:.0f}")
+
+
+def print_race(args: argparse.Namespace, race: dict[str, float], alone: float) -> None:
     print(f"{args.runs} fan-outs of {args.items} (eo-demo), then one (other), all at once")
     print(f"  other's tiles all created    : {race['other']:6.1f} s")
     print(f"  eo-demo's tiles all created  : {race['eo-demo']:6.1f} s")

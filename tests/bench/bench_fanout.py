@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +237,59 @@ def print_pages(pages: dict[str, float]) -> None:
     print(f"    floor: runs list           : {floor_page * 1000:8.0f} ms")
 
 
-def main() -> None:
+Samples = list[tuple[float, dict[str, float]]]
+
+
+class RssSampler:
+    """Every half second, (seconds since ``t0``, RSS of each part and of its largest process):
+    flat memory means the peak is reached early (the turns' reads of the run's units) and not
+    climbed afterwards."""
+
+    def __init__(self, stack: BenchStack) -> None:
+        self.stack = stack
+        self.samples: Samples = []
+        self.t0 = 0.0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.thread.start()
+
+    def sample(self) -> None:
+        while not self.stopped.wait(0.5):
+            largest = rss_mb(self.stack, largest=True)
+            self.samples.append(
+                (
+                    time.perf_counter() - self.t0,
+                    {**rss_mb(self.stack), **{f"{k} process": v for k, v in largest.items()}},
+                )
+            )
+
+
+@dataclass
+class Fanout:
+    """What one bench run measured."""
+
+    floor_accept: float
+    floor_done: float
+    accepted: float
+    mem_before: dict[str, float]
+    samples: Samples
+    all_created: float = 0.0
+    raw: float = 0.0
+    requests: int = 0
+    posts: int = 0
+    behind: dict[str, float] = field(default_factory=dict)
+    mem_after: dict[str, float] = field(default_factory=dict)
+    first_window: float = 0.0
+    # (start, created after) since the first submission, for each fan-out after the first.
+    again: list[tuple[float, float]] = field(default_factory=list)
+    pages: dict[str, float] = field(default_factory=dict)
+    sites_used: int = 0
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=10_000)
     ap.add_argument("--sites", type=int, default=50)
@@ -251,7 +304,11 @@ def main() -> None:
         action="store_true",
         help="stop after the 201 (acceptance alone: minutes less than waiting for every tile)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp:
         fleet = Path(tmp) / "fleet.yaml"
         fleet.write_text(fleet_yaml(args.sites))
@@ -266,121 +323,134 @@ def main() -> None:
             },
         )
         try:
-            stack.manage("shell", "-c", DATASETS.format(sites=args.sites))
-            # Warm-up (imports, connections, planner inputs), then the idle floor.
-            one_step(stack)
-            floor_accept, floor_done = one_step(stack)
-            body = fanout_body(args.items, args.sites)
-            mem_before = rss_mb(stack)
-            # (seconds since the submission, RSS of each part): flat memory means the peak is
-            # reached early (the turns' reads of the run's units) and not climbed afterwards.
-            samples: list[tuple[float, dict[str, float]]] = []
-            stop_sampling = threading.Event()
-
-            def sample() -> None:
-                while not stop_sampling.wait(0.5):
-                    largest = rss_mb(stack, largest=True)
-                    samples.append(
-                        (
-                            time.perf_counter() - t0,
-                            {**rss_mb(stack), **{f"{k} process": v for k, v in largest.items()}},
-                        )
-                    )
-
-            sampler = threading.Thread(target=sample, daemon=True)
-            requests_before = stack.sandbox_requests()
-            posts_before = stack.sandbox_requests("POST")
-            t0 = time.perf_counter()
-            sampler.start()
-            run_id = stack.submit(body)
-            accepted = time.perf_counter() - t0
-            if args.accept_only:
-                stop_sampling.set()
-                pages = render_times(stack, run_id)
-                print_accepted(args.items, args.sites, accepted, floor_accept)
-                print_pages(pages)
-                return
-            # The small run behind the big one.
-            behind: dict[str, float] = {}
-            small = threading.Thread(
-                target=lambda: behind.update(zip(("accept", "done"), one_step(stack), strict=True))
-            )
-            small.start()
-            all_created = accepted + wait(
-                lambda: created(stack, run_id) >= args.items,
-                3600,
-                "every tile's step workflow",
-                every=0.5,
-            )
-            small.join()
-            requests = stack.sandbox_requests() - requests_before
-            posts = stack.sandbox_requests("POST") - posts_before
-            time.sleep(2)
-            mem_after = rss_mb(stack)
-            first_window = time.perf_counter() - t0
-            raw_n = min(args.items, RAW_SAMPLE)
-            raw = raw_creates(stack, raw_n) * args.items / raw_n
-            # The same fan-out again, on the stack that ran the first: memory that is flat
-            # peaks no higher the second time (what a turn frees is reused, nothing is kept).
-            again: list[tuple[float, float]] = []  # (start, created after) since t0
-            for _ in range(args.runs - 1):
-                start = time.perf_counter() - t0
-                again_id = stack.submit(body)
-                wait(
-                    lambda run=again_id: created(stack, run) >= args.items,
-                    3600,
-                    "every tile's step workflow, again",
-                    every=0.5,
-                )
-                again.append((start, time.perf_counter() - t0 - start))
-            stop_sampling.set()
-            sampler.join()
-            pages = render_times(stack, run_id)
-            sites_used = stack.sql(
-                "SELECT count(DISTINCT site) FROM portal_unitrun WHERE run_id = %s", run_id
-            )[0][0]
+            fanout = measure(stack, args)
         finally:
             stack.stop()
+    if fanout is not None:
+        print_report(args, fanout)
+
+
+def measure(stack: BenchStack, args: argparse.Namespace) -> Fanout | None:
+    """The fan-out and what runs beside it; with ``--accept-only``, prints the 201 and the
+    pages at once and returns None."""
+    stack.manage("shell", "-c", DATASETS.format(sites=args.sites))
+    # Warm-up (imports, connections, planner inputs), then the idle floor.
+    one_step(stack)
+    floor_accept, floor_done = one_step(stack)
+    body = fanout_body(args.items, args.sites)
+    mem_before = rss_mb(stack)
+    sampler = RssSampler(stack)
+    requests_before = stack.sandbox_requests()
+    posts_before = stack.sandbox_requests("POST")
+    t0 = time.perf_counter()
+    sampler.start(t0)
+    run_id = stack.submit(body)
+    accepted = time.perf_counter() - t0
+    if args.accept_only:
+        sampler.stopped.set()
+        pages = render_times(stack, run_id)
+        print_accepted(args.items, args.sites, accepted, floor_accept)
+        print_pages(pages)
+        return None
+    fanout = Fanout(floor_accept, floor_done, accepted, mem_before, sampler.samples)
+    await_first(stack, args, fanout, run_id)
+    fanout.requests = stack.sandbox_requests() - requests_before
+    fanout.posts = stack.sandbox_requests("POST") - posts_before
+    time.sleep(2)
+    fanout.mem_after = rss_mb(stack)
+    fanout.first_window = time.perf_counter() - t0
+    raw_n = min(args.items, RAW_SAMPLE)
+    fanout.raw = raw_creates(stack, raw_n) * args.items / raw_n
+    fanout.again = run_again(stack, args, body, t0)
+    sampler.stopped.set()
+    sampler.thread.join()
+    fanout.pages = render_times(stack, run_id)
+    fanout.sites_used = stack.sql(
+        "SELECT count(DISTINCT site) FROM portal_unitrun WHERE run_id = %s", run_id
+    )[0][0]
+    return fanout
+
+
+def await_first(stack: BenchStack, args: argparse.Namespace, fanout: Fanout, run_id: int) -> None:
+    """Submit the small run behind the big one and wait for every tile's step workflow."""
+    small = threading.Thread(
+        target=lambda: fanout.behind.update(zip(("accept", "done"), one_step(stack), strict=True))
+    )
+    small.start()
+    fanout.all_created = fanout.accepted + wait(
+        lambda: created(stack, run_id) >= args.items,
+        3600,
+        "every tile's step workflow",
+        every=0.5,
+    )
+    small.join()
+
+
+def run_again(
+    stack: BenchStack, args: argparse.Namespace, body: bytes, t0: float
+) -> list[tuple[float, float]]:
+    """The same fan-out again, on the stack that ran the first: memory that is flat peaks no
+    higher the second time (what a turn frees is reused, nothing is kept)."""
+    again: list[tuple[float, float]] = []
+    for _ in range(args.runs - 1):
+        start = time.perf_counter() - t0
+        again_id = stack.submit(body)
+        wait(
+            lambda run=again_id: created(stack, run) >= args.items,
+            3600,
+            "every tile's step workflow, again",
+            every=0.5,
+        )
+        again.append((start, time.perf_counter() - t0 - start))
+    return again
+
+
+def print_report(args: argparse.Namespace, f: Fanout) -> None:
     n = args.items
-    print_accepted(n, args.sites, accepted, floor_accept, f" ({sites_used} used)")
+    print_accepted(n, args.sites, f.accepted, f.floor_accept, f" ({f.sites_used} used)")
     print(
-        f"  every step workflow created  : {all_created:8.1f} s   target ≤ 120 s "
-        f"({n / all_created:.0f}/s)"
+        f"  every step workflow created  : {f.all_created:8.1f} s   target ≤ 120 s "
+        f"({n / f.all_created:.0f}/s)"
     )
     print(
-        f"    floor: raw creates         : {raw:8.1f} s   ({n / raw:.0f}/s, 8 clients; "
+        f"    floor: raw creates         : {f.raw:8.1f} s   ({n / f.raw:.0f}/s, 8 clients; "
         f"{min(n, RAW_SAMPLE)} timed, on the sandbox holding the fan-out)"
     )
     print(
-        f"  Karmada requests per tile    : {requests / n:8.2f}     target ≤ 1.1 "
-        f"(creates {posts / n:.2f}; the rest: watches, the resync's lists and policies)"
+        f"  Karmada requests per tile    : {f.requests / n:8.2f}     target ≤ 1.1 "
+        f"(creates {f.posts / n:.2f}; the rest: watches, the resync's lists and policies)"
     )
     print(
-        f"  one-step run behind it       : {behind.get('done', float('nan')):8.2f} s to Succeeded"
-        f"   (201 in {behind.get('accept', float('nan')):.2f} s)"
+        f"  one-step run behind it       : {f.behind.get('done', float('nan')):8.2f} s to Succeeded"
+        f"   (201 in {f.behind.get('accept', float('nan')):.2f} s)"
     )
-    print(f"    floor: the same, idle stack: {floor_done:8.2f} s")
-    print_pages(pages)
+    print(f"    floor: the same, idle stack: {f.floor_done:8.2f} s")
+    print_pages(f.pages)
+    print_memory(f)
+
+
+def print_memory(f: Fanout) -> None:
+    samples, window = f.samples, f.first_window
     for part in ("web", "worker"):
         print(
-            f"  RSS {part:<6} MB before/peak/after: {mem_before[part]:6.0f} "
-            f"{max(mem_before[part], first_peak(samples, first_window, part)):6.0f} "
-            f"{mem_after[part]:6.0f}   "
-            f"peak by quarter of the creation: {quarters(samples, 0.0, all_created, part)}"
+            f"  RSS {part:<6} MB before/peak/after: {f.mem_before[part]:6.0f} "
+            f"{max(f.mem_before[part], first_peak(samples, window, part)):6.0f} "
+            f"{f.mem_after[part]:6.0f}   "
+            f"peak by quarter of the creation: {quarters(samples, 0.0, f.all_created, part)}"
         )
     for part in ("web", "worker"):
         print(
             f"    largest {part:<6} process, MB:            "
-            f"{first_peak(samples, first_window, f'{part} process'):6.0f}          "
+            f"{first_peak(samples, window, f'{part} process'):6.0f}          "
             f"peak by quarter of the creation: "
-            f"{quarters(samples, 0.0, all_created, f'{part} process')}"
+            f"{quarters(samples, 0.0, f.all_created, f'{part} process')}"
         )
-    for i, (start, took) in enumerate(again, 2):
+    for i, (start, took) in enumerate(f.again, 2):
         print(f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s")
         for part in ("web", "worker", "web process", "worker process"):
             print(
                 f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
-                f"   (the first's peak {first_peak(samples, first_window, part):.0f})"
+                f"   (the first's peak {first_peak(samples, window, part):.0f})"
             )
 
 

@@ -186,6 +186,38 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def run_chain(stack: BenchStack, steps: int) -> tuple[int, list[tuple[str, str]]]:
+    """Submit a chain and wait for its end: its id, and its units' (slug, site) in order."""
+    run_id = stack.submit(chain_body(steps))
+    _wait_chain(stack, run_id)
+    wait(
+        lambda run_id=run_id: stack.sql(
+            "SELECT status FROM portal_workflowrun WHERE id = %s", run_id
+        )[0][0]
+        in ("Succeeded", "Failed", "Error"),
+        300,
+        "the chain to end",
+        every=0.2,
+    )
+    units = stack.sql(
+        "SELECT slug, site FROM portal_unitrun WHERE run_id = %s ORDER BY position",
+        run_id,
+    )
+    return run_id, units
+
+
+def chain_latencies(seen: Seen, run_id: int, units: list[tuple[str, str]]) -> list[float]:
+    """From each step's Succeeded to the next step's workflow added, as the watches saw them."""
+    latencies: list[float] = []
+    key = str(run_id)
+    for (prev, _), (nxt, _) in itertools.pairwise(units):
+        done = seen.succeeded.get((key, prev))
+        added = seen.added.get((key, nxt))
+        if done is not None and added is not None:
+            latencies.append(added - done)
+    return latencies
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -204,30 +236,11 @@ def main() -> None:
             latencies: list[float] = []
             sites: set[str] = set()
             for r in range(args.runs + 1):  # the first chain warms every process up
-                run_id = stack.submit(chain_body(args.steps))
-                _wait_chain(stack, run_id)
-                wait(
-                    lambda run_id=run_id: stack.sql(
-                        "SELECT status FROM portal_workflowrun WHERE id = %s", run_id
-                    )[0][0]
-                    in ("Succeeded", "Failed", "Error"),
-                    300,
-                    "the chain to end",
-                    every=0.2,
-                )
-                units = stack.sql(
-                    "SELECT slug, site FROM portal_unitrun WHERE run_id = %s ORDER BY position",
-                    run_id,
-                )
+                run_id, units = run_chain(stack, args.steps)
                 sites |= {site for _slug, site in units}
                 if r == 0:
                     continue
-                key = str(run_id)
-                for (prev, _), (nxt, _) in itertools.pairwise(units):
-                    done = seen.succeeded.get((key, prev))
-                    added = seen.added.get((key, nxt))
-                    if done is not None and added is not None:
-                        latencies.append(added - done)
+                latencies += chain_latencies(seen, run_id, units)
             floor = floor_round_trips(stack, seen, 50)
             seen.stop.set()
         finally:

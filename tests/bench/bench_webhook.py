@@ -44,6 +44,7 @@ TOKEN = "bench-webhook-token"
 REDIS = "redis://127.0.0.1:6379/13"
 
 from tests.stack import (  # noqa: E402 - importable once the repository root is on the path
+    Process,
     answers,
     free_port,
     gunicorn_argv,
@@ -222,9 +223,7 @@ class Measured:
         return p50, p99, rate, cpu
 
 
-def main() -> None:
-    review = prepare()
-    body = json.dumps(review).encode()
+def print_queries(review: dict[str, Any], body: bytes) -> None:
     queries, commands = queries_per_admission(body)
     bare = json.dumps(without_context(review)).encode()
     bare_queries, _ = queries_per_admission(bare)
@@ -232,77 +231,102 @@ def main() -> None:
         f"per admission (warm snapshot): {queries} PostgreSQL queries, {commands} Redis command; "
         f"without placement context (older step workflows): {bare_queries} queries"
     )
+
+
+def start_web(tmp: str, port: int, base: str) -> Process:
+    return launch(
+        "gunicorn",
+        gunicorn_argv(
+            port,
+            "--workers",
+            "2",
+            "--threads",
+            "8",
+            "--worker-class",
+            "gthread",
+            "--backlog",
+            "512",
+        ),
+        log_path=Path(tmp, "gunicorn.log"),
+        ready=answers(f"{base}/healthz"),
+    )
+
+
+@dataclasses.dataclass
+class Hammered:
+    """The processes whose CPU a measured round is charged: the gunicorn workers and Redis."""
+
+    server: list[int]
+    redis_pid: int
+
+    def run(self, into: Measured, target: str, bodies: list[bytes] | None) -> None:
+        cpu0, redis0 = cpu_seconds(self.server), cpu_seconds([self.redis_pid])
+        start = time.perf_counter()
+        into.latencies += asyncio.run(hammer(target, bodies, REQUESTS))
+        into.wall += time.perf_counter() - start
+        into.server_cpu += cpu_seconds(self.server) - cpu0
+        into.redis_cpu += cpu_seconds([self.redis_pid]) - redis0
+
+
+def measure(base: str, review: dict[str, Any], body: bytes, web: Process, redis_pid: int) -> None:
+    url = f"{base}/webhooks/placement/{TOKEN}/"
+    noop = f"{base}/bench/noop/"
+    # Every admission its own uid, as karmada-apiserver sends them (one decision each).
+    hook_bodies = with_uids(review, REQUESTS * ROUNDS, "bench")
+    bare_bodies = with_uids(without_context(review), REQUESTS, "bench-bare")
+    # Warm both workers on every path.
+    asyncio.run(hammer(url, with_uids(review, 200, "warm"), 200))
+    asyncio.run(hammer(noop, [body], 200))
+    asyncio.run(hammer(base + "/healthz", None, 200))
+    from portal.admission import queue
+
+    queue.decisions_flush()
+    hammered = Hammered(children(web.pid), redis_pid)
+    print(
+        f"{CLIENTS} concurrent clients, gunicorn 2x8 threads; {ROUNDS} interleaved "
+        f"rounds of {REQUESTS} requests per line, pooled"
+    )
+    floor, health, hook, db_path = Measured(), Measured(), Measured(), Measured()
+    for r in range(ROUNDS):
+        hammered.run(floor, noop, [body])
+        hammered.run(health, base + "/healthz", None)
+        hammered.run(hook, url, hook_bodies[r * REQUESTS : (r + 1) * REQUESTS])
+    start = time.perf_counter()
+    written = queue.decisions_flush()
+    drained = time.perf_counter() - start
+    hammered.run(db_path, url, bare_bodies)
+    report(floor, health, hook, db_path)
+    print(
+        f"queued decisions written afterwards: {written} in {drained:.2f} s "
+        f"({written / max(drained, 1e-9):.0f} decisions/s)"
+    )
+
+
+def report(floor: Measured, health: Measured, hook: Measured, db_path: Measured) -> None:
+    f50, f99, frate, fcpu = floor.line("floor: no-op POST, same body")
+    health.line("reference: GET /healthz")
+    h50, h99, hrate, hcpu = hook.line("webhook (runtime step)")
+    _, b99, _, _ = db_path.line("webhook, no context (1 round)")
+    print(
+        f"webhook / no-op: p99 {h99 / f99:.2f}x (target <= 1.5x), p50 {h50 / f50:.2f}x, "
+        f"throughput {frate / hrate:.2f}x, server CPU {hcpu / fcpu:.2f}x; "
+        f"without context p99 {b99 / f99:.2f}x; Karmada's timeout is 3000 ms"
+    )
+
+
+def main() -> None:
+    review = prepare()
+    body = json.dumps(review).encode()
+    print_queries(review, body)
     import redis
 
     redis_pid = int(redis.Redis.from_url(REDIS).info("server")["process_id"])
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory() as tmp:
-        web = launch(
-            "gunicorn",
-            gunicorn_argv(
-                port,
-                "--workers",
-                "2",
-                "--threads",
-                "8",
-                "--worker-class",
-                "gthread",
-                "--backlog",
-                "512",
-            ),
-            log_path=Path(tmp, "gunicorn.log"),
-            ready=answers(f"{base}/healthz"),
-        )
+        web = start_web(tmp, port, base)
         try:
-            url = f"{base}/webhooks/placement/{TOKEN}/"
-            noop = f"{base}/bench/noop/"
-            # Every admission its own uid, as karmada-apiserver sends them (one decision each).
-            hook_bodies = with_uids(review, REQUESTS * ROUNDS, "bench")
-            bare_bodies = with_uids(without_context(review), REQUESTS, "bench-bare")
-            # Warm both workers on every path.
-            asyncio.run(hammer(url, with_uids(review, 200, "warm"), 200))
-            asyncio.run(hammer(noop, [body], 200))
-            asyncio.run(hammer(base + "/healthz", None, 200))
-            from portal.admission import queue
-
-            queue.decisions_flush()
-            server = children(web.pid)
-            print(
-                f"{CLIENTS} concurrent clients, gunicorn 2x8 threads; {ROUNDS} interleaved "
-                f"rounds of {REQUESTS} requests per line, pooled"
-            )
-
-            def run(into: Measured, target: str, bodies: list[bytes] | None) -> None:
-                cpu0, redis0 = cpu_seconds(server), cpu_seconds([redis_pid])
-                start = time.perf_counter()
-                into.latencies += asyncio.run(hammer(target, bodies, REQUESTS))
-                into.wall += time.perf_counter() - start
-                into.server_cpu += cpu_seconds(server) - cpu0
-                into.redis_cpu += cpu_seconds([redis_pid]) - redis0
-
-            floor, health, hook, db_path = Measured(), Measured(), Measured(), Measured()
-            for r in range(ROUNDS):
-                run(floor, noop, [body])
-                run(health, base + "/healthz", None)
-                run(hook, url, hook_bodies[r * REQUESTS : (r + 1) * REQUESTS])
-            start = time.perf_counter()
-            written = queue.decisions_flush()
-            drained = time.perf_counter() - start
-            run(db_path, url, bare_bodies)
-            f50, f99, frate, fcpu = floor.line("floor: no-op POST, same body")
-            health.line("reference: GET /healthz")
-            h50, h99, hrate, hcpu = hook.line("webhook (runtime step)")
-            _, b99, _, _ = db_path.line("webhook, no context (1 round)")
-            print(
-                f"webhook / no-op: p99 {h99 / f99:.2f}x (target <= 1.5x), p50 {h50 / f50:.2f}x, "
-                f"throughput {frate / hrate:.2f}x, server CPU {hcpu / fcpu:.2f}x; "
-                f"without context p99 {b99 / f99:.2f}x; Karmada's timeout is 3000 ms"
-            )
-            print(
-                f"queued decisions written afterwards: {written} in {drained:.2f} s "
-                f"({written / max(drained, 1e-9):.0f} decisions/s)"
-            )
+            measure(base, review, body, web, redis_pid)
         finally:
             try:
                 # Raises if gunicorn died during the measurement: no figures from that.

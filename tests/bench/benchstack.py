@@ -61,6 +61,27 @@ def fleet_yaml(sites: int) -> str:
     )
 
 
+def bench_env(
+    workdir: Path, *, db: str, redis_db: str, kubeconfig: Path, env: dict[str, str] | None
+) -> dict[str, str]:
+    """The environment every process of a bench stack runs with."""
+    return {
+        **os.environ,
+        "DATABASE_URL": f"{PG}/{db}",
+        "REDIS_URL": redis_db,
+        "KARMADA_KUBECONFIG": str(kubeconfig),
+        "SECURE_SSL_REDIRECT": "0",
+        "STATIC_MANIFEST": "0",
+        "PORTAL_RESYNC_SECONDS": "10",
+        "PORTAL_VAR_DIR": str(workdir / "var"),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "LOG_LEVEL": "WARNING",
+        # What is measured is the control plane, not the submission limit.
+        "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
+        **(env or {}),
+    }
+
+
 class BenchStack:
     """Sandbox, web (gunicorn), worker (with beat), watcher: started fresh, stopped at the end
     with the database dropped."""
@@ -83,33 +104,10 @@ class BenchStack:
         self.sandbox_port = free_port()
         self.web_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": f"{PG}/{db}",
-            "REDIS_URL": redis_db,
-            "KARMADA_KUBECONFIG": str(self.kubeconfig),
-            "SECURE_SSL_REDIRECT": "0",
-            "STATIC_MANIFEST": "0",
-            "PORTAL_RESYNC_SECONDS": "10",
-            "PORTAL_VAR_DIR": str(workdir / "var"),
-            "ALLOWED_HOSTS": "127.0.0.1,localhost",
-            "LOG_LEVEL": "WARNING",
-            # What is measured is the control plane, not the submission limit.
-            "PORTAL_SUBMISSIONS_PER_PROJECT": "0",
-            **(env or {}),
-        }
+        self.env = bench_env(workdir, db=db, redis_db=redis_db, kubeconfig=self.kubeconfig, env=env)
         self.processes = Processes(workdir, self.env)
         try:
-            self._dropdb()
-            subprocess.run(
-                ["createdb", "-h", "127.0.0.1", "-U", "postgres", db],
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-            import redis
-
-            redis.Redis.from_url(redis_db).flushdb()
-            self.manage("migrate", "-v0")
+            self._fresh_database(redis_db)
             extra = [*(["--fleet", str(fleet)] if fleet else []), *sandbox_args]
             self.processes.start(
                 "sandbox",
@@ -118,24 +116,43 @@ class BenchStack:
             )
             out = self.manage("load_demo")
             self.token = out.rsplit("API token: ", 1)[1].strip()
-            self.processes.start(
-                "worker",
-                worker_argv(
-                    concurrency=worker_concurrency,
-                    loglevel="warning",
-                    beat_schedule=workdir / "beat",
-                ),
-            )
-            self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
-            self.processes.start(
-                "web",
-                gunicorn_argv(self.web_port, "--workers", str(web_workers), "--timeout", "120"),
-                ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
-            )
+            self._start_control_plane(workdir / "beat", worker_concurrency, web_workers)
         except BaseException:
             with contextlib.suppress(ProcessFailed):
                 self.stop()
             raise
+
+    def _fresh_database(self, redis_db: str) -> None:
+        """An empty, migrated database and an empty Redis database."""
+        self._dropdb()
+        subprocess.run(
+            ["createdb", "-h", "127.0.0.1", "-U", "postgres", self.db],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        import redis
+
+        redis.Redis.from_url(redis_db).flushdb()
+        self.manage("migrate", "-v0")
+
+    def _start_control_plane(
+        self, beat_schedule: Path, worker_concurrency: int, web_workers: int
+    ) -> None:
+        """The worker (with beat), the watcher and the web, each waited for."""
+        self.processes.start(
+            "worker",
+            worker_argv(
+                concurrency=worker_concurrency,
+                loglevel="warning",
+                beat_schedule=beat_schedule,
+            ),
+        )
+        self.processes.start("watcher", watcher_argv(), ready=logged(WATCHER_READY))
+        self.processes.start(
+            "web",
+            gunicorn_argv(self.web_port, "--workers", str(web_workers), "--timeout", "120"),
+            ready=answers(f"http://127.0.0.1:{self.web_port}/healthz"),
+        )
 
     def manage(self, *args: str) -> str:
         return subprocess.run(

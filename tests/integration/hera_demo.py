@@ -49,78 +49,96 @@ def eo_pipeline(service: WorkflowsService, annotations: dict[str, str] | None = 
             ),
         ],
     ) as workflow:
-        Script(
-            name="ingest",
-            image="python:3",
-            command=["python"],
-            source=src["ingest"],
-            annotations={"portal.multisite.io/datasets": "sentinel2-l1c", **extra},
-            inputs=[
-                Parameter(name="scene-uri"),
-                S3Artifact(
-                    name="scene",
-                    path="/in/scene",
-                    key="sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE",
-                ),
-            ],
-            outputs=[
-                Parameter(name="tile-count", value_from=ValueFrom(path="/out/tile-count")),
-                Artifact(name="tiles", path="/out/tiles"),
-            ],
-            resources=Resources(cpu_request="2", memory_request="4Gi"),
-        )
-        Script(
-            name="preprocess",
-            image="python:3",
-            command=["python"],
-            source=src["preprocess"],
-            annotations=extra,
-            inputs=[Parameter(name="tile-count"), Artifact(name="tiles", path="/in/tiles")],
-            outputs=[Artifact(name="patches", path="/out/patches")],
-            resources=Resources(cpu_request="8", memory_request="16Gi"),
-        )
-        Script(
-            name="inference",
-            image="python:3",
-            command=["python"],
-            source=src["inference"],
-            annotations=extra,
-            inputs=[
-                Parameter(name="model"),
-                Parameter(name="patches-checksum"),
-                Artifact(name="patches", path="/in/patches"),
-            ],
-            outputs=[Artifact(name="masks", path="/out/masks")],
-            resources=Resources(cpu_request="4", memory_request="24Gi", gpus=1),
-        )
-        with DAG(name="pipeline"):
-            ingest = Task(
-                name="ingest",
-                template="ingest",
-                arguments=[Parameter(name="scene-uri", value="{{workflow.parameters.scene-uri}}")],
-            )
-            preprocess = Task(
-                name="preprocess",
-                template="preprocess",
-                arguments=[
-                    Parameter(
-                        name="tile-count",
-                        value="{{tasks.ingest.outputs.parameters.tile-count}}",
-                    ),
-                    Artifact(name="tiles", from_="{{tasks.ingest.outputs.artifacts.tiles}}"),
-                ],
-            )
-            inference = Task(
-                name="inference",
-                template="inference",
-                arguments=[
-                    Parameter(name="model", value="{{workflow.parameters.model}}"),
-                    Parameter(name="patches-checksum", value="{{tasks.preprocess.outputs.result}}"),
-                    Artifact(
-                        name="patches", from_="{{tasks.preprocess.outputs.artifacts.patches}}"
-                    ),
-                ],
-            )
-            ingest >> preprocess
-            preprocess >> inference
+        ingest_template(src, extra)
+        preprocess_template(src, extra)
+        inference_template(src, extra)
+        pipeline_dag()
     return workflow
+
+
+def ingest_template(src: dict[str, str], extra: dict[str, Any]) -> None:
+    """The ingest step's script template, in the workflow being defined."""
+    Script(
+        name="ingest",
+        image="python:3",
+        command=["python"],
+        source=src["ingest"],
+        annotations={"portal.multisite.io/datasets": "sentinel2-l1c", **extra},
+        inputs=[
+            Parameter(name="scene-uri"),
+            S3Artifact(
+                name="scene",
+                path="/in/scene",
+                key="sentinel2/l1c/T31UDQ/S2B_MSIL1C_20240612T105619.SAFE",
+            ),
+        ],
+        outputs=[
+            Parameter(name="tile-count", value_from=ValueFrom(path="/out/tile-count")),
+            Artifact(name="tiles", path="/out/tiles"),
+        ],
+        resources=Resources(cpu_request="2", memory_request="4Gi"),
+    )
+
+
+def preprocess_template(src: dict[str, str], extra: dict[str, Any]) -> None:
+    """The preprocess step's script template, in the workflow being defined."""
+    Script(
+        name="preprocess",
+        image="python:3",
+        command=["python"],
+        source=src["preprocess"],
+        annotations=extra,
+        inputs=[Parameter(name="tile-count"), Artifact(name="tiles", path="/in/tiles")],
+        outputs=[Artifact(name="patches", path="/out/patches")],
+        resources=Resources(cpu_request="8", memory_request="16Gi"),
+    )
+
+
+def inference_template(src: dict[str, str], extra: dict[str, Any]) -> None:
+    """The inference step's script template, in the workflow being defined."""
+    Script(
+        name="inference",
+        image="python:3",
+        command=["python"],
+        source=src["inference"],
+        annotations=extra,
+        inputs=[
+            Parameter(name="model"),
+            Parameter(name="patches-checksum"),
+            Artifact(name="patches", path="/in/patches"),
+        ],
+        outputs=[Artifact(name="masks", path="/out/masks")],
+        resources=Resources(cpu_request="4", memory_request="24Gi", gpus=1),
+    )
+
+
+def pipeline_dag() -> None:
+    """The DAG: ingest, then preprocess, then inference, each passing on its outputs."""
+    with DAG(name="pipeline"):
+        ingest = Task(
+            name="ingest",
+            template="ingest",
+            arguments=[Parameter(name="scene-uri", value="{{workflow.parameters.scene-uri}}")],
+        )
+        preprocess = Task(
+            name="preprocess",
+            template="preprocess",
+            arguments=[
+                Parameter(
+                    name="tile-count",
+                    value="{{tasks.ingest.outputs.parameters.tile-count}}",
+                ),
+                Artifact(name="tiles", from_="{{tasks.ingest.outputs.artifacts.tiles}}"),
+            ],
+        )
+        inference = Task(
+            name="inference",
+            template="inference",
+            arguments=[
+                Parameter(name="model", value="{{workflow.parameters.model}}"),
+                Parameter(name="patches-checksum", value="{{tasks.preprocess.outputs.result}}"),
+                Artifact(name="patches", from_="{{tasks.preprocess.outputs.artifacts.patches}}"),
+            ],
+        )
+        ingest >> preprocess
+        preprocess >> inference

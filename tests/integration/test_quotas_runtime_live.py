@@ -39,11 +39,8 @@ def in_flight(run_id: int) -> list[str]:
     )
 
 
-def test_runtime_items_wait_for_their_group_quota_and_are_woken_by_ends(
-    live_without_resync: Stack,
-) -> None:
-    user = User.objects.get(username="scientist")
-    eo = Project.objects.get(name="eo-demo")
+def eu_west_quota_only(eo: Project) -> None:
+    """16 CPU for eo-demo over the eu-west sites together, none at site-c."""
     Quota.objects.create(
         project=eo,
         site_selector=EU_WEST,
@@ -54,25 +51,39 @@ def test_runtime_items_wait_for_their_group_quota_and_are_woken_by_ends(
     Quota.objects.create(
         project=eo, site=Site.objects.get(name="site-c"), cpu_millicores=0, borrow_cpu_millicores=0
     )
-    run = services.run_submit(user=user, body=fan_out(ITEMS, seconds=60), project="eo-demo")
 
-    peak = 0
-    sites: set[str] = set()
-    stop = threading.Event()
 
-    def sample() -> None:
-        nonlocal peak
+class InFlight:
+    """Samples a run's items in flight every 0.1 s, on its own thread: the most at once, and
+    the sites they ran at."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.peak = 0
+        self.sites: set[str] = set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def sample(self) -> None:
         try:
-            while not stop.is_set():
-                now = in_flight(run.pk)
-                peak = max(peak, len(now))
-                sites.update(s for s in now if s)
+            while not self.stop.is_set():
+                now = in_flight(self.run_id)
+                self.peak = max(self.peak, len(now))
+                self.sites.update(s for s in now if s)
                 time.sleep(0.1)
         finally:
             close_old_connections()
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+
+def test_runtime_items_wait_for_their_group_quota_and_are_woken_by_ends(
+    live_without_resync: Stack,
+) -> None:
+    user = User.objects.get(username="scientist")
+    eu_west_quota_only(Project.objects.get(name="eo-demo"))
+    run = services.run_submit(user=user, body=fan_out(ITEMS, seconds=60), project="eo-demo")
+
+    flight = InFlight(run.pk)
+    flight.thread.start()
     try:
         queued = wait_for(
             lambda: Workload.objects.filter(run_id=run.pk, admitted_at__isnull=True).first(),
@@ -95,13 +106,13 @@ def test_runtime_items_wait_for_their_group_quota_and_are_woken_by_ends(
             f"{live_without_resync.log('watcher')}"
         ) from None
     finally:
-        stop.set()
-        sampler.join(5)
+        flight.stop.set()
+        flight.thread.join(5)
     assert WorkflowRun.objects.get(pk=run.pk).status == "Succeeded"
     items = UnitRun.objects.filter(run=run, timing=UnitTiming.RUNTIME)
     assert items.count() == ITEMS
     assert set(items.values_list("phase", flat=True)) == {"Succeeded"}
     assert set(items.values_list("site", flat=True)) <= {"site-a", "site-b"}
-    assert sites <= {"site-a", "site-b"}, sites
-    assert peak == 2, f"at most 2 items of 8 CPU in flight over eu-west, saw {peak}"
+    assert flight.sites <= {"site-a", "site-b"}, flight.sites
+    assert flight.peak == 2, f"at most 2 items of 8 CPU in flight over eu-west, saw {flight.peak}"
     assert Workload.objects.filter(run_id=run.pk, admitted_at__isnull=False).count() == ITEMS

@@ -48,6 +48,39 @@ def scientist(live_executing: Stack) -> User:
     return User.objects.get(username="scientist")
 
 
+def assert_the_transfer_is_shown(scientist: User, run_id: int) -> None:
+    """The REST run detail, the site page and the run page show the copy as a transfer."""
+    # The REST run detail: the transfer is a unit of kind transfer, with what it moved.
+    api = APIClient()
+    api.force_authenticate(scientist)
+    body = api.get(f"/api/v1/runs/{run_id}/").json()
+    kinds = {u["name"]: u["kind"] for u in body["units"]}
+    assert kinds == {"write": "step", "read": "step", "write-copy-site-b": "transfer"}
+    (shown,) = [u for u in body["units"] if u["kind"] == "transfer"]
+    assert shown["site"] == "site-b"
+    moved = shown["transfer"]
+    assert (moved["from"], moved["to"]) == ("site-a", "site-b")
+    assert moved["bytes"] == len(CONTENT.encode())
+    assert moved["seconds"] is not None and moved["cost"] == "0.00"
+    # A copy this small measures overhead, not the link: the link learns nothing from it
+    # (tests/bench/bench_transfer.py moves 256 MiB, which it learns from).
+    link = SiteLink.objects.get(source__name="site-a", target__name="site-b")
+    assert link.observed_transfers == 0 and link.observed_mbps is None
+    client = Client()
+    client.force_login(scientist)
+    page = client.get(reverse("ui-site-detail", args=["site-a"]))
+    assert page.status_code == 200 and "Observed" in page.content.decode()
+    # The run page shows the transfer beside the steps.
+    page = client.get(reverse("ui-run-detail", args=[run_id]))
+    assert page.status_code == 200
+    html = page.content.decode()
+    # A distinct shape in the DAG, fed by write and feeding read.
+    assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
+    assert html.count('class="node phase-Succeeded transfer"') == 1
+    # Its timeline bar says what it moved.
+    assert 'class="bar-label" ' in html and f">{len(CONTENT.encode())} B</text>" in html, html
+
+
 def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     live_executing: Stack, scientist: User
 ) -> None:
@@ -87,35 +120,7 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     assert "s3" not in argument
     assert argument["http"]["url"].startswith("http://s3.site-b.sandbox.invalid/site-b-artifacts/")
     assert "X-Amz-Signature=" in argument["http"]["url"]
-    # The REST run detail: the transfer is a unit of kind transfer, with what it moved.
-    api = APIClient()
-    api.force_authenticate(scientist)
-    body = api.get(f"/api/v1/runs/{run.pk}/").json()
-    kinds = {u["name"]: u["kind"] for u in body["units"]}
-    assert kinds == {"write": "step", "read": "step", "write-copy-site-b": "transfer"}
-    (shown,) = [u for u in body["units"] if u["kind"] == "transfer"]
-    assert shown["site"] == "site-b"
-    moved = shown["transfer"]
-    assert (moved["from"], moved["to"]) == ("site-a", "site-b")
-    assert moved["bytes"] == len(CONTENT.encode())
-    assert moved["seconds"] is not None and moved["cost"] == "0.00"
-    # A copy this small measures overhead, not the link: the link learns nothing from it
-    # (tests/bench/bench_transfer.py moves 256 MiB, which it learns from).
-    link = SiteLink.objects.get(source__name="site-a", target__name="site-b")
-    assert link.observed_transfers == 0 and link.observed_mbps is None
-    client = Client()
-    client.force_login(scientist)
-    page = client.get(reverse("ui-site-detail", args=["site-a"]))
-    assert page.status_code == 200 and "Observed" in page.content.decode()
-    # The run page shows the transfer beside the steps.
-    page = client.get(reverse("ui-run-detail", args=[run.pk]))
-    assert page.status_code == 200
-    html = page.content.decode()
-    # A distinct shape in the DAG, fed by write and feeding read.
-    assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
-    assert html.count('class="node phase-Succeeded transfer"') == 1
-    # Its timeline bar says what it moved.
-    assert 'class="bar-label" ' in html and f">{len(CONTENT.encode())} B</text>" in html, html
+    assert_the_transfer_is_shown(scientist, run.pk)
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(

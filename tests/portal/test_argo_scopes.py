@@ -174,9 +174,12 @@ def test_the_preview_names_the_fields_that_keep_units_together(
     assert event.message.startswith("spec.templates[2].daemon: 'a' is a daemon")
 
 
-def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
+def hooks_workflow(
     fleet: SandboxServer,  # noqa: F811
-) -> None:
+) -> dict[str, Any]:
+    """Step A with an exit hook given its status, a failing step B, and a workflow exit
+    handler given the workflow's status; each leaf outputs what it saw."""
+
     def leaf(name: str, value: str, **annotations: str) -> dict[str, Any]:
         ann = {fleet.annotation("duration"): "1s"}
         ann.update({fleet.annotation(k): v for k, v in annotations.items()})
@@ -217,6 +220,13 @@ def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
             ],
         },
     }
+    return doc
+
+
+def test_step_exit_hooks_and_the_workflows_exit_handler_run_with_argos_statuses(
+    fleet: SandboxServer,  # noqa: F811
+) -> None:
+    doc = hooks_workflow(fleet)
     run = services.run_submit(user=_scientist(), body=yaml.safe_dump(doc), project="eo-demo")
     seen: dict[str, Any] = {}
 

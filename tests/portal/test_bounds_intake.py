@@ -16,7 +16,7 @@ from portal.choices import UnitPhase
 from portal.controller.advance import run_advance
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import SiteFactory
-from tests.portal.test_webhook import answer, direct_workflow, post, review
+from tests.portal.admission.helpers import answer, direct_workflow, post, review
 
 pytestmark = pytest.mark.django_db
 

@@ -21,8 +21,8 @@ from portal.controller import failover
 from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import fallback_site
 from portal.models import UnitRun, WorkflowRun
+from tests.portal.admission.helpers import answer, patched_labels, post, review
 from tests.portal.helpers import FAN_OUT_CPU, fan_out
-from tests.portal.test_webhook import answer, patched_labels, post, review
 
 D = "portal.multisite.io"
 SITE_LABEL = f"/metadata/labels/{D}~1site"

@@ -26,8 +26,8 @@ from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import fallback_site
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
+from tests.portal.admission.helpers import answer, patched_labels, post, review
 from tests.portal.helpers import FAN_OUT_CPU, fan_out
-from tests.portal.test_webhook import answer, patched_labels, post, review
 
 D = "portal.multisite.io"
 ITEM = Resources(cpu_millicores=FAN_OUT_CPU, memory_bytes=2**30)

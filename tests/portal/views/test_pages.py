@@ -1,4 +1,5 @@
-"""View tests of the dashboard: every page and partial, and the permission boundaries."""
+"""View tests of the dashboard: the runs list, the run page, submit and its preview, and the
+permission boundaries."""
 
 from __future__ import annotations
 
@@ -13,42 +14,11 @@ from django.urls import reverse
 
 from portal.choices import RunStatus, UnitPhase
 from portal.models import WorkflowRun
-from sites.models import Project, Site
-from tests.factories import (
-    DatasetFactory,
-    DatasetReplicaFactory,
-    SiteFactory,
-    SiteLinkFactory,
-)
+from sites.models import Project
 from tests.portal.helpers import EO_PIPELINE, chain_units, make_run
+from tests.portal.views.conftest import BROKEN_YAML, HX
 
 pytestmark = pytest.mark.django_db
-
-HX = {"HTTP_HX_REQUEST": "true"}
-BROKEN_YAML = (
-    "apiVersion: argoproj.io/v1alpha1\nkind: Workflow\nspec:\n  entrypoint: main\n"
-    "   templates: []\n"
-)
-
-
-@pytest.fixture
-def demo_sites(db) -> dict[str, Site]:
-    return {
-        "site-a": SiteFactory(name="site-a", cpu_allocatable=4000, cpu_allocated=3500),
-        "site-b": SiteFactory(name="site-b"),
-        "site-c": SiteFactory(name="site-c", gpu_allocatable=8, gpu_allocated=2),
-    }
-
-
-@pytest.fixture
-def sci(client_for, scientist: User) -> Client:
-    return client_for(scientist)
-
-
-@pytest.fixture
-def run(scientist: User, project: Project, demo_sites: dict[str, Site]) -> WorkflowRun:
-    return make_run(scientist, project=project)
-
 
 # --------------------------------------------------------------------------------------------
 # Anonymous users and the permission boundary
@@ -398,92 +368,6 @@ def test_a_foreign_project_cannot_be_chosen(sci: Client) -> None:
     response = sci.post(reverse("ui-submit"), {"manifest": "kind: Workflow", "project": "secret"})
     assert response.status_code == 400
     assert WorkflowRun.objects.count() == 0
-
-
-# --------------------------------------------------------------------------------------------
-# Fleet and sites
-
-
-def test_the_fleet_shows_sites_capacity_running_units_and_replicas(
-    sci: Client, run: WorkflowRun, demo_sites
-) -> None:
-    dataset = DatasetFactory(name="sentinel2-l1c")
-    DatasetReplicaFactory(dataset=dataset, site=demo_sites["site-a"])
-    body = sci.get(reverse("ui-fleet")).content.decode()
-    for name in demo_sites:
-        assert reverse("ui-site-detail", args=[name]) in body
-    assert 'aria-valuenow="88"' in body  # site-a: 3.5 of 4 cores allocated
-    assert "2 used / 8 GPUs" in body
-    assert f"{run.name}/preprocess" in body  # running at site-b
-    assert "sentinel2-l1c" in body and "● Ready" in body
-
-
-def test_the_fleet_page_says_which_capacity_number_is_used_and_which_is_total(
-    sci: Client, demo_sites
-) -> None:
-    body = sci.get(reverse("ui-fleet")).content.decode()
-    assert "3.5 used / 4 cores" in body and 'CPU <span class="muted small">used / total' in body
-    site = sci.get(reverse("ui-site-detail", args=["site-a"])).content.decode()
-    assert "3.5 used / 4 cores" in site
-
-
-def test_the_fleet_partial_is_the_sites_table(sci: Client, demo_sites) -> None:
-    body = sci.get(reverse("ui-fleet"), **HX).content.decode()
-    assert body.lstrip().startswith('<div id="fleet-sites"')
-    assert "<html" not in body
-
-
-def test_the_site_page_shows_details_links_and_running_units(
-    sci: Client, run: WorkflowRun, demo_sites
-) -> None:
-    SiteLinkFactory(source=demo_sites["site-b"], target=demo_sites["site-c"], bandwidth_mbps=5000)
-    body = sci.get(reverse("ui-site-detail", args=["site-b"])).content.decode()
-    assert "5000 Mbit/s" in body
-    assert run.name in body
-    assert "Cordon</button>" not in body  # a scientist operates nothing
-
-
-def test_an_unknown_site_is_404(sci: Client) -> None:
-    assert sci.get(reverse("ui-site-detail", args=["nowhere"])).status_code == 404
-
-
-def test_a_scientist_cannot_cordon(sci: Client, demo_sites) -> None:
-    response = sci.post(reverse("ui-site-cordon", args=["site-a"]), {"cordoned": "1"})
-    assert response.status_code == 403
-    assert not Site.objects.get(name="site-a").cordoned
-
-
-def test_an_operator_cordons_only_their_own_site(
-    operator: User, operated_site: Site, other_site: Site, client_for
-) -> None:
-    c = client_for(operator)
-    page = c.get(reverse("ui-site-detail", args=[operated_site.name])).content.decode()
-    assert "Cordon</button>" in page
-    response = c.post(reverse("ui-site-cordon", args=[operated_site.name]), {"cordoned": "1"})
-    assert response.status_code == 302
-    operated_site.refresh_from_db()
-    assert operated_site.cordoned
-    response = c.post(reverse("ui-site-cordon", args=[other_site.name]), {"cordoned": "1"})
-    assert response.status_code == 403
-    other_site.refresh_from_db()
-    assert not other_site.cordoned
-    page = c.get(reverse("ui-site-detail", args=[operated_site.name])).content.decode()
-    assert "Uncordon</button>" in page
-
-
-def test_staff_uncordon_any_site(staff: User, demo_sites, client_for) -> None:
-    Site.objects.filter(name="site-c").update(cordoned=True)
-    c = client_for(staff)
-    response = c.post(reverse("ui-site-cordon", args=["site-c"]), {"cordoned": "0"}, follow=True)
-    assert "site-c uncordoned." in response.content.decode()
-    assert not Site.objects.get(name="site-c").cordoned
-
-
-def test_cordon_refuses_a_bad_value(staff: User, demo_sites, client_for) -> None:
-    c = client_for(staff)
-    response = c.post(reverse("ui-site-cordon", args=["site-c"]), {"cordoned": "yes"}, follow=True)
-    assert "Say cordoned=1 or cordoned=0." in response.content.decode()
-    assert not Site.objects.get(name="site-c").cordoned
 
 
 def test_the_preview_shows_its_warnings_with_their_fields(sci: Client) -> None:

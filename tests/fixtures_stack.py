@@ -27,6 +27,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from placement.demo import create_credentials
+from portal.admission import reservations
 from portal.karmada import client, lists, resources
 from tests.fixtures_sandbox import SandboxServer, start_sandbox
 from tests.stack import (
@@ -357,6 +358,11 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
     settings.PORTAL_WEBHOOK_URL = stack.env["PORTAL_WEBHOOK_URL"]
     settings.PORTAL_DECISION_QUEUE_KEY = STACK_QUEUE_KEY
+    # The database was flushed after the last test: capacity the webhook still held for that
+    # test's units would be taken from this test's fleet by every decider.
+    held = reservations.client()
+    if held is not None:
+        held.delete(reservations.keys()[0])
     client.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)

@@ -171,7 +171,8 @@ return stamp
 _scripts: dict[int, Any] = {}
 
 
-def _keys() -> tuple[str, str]:
+def keys() -> tuple[str, str]:
+    """The reservations table and its stamp counter, beside the decision queue."""
     base = str(settings.PORTAL_DECISION_QUEUE_KEY)
     return f"{base}:held", f"{base}:held-stamp"
 
@@ -192,7 +193,7 @@ class Reservation:
 
 def stamp(client: redis.Redis) -> int:
     """The counter ``written`` stamps with: read it before reading the database's holds."""
-    raw = client.get(_keys()[1])
+    raw = client.get(keys()[1])
     return int(cast(bytes, raw)) if raw else 0
 
 
@@ -239,7 +240,7 @@ class Held:
 
 
 def read(client: redis.Redis) -> Held:
-    raw = cast(dict[bytes, bytes], client.hgetall(_keys()[0]))
+    raw = cast(dict[bytes, bytes], client.hgetall(keys()[0]))
     return Held.parse([x for kv in raw.items() for x in kv])
 
 
@@ -333,7 +334,7 @@ def _take_batch(batch: list[tuple[redis.Redis, list[str], list[Any]]]) -> None:
             for _, ask_args, _ in asks:
                 args += ask_args
             flags, flat = script(
-                keys=[_keys()[0], str(settings.PORTAL_DECISION_QUEUE_KEY)], args=args
+                keys=[keys()[0], str(settings.PORTAL_DECISION_QUEUE_KEY)], args=args
             )
             table = Held.parse(flat)
             for (_, _, outcome), flag in zip(asks, flags, strict=True):
@@ -363,7 +364,7 @@ def written(client: redis.Redis, entries: Iterable[Mapping[str, object]]) -> Non
                 unit_key(run if type(run) is int else None, str(unit) if unit else None, uid),
                 uid,
             ]
-    held_key, stamp_key = _keys()
+    held_key, stamp_key = keys()
     client.eval(
         _WRITTEN,
         2,
@@ -390,7 +391,7 @@ def placed(client: redis.Redis, changes: Mapping[str, Resources]) -> None:
             args += [str(r.cpu_millicores), str(r.memory_bytes), str(r.gpus)]
     if not args:
         return
-    held_key, stamp_key = _keys()
+    held_key, stamp_key = keys()
     client.eval(
         _PLACED,
         2,

@@ -342,6 +342,14 @@ def _stacks_quiet_unless_used(request: pytest.FixtureRequest) -> None:
         ACTIVE[0] = None  # what this test queues is not the next stack test's
 
 
+def drop_reservations() -> None:
+    """The database was flushed after the last test: capacity the webhook still held for that
+    test's units would be taken from this test's fleet by every decider."""
+    held = reservations.client()
+    if held is not None:
+        held.delete(reservations.keys()[0])
+
+
 @contextlib.contextmanager
 def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     """The demo fleet in the database, the policies on the sandbox, no faults; every process
@@ -358,11 +366,7 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     settings.PORTAL_WEBHOOK_TOKEN = WEBHOOK_TOKEN
     settings.PORTAL_WEBHOOK_URL = stack.env["PORTAL_WEBHOOK_URL"]
     settings.PORTAL_DECISION_QUEUE_KEY = STACK_QUEUE_KEY
-    # The database was flushed after the last test: capacity the webhook still held for that
-    # test's units would be taken from this test's fleet by every decider.
-    held = reservations.client()
-    if held is not None:
-        held.delete(reservations.keys()[0])
+    drop_reservations()
     client.reset()
     stack.sandbox.clear_faults()
     call_command("load_demo", verbosity=0)

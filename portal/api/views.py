@@ -89,6 +89,19 @@ def _json_object(request: Request) -> Any:
     return json.loads(raw) if raw.strip() else {}
 
 
+def _action_body(request: Request) -> dict[str, Any] | Response:
+    """An action's JSON object, or the 4xx answer saying why the body is not one."""
+    try:
+        data = _json_object(request)
+    except BodyTooLarge as exc:
+        return _refused_submission(exc)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return errors_response([{"path": "", "message": "the body must be JSON"}])
+    if not isinstance(data, dict):
+        return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+    return data
+
+
 def _throttled(exc: SubmissionsThrottled) -> Response:
     answer = errors_response(exc.as_dicts(), status.HTTP_429_TOO_MANY_REQUESTS)
     answer["Retry-After"] = str(exc.retry_after)
@@ -217,14 +230,9 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def stop(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        try:
-            data = _json_object(request)
-        except BodyTooLarge as exc:
-            return _refused_submission(exc)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return errors_response([{"path": "", "message": "the body must be JSON"}])
-        if not isinstance(data, dict):
-            return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+        data = _action_body(request)
+        if isinstance(data, Response):
+            return data
         try:
             run = services.run_stop(
                 run=run, user=request.user, strategy=str(data.get("strategy") or "Stop")
@@ -275,14 +283,9 @@ class WorkflowRunViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        try:
-            data = _json_object(request)
-        except BodyTooLarge as exc:
-            return _refused_submission(exc)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return errors_response([{"path": "", "message": "the body must be JSON"}])
-        if not isinstance(data, dict):
-            return errors_response([{"path": "", "message": "the body must be a JSON object"}])
+        data = _action_body(request)
+        if isinstance(data, Response):
+            return data
         body = ResumeSerializer(data=data)
         if not body.is_valid():
             return errors_response(

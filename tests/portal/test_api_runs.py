@@ -255,6 +255,24 @@ def test_actions_that_the_state_does_not_allow_are_409(sci: APIClient) -> None:
     assert WorkflowRun.objects.get(pk=run_id).status == "Stopped"
 
 
+@pytest.mark.parametrize(
+    ("body", "said"), [("{not json", "the body must be JSON"), ("[1]", "a JSON object")]
+)
+@pytest.mark.parametrize("action", ["stop", "resume"])
+def test_an_action_body_that_is_not_a_json_object_is_a_400_and_changes_nothing(
+    sci: APIClient, action: str, body: str, said: str
+) -> None:
+    run_id = sci.post(
+        "/api/v1/runs/?project=eo-demo", data=DEMO, content_type="application/yaml"
+    ).json()["id"]
+    answer = sci.post(
+        f"/api/v1/runs/{run_id}/{action}/", data=body, content_type="application/json"
+    )
+    assert answer.status_code == 400
+    assert said in str(answer.json())
+    assert WorkflowRun.objects.get(pk=run_id).status != "Stopped"
+
+
 def test_every_change_to_the_planner_tables_is_seen_by_the_next_plan(sci: APIClient) -> None:
     """The planner inputs are reused while their tables are unchanged; any write (an update,
     even a second one to the same row in the same transaction; a delete; an insert) is seen."""

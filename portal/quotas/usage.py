@@ -15,6 +15,7 @@ figures, so every sum reconciles to the cent with the units it is made of.
 from __future__ import annotations
 
 import csv
+import heapq
 import io
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -276,10 +277,30 @@ def _transfers_moved(units: list[dict[str, Any]]) -> dict[int, int]:
 
 
 def run_cost(run: WorkflowRun) -> dict[str, str]:
-    """``{"compute", "transfer", "total", "currency"}`` of a run, and its units' figures."""
+    """``{"compute", "transfer", "total", "currency"}`` of a run."""
     row = Row(key=run.name)
     for _, cost in costs(UnitRun.objects.filter(run=run)):
         row.add(cost)
+    return _totals(row)
+
+
+def run_cost_panel(run: WorkflowRun, shown: int) -> dict[str, Any]:
+    """The run's cost and its ``shown`` costliest units (ties in unit order), from one read
+    of its units: the page of a 10,000-unit run lists fifty, not ten thousand."""
+    row = Row(key=run.name)
+    priced: list[tuple[Decimal, dict[str, Any], Cost]] = []
+    for u, cost in costs(UnitRun.objects.filter(run=run)):
+        row.add(cost)
+        priced.append((cost.total, u, cost))
+    top = heapq.nlargest(shown, priced, key=lambda p: p[0])
+    return {
+        "cost": _totals(row),
+        "unit_costs": [_unit_cost_row(u, cost) for _, u, cost in top],
+        "unit_costs_total": len(priced),
+    }
+
+
+def _totals(row: Row) -> dict[str, str]:
     return {
         "compute": money(row.compute),
         "transfer": money(row.transfer),
@@ -288,25 +309,20 @@ def run_cost(run: WorkflowRun) -> dict[str, str]:
     }
 
 
-def run_unit_costs(run: WorkflowRun) -> list[dict[str, Any]]:
-    out = []
-    for u, cost in costs(UnitRun.objects.filter(run=run)):
-        out.append(
-            {
-                "name": u["name"],
-                "site": u["site"],
-                "seconds": f"{cost.seconds.quantize(Decimal('0.001'))}",
-                "cpu_seconds": f"{cost.cpu_seconds.quantize(Decimal('0.001'))}",
-                "gpu_seconds": f"{cost.gpu_seconds.quantize(Decimal('0.001'))}",
-                "bytes_moved": cost.bytes_moved,
-                "link": cost.link,
-                "link_from": cost.link.partition(">")[0],
-                "compute": money(cost.compute),
-                "transfer": money(cost.transfer),
-                "total": money(cost.total),
-            }
-        )
-    return out
+def _unit_cost_row(u: Mapping[str, Any], cost: Cost) -> dict[str, Any]:
+    return {
+        "name": u["name"],
+        "site": u["site"],
+        "seconds": f"{cost.seconds.quantize(Decimal('0.001'))}",
+        "cpu_seconds": f"{cost.cpu_seconds.quantize(Decimal('0.001'))}",
+        "gpu_seconds": f"{cost.gpu_seconds.quantize(Decimal('0.001'))}",
+        "bytes_moved": cost.bytes_moved,
+        "link": cost.link,
+        "link_from": cost.link.partition(">")[0],
+        "compute": money(cost.compute),
+        "transfer": money(cost.transfer),
+        "total": money(cost.total),
+    }
 
 
 GROUPS = ("site", "run", "user", "day", "project")

@@ -120,18 +120,28 @@ def decision_candidates(decision: PlacementDecision) -> list[dict[str, Any]]:
     )
 
 
+# The run page lists this many of the run's costliest units and of its queued units (the
+# nearest to starting): a 10,000-unit run's page stays one screen and one read.
+COSTS_SHOWN = 50
+QUEUED_SHOWN = 50
+
+
 def run_cost(run: WorkflowRun) -> dict[str, Any]:
     """The run page's cost panel and its units queued for quota."""
-    units = list(run.units.filter(phase=UnitPhase.PENDING, workflow_name=""))
+    waiting = quota_queue.waiting().filter(unit__run_id=run.pk).values("unit_id")
+    units = list(
+        run.units.filter(pk__in=Subquery(waiting)).only(
+            "id", "name", "site", "phase", "workflow_name"
+        )
+    )
     queue = quota_overview.queue_of(units)
+    queued = [{"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue]
+    nearest = sorted(queued, key=lambda q: (q["position"], q["site"], q["name"]))[:QUEUED_SHOWN]
     return {
-        "cost": quota_usage.run_cost(run),
-        "unit_costs": quota_usage.run_unit_costs(run),
+        **quota_usage.run_cost_panel(run, COSTS_SHOWN),
         "priority_class": quota_priorities.run_priority(run)[0],
-        "queued_units": sorted(
-            ({"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue),
-            key=lambda q: (q["site"], q["position"]),
-        ),
+        "queued_units": sorted(nearest, key=lambda q: (q["site"], q["position"])),
+        "queued_total": len(queued),
     }
 
 

@@ -79,7 +79,7 @@ def test_a_real_transfer_costs_its_bytes_at_its_link_everywhere_to_the_cent(
     assert shown["transfer"]["bytes"] == moved
     assert Decimal(shown["transfer"]["cost"]) == expected
     assert Decimal(detail["cost"]["transfer"]) == expected
-    per_unit = usage.run_unit_costs(done)
+    per_unit = usage.run_cost_panel(done, shown=1000)["unit_costs"]
     assert sum(Decimal(u["total"]) for u in per_unit) == Decimal(detail["cost"]["total"])
 
     body = api.get("/api/v1/usage/?project=eo-demo&group_by=run").json()

@@ -164,10 +164,10 @@ def test_the_run_detail_has_its_cost_and_the_usage_endpoint_reconciles(
     other = api.get(f"/api/v1/runs/{second.pk}/").json()["cost"]
     assert other["total"] == "0.09"
     # The units' costs sum to the run's total, to the cent.
-    from portal.quotas.usage import run_unit_costs
+    from portal.quotas.usage import run_cost_panel
 
     for run, cost in ((first, detail["cost"]), (second, other)):
-        units = run_unit_costs(run)
+        units = run_cost_panel(run, shown=1000)["unit_costs"]
         assert sum(Decimal(u["total"]) for u in units) == Decimal(cost["total"])
         assert sum(Decimal(u["compute"]) for u in units) == Decimal(cost["compute"])
 
@@ -269,6 +269,29 @@ def test_the_run_page_shows_its_cost_and_its_queued_units(
         "it asks for 2 CPU, more than eo-demo&#x27;s quota at site-b ever allows "
         "(1 with borrowing); an operator must raise it"
     ) in page
+
+
+def test_the_run_page_lists_the_costliest_units_of_a_big_run_not_every_unit(
+    priced: tuple[Site, Site], client_for: Any, staff: User
+) -> None:
+    from portal.quotas.usage import run_cost_panel
+    from portal.selectors.runs import COSTS_SHOWN
+
+    run: WorkflowRun = WorkflowRunFactory(project=Project.objects.create(name="eo-demo"))
+    for i in range(COSTS_SHOWN + 10):
+        ran(run, f"tile-{i:03d}", 1000, 3600 * (i + 1))  # the later, the costlier
+    panel = run_cost_panel(run, shown=COSTS_SHOWN)
+    assert panel["unit_costs_total"] == COSTS_SHOWN + 10
+    names = [u["name"] for u in panel["unit_costs"]]
+    assert names == [f"tile-{i:03d}" for i in range(COSTS_SHOWN + 9, 9, -1)]
+    # The run's total still counts every unit, not only those listed.
+    every = run_cost_panel(run, shown=COSTS_SHOWN + 10)
+    assert panel["cost"] == every["cost"]
+    assert sum(Decimal(u["total"]) for u in every["unit_costs"]) == Decimal(panel["cost"]["total"])
+    page = client_for(staff).get(f"/runs/{run.pk}/").content.decode()
+    assert f"The {COSTS_SHOWN} costliest of {COSTS_SHOWN + 10} units" in page
+    panel_html = page[page.index('id="run-cost"') :].split("</section>")[0]
+    assert "<td>tile-009</td>" not in panel_html and "<td>tile-059</td>" in panel_html
 
 
 def test_metrics_carry_usage_cost_and_quota_per_project_and_site(

@@ -113,34 +113,28 @@ class Compactor:
         self.compacted_rv = self._noted_rv = rv
 
 
-def chunk(
-    items: list[dict[str, Any]],
-    *,
-    limit: int,
-    token: str,
-    resource_version: str,
-    selected: bool,
-    current_rv: int,
-    compactor: Compactor,
-    now: float,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The items of one chunk (``items`` sorted by key) and its list metadata."""
-    rv = current_rv
-    if token:
-        if resource_version:
-            raise ApiError.bad_request(
-                "specifying resource version is not allowed when using continue"
-            )
-        rv, start = decode(token)
-        compactor.advance(now, current_rv)
-        if rv < compactor.compacted_rv:
-            raise ApiError.expired(EXPIRED)
-        items = [o for o in items if key_of(o) >= start]
+def continue_point(
+    token: str, *, resource_version: str, current_rv: int, compactor: Compactor, now: float
+) -> tuple[int, str]:
+    """The list's resourceVersion and the key its chunk starts at ("" for the first chunk)."""
+    if not token:
+        return current_rv, ""
+    if resource_version:
+        raise ApiError.bad_request("specifying resource version is not allowed when using continue")
+    rv, start = decode(token)
+    compactor.advance(now, current_rv)
+    if rv < compactor.compacted_rv:
+        raise ApiError.expired(EXPIRED)
+    return rv, start
+
+
+def page_meta(
+    rv: int, page: list[dict[str, Any]], *, remaining: int, selected: bool
+) -> dict[str, Any]:
+    """A chunk's list metadata; ``remaining``: how many items follow it (0: the last chunk)."""
     meta: dict[str, Any] = {"resourceVersion": str(rv)}
-    if limit and len(items) > limit:
-        page = items[:limit]
+    if remaining and page:
         meta["continue"] = encode(rv, key_of(page[-1]) + "\x00")
         if not selected:
-            meta["remainingItemCount"] = len(items) - limit
-        return page, meta
-    return items, meta
+            meta["remainingItemCount"] = remaining
+    return meta

@@ -21,6 +21,7 @@ import orjson
 
 from sandbox import chunks, coordination
 from sandbox.errors import ApiError
+from sandbox.keyindex import KeyIndex
 from sandbox.resources import Registry, ResourceType
 
 Obj = dict[str, Any]
@@ -103,6 +104,8 @@ class Store:
         # anything a client holds from an earlier run is then too old (410) and it re-lists.
         self.rv = int(time.time() * 1000)
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {t.key: {} for t in registry.types}
+        # The same keys in etcd's order: chunked lists read a range, as etcd does.
+        self.order: dict[str, KeyIndex] = {t.key: KeyIndex() for t in registry.types}
         self.log: deque[Event] = deque(maxlen=event_log_size)
         # Highest resourceVersion whose event has fallen off the log: watches from before it
         # cannot be served and get 410 Expired.
@@ -132,19 +135,39 @@ class Store:
         label_match: Callable[[Mapping[str, str]], bool] | None = None,
         field_match: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> list[Obj]:
-        out = []
-        for (ns, _name), obj in self.objects[rtype.key].items():
-            if namespace is not None and ns != namespace:
-                continue
+        return self.list_range(rtype, namespace, label_match, field_match)[0]
+
+    def list_range(
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        label_match: Callable[[Mapping[str, str]], bool] | None = None,
+        field_match: Callable[[Mapping[str, Any]], bool] | None = None,
+        *,
+        start: str = "",
+        limit: int = 0,
+    ) -> tuple[list[Obj], int]:
+        """The matching objects in etcd's order (``<namespace>/<name>``) from key ``start``
+        on, at most ``limit`` of them (0: all), and how many follow: exactly without
+        selectors, at least one (1) with them, 0 when none does."""
+        objects = self.objects[rtype.key]
+        order = self.order[rtype.key]
+        lo, hi = order.bounds(namespace, start)
+        selected = label_match is not None or field_match is not None
+        out: list[Obj] = []
+        for i, key in enumerate(order.keys(lo, hi), lo):
+            obj = objects[key]
+            if namespace is not None and key[0] != namespace:
+                continue  # "" asks for the cluster-wide keys only
             meta = obj["metadata"]
             if label_match is not None and not label_match(meta.get("labels") or {}):
                 continue
             if field_match is not None and not field_match(obj):
                 continue
+            if limit and len(out) == limit:
+                return out, 1 if selected or namespace == "" else hi - i
             out.append(obj)
-        # etcd's order, the key's: ``<namespace>/<name>`` (chunked lists continue after a key).
-        out.sort(key=chunks.key_of)
-        return out
+        return out, 0
 
     def all(self, rtype: ResourceType) -> Iterable[Obj]:
         return list(self.objects[rtype.key].values())
@@ -255,6 +278,7 @@ class Store:
         meta["generation"] = 1
         meta["resourceVersion"] = str(self._next_rv())
         self.objects[rtype.key][key] = obj
+        self.order[rtype.key].add(key)
         self._emit(rtype, "ADDED", obj, None)
         return obj
 
@@ -287,6 +311,7 @@ class Store:
         new["metadata"]["resourceVersion"] = str(self._next_rv())
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             del self.objects[rtype.key][(key_ns, name)]
+            self.order[rtype.key].remove((key_ns, name))
             self._emit(rtype, "DELETED", new, old)
             return new
         self.objects[rtype.key][(key_ns, name)] = new
@@ -325,6 +350,7 @@ class Store:
             self._emit(rtype, "MODIFIED", held, old)
             return held
         del self.objects[rtype.key][key]
+        self.order[rtype.key].remove(key)
         gone: Obj = clone(old)
         gone["metadata"]["resourceVersion"] = str(self._next_rv())
         self._emit(rtype, "DELETED", gone, None)

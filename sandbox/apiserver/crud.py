@@ -76,23 +76,25 @@ class Crud:
 
     def list_view(self, request: web.Request, rtype: ResourceType, ns: str | None) -> web.Response:
         q = request.query
-        lm = parse_label_selector(q.get("labelSelector"))
-        fm = parse_field_selector(q.get("fieldSelector"))
+        # None without a selector: every object matches, and a chunk counts what follows it.
+        lm = parse_label_selector(q["labelSelector"]) if q.get("labelSelector") else None
+        fm = parse_field_selector(q["fieldSelector"]) if q.get("fieldSelector") else None
         limit = chunks.parse_limit(q.get("limit"))
         token = q.get("continue") or ""
-        items = self.store.list_objects(rtype, ns, lm, fm)
         meta: dict[str, Any] = {}
         if limit or token:
-            items, meta = chunks.chunk(
-                items,
-                limit=limit,
-                token=token,
+            rv, start = chunks.continue_point(
+                token,
                 resource_version=q.get("resourceVersion") or "",
-                selected=bool(q.get("labelSelector") or q.get("fieldSelector")),
                 current_rv=self.store.rv,
                 compactor=self.store.compactor,
                 now=time.monotonic(),
             )
+            items, remaining = self.store.list_range(rtype, ns, lm, fm, start=start, limit=limit)
+            selected = lm is not None or fm is not None
+            meta = chunks.page_meta(rv, items, remaining=remaining, selected=selected)
+        else:
+            items = self.store.list_objects(rtype, ns, lm, fm)
         body = (
             table(self.store, rtype, items)
             if wants_table(request)

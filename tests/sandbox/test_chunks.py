@@ -172,12 +172,9 @@ def test_compaction_keeps_one_interval_of_history() -> None:
     c.advance(now=1500.0, rv=400)  # three ticks late: caught up
     assert c.compacted_rv == 400
     with pytest.raises(ApiError) as err:
-        chunks.chunk(
-            [],
-            limit=1,
-            token=chunks.encode(250, "ns/a\x00"),
+        chunks.continue_point(
+            chunks.encode(250, "ns/a\x00"),
             resource_version="",
-            selected=False,
             current_rv=400,
             compactor=c,
             now=1500.0,
@@ -193,14 +190,7 @@ def test_a_token_issued_after_a_long_pause_outlives_a_write_between_chunks() -> 
     c = chunks.Compactor(interval=300.0, now=0.0, rv=100)
     c.advance(now=1000.0, rv=500)  # the write after the pause: ticks noted at 500
     token = chunks.encode(500, "ns/a\x00")  # the first chunk, at 500, then that write (501)
-    _items, meta = chunks.chunk(
-        [],
-        limit=1,
-        token=token,
-        resource_version="",
-        selected=False,
-        current_rv=501,
-        compactor=c,
-        now=1000.5,
+    rv, start = chunks.continue_point(
+        token, resource_version="", current_rv=501, compactor=c, now=1000.5
     )
-    assert meta["resourceVersion"] == "500"
+    assert (rv, start) == (500, "ns/a\x00")

@@ -335,6 +335,9 @@ PORTAL_ARGO_WATCH_SECONDS = envint("PORTAL_ARGO_WATCH_SECONDS", 20)
 PORTAL_ARGO_WATCH_POLL_SECONDS = envfloat("PORTAL_ARGO_WATCH_POLL_SECONDS", 1.0)
 PORTAL_FAILOVER_GRACE_SECONDS = envint("PORTAL_FAILOVER_GRACE_SECONDS", 120)
 PORTAL_RESYNC_SECONDS = envint("PORTAL_RESYNC_SECONDS", 30)
+# The most of a worker process the resync's housekeeping (lists of Clusters and bindings, the
+# cleanup) may take: a task that took d seconds is not queued again for d * (1 / share - 1).
+PORTAL_HOUSEKEEPING_SHARE = envfloat("PORTAL_HOUSEKEEPING_SHARE", 0.05)
 # Leader election of the watcher and beat (portal/leader.py), client-go's defaults: a standby
 # takes over a lease not renewed for PORTAL_LEADER_LEASE_SECONDS; a leader that could not
 # renew for PORTAL_LEADER_RENEW_DEADLINE_SECONDS stops leading (before anyone may take over);

@@ -6,15 +6,24 @@ The housekeeping that lists Karmada (Clusters, bindings, finished step workflows
 tasks of its own behind what users wait on, one of each queued at a time: a housekeeping task
 queued and not started yet is not queued again by the next resync (it would do the same work
 again, and a worker process busy with it is not free for users' runs). The mark expires, so a
-lost message stops nothing for long.
+lost message stops nothing for long. A housekeeping task that took ``d`` seconds then rests
+``d * (1 / PORTAL_HOUSEKEEPING_SHARE - 1)`` before it is queued again: its share of a worker
+process stays bounded (5 % by default) however many objects the fleet's history holds (a list
+of 20,000 bindings every 30 s kept one worker process listing without pause). A task done in
+under ``HOUSEKEEPING_REST_AFTER_S`` does not rest: a small fleet's lists still run at every
+resync.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
+import time
+from collections.abc import Iterator
 
 import redis
+from django.conf import settings
 from django.utils import timezone
 
 from portal.controller import (
@@ -39,6 +48,8 @@ BINDINGS_RESYNC = "portal.tasks.bindings_resync"
 STEP_WORKFLOWS_CLEANUP = "portal.tasks.step_workflows_cleanup"
 HOUSEKEEPING_QUEUED = "portal:housekeeping:queued:%s"
 HOUSEKEEPING_MARK_S = 120
+HOUSEKEEPING_RESTING = "portal:housekeeping:resting:%s"
+HOUSEKEEPING_REST_AFTER_S = 1.0
 
 
 def resync() -> None:
@@ -70,15 +81,15 @@ def resync() -> None:
 
 def sites_sync() -> None:
     """List the Clusters once and fold them into Sites, then the policies."""
-    _housekeeping_started(SITES_SYNC)
-    items, _ = lists.list_objects(resources.CLUSTER)
-    seen = set()
-    for cluster in items:
-        site, _changed = sync.cluster_observe(cluster)
-        seen.add(site.name)
-    for name in Site.objects.exclude(name__in=seen).values_list("name", flat=True):
-        sync.cluster_deleted(name)
-    sync.policies_sync()
+    with _housekeeping(SITES_SYNC):
+        items, _ = lists.list_objects(resources.CLUSTER)
+        seen = set()
+        for cluster in items:
+            site, _changed = sync.cluster_observe(cluster)
+            seen.add(site.name)
+        for name in Site.objects.exclude(name__in=seen).values_list("name", flat=True):
+            sync.cluster_deleted(name)
+        sync.policies_sync()
 
 
 def bindings_resync() -> None:
@@ -86,28 +97,30 @@ def bindings_resync() -> None:
     folded a chunk at a time: a fan-out's ten thousand bindings in one answer held a few
     hundred MB in the worker, and more with every run. A unit in flight whose step workflow
     has no binding in the list and is gone too is run again or ended (``vanished``)."""
-    _housekeeping_started(BINDINGS_RESYNC)
     ended: set[int] = set()
-    seen: set[str] = set()
-    listed_at = timezone.now()
-    for items, _ in lists.list_chunks(resources.RESOURCE_BINDING):
-        ended |= bindings.bindings_observe(items)
-        seen |= vanished.bound_names(items)
-    ended |= set(vanished.vanished_check(seen, listed_at))
+    with _housekeeping(BINDINGS_RESYNC):
+        seen: set[str] = set()
+        listed_at = timezone.now()
+        for items, _ in lists.list_chunks(resources.RESOURCE_BINDING):
+            ended |= bindings.bindings_observe(items)
+            seen |= vanished.bound_names(items)
+        ended |= set(vanished.vanished_check(seen, listed_at))
     for run_id in sorted(ended):
         workqueue.add(run_id)
 
 
 def step_workflows_cleanup() -> None:
     """Finished step workflows leave karmada-apiserver after ``PORTAL_KEEP_FINISHED_SECONDS``."""
-    _housekeeping_started(STEP_WORKFLOWS_CLEANUP)
-    cleanup.step_workflows_cleanup()
+    with _housekeeping(STEP_WORKFLOWS_CLEANUP):
+        cleanup.step_workflows_cleanup()
 
 
 def _housekeeping_enqueue(name: str) -> None:
     client = claims.redis_client()
     if client is not None:
         try:
+            if client.exists(HOUSEKEEPING_RESTING % name):
+                return
             if not client.set(HOUSEKEEPING_QUEUED % name, "1", nx=True, ex=HOUSEKEEPING_MARK_S):
                 return
         except redis.RedisError:
@@ -124,3 +137,26 @@ def _housekeeping_started(name: str) -> None:
     if client is not None:
         with contextlib.suppress(redis.RedisError):
             client.delete(HOUSEKEEPING_QUEUED % name)
+
+
+@contextlib.contextmanager
+def _housekeeping(name: str) -> Iterator[None]:
+    """Run a housekeeping task, then let it rest in proportion to what it took (not after a
+    failure: the next resync queues it again)."""
+    _housekeeping_started(name)
+    started = time.monotonic()
+    yield
+    housekeeping_rest(name, time.monotonic() - started)
+
+
+def housekeeping_rest(name: str, took: float) -> float:
+    """Mark ``name`` as resting for ``took`` times the share's complement; returns the rest
+    in seconds (0 for a task done in under ``HOUSEKEEPING_REST_AFTER_S``)."""
+    share = min(max(settings.PORTAL_HOUSEKEEPING_SHARE, 0.001), 1.0)
+    rest = took * (1 / share - 1)
+    client = claims.redis_client()
+    if took < HOUSEKEEPING_REST_AFTER_S or rest < 1 or client is None:
+        return 0.0
+    with contextlib.suppress(redis.RedisError):
+        client.set(HOUSEKEEPING_RESTING % name, "1", ex=math.ceil(rest))
+    return rest

@@ -3,13 +3,17 @@ the units are read once for the whole list, however many bindings there are."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from portal.choices import UnitPhase
+from portal.controller import resync
 from portal.controller.bindings import binding_observe, bindings_observe
+from portal.controller.workqueue import claims
 from portal.models import UnitRun
 from tests.portal.helpers import make_run
 
@@ -108,3 +112,39 @@ def test_a_unit_that_starts_does_not_read_its_runs_manifest(scientist) -> None:
     assert run.units.get(name="inference").phase == UnitPhase.RUNNING
     run_reads = [q["sql"] for q in queries if 'FROM "portal_workflowrun"' in q["sql"]]
     assert run_reads and not [q for q in run_reads if '"manifest"' in q or '"compiled"' in q]
+
+
+HOUSEKEEPING = (resync.SITES_SYNC, resync.BINDINGS_RESYNC, resync.STEP_WORKFLOWS_CLEANUP)
+
+
+@pytest.fixture
+def marks() -> Iterator[Any]:
+    client = claims.redis_client()
+    assert client is not None, "this test needs REDIS_URL"
+    keys = [
+        k % n
+        for k in (resync.HOUSEKEEPING_QUEUED, resync.HOUSEKEEPING_RESTING)
+        for n in HOUSEKEEPING
+    ]
+    client.delete(*keys)
+    yield client
+    client.delete(*keys)
+
+
+def test_a_housekeeping_task_that_took_long_rests_before_the_resync_queues_it_again(
+    marks: Any, transactional_db: Any, settings: Any
+) -> None:
+    # Configured for Karmada, the resync queues its housekeeping (nothing here lists).
+    settings.KARMADA_KUBECONFIG = "kubeconfig-of-no-fleet"
+    assert resync.housekeeping_rest(resync.BINDINGS_RESYNC, 0.5) == 0  # quick: no rest
+    assert not marks.exists(resync.HOUSEKEEPING_RESTING % resync.BINDINGS_RESYNC)
+    # 5 % of a worker process: a list that took 2 s rests 38 s.
+    assert resync.housekeeping_rest(resync.BINDINGS_RESYNC, 2.0) == pytest.approx(38.0)
+    assert 30 < marks.ttl(resync.HOUSEKEEPING_RESTING % resync.BINDINGS_RESYNC) <= 38
+    resync.resync()
+    queued = {n for n in HOUSEKEEPING if marks.exists(resync.HOUSEKEEPING_QUEUED % n)}
+    assert queued == {resync.SITES_SYNC, resync.STEP_WORKFLOWS_CLEANUP}
+    # Rested, it is queued by the next resync.
+    marks.delete(resync.HOUSEKEEPING_RESTING % resync.BINDINGS_RESYNC)
+    resync.resync()
+    assert marks.exists(resync.HOUSEKEEPING_QUEUED % resync.BINDINGS_RESYNC)

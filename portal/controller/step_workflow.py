@@ -14,7 +14,7 @@ from placement import codec, manifests
 from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
-from portal import labels, presign
+from portal import folders, labels, presign
 from portal.controller import gates, transfers
 from portal.controller.common import SiteState, sites_state
 from portal.karmada import client, errors
@@ -83,7 +83,7 @@ def step_workflow_for(
         run_wide = run_wide_of(run, units)
     outputs = upstream_outputs(units) if outputs is None else outputs
     if transfers.is_transfer(unit):
-        body = transfers.workflow(run, unit, units, outputs)
+        body = transfers.workflow(run, unit, units, outputs, folder_at_its_repository)
         signed_inputs(body["spec"], gates.deadline_left(run), unit.site or None)
         return body
     # A producer it reads through a copy (its site cannot read the producer's repository).
@@ -172,6 +172,28 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
     except (KeyError, errors.PermanentError) as exc:
         # The repository's Secret is missing or holds no keys: the step cannot read its input.
         raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+
+
+def folder_at_its_repository(artifact: Mapping[str, Any]) -> list[str] | None:
+    """The objects of the folder an ``archive: none`` output is, listed at the repository of
+    the fleet it is in with that repository's keys (``portal/folders.py``); None when it is
+    one object or in no repository of the fleet."""
+    where = presign.location_of(artifact, None, None)
+    store = next(
+        (
+            s
+            for s in artifact_stores().values()
+            if where and (s.get("endpoint"), s.get("bucket")) == (where.endpoint, where.bucket)
+        ),
+        None,
+    )
+    if where is None or store is None or not store.get("credentials_secret"):
+        return None
+    try:
+        keys = _KEYS.keys(str(store["credentials_secret"]))
+        return folders.folder_keys(where, keys, store.get("proxy") or None)
+    except (KeyError, errors.PermanentError, folders.ListingFailed) as exc:
+        raise CannotSign(f"cannot list the folder {where.key!r} to copy: {exc}") from exc
 
 
 class CannotSign(Exception):

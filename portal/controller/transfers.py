@@ -20,7 +20,7 @@ Copies are step outputs of the run: the run's artifact GC deletes them with the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,7 +281,7 @@ def outputs_through_copies(
             phase=base.phase,
             parameters=base.parameters,
             result=base.result,
-            artifacts={**base.artifacts, **copy.artifacts},
+            artifacts={**base.artifacts, **_copied(base.artifacts, copy.artifacts)},
             exit_code=base.exit_code,
             extra=base.extra,
             template=base.template,
@@ -289,15 +289,41 @@ def outputs_through_copies(
     return out
 
 
+def _copied(
+    produced: Mapping[str, Mapping[str, Any]], copied: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Each copied artifact as its reader takes it: the producer's artifact (its archive,
+    mode, ...) at the copy's location. An object was copied as it is, so it is read as the
+    producer's would have been; a folder was copied as one tgz (the copy recorded no
+    ``archive: none``), which the reader's Argo unpacks into the folder when told nothing."""
+    out: dict[str, Any] = {}
+    for name, copy in copied.items():
+        base = produced.get(name)
+        if base is None:
+            out[name] = copy
+            continue
+        kept = {k: v for k, v in base.items() if k not in _LOCATIONS}
+        if "none" not in (copy.get("archive") or {}):
+            kept.pop("archive", None)
+        out[name] = {**kept, **{k: v for k, v in copy.items() if k in _LOCATIONS}}
+    return out
+
+
+# An artifact's location fields (Argo's ArtifactLocation), the rest being how it is read.
+_LOCATIONS = ("s3", "http", "gcs", "azure", "oss", "hdfs", "git", "raw", "artifactory")
+
+
 def workflow(
     run: WorkflowRun,
     unit: UnitRun,
     units: Sequence[UnitRun],
     outputs: Mapping[str, manifests.TaskOutputs],
+    folder_of: Callable[[Mapping[str, Any]], list[str] | None] = lambda a: None,
 ) -> dict[str, Any]:
     """The transfer unit's step workflow: the producer's artifacts (full locations, signed
     into pre-signed GETs by the caller like any step's inputs) copied into its site's
-    repository."""
+    repository. ``folder_of``: the relative paths of an ``archive: none`` output's objects
+    when it is a folder (listed at its repository), else None."""
     info = (unit.spec or {}).get(TRANSFER) or {}
     producer = next((u for u in units if u.name == info.get("producer")), None)
     task = str((producer.spec or {}).get("task") or producer.name) if producer else ""
@@ -305,6 +331,12 @@ def workflow(
     artifacts = [{**dict(a), "name": str(n)} for n, a in (found.artifacts if found else {}).items()]
     if not artifacts:
         raise manifests.Unresolved([f"tasks.{task}.outputs.artifacts"])
+    # Only an unarchived output may be a folder (a default one is one tgz object).
+    folders = {
+        str(a["name"]): files
+        for a in artifacts
+        if "none" in (a.get("archive") or {}) and (files := folder_of(a))
+    }
     return manifests.transfer_workflow(
         codec.unit_from_dict(unit.spec),
         artifacts,
@@ -315,6 +347,7 @@ def workflow(
         site=unit.site,
         reason=unit.reason,
         domain=settings.PORTAL_LABEL_DOMAIN,
+        folders=folders,
     )
 
 

@@ -4,6 +4,7 @@ upstream outputs filled into its arguments and its input artifacts signed."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,8 @@ from portal.selectors import (
     run_variables_of,
     upstream_outputs,
 )
+
+log = logging.getLogger(__name__)
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -191,9 +194,15 @@ def folder_at_its_repository(artifact: Mapping[str, Any]) -> list[str] | None:
         return None
     try:
         keys = _KEYS.keys(str(store["credentials_secret"]))
+    except (KeyError, errors.PermanentError) as exc:
+        raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+    try:
         return folders.folder_keys(where, keys, store.get("proxy") or None)
-    except (KeyError, errors.PermanentError, folders.ListingFailed) as exc:
-        raise CannotSign(f"cannot list the folder {where.key!r} to copy: {exc}") from exc
+    except folders.ListingFailed as exc:
+        # Not known, not guessed: read as one object, as before listing existed (a file
+        # copies; a folder fails with S3's NoSuchKey, as Argo's load of a missing key does).
+        log.warning("cannot tell whether %s is a folder, copied as one object: %s", where.key, exc)
+        return None
 
 
 class CannotSign(Exception):

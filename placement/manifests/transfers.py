@@ -116,10 +116,11 @@ def _transfer_template(
         "container": {
             "image": TRANSFER_IMAGE,
             "command": ["sh", "-c"],
-            # Bytes of every file read (a directory artifact is counted file by file).
+            # Bytes of every file read (a directory artifact is counted file by file), by
+            # their sizes: counting with cat read every byte once more.
             "args": [
-                f"find {TRANSFER_DIR} -type f -exec cat {{}} + | wc -c "
-                f"| tr -d ' ' > {TRANSFER_DIR}.bytes"
+                f"find {TRANSFER_DIR} -type f -exec stat -c %s {{}} + "
+                f"| awk '{{s += $1}} END {{print s + 0}}' > {TRANSFER_DIR}.bytes"
             ],
         },
     }

@@ -192,16 +192,42 @@ def folder_at_its_repository(artifact: Mapping[str, Any]) -> list[str] | None:
     )
     if where is None or store is None or not store.get("credentials_secret"):
         return None
+    if not client.configured():
+        return None  # no karmada-apiserver to read the keys from (a preview)
     try:
         keys = _KEYS.keys(str(store["credentials_secret"]))
     except (KeyError, errors.PermanentError) as exc:
         raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+    known = (where.endpoint, where.bucket, where.key)
+    if known in _FOLDERS:
+        return _FOLDERS[known]
     try:
-        return folders.folder_keys(where, keys, store.get("proxy") or None)
+        found = folders.folder_keys(where, keys, store.get("proxy") or None)
     except folders.ListingFailed as exc:
         # Not known, not guessed: read as one object, as before listing existed (a file
         # copies; a folder fails with S3's NoSuchKey, as Argo's load of a missing key does).
         log.warning("cannot tell whether %s is a folder, copied as one object: %s", where.key, exc)
+        return None
+    if len(_FOLDERS) >= _FOLDERS_KEPT:
+        _FOLDERS.pop(next(iter(_FOLDERS)))
+    _FOLDERS[known] = found
+    return found
+
+
+# What each output is, by location: a step's outputs never change once it has ended, so each
+# is asked of its repository once per process (the advance asks for every reader it routes).
+_FOLDERS: dict[tuple[str, str, str], list[str] | None] = {}
+_FOLDERS_KEPT = 4096
+
+
+def folder_or_none(artifact: Mapping[str, Any]) -> list[str] | None:
+    """``folder_at_its_repository``, None when the repository's keys cannot be read (the
+    reader's own step workflow then says so)."""
+    try:
+        return folder_at_its_repository(artifact)
+    except (CannotSign, errors.KarmadaError):
+        # The keys cannot be read now: neither can the reader's URLs be signed, so its step
+        # workflow is not made either, and routing it is tried again with it.
         return None
 
 

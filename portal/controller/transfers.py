@@ -37,6 +37,7 @@ from portal.controller.common import ancestors, event
 from portal.karmada import client
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
+from portal.selectors import upstream_outputs
 from portal.selectors.transfers import transfer_measured
 from sites.models import SiteLink
 
@@ -90,38 +91,50 @@ def _size(producer: UnitRun) -> int:
     return ASSUMED_BYTES if found is None else found
 
 
+FolderOf = Callable[[Mapping[str, Any]], list[str] | None]
+
+
 def route(
     run: WorkflowRun,
     unit: UnitRun,
     units: list[UnitRun],
     blocked: frozenset[tuple[str, str]],
+    folder_of: FolderOf = lambda a: None,
 ) -> Routed:
-    """Copies for every producer of ``unit`` whose repository its site cannot read: each
-    producer's copy at the chosen relay, made or reused, named in the unit's ``spec.via``."""
+    """Copies for every producer of ``unit`` whose repository its site cannot read (each
+    producer's copy at the chosen relay), and for every producer at another site whose
+    outputs hold an unarchived folder (``folder_of``), which no pre-signed URL names (its copy
+    at the unit's own site, one tgz): made or reused, named in the unit's ``spec.via``."""
     out = Routed()
-    if not blocked or not unit.site:
+    if not unit.site or is_transfer(unit):
+        # A copy reads its producer through pre-signed URLs, one per object, at its relay.
         return out
     by_name = {u.name: u for u in units}
     via = dict((unit.spec or {}).get("via") or {})
-    producers = [by_name[n] for n in unit.upstream or () if n in by_name]
     # Only outputs there are to read: a producer without output artifacts (a suspend, a step
     # passing parameters only) needs no copy, wherever it ran.
-    cut = [
+    producers = [
         p
-        for p in producers
+        for p in (by_name[n] for n in unit.upstream or () if n in by_name)
         if p.site
-        and (p.site, unit.site) in blocked
+        and p.site != unit.site
         and p.name not in via
         and (p.outputs or {}).get("artifacts")
     ]
-    if not cut:
+    cut = [p for p in producers if (p.site, unit.site) in blocked]
+    folders = [p for p in producers if p not in cut and _holds_folder(p, folder_of)]
+    if not cut and not folders:
         return out
     view = planner_snapshot()
     project = run.project.name if run.project_id and run.project else None
     regions = _regions(unit, units, view.datasets.for_project(project))
-    for producer in cut:
+    for producer in [*cut, *folders]:
         size = _size(producer)
-        relay = relays.relay_for(view.fleet, producer.site, unit.site, size, regions)
+        relay = (
+            relays.relay_for(view.fleet, producer.site, unit.site, size, regions)
+            if producer in cut
+            else unit.site
+        )
         if relay is None:
             out.cut.append(producer.site)
             continue
@@ -130,16 +143,37 @@ def route(
             out.added.append(copy)
             units.append(copy)
         via[producer.name] = copy.name
-    if via != ((unit.spec or {}).get("via") or {}):
-        spec = {**(unit.spec or {}), "via": via}
-        # The pages draw the graph from the column: the copy feeds the unit there too.
-        drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
-        if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
-            spec=spec, upstream=drawn
-        ):
-            unit.spec = spec
-            out.moved = True
+    out.moved = _via_set(unit, via)
     return out
+
+
+def _holds_folder(producer: UnitRun, folder_of: FolderOf) -> bool:
+    """Whether one of the producer's outputs is a folder saved unarchived (asked of its
+    repository only for ``archive: none`` outputs: any other is one object)."""
+    raw = (producer.outputs or {}).get("artifacts") or []
+    if not any("none" in ((a or {}).get("archive") or {}) for a in raw):
+        return False
+    found = upstream_outputs([producer])
+    return any(
+        "none" in (a.get("archive") or {}) and bool(folder_of(a))
+        for outputs in found.values()
+        for a in outputs.artifacts.values()
+    )
+
+
+def _via_set(unit: UnitRun, via: dict[str, str]) -> bool:
+    """The unit reads through ``via`` (producer -> copy); whether that changed it."""
+    if via == ((unit.spec or {}).get("via") or {}):
+        return False
+    spec = {**(unit.spec or {}), "via": via}
+    # The pages draw the graph from the column: the copy feeds the unit there too.
+    drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
+    if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
+        spec=spec, upstream=drawn
+    ):
+        unit.spec = spec
+        return True
+    return False
 
 
 def _copy_unit(
@@ -156,9 +190,16 @@ def _copy_unit(
     if existing is not None:
         return existing, False
     plan = relays.transfer(fleet, producer.site, relay, target, size)
+    why = (
+        # A folder at a repository the reader's site reads: copied where it is read.
+        f"{producer.site}'s outputs hold a folder saved unarchived, which no pre-signed URL "
+        f"names; {relay} reads that repository and copies the folder into its own as one tgz"
+        if relay == target
+        else f"{target} cannot read the artifact repository of {producer.site}; "
+        f"{relay} reads it and {target} reads {relay}"
+    )
     reason = (
-        f"transfer: {target} cannot read the artifact repository of {producer.site}; "
-        f"{relay} reads it and {target} reads {relay}: "
+        f"transfer: {why}: "
         f"estimated {planner.human_bytes(size)} in {plan.seconds:.1f}s, cost {plan.cost:.2f}"
     )
     unit, spec = _copy_spec(name, producer, relay, target, size, plan)

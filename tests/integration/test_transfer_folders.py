@@ -1,7 +1,9 @@
 """A folder output read at a site that cannot use its repository: Argo saves a directory with
 ``archive: none`` as one object per file under its key, which no single pre-signed GET names.
 The portal lists the folder at the producer's repository and gives the copy one pre-signed
-GET per object; the copy is one tgz the reader's Argo unpacks into the folder."""
+GET per object; the copy is one tgz the reader's Argo unpacks into the folder. The copy is at
+a relay when the reader's site cannot read the producer's repository, else at the reader's
+own site."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from portal import services
+from portal.models import PlacementDecision
 from portal.selectors.transfers import transfer_measured
 from tests.fixtures_stack import Stack
 from tests.integration.test_transfers import repository_keys, stop
@@ -98,3 +101,36 @@ def test_a_folder_written_unarchived_at_site_a_reaches_a_gpu_step_at_site_c(
     paths = sorted(a["path"] for a in template["inputs"]["artifacts"])
     assert paths == sorted(f"/tmp/transfer/0/{rel}" for rel in FILES)
     assert transfer_measured(copy)["bytes"] == sum(len(d) for d in FILES.values())
+
+
+READ_FOLDER = {
+    **READ_FOLDER_ON_GPU,
+    "script": {k: v for k, v in READ_FOLDER_ON_GPU["script"].items() if k != "resources"},
+}
+
+
+def test_a_folder_read_directly_at_another_site_is_copied_where_it_is_read(
+    live_executing: Stack,
+) -> None:
+    """site-b reads site-a's repository, but only by pre-signed URL, which names no folder:
+    the folder is copied into site-b's repository (one tgz, made at site-b) and read there."""
+    scientist = User.objects.get(username="scientist")
+    helpers.pin("write", "site-a")
+    helpers.pin("read", "site-b")
+    body = helpers.write_then_read(WRITE_FOLDER, READ_FOLDER)
+    run = services.run_submit(user=scientist, body=body, project="eo-demo")
+    try:
+        done = finished_run(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    copy, read = got["write-copy-site-b"], got["read"]
+    assert (copy.site, read.site, read.spec["via"]) == ("site-b", "site-b", {"write": copy.name})
+    decision = PlacementDecision.objects.get(unit=copy)
+    assert decision.source == "transfer" and "folder saved unarchived" in decision.reason
+    expected = {rel: hashlib.sha256(data).hexdigest() for rel, data in FILES.items()}
+    assert json.loads(read.outputs["result"]) == expected
+    # The copy is one object in site-b's repository, read with site-b's own Secret.
+    (copied,) = repository_keys(live_executing, "site-b", f"{copy.workflow_name}/")
+    assert copied.endswith(".tgz")

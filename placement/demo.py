@@ -85,6 +85,15 @@ def create_credentials(url: str, namespace: str, domain: str) -> None:
         _post(f"{url}/api/v1/namespaces/{namespace}/secrets", secret)
 
 
+def repository_proxies(url: str) -> dict[str, str]:
+    """Each site's repository listener on the sandbox at ``url``, by site: the HTTP proxy the
+    control plane reaches that repository's endpoint name through (the names resolve nowhere
+    outside the sandbox). Empty when the sandbox runs no repositories (no ``--execute``)."""
+    with urllib.request.urlopen(f"{url}/_sandbox/repositories", timeout=10) as res:
+        items = json.loads(res.read()).get("items") or []
+    return {str(r["site"]): str(r["url"]) for r in items if r.get("url")}
+
+
 def _post(url: str, body: dict[str, Any]) -> None:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}

@@ -132,7 +132,8 @@ OVERRIDE_KEYS = {
 # artifact takes them: host[:port], no scheme.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _ENDPOINT = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$")
-ARTIFACT_STORE_KEYS = ("endpoint", "bucket", "credentials_secret", "region")
+ARTIFACT_STORE_KEYS = ("endpoint", "bucket", "credentials_secret", "region", "proxy")
+_PROXY = re.compile(r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
 # An S3 region name (us-east-1, eu-west, ...): what requests to the repository are signed for.
 _REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -142,7 +143,8 @@ def artifact_store_problems(value: Any) -> list[Problem]:
     "credentials_secret": "site-a-artifacts-credentials"}``: where the site keeps its step
     outputs; steps elsewhere read them through pre-signed URLs the portal signs with the Secret's
     keys for ``region`` (default us-east-1). ``bucket`` is required; the Secret is propagated
-    to this site only."""
+    to this site only. ``proxy`` (``http://host:port``): the HTTP proxy the portal reaches
+    the endpoint through, when it lists an unarchived folder another site reads."""
     if not isinstance(value, dict):
         return [("", "Must be an object with endpoint, bucket and credentials_secret.")]
     problems: list[Problem] = [
@@ -165,6 +167,9 @@ def artifact_store_problems(value: Any) -> list[Problem]:
     region = value.get("region")
     if region is not None and (not isinstance(region, str) or not _REGION.match(region)):
         problems.append(("region", "Must be an S3 region name such as eu-west-1."))
+    proxy = value.get("proxy")
+    if proxy is not None and (not isinstance(proxy, str) or not _PROXY.match(proxy)):
+        problems.append(("proxy", "Must be an HTTP proxy URL such as http://proxy:3128."))
     return problems
 
 

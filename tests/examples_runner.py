@@ -116,7 +116,7 @@ class Stack:
             await_ready(
                 [(sandbox, answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"))]
             )
-            out = self._manage("load_demo")
+            out = self._manage("load_demo", "--sandbox", f"http://127.0.0.1:{self.sandbox_port}")
             self.token = out.rsplit("API token: ", 1)[1].strip()
             # The demo sites' repositories are in the inventory: steps reading another site's
             # outputs need its credential Secret, which Karmada propagates (as run_demo does).

@@ -369,7 +369,7 @@ def stack_for_test(stack: Stack, settings: Any) -> Iterator[Stack]:
     drop_reservations()
     client.reset()
     stack.sandbox.clear_faults()
-    call_command("load_demo", verbosity=0)
+    call_command("load_demo", sandbox=stack.sandbox.url, verbosity=0)
     # The demo sites' credential Secrets, as run_demo creates them: with real execution a step
     # reading another site's output waits for its Secret (tests that want it absent delete it).
     create_credentials(stack.sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
@@ -448,7 +448,7 @@ def gateway_on(sandbox: SandboxServer, settings: Any, **more: Any) -> Iterator[S
 def load_demo_inventory(sandbox: SandboxServer, settings: Any) -> None:
     """The demo inventory, and the repositories' Secrets as the demo's operators create them
     (the portal signs cross-site reads with them)."""
-    call_command("load_demo", verbosity=0)
+    call_command("load_demo", sandbox=sandbox.url, verbosity=0)
     create_credentials(sandbox.url, settings.KARMADA_NAMESPACE, settings.PORTAL_LABEL_DOMAIN)
 
 

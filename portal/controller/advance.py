@@ -25,6 +25,7 @@ from portal.controller.exit_handler import create_exit_unit, exit_after_stop, ex
 from portal.controller.expand import expand
 from portal.controller.failover import failover_unit
 from portal.controller.status import mark_running, run_refresh_status, settle_groups, shutdown
+from portal.controller.step_workflow import folder_or_none
 from portal.controller.submit import submit_units
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import admit as quota_admit
@@ -238,7 +239,7 @@ def _placed_elsewhere(
         return False, False
     # Upstream outputs its site cannot read: a copy at a relay that can, else the unit goes
     # elsewhere.
-    routed = transfers.route(run, unit, units, fleet.blocked_now())
+    routed = transfers.route(run, unit, units, fleet.blocked_now(), folder_or_none)
     cut = sorted(set(routed.cut))
     if cut and failover_unit(
         run,

@@ -4,6 +4,7 @@ upstream outputs filled into its arguments and its input artifacts signed."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from placement import codec, manifests
 from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
-from portal import labels, presign
+from portal import folders, labels, presign
 from portal.controller import gates, transfers
 from portal.controller.common import SiteState, sites_state
 from portal.karmada import client, errors
@@ -26,6 +27,8 @@ from portal.selectors import (
     run_variables_of,
     upstream_outputs,
 )
+
+log = logging.getLogger(__name__)
 
 
 def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
@@ -83,7 +86,7 @@ def step_workflow_for(
         run_wide = run_wide_of(run, units)
     outputs = upstream_outputs(units) if outputs is None else outputs
     if transfers.is_transfer(unit):
-        body = transfers.workflow(run, unit, units, outputs)
+        body = transfers.workflow(run, unit, units, outputs, folder_at_its_repository)
         signed_inputs(body["spec"], gates.deadline_left(run), unit.site or None)
         return body
     # A producer it reads through a copy (its site cannot read the producer's repository).
@@ -172,6 +175,60 @@ def signed_inputs(spec: dict[str, Any], deadline_left: float | None, site: str |
     except (KeyError, errors.PermanentError) as exc:
         # The repository's Secret is missing or holds no keys: the step cannot read its input.
         raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+
+
+def folder_at_its_repository(artifact: Mapping[str, Any]) -> list[str] | None:
+    """The objects of the folder an ``archive: none`` output is, listed at the repository of
+    the fleet it is in with that repository's keys (``portal/folders.py``); None when it is
+    one object or in no repository of the fleet."""
+    where = presign.location_of(artifact, None, None)
+    store = next(
+        (
+            s
+            for s in artifact_stores().values()
+            if where and (s.get("endpoint"), s.get("bucket")) == (where.endpoint, where.bucket)
+        ),
+        None,
+    )
+    if where is None or store is None or not store.get("credentials_secret"):
+        return None
+    if not client.configured():
+        return None  # no karmada-apiserver to read the keys from (a preview)
+    try:
+        keys = _KEYS.keys(str(store["credentials_secret"]))
+    except (KeyError, errors.PermanentError) as exc:
+        raise CannotSign(f"cannot sign the input artifacts' URLs: {exc}") from exc
+    known = (where.endpoint, where.bucket, where.key)
+    if known in _FOLDERS:
+        return _FOLDERS[known]
+    try:
+        found = folders.folder_keys(where, keys, store.get("proxy") or None)
+    except folders.ListingFailed as exc:
+        # Not known, not guessed: read as one object, as before listing existed (a file
+        # copies; a folder fails with S3's NoSuchKey, as Argo's load of a missing key does).
+        log.warning("cannot tell whether %s is a folder, copied as one object: %s", where.key, exc)
+        return None
+    if len(_FOLDERS) >= _FOLDERS_KEPT:
+        _FOLDERS.pop(next(iter(_FOLDERS)))
+    _FOLDERS[known] = found
+    return found
+
+
+# What each output is, by location: a step's outputs never change once it has ended, so each
+# is asked of its repository once per process (the advance asks for every reader it routes).
+_FOLDERS: dict[tuple[str, str, str], list[str] | None] = {}
+_FOLDERS_KEPT = 4096
+
+
+def folder_or_none(artifact: Mapping[str, Any]) -> list[str] | None:
+    """``folder_at_its_repository``, None when the repository's keys cannot be read (the
+    reader's own step workflow then says so)."""
+    try:
+        return folder_at_its_repository(artifact)
+    except (CannotSign, errors.KarmadaError):
+        # The keys cannot be read now: neither can the reader's URLs be signed, so its step
+        # workflow is not made either, and routing it is tried again with it.
+        return None
 
 
 class CannotSign(Exception):

@@ -20,7 +20,7 @@ Copies are step outputs of the run: the run's artifact GC deletes them with the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from portal.controller.common import ancestors, event
 from portal.karmada import client
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from portal.planning import planner_snapshot
+from portal.selectors import upstream_outputs
 from portal.selectors.transfers import transfer_measured
 from sites.models import SiteLink
 
@@ -90,38 +91,50 @@ def _size(producer: UnitRun) -> int:
     return ASSUMED_BYTES if found is None else found
 
 
+FolderOf = Callable[[Mapping[str, Any]], list[str] | None]
+
+
 def route(
     run: WorkflowRun,
     unit: UnitRun,
     units: list[UnitRun],
     blocked: frozenset[tuple[str, str]],
+    folder_of: FolderOf = lambda a: None,
 ) -> Routed:
-    """Copies for every producer of ``unit`` whose repository its site cannot read: each
-    producer's copy at the chosen relay, made or reused, named in the unit's ``spec.via``."""
+    """Copies for every producer of ``unit`` whose repository its site cannot read (each
+    producer's copy at the chosen relay), and for every producer at another site whose
+    outputs hold an unarchived folder (``folder_of``), which no pre-signed URL names (its copy
+    at the unit's own site, one tgz): made or reused, named in the unit's ``spec.via``."""
     out = Routed()
-    if not blocked or not unit.site:
+    if not unit.site or is_transfer(unit):
+        # A copy reads its producer through pre-signed URLs, one per object, at its relay.
         return out
     by_name = {u.name: u for u in units}
     via = dict((unit.spec or {}).get("via") or {})
-    producers = [by_name[n] for n in unit.upstream or () if n in by_name]
     # Only outputs there are to read: a producer without output artifacts (a suspend, a step
     # passing parameters only) needs no copy, wherever it ran.
-    cut = [
+    producers = [
         p
-        for p in producers
+        for p in (by_name[n] for n in unit.upstream or () if n in by_name)
         if p.site
-        and (p.site, unit.site) in blocked
+        and p.site != unit.site
         and p.name not in via
         and (p.outputs or {}).get("artifacts")
     ]
-    if not cut:
+    cut = [p for p in producers if (p.site, unit.site) in blocked]
+    folders = [p for p in producers if p not in cut and _holds_folder(p, folder_of)]
+    if not cut and not folders:
         return out
     view = planner_snapshot()
     project = run.project.name if run.project_id and run.project else None
     regions = _regions(unit, units, view.datasets.for_project(project))
-    for producer in cut:
+    for producer in [*cut, *folders]:
         size = _size(producer)
-        relay = relays.relay_for(view.fleet, producer.site, unit.site, size, regions)
+        relay = (
+            relays.relay_for(view.fleet, producer.site, unit.site, size, regions)
+            if producer in cut
+            else unit.site
+        )
         if relay is None:
             out.cut.append(producer.site)
             continue
@@ -130,16 +143,37 @@ def route(
             out.added.append(copy)
             units.append(copy)
         via[producer.name] = copy.name
-    if via != ((unit.spec or {}).get("via") or {}):
-        spec = {**(unit.spec or {}), "via": via}
-        # The pages draw the graph from the column: the copy feeds the unit there too.
-        drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
-        if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
-            spec=spec, upstream=drawn
-        ):
-            unit.spec = spec
-            out.moved = True
+    out.moved = _via_set(unit, via)
     return out
+
+
+def _holds_folder(producer: UnitRun, folder_of: FolderOf) -> bool:
+    """Whether one of the producer's outputs is a folder saved unarchived (asked of its
+    repository only for ``archive: none`` outputs: any other is one object)."""
+    raw = (producer.outputs or {}).get("artifacts") or []
+    if not any("none" in ((a or {}).get("archive") or {}) for a in raw):
+        return False
+    found = upstream_outputs([producer])
+    return any(
+        "none" in (a.get("archive") or {}) and bool(folder_of(a))
+        for outputs in found.values()
+        for a in outputs.artifacts.values()
+    )
+
+
+def _via_set(unit: UnitRun, via: dict[str, str]) -> bool:
+    """The unit reads through ``via`` (producer -> copy); whether that changed it."""
+    if via == ((unit.spec or {}).get("via") or {}):
+        return False
+    spec = {**(unit.spec or {}), "via": via}
+    # The pages draw the graph from the column: the copy feeds the unit there too.
+    drawn = list(dict.fromkeys([*(unit.upstream or ()), *via.values()]))
+    if UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt, workflow_name="").update(
+        spec=spec, upstream=drawn
+    ):
+        unit.spec = spec
+        return True
+    return False
 
 
 def _copy_unit(
@@ -156,9 +190,16 @@ def _copy_unit(
     if existing is not None:
         return existing, False
     plan = relays.transfer(fleet, producer.site, relay, target, size)
+    why = (
+        # A folder at a repository the reader's site reads: copied where it is read.
+        f"{producer.site}'s outputs hold a folder saved unarchived, which no pre-signed URL "
+        f"names; {relay} reads that repository and copies the folder into its own as one tgz"
+        if relay == target
+        else f"{target} cannot read the artifact repository of {producer.site}; "
+        f"{relay} reads it and {target} reads {relay}"
+    )
     reason = (
-        f"transfer: {target} cannot read the artifact repository of {producer.site}; "
-        f"{relay} reads it and {target} reads {relay}: "
+        f"transfer: {why}: "
         f"estimated {planner.human_bytes(size)} in {plan.seconds:.1f}s, cost {plan.cost:.2f}"
     )
     unit, spec = _copy_spec(name, producer, relay, target, size, plan)
@@ -281,7 +322,7 @@ def outputs_through_copies(
             phase=base.phase,
             parameters=base.parameters,
             result=base.result,
-            artifacts={**base.artifacts, **copy.artifacts},
+            artifacts={**base.artifacts, **_copied(base.artifacts, copy.artifacts)},
             exit_code=base.exit_code,
             extra=base.extra,
             template=base.template,
@@ -289,15 +330,41 @@ def outputs_through_copies(
     return out
 
 
+def _copied(
+    produced: Mapping[str, Mapping[str, Any]], copied: Mapping[str, Mapping[str, Any]]
+) -> dict[str, Any]:
+    """Each copied artifact as its reader takes it: the producer's artifact (its archive,
+    mode, ...) at the copy's location. An object was copied as it is, so it is read as the
+    producer's would have been; a folder was copied as one tgz (the copy recorded no
+    ``archive: none``), which the reader's Argo unpacks into the folder when told nothing."""
+    out: dict[str, Any] = {}
+    for name, copy in copied.items():
+        base = produced.get(name)
+        if base is None:
+            out[name] = copy
+            continue
+        kept = {k: v for k, v in base.items() if k not in _LOCATIONS}
+        if "none" not in (copy.get("archive") or {}):
+            kept.pop("archive", None)
+        out[name] = {**kept, **{k: v for k, v in copy.items() if k in _LOCATIONS}}
+    return out
+
+
+# An artifact's location fields (Argo's ArtifactLocation), the rest being how it is read.
+_LOCATIONS = ("s3", "http", "gcs", "azure", "oss", "hdfs", "git", "raw", "artifactory")
+
+
 def workflow(
     run: WorkflowRun,
     unit: UnitRun,
     units: Sequence[UnitRun],
     outputs: Mapping[str, manifests.TaskOutputs],
+    folder_of: Callable[[Mapping[str, Any]], list[str] | None] = lambda a: None,
 ) -> dict[str, Any]:
     """The transfer unit's step workflow: the producer's artifacts (full locations, signed
     into pre-signed GETs by the caller like any step's inputs) copied into its site's
-    repository."""
+    repository. ``folder_of``: the relative paths of an ``archive: none`` output's objects
+    when it is a folder (listed at its repository), else None."""
     info = (unit.spec or {}).get(TRANSFER) or {}
     producer = next((u for u in units if u.name == info.get("producer")), None)
     task = str((producer.spec or {}).get("task") or producer.name) if producer else ""
@@ -305,6 +372,12 @@ def workflow(
     artifacts = [{**dict(a), "name": str(n)} for n, a in (found.artifacts if found else {}).items()]
     if not artifacts:
         raise manifests.Unresolved([f"tasks.{task}.outputs.artifacts"])
+    # Only an unarchived output may be a folder (a default one is one tgz object).
+    folders = {
+        str(a["name"]): files
+        for a in artifacts
+        if "none" in (a.get("archive") or {}) and (files := folder_of(a))
+    }
     return manifests.transfer_workflow(
         codec.unit_from_dict(unit.spec),
         artifacts,
@@ -315,6 +388,7 @@ def workflow(
         site=unit.site,
         reason=unit.reason,
         domain=settings.PORTAL_LABEL_DOMAIN,
+        folders=folders,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import stat
 import tempfile
 import urllib.parse
 from dataclasses import dataclass
@@ -137,6 +138,25 @@ class RemoteBucket:
         with path.open("rb") as f:
             self.request("PUT", key, body=f, length=os.fstat(f.fileno()).st_size)
 
+    def _put_file_as_it_is(self, src: tuple[int, str], key: str) -> bool:
+        """An unarchived output that is a regular file PUT straight from the step's file (no
+        copy of it first: a copy of a large output cost as much as the upload); False when
+        it is not one (a folder, a link), to be saved by copying what may be saved."""
+        try:
+            fd = os.open(src[1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=src[0])
+        except OSError:
+            return False
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            return False
+        with os.fdopen(fd, "rb") as f:
+            try:
+                self.request("PUT", key, body=f, length=st.st_size)
+            except (S3Error, Unreachable) as exc:
+                raise ArtifactError(str(exc)) from None
+        return True
+
     def list_keys(self, prefix: str) -> list[str]:
         import xml.etree.ElementTree as ET
 
@@ -159,6 +179,8 @@ class RemoteBucket:
         entry is `arcname`, or with `archive: none` a file as it is and a folder as one object
         per file under `<key>/`. Links that leave the artifact are left out (a link that
         stays inside is stored as what it points at: S3 keeps no links)."""
+        if not archive and self._put_file_as_it_is(src, key):
+            return
         with tempfile.TemporaryDirectory(prefix="sandbox-put-") as tmp:
             if archive:
                 out_path = Path(tmp) / "artifact.tgz"

@@ -103,6 +103,7 @@ class LabelMapField(serializers.JSONField):
                     "bucket": {"type": "string"},
                     "credentials_secret": {"type": "string"},
                     "region": {"type": "string"},
+                    "proxy": {"type": "string"},
                 },
                 "required": ["bucket"],
                 "additionalProperties": False,
@@ -127,8 +128,9 @@ class SiteSerializer(StrictFieldsMixin, serializers.ModelSerializer[Site]):
       DNS subdomain, name and value at most 63 characters of ``[A-Za-z0-9-_.]`` starting and
       ending alphanumeric; the value may be empty); replaces the stored labels whole.
     * ``overrides``: a JSON merge patch (RFC 7386) of the stored ``{"artifact_repository":
-      {...any object...}, "artifact_store": {"endpoint", "bucket", "credentials_secret", "region"},
-      "gpu_node_selector": {label: value}, "image_registry_mirror": "registry.example.org"}``:
+      {...any object...}, "artifact_store": {"endpoint", "bucket", "credentials_secret",
+      "region", "proxy"}, "gpu_node_selector": {label: value},
+      "image_registry_mirror": "registry.example.org"}``:
       the keys sent are merged in, ``null`` deletes a key, the keys not sent are kept.
       ``artifact_store`` is where the site keeps step outputs, written in full into the step
       workflows that read them elsewhere; removing or moving it while a run placed at the site

@@ -4,9 +4,11 @@ at site-b (A -> B -> C). Printed beside the floor of copying the same bytes thro
 repositories' endpoints directly with botocore (a pre-signed GET from site-a's, a pre-signed
 PUT into site-b's), measured in the same run.
 
-The transfer's time is the portal's own record of its transfer unit: from its step workflow's
-creation to its end (Argo's finish time has whole seconds, so the object is large enough for
-a second to matter little).
+The transfer's time is from its step workflow's creation (the portal's clock, sub-second) to
+the moment the portal has it Succeeded (seen by polling the database every 50 ms, on the same
+host's clock): what relaying costs a reader, start-up and status included. Beside it, the
+portal's record (created -> Argo's finishedAt), which is whole seconds, truncated, so up to a
+second short; and the step's own start -> finish by Argo's clock, also whole seconds.
 
 Run: ``.venv/bin/python tests/bench/bench_transfer.py`` (bubblewrap, PostgreSQL and Redis on
 their standard ports; it creates and drops its own database ``portal_bench_transfer`` and
@@ -36,8 +38,9 @@ from tests.bench.benchstack import BenchStack  # noqa: E402
 # 256 MiB, the size asked for; 1 GiB too, since at 256 MiB the copy takes about a second and
 # Argo's whole-second finish time is a large part of it.
 SIZES = [int(m) for m in os.environ.get("BENCH_TRANSFER_MIB", "256,1024").split(",")]
-DB = "portal_bench_transfer"
-REDIS = "redis://127.0.0.1:6379/12"
+# Its own database and Redis database; another of each when another run shares the machine.
+DB = os.environ.get("BENCH_TRANSFER_DB", "portal_bench_transfer")
+REDIS = os.environ.get("BENCH_TRANSFER_REDIS", "redis://127.0.0.1:6379/12")
 TARGET = 1.5
 
 WORKFLOW = """
@@ -142,6 +145,7 @@ def main() -> None:
 def relay(stack: BenchStack, mib: int) -> None:
     """One relay of ``mib`` MiB through the portal, then the floor over the same object."""
     run = stack.submit(WORKFLOW.replace("range(MIB)", f"range({mib})").encode())
+    seen = copy_seen_done(stack, run)
     query = "SELECT status, finished_at, message FROM portal_workflowrun WHERE id = %s"
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline and stack.sql(query, run)[0][1] is None:
@@ -159,14 +163,30 @@ def relay(stack: BenchStack, mib: int) -> None:
     )
     key = next(a for a in write_outputs["artifacts"] if a["name"] == "data")["s3"]["key"]
     moved = next(p["value"] for p in outputs["parameters"] if p["name"] == "bytes")
+    observed_s = seen - submitted.timestamp()
     portal_s = (finished - submitted).total_seconds()
     floor_s = floor(stack, key)
     step_s = (finished - started).total_seconds()
     print(f"relay A->B->C of {mib} MiB ({moved} bytes moved by the transfer unit)")
-    print(f"  transfer unit (created -> finished, portal's records): {portal_s:6.2f} s")
+    print(f"  transfer unit (created -> Succeeded in the portal):   {observed_s:6.2f} s")
     print(f"  floor (pre-signed GET -> PUT, botocore signer):        {floor_s:6.2f} s")
-    print(f"  ratio: {portal_s / floor_s:.2f}x (target <= {TARGET}x)")
-    print(f"  (the step itself, started -> finished by Argo's clock: {step_s:.0f} s)")
+    print(f"  ratio: {observed_s / floor_s:.2f}x (target <= {TARGET}x)")
+    print(
+        f"  (created -> Argo's finishedAt, whole seconds: {portal_s:.2f} s, "
+        f"{portal_s / floor_s:.2f}x; the step by Argo's clock: {step_s:.0f} s)"
+    )
+
+
+def copy_seen_done(stack: BenchStack, run: int) -> float:
+    """When (this host's clock) the portal first has the run's copy Succeeded."""
+    query = "SELECT phase FROM portal_unitrun WHERE run_id = %s AND name = 'write-copy-site-b'"
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        found = stack.sql(query, run)
+        if found and found[0][0] in ("Succeeded", "Failed", "Error", "Omitted", "Skipped"):
+            return time.time()
+        time.sleep(0.05)
+    raise SystemExit("bench_transfer: the copy did not end within 900 s")
 
 
 if __name__ == "__main__":

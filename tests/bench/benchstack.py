@@ -114,7 +114,7 @@ class BenchStack:
                 sandbox_argv(self.sandbox_port, self.kubeconfig, time_scale, *extra),
                 ready=answers(f"http://127.0.0.1:{self.sandbox_port}/_sandbox/ready"),
             )
-            out = self.manage("load_demo")
+            out = self.manage("load_demo", "--sandbox", f"http://127.0.0.1:{self.sandbox_port}")
             self.token = out.rsplit("API token: ", 1)[1].strip()
             self._start_control_plane(workdir / "beat", worker_concurrency, web_workers)
         except BaseException:

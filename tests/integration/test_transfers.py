@@ -48,8 +48,9 @@ def scientist(live_executing: Stack) -> User:
     return User.objects.get(username="scientist")
 
 
-def assert_the_transfer_is_shown(scientist: User, run_id: int) -> None:
-    """The REST run detail, the site page and the run page show the copy as a transfer."""
+def assert_the_transfer_is_shown(scientist: User, run_id: int, size: int) -> None:
+    """The REST run detail, the site page and the run page show the copy as a transfer, which
+    moved ``size`` bytes (the producer's object as it is: Argo's tgz of the file)."""
     # The REST run detail: the transfer is a unit of kind transfer, with what it moved.
     api = APIClient()
     api.force_authenticate(scientist)
@@ -60,7 +61,7 @@ def assert_the_transfer_is_shown(scientist: User, run_id: int) -> None:
     assert shown["site"] == "site-b"
     moved = shown["transfer"]
     assert (moved["from"], moved["to"]) == ("site-a", "site-b")
-    assert moved["bytes"] == len(CONTENT.encode())
+    assert moved["bytes"] == size
     assert moved["seconds"] is not None and moved["cost"] == "0.00"
     # A copy this small measures overhead, not the link: the link learns nothing from it
     # (tests/bench/bench_transfer.py moves 256 MiB, which it learns from).
@@ -78,7 +79,7 @@ def assert_the_transfer_is_shown(scientist: User, run_id: int) -> None:
     assert 'data-unit="write-copy-site-b"' in html and 'polygon class="transfer"' in html
     assert html.count('class="node phase-Succeeded transfer"') == 1
     # Its timeline bar says what it moved.
-    assert 'class="bar-label" ' in html and f">{len(CONTENT.encode())} B</text>" in html, html
+    assert 'class="bar-label" ' in html and f">{size} B</text>" in html, html
 
 
 def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
@@ -120,7 +121,10 @@ def test_a_gpu_step_at_site_c_reads_site_a_s_output_through_a_copy_at_site_b(
     assert "s3" not in argument
     assert argument["http"]["url"].startswith("http://s3.site-b.sandbox.invalid/site-b-artifacts/")
     assert "X-Amz-Signature=" in argument["http"]["url"]
-    assert_the_transfer_is_shown(scientist, run.pk)
+    (size,) = repository_objects(
+        live_executing, "site-a", f"{got['write'].workflow_name}/"
+    ).values()
+    assert_the_transfer_is_shown(scientist, run.pk, size)
 
 
 def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
@@ -349,8 +353,13 @@ def test_a_relay_lost_mid_copy_with_no_other_relay_fails_the_reader_saying_why(
 
 
 def repository_keys(stack: Stack, site: str, prefix: str) -> list[str]:
-    """The keys under ``prefix`` in ``site``'s repository, listed over S3 (ListObjectsV2,
-    botocore's SigV4) with the site's demo keys, through its listener."""
+    """The keys under ``prefix`` in ``site``'s repository."""
+    return list(repository_objects(stack, site, prefix))
+
+
+def repository_objects(stack: Stack, site: str, prefix: str) -> dict[str, int]:
+    """The objects under ``prefix`` in ``site``'s repository and their sizes, listed over S3
+    (ListObjectsV2, botocore's SigV4) with the site's demo keys, through its listener."""
     import botocore.session
     from botocore.config import Config
 
@@ -369,7 +378,7 @@ def repository_keys(stack: Stack, site: str, prefix: str) -> list[str]:
         ),
     )
     listed = s3.list_objects_v2(Bucket=repo["bucket"], Prefix=prefix)
-    return [str(o["Key"]) for o in listed.get("Contents") or []]
+    return {str(o["Key"]): int(o["Size"]) for o in listed.get("Contents") or []}
 
 
 @pytest.mark.parametrize("run_gc", [False, True], ids=["no-artifact-gc", "artifact-gc"])

@@ -243,6 +243,10 @@ def test_it_rejects_unknown_fields(operator_api: APIClient, operated_site: Site)
             "overrides.artifact_store.credentials_secret",
         ),
         (
+            {"overrides": {"artifact_store": {"bucket": "b12", "proxy": "socks5://p:1080"}}},
+            "overrides.artifact_store.proxy",
+        ),
+        (
             {"overrides": {"artifact_store": {"bucket": "b12", "region": "Eu West!"}}},
             "overrides.artifact_store.region",
         ),

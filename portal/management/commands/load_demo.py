@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from placement import parser
-from placement.demo import ARTIFACT_STORES, artifacts_reachable
+from placement.demo import ARTIFACT_STORES, artifacts_reachable, repository_proxies
 from placement.models import PlacementRule
 from portal import services
 from portal.api_tokens import api_token_create
@@ -117,6 +117,14 @@ RULES: list[dict[str, Any]] = [
 class Command(BaseCommand):
     help = "Load the demo fleet: three sites, their links, the input dataset, rules, a user."
 
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument(
+            "--sandbox",
+            default="",
+            help="URL of the sandbox fleet: its repositories' listeners become the proxies the "
+            "portal reaches them through",
+        )
+
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
         user_model = get_user_model()
@@ -135,7 +143,8 @@ class Command(BaseCommand):
         )
         project.members.add(scientist, admin)
 
-        sites = _load_sites()
+        proxies = repository_proxies(options["sandbox"]) if options.get("sandbox") else {}
+        sites = _load_sites(proxies)
         # The datasets from the demo's STAC catalogue, as an operator loads their own.
         datasets = catalogue_import(source=str(EXAMPLES / "stac" / "catalog.json"))
         template_register(EXAMPLES / "eo-pipeline.yaml", DEMO_TEMPLATE)
@@ -155,8 +164,9 @@ class Command(BaseCommand):
         )
 
 
-def _load_sites() -> dict[str, Site]:
-    """The demo fleet's sites and links, by site name."""
+def _load_sites(proxies: dict[str, str]) -> dict[str, Site]:
+    """The demo fleet's sites and links, by site name; ``proxies``: each repository's HTTP
+    proxy for the control plane, by site."""
     sites: dict[str, Site] = {}
     for spec in SITES:
         fields = {k: v for k, v in spec.items() if k != "name"}
@@ -170,7 +180,10 @@ def _load_sites() -> dict[str, Site]:
                 setattr(site, key, spec[key])
         site.overrides = {
             **(site.overrides or {}),
-            "artifact_store": ARTIFACT_STORES[site.name],
+            "artifact_store": {
+                **ARTIFACT_STORES[site.name],
+                **({"proxy": proxies[site.name]} if site.name in proxies else {}),
+            },
         }
         site.save()
         sites[site.name] = site

@@ -125,11 +125,12 @@ class Command(BaseCommand):
     def _start(
         self, children: _Children, env: dict[str, str], var: Path, port: int, time_scale: float
     ) -> None:
+        sandbox = ""
         if not settings.KARMADA_KUBECONFIG and _has_module("sandbox.__main__"):
-            _start_sandbox(children, time_scale)
+            sandbox = _start_sandbox(children, time_scale)
 
         call_command("migrate", interactive=False, verbosity=0)
-        call_command("load_demo")
+        call_command("load_demo", sandbox=sandbox)
 
         py = sys.executable
         worker = ["worker", "-l", "info", "--concurrency", "2", "-n", "demo-worker@%h"]
@@ -144,8 +145,9 @@ class Command(BaseCommand):
         _wait_for(f"http://127.0.0.1:{port}/healthz", web)
 
 
-def _start_sandbox(children: _Children, time_scale: float) -> None:
-    """The sandbox fleet on a free port; the portal's processes use its kubeconfig."""
+def _start_sandbox(children: _Children, time_scale: float) -> str:
+    """The sandbox fleet on a free port (its URL); the portal's processes use its
+    kubeconfig."""
     kubeconfig = children.var / "kubeconfig"  # an operator's (system:admin)
     portal_kubeconfig = children.var / "portal.kubeconfig"
     port = next(p for p in range(SANDBOX_PORT, SANDBOX_PORT + 100) if _port_free(p))
@@ -173,6 +175,7 @@ def _start_sandbox(children: _Children, time_scale: float) -> None:
     )
     children.env["KARMADA_KUBECONFIG"] = str(portal_kubeconfig)
     os.environ["KARMADA_KUBECONFIG"] = str(portal_kubeconfig)
+    return f"http://127.0.0.1:{port}"
 
 
 def _port_free(port: int) -> bool:

@@ -35,12 +35,43 @@ RUN_TRANSITIONS: dict[str, set[str]] = {
 }
 
 
+class UnitKind(models.TextChoices):
+    """What a unit runs (``UnitRun.kind``): the parser's three kinds, and the two units the
+    controller adds to a run (its exit handler, and a relay copy of a producer's outputs).
+    Written once, when the row is created; the phase logic reads it (an exit handler or a
+    copy is no node of the entrypoint)."""
+
+    TASK = "task", "DAG task"
+    STEP = "step", "Step"
+    WORKFLOW = "workflow", "Whole entrypoint"
+    EXIT = "exit", "Exit handler"
+    TRANSFER = "transfer", "Transfer (relay copy)"
+
+
+# The kinds that are not one of the entrypoint's nodes.
+AUX_KINDS = (UnitKind.EXIT, UnitKind.TRANSFER)
+
+
 class UnitPhase(models.TextChoices):
     """Phase of one placement unit (one step workflow per attempt).
 
     Allowed transitions: ``UNIT_TRANSITIONS``, which ``portal.state`` (the only writer)
     consults. Skipped: its ``when`` was false (or its withParam gave no items); Omitted: its
     ``depends`` can no longer be satisfied, or the run was stopped before it started.
+
+    A phase's sub-states are columns of the same row (``UnitRun``), each with one writer:
+
+    * ``kind`` (``UnitKind``): set when the row is created, never moved.
+    * ``expanded``: a withParam unit became a group row (Pending -> Running, in the same
+      UPDATE, ``portal.controller.expand``); its items carry the work and it ends when they
+      have (Running -> Succeeded or Failed). An expansion to no item leaves it False and
+      moves the unit to Skipped.
+    * ``shutdown_sent``: a stopped run's Running unit was sent its step workflow's
+      ``spec.shutdown`` once (``portal.controller.status.shutdown``); the phase follows the
+      step workflow.
+    * unsubmitted: ``workflow_name == ""`` (no step workflow created yet for this attempt);
+      placed: ``site`` (written only by ``portal.state.unit_place``). Waiting and the worker's
+      claim are no unit states (``docs/decisions.md``).
     """
 
     PENDING = "Pending", "Pending"

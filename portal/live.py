@@ -151,10 +151,10 @@ def graph_skeleton(run: WorkflowRun, counts: Counts, expand: Sequence[str]) -> S
     rows = list(
         run.units.order_by("position", "id").values(
             *SKELETON_FIELDS,
+            "expanded",
+            "kind",
             task=_kt("task"),
             item_index=_kt("item_index"),
-            expanded=_kt("expanded"),
-            kind=_kt("kind"),
         )
     )
     drawn, groups = group_units(rows, expand)

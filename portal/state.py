@@ -7,6 +7,11 @@ refused by changing nothing and answering False (or 0): a redelivered task, or t
 racing, find the row already moved and do nothing. A call that asks for a move no named
 state allows is a bug in the caller, not a race, and raises ``IllegalTransition``.
 
+A move writes the status or phase and only the columns its caller names; a unit's ``site``
+is never one of them: ``unit_place`` alone writes it, over the sites the caller read
+(``from_sites``), so a move cannot undo a placement made meanwhile. A move naming ``site``
+raises ``IllegalTransition``.
+
 Services (``portal.services``), the controller and the webhook's decision recorder
 (``portal.admission.queue``) call these; nothing else writes ``status``, ``phase`` or a
 unit's ``site``. ``unit_move`` also writes the unit's "unit-phase" event; other events stay
@@ -41,6 +46,18 @@ def _allowed_from(
     return allowed
 
 
+# Columns a move may not write: each has its own guarded writer here.
+GUARDED = {"site": "unit_place", "status": "run_move", "phase": "units_move"}
+
+
+def _refuse_guarded(fields: Mapping[str, Any]) -> None:
+    for name in fields:
+        if name in GUARDED:
+            raise IllegalTransition(
+                f"a move may not write {name!r}: {GUARDED[name]} is its only writer"
+            )
+
+
 def run_allowed_from(to: str, from_: Iterable[str] | None = None) -> list[str]:
     """The statuses (of ``from_``, default all) from which a run may move to ``to``."""
     return _allowed_from(RUN_TRANSITIONS, to, from_, "run status")
@@ -54,6 +71,7 @@ def unit_allowed_from(to: str, from_: Iterable[str] | None = None) -> list[str]:
 def run_move(run_id: int, to: str, *, from_: Iterable[str] | None = None, **fields: Any) -> bool:
     """Move a run to status ``to`` (with ``fields``) if it is in an allowed status among
     ``from_``. True when it moved."""
+    _refuse_guarded(fields)
     allowed = run_allowed_from(to, from_)
     return bool(
         WorkflowRun.objects.filter(pk=run_id, status__in=allowed).update(status=to, **fields)
@@ -65,6 +83,7 @@ def units_move(
 ) -> int:
     """Move the units of ``units`` (narrowed by the caller: a pk, an attempt) to phase ``to``
     (with ``fields``), those in an allowed phase among ``from_``. Returns how many moved."""
+    _refuse_guarded(fields)
     allowed = unit_allowed_from(to, from_)
     return units.filter(phase__in=allowed).update(phase=to, **fields)
 
@@ -72,6 +91,7 @@ def units_move(
 def unit_move(unit: UnitRun, to: str, *, message: str = "", **fields: Any) -> bool:
     """Move one unit, as last read (its phase and attempt), to phase ``to``; the instance
     follows and an event says so. A final phase stamps ``finished_at`` unless given."""
+    _refuse_guarded(fields)
     now = timezone.now()
     extra: dict[str, Any] = {"updated_at": now, **fields}
     if message:
@@ -97,5 +117,7 @@ def unit_place(
     units: QuerySet[UnitRun], site: str, *, from_sites: Iterable[str], **fields: Any
 ) -> int:
     """Record where the units of ``units`` (narrowed by the caller to one attempt) run: only
-    over a site among ``from_sites``, so a later or a concurrent placement is not undone."""
+    over a site among ``from_sites``, so a later or a concurrent placement is not undone.
+    ``fields`` go with the placement (its reason, its time), never a status or phase."""
+    _refuse_guarded(fields)
     return units.filter(site__in=list(from_sites)).update(site=site, **fields)

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from portal.choices import RunStatus, UnitPhase
+from portal.choices import RunStatus, UnitKind, UnitPhase
 from portal.karmada.logs import fnv32a
 from portal.models import SyncHold, UnitRun, WorkflowRun
 from portal.selectors import outputs_summary
@@ -276,8 +276,8 @@ class Nodes:
         )
 
     def build(self) -> dict[str, dict[str, Any]]:
-        main = [u for u in self.units if (u.spec or {}).get("kind") != "exit"]
-        exits = [u for u in self.units if (u.spec or {}).get("kind") == "exit"]
+        main = [u for u in self.units if u.kind != UnitKind.EXIT]
+        exits = [u for u in self.units if u.kind == UnitKind.EXIT]
         root_type = self.template_type(self.entrypoint)
         if root_type not in ("DAG", "Steps") and len(main) == 1:
             # One template run whole: its node is the workflow's only node, as in Argo.

@@ -199,7 +199,7 @@ def _ready_units(
     ready: list[UnitRun] = []
     progressed = False
     for unit in units:  # grows with expanded items: the pass sees them
-        if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.spec.get("expanded"):
+        if unit.phase != UnitPhase.PENDING or unit.workflow_name or unit.expanded:
             continue
         held = held_back(run, unit, phases, outputs, allowed)
         if held is not None:

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from portal.choices import ACTIVE_RUN, FINAL_UNIT
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, UnitKind
 from portal.controller import keep_logs
 from portal.karmada import client, errors, resources
 from portal.models import UnitRun
@@ -62,7 +62,7 @@ def step_workflows_cleanup(*, keep_seconds: int | None = None) -> int:
             .exclude(run__status__in=ACTIVE_RUN, run__compiled__artifact_gc=True)
             # A copy (transfer unit) is collected with its step workflow: kept while the run
             # is active, since a reader not yet started reads it.
-            .exclude(run__status__in=ACTIVE_RUN, spec__kind="transfer")
+            .exclude(run__status__in=ACTIVE_RUN, kind=UnitKind.TRANSFER)
             .values_list("pk", "workflow_name", "attempt", "site", "finished_at")[
                 : BATCH - len(tried)
             ]

@@ -27,7 +27,7 @@ def _phase_of(units: list[UnitRun]) -> str | list[str] | None:
 def task_phases(units: list[UnitRun]) -> dict[str, str | list[str] | None]:
     by_task: dict[str, list[UnitRun]] = {}
     for u in units:
-        if u.spec.get("expanded"):
+        if u.expanded:
             continue
         by_task.setdefault(u.spec.get("task") or u.name, []).append(u)
     return {task: _phase_of(rows) for task, rows in by_task.items()}

@@ -9,7 +9,14 @@ from typing import Any
 from placement import codec, parser, planner
 from placement.parser import Unit
 from portal import state
-from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
+from portal.choices import (
+    FINAL_UNIT,
+    DecisionSource,
+    RunStatus,
+    UnitKind,
+    UnitPhase,
+    UnitTiming,
+)
 from portal.controller import gates, outcome
 from portal.controller.common import event, units_of, upstream_where
 from portal.controller.submit import submit_units
@@ -22,9 +29,7 @@ EXIT_UNIT = "onExit"
 
 def exit_pending(run: WorkflowRun, units: list[UnitRun]) -> bool:
     """The run has an exit handler that has not been created yet."""
-    return bool(run.compiled.get("on_exit")) and not any(
-        u.spec.get("kind") == "exit" for u in units
-    )
+    return bool(run.compiled.get("on_exit")) and not any(u.kind == UnitKind.EXIT for u in units)
 
 
 def _exit_arguments(spec: Mapping[str, Any]) -> parser.Arguments:
@@ -71,7 +76,7 @@ def create_exit_unit(
         upstream_sites=upstream_where(units),
         timing="submit",
     )
-    spec = {**codec.unit_to_dict(unit), "kind": "exit", "workflow_status": status}
+    spec = {**codec.unit_to_dict(unit), "kind": UnitKind.EXIT.value, "workflow_status": status}
     row, created = UnitRun.objects.get_or_create(
         run=run,
         name=EXIT_UNIT,
@@ -84,6 +89,7 @@ def create_exit_unit(
             "planned_site": decision.site or "",
             "reason": f"exit handler: {decision.reason}",
             "spec": spec,
+            "kind": UnitKind.EXIT,
         },
     )
     if created:
@@ -102,9 +108,9 @@ def exit_after_stop(run: WorkflowRun) -> None:
     if gates.shutdown_strategy(run) != "Stop" or not run.compiled.get("on_exit"):
         return
     units = units_of(run)
-    if not all(u.phase in FINAL_UNIT for u in units if u.spec.get("kind") != "exit"):
+    if not all(u.phase in FINAL_UNIT for u in units if u.kind != UnitKind.EXIT):
         return
-    exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+    exit_unit = next((u for u in units if u.kind == UnitKind.EXIT), None)
     if exit_unit is None:
         # A stopped workflow is Failed to Argo ("Stopped with strategy 'Stop'").
         exit_unit = create_exit_unit(run, units, status=RunStatus.FAILED)

@@ -44,19 +44,19 @@ def expand(run: WorkflowRun, unit: UnitRun, units: list[UnitRun]) -> list[UnitRu
         for child in children
     ]
     with transaction.atomic():
-        if not UnitRun.objects.filter(
-            pk=unit.pk, phase=UnitPhase.PENDING, spec__expanded__isnull=True
-        ).exists():
+        if not UnitRun.objects.filter(pk=unit.pk, phase=UnitPhase.PENDING, expanded=False).exists():
             return []
         UnitRun.objects.bulk_create(rows, ignore_conflicts=True, batch_size=BULK_ROWS)
         holds_changed({}, held_by(rows))
         _item_decisions(run, decisions)
-        unit.spec = {**unit.spec, "expanded": [c.name for c in children]}
+        unit.spec = {**unit.spec, "item_names": [c.name for c in children]}
+        unit.expanded = bool(children)  # no item: a unit Skipped below, not a group
         state.units_move(
             UnitRun.objects.filter(pk=unit.pk),
             UnitPhase.RUNNING,
             from_=[UnitPhase.PENDING],
             spec=unit.spec,
+            expanded=unit.expanded,
             started_at=timezone.now(),
         )
         unit.phase = UnitPhase.RUNNING

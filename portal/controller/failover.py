@@ -133,7 +133,6 @@ def _move(
             UnitPhase.PENDING,
             from_=[UnitPhase.PENDING, UnitPhase.RUNNING],
             attempt=attempt,
-            site=site,
             timing=UnitTiming.SUBMIT,
             workflow_name="",
             submitted_at=None,
@@ -144,6 +143,12 @@ def _move(
             **({"message": ""} if replaced else {}),
         )
         if not changed:
+            return False
+        # Placed over the site the unit was read at; placed elsewhere meanwhile, nothing moves.
+        if not state.unit_place(
+            UnitRun.objects.filter(pk=unit.pk, attempt=attempt), site, from_sites=[unit.site]
+        ):
+            transaction.set_rollback(True)
             return False
         _moved(unit, attempt, site, f"{why}{decision.reason}")
         holds_changed(held, held_by([unit]))
@@ -251,7 +256,7 @@ def stale_runs(older_than_s: int | None = None) -> list[int]:
     # A unit that depends on nothing and still has no step workflow is one a turn left to
     # the next (a big fan-out); if that turn's request was lost, nothing in flight will ask
     # for it, so such runs count even with work in flight (a healthy run has none for long).
-    ready = waiting.filter(depends="", spec__expanded__isnull=True)
+    ready = waiting.filter(depends="", expanded=False)
     stuck = (
         WorkflowRun.objects.filter(status__in=ACTIVE_RUN, created_at__lt=cutoff)
         .exclude(Exists(units.filter(updated_at__gte=cutoff)))

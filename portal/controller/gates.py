@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from placement import phase
 from portal import state
-from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitKind, UnitPhase
 from portal.controller import locks
 from portal.controller.common import event
 from portal.models import BULK_ROWS, UnitRun, WorkflowRun
@@ -87,7 +87,7 @@ def fail_fast(entry: Mapping[str, Any]) -> bool:
 def _counts(unit: UnitRun) -> bool:
     """A unit that is one of the entrypoint's children (not a fan-out's group row, not the
     exit handler)."""
-    return not unit.spec.get("expanded") and unit.spec.get("kind") != "exit"
+    return not unit.expanded and unit.kind != UnitKind.EXIT
 
 
 def active(units: Sequence[UnitRun]) -> int:
@@ -146,8 +146,8 @@ def end_pending(units: Sequence[UnitRun], phase: str, why: str) -> bool:
         for u in units
         if u.phase == UnitPhase.PENDING
         and not u.workflow_name
-        and not u.spec.get("expanded")
-        and u.spec.get("kind") != "exit"
+        and not u.expanded
+        and u.kind != UnitKind.EXIT
     ]
     now = timezone.now()
     moved = 0
@@ -203,8 +203,8 @@ def admit(
     never start were ended. Locks (``locks``) are taken last, for the units that would start."""
     # The exit handler starts once everything else has ended, past a failure or the deadline
     # too (Argo runs onExit then), and counts toward no parallelism.
-    exits = [u for u in ready if u.spec.get("kind") == "exit"]
-    ready = [u for u in ready if u.spec.get("kind") != "exit"]
+    exits = [u for u in ready if u.kind == UnitKind.EXIT]
+    ready = [u for u in ready if u.kind != UnitKind.EXIT]
     g = gate(run, units)
     moved = False
     if g.end is not None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement import phase
-from portal.choices import FINAL_UNIT, RunStatus, UnitPhase
+from portal.choices import AUX_KINDS, FINAL_UNIT, RunStatus, UnitKind, UnitPhase
 from portal.controller import gates
 from portal.models import UnitRun, WorkflowRun
 
@@ -38,7 +38,7 @@ class Outcome:
 def _counts(unit: UnitRun) -> bool:
     """One of the entrypoint's tasks or steps (or an item of one), not a fan-out's group row
     and not the exit handler."""
-    return not unit.spec.get("expanded") and unit.spec.get("kind") not in ("exit", "transfer")
+    return not unit.expanded and unit.kind not in AUX_KINDS
 
 
 def _node(unit: UnitRun) -> str | None:
@@ -57,10 +57,10 @@ def task_nodes(units: Sequence[UnitRun]) -> dict[str, phase.TaskNodes]:
     rows: dict[str, list[UnitRun]] = {}
     groups: dict[str, UnitRun] = {}
     for u in units:
-        if u.spec.get("kind") in ("exit", "transfer"):
+        if u.kind in AUX_KINDS:
             continue  # not a node of the entrypoint (a transfer serves one)
         task = str(u.spec.get("task") or u.name)
-        if u.spec.get("expanded") is not None:
+        if u.expanded:
             groups[task] = u
             continue
         rows.setdefault(task, []).append(u)
@@ -83,13 +83,9 @@ def task_nodes(units: Sequence[UnitRun]) -> dict[str, phase.TaskNodes]:
 def shape(run: WorkflowRun, units: Sequence[UnitRun]) -> phase.Shape | None:
     """The entrypoint's DAG or steps, when the run's units are its tasks or steps (not one
     unit running the whole entrypoint)."""
-    if any(u.spec.get("kind") == "workflow" for u in units):
+    if any(u.kind == UnitKind.WORKFLOW for u in units):
         return None
-    present = {
-        str(u.spec.get("task") or u.name)
-        for u in units
-        if u.spec.get("kind") not in ("exit", "transfer")
-    }
+    present = {str(u.spec.get("task") or u.name) for u in units if u.kind not in AUX_KINDS}
     return phase.shape_of(gates.entry_template(run), present)
 
 

@@ -7,7 +7,7 @@ import contextlib
 from django.utils import timezone
 
 from portal import state
-from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitKind, UnitPhase
 from portal.controller import gates, outcome
 from portal.controller.common import event
 from portal.controller.exit_handler import exit_pending
@@ -19,9 +19,9 @@ def settle_groups(units: list[UnitRun]) -> None:
     """An expanded unit ends when all its items have ended."""
     by_name = {u.name: u for u in units}
     for u in units:
-        items = u.spec.get("expanded")
-        if not items or u.phase in FINAL_UNIT:
+        if not u.expanded or u.phase in FINAL_UNIT:
             continue
+        items = u.item_names
         rows = [by_name[n] for n in items if n in by_name]
         if len(rows) < len(items) or any(r.phase not in FINAL_UNIT for r in rows):
             continue
@@ -51,7 +51,7 @@ def run_refresh_status(run_id: int) -> str:
     if units and all(u.phase in FINAL_UNIT for u in units) and not exit_pending(run, units):
         decided = outcome.decide(run, units)
         new, extra = decided.status, []
-        exit_unit = next((u for u in units if u.spec.get("kind") == "exit"), None)
+        exit_unit = next((u for u in units if u.kind == UnitKind.EXIT), None)
         if exit_unit is not None and exit_unit.phase in (UnitPhase.FAILED, UnitPhase.ERROR):
             new = RunStatus.FAILED if new == RunStatus.SUCCEEDED else new
             extra.append(exit_unit)
@@ -76,14 +76,14 @@ def shutdown(run: WorkflowRun) -> None:
     stopped: Argo's ``Stop`` runs it (``exit_after_stop``)."""
     strategy = gates.shutdown_strategy(run)
     for unit in run.units.filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING]):
-        if unit.spec.get("kind") == "exit":
+        if unit.kind == UnitKind.EXIT:
             continue
         if unit.workflow_name:
-            if not unit.spec.get("shutdown_sent"):
+            if not unit.shutdown_sent:
                 with contextlib.suppress(errors.NotFound):
                     client.patch(
                         resources.WORKFLOW, unit.workflow_name, {"spec": {"shutdown": strategy}}
                     )
-                UnitRun.objects.filter(pk=unit.pk).update(spec={**unit.spec, "shutdown_sent": True})
-        elif not unit.spec.get("expanded"):
+                UnitRun.objects.filter(pk=unit.pk).update(shutdown_sent=True)
+        elif not unit.expanded:
             state.unit_move(unit, UnitPhase.OMITTED, message="run stopped")

@@ -16,6 +16,7 @@ from placement.context import context_annotation
 from placement.manifests import GlobalOutputs
 from placement.parser import ParsedWorkflow
 from portal import folders, labels, presign
+from portal.choices import UnitKind
 from portal.controller import gates, transfers
 from portal.controller.common import SiteState, sites_state
 from portal.karmada import client, errors
@@ -113,7 +114,7 @@ def step_workflow_for(
         globals_=run_wide.global_outputs,
     )
     # The run's deadline, locks and artifact GC are the portal's, not each member's.
-    exit_unit = unit.spec.get("kind") == "exit"
+    exit_unit = unit.kind == UnitKind.EXIT
     left = None if exit_unit else gates.deadline_left(run)
     body["spec"] = manifests.run_level_spec(body["spec"], deadline_left=left)
     signed_inputs(body["spec"], left, unit.site or None)

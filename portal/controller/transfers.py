@@ -32,7 +32,7 @@ from placement import codec, manifests, parser, planner
 from placement.context import upstream_location
 from placement.planner import relays
 from portal import state
-from portal.choices import FINAL_UNIT, DecisionSource, UnitPhase, UnitTiming
+from portal.choices import FINAL_UNIT, DecisionSource, UnitKind, UnitPhase, UnitTiming
 from portal.controller.common import ancestors, event
 from portal.karmada import client
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
@@ -54,7 +54,7 @@ ASSUMED_BYTES = planner.ASSUMED_UPSTREAM_BYTES
 
 
 def is_transfer(unit: UnitRun) -> bool:
-    return (unit.spec or {}).get("kind") == TRANSFER
+    return unit.kind == UnitKind.TRANSFER
 
 
 @dataclass(frozen=True)
@@ -218,6 +218,7 @@ def _copy_unit(
                     "planned_site": relay,
                     "reason": reason,
                     "spec": spec,
+                    "kind": UnitKind.TRANSFER,
                 },
             )
     except IntegrityError:  # another advance made it meanwhile

@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.lookups import IsNull
 
 from placement import codec
-from portal.choices import RunStatus, UnitPhase, UnitTiming
+from portal.choices import AUX_KINDS, RunStatus, UnitKind, UnitPhase, UnitTiming
 from portal.models.fields import InlineJSONField
 from sites.models import Project
 
@@ -76,7 +76,9 @@ class UnitRun(models.Model):
 
     ``spec`` keeps what the parser and planner produced for the unit (templates, arguments,
     requests, datasets) so later attempts and runtime placement need not parse the manifest
-    again. Phase transitions: see ``UnitPhase``.
+    again; the code reads a unit's state from its columns, never from ``spec``. Phase
+    transitions and the sub-state columns (``kind``, ``expanded``, ``shutdown_sent``): see
+    ``UnitPhase``.
     """
 
     run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="units")
@@ -97,6 +99,12 @@ class UnitRun(models.Model):
     spec = InlineJSONField(default=dict, blank=True)
     outputs = models.JSONField(default=dict, blank=True)
     workflow_name = models.CharField(max_length=63, blank=True)
+    kind = models.CharField(max_length=8, choices=UnitKind.choices, default=UnitKind.TASK)
+    # A withParam unit expanded into its items (at least one): a group row whose items carry
+    # the work; their names are ``spec["item_names"]``.
+    expanded = models.BooleanField(default=False)
+    # A stopped run's step workflow was sent its ``spec.shutdown`` (once).
+    shutdown_sent = models.BooleanField(default=False)
     # When the portal deleted the finished step workflow on karmada-apiserver (None: not yet).
     workflow_deleted_at = models.DateTimeField(null=True, blank=True)
     # The resourceVersion of the ResourceBinding this unit was last folded from: a watch that
@@ -133,6 +141,13 @@ class UnitRun(models.Model):
         indexes = [
             models.Index(fields=["workflow_name"]),
             models.Index(fields=["site", "phase"]),
+            # A run's transfers and exit handler (the serializers, the cleanup): a few rows
+            # among a fan-out's thousands of tasks.
+            models.Index(
+                fields=["run", "kind"],
+                condition=models.Q(kind__in=AUX_KINDS),
+                name="unitrun_run_aux_kind",
+            ),
             # One page of a run's units table, in its order, without sorting the run.
             models.Index(fields=["run", "position", "id"], name="unitrun_run_position"),
             # The run page's counts (portal.live): one pass over the run's entries.
@@ -167,6 +182,11 @@ class UnitRun(models.Model):
         return value if isinstance(value, int) else None
 
     @property
+    def item_names(self) -> list[str]:
+        """The items an expanded unit became (``expanded``), by name."""
+        return [str(n) for n in (self.spec or {}).get("item_names") or ()]
+
+    @property
     def task(self) -> str:
         return str((self.spec or {}).get("task") or self.name)
 
@@ -185,6 +205,7 @@ class UnitRun(models.Model):
         "planned_site",
         "reason",
         "spec",
+        "kind",
     )
 
     @staticmethod
@@ -205,6 +226,7 @@ class UnitRun(models.Model):
             decision.site or decision.runtime_hint or "",
             decision.reason,
             codec.unit_to_dict(unit),
+            unit.kind,
         )
 
     @classmethod

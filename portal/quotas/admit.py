@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from portal.choices import UnitTiming
+from portal.choices import UnitKind, UnitTiming
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas.runtime import admit_runtime
 from portal.quotas.scopes import governed, governed_sites, groups
@@ -31,7 +31,7 @@ def admit(
     runtime: list[UnitRun] = []
     passed: list[UnitRun] = []
     for u in ready:
-        if u.spec.get("kind") == "exit":
+        if u.kind == UnitKind.EXIT:
             passed.append(u)
         elif u.timing == UnitTiming.SUBMIT and u.site in quota_sites:
             by_site.setdefault(u.site, []).append(u)

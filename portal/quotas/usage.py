@@ -27,6 +27,7 @@ from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from portal.choices import UnitKind, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas.admission import Amount
 from portal.quotas.models import SitePrice
@@ -37,7 +38,7 @@ HOUR = Decimal(3600)
 GIB = Decimal(2**30)
 GB = Decimal(10**9)
 ZERO = Decimal(0)
-# A transfer unit's ``spec.kind`` (``portal.controller.transfers.TRANSFER``, which imports this).
+# The key of a transfer unit's spec that says what it copies (``portal.selectors.transfers``).
 TRANSFER_KIND = "transfer"
 
 
@@ -219,7 +220,7 @@ UNIT_COLUMNS = (
     "finished_at",
     "run__project__name",
     "run__owner__username",
-    "spec__kind",
+    "kind",
     "spec__transfer__from",
 )
 
@@ -228,12 +229,14 @@ def costs(
     units: QuerySet[UnitRun], now: datetime | None = None
 ) -> Iterator[tuple[dict[str, Any], Cost]]:
     """Each unit that ran (it has a start) with its cost; a unit still running counts until
-    ``now``. Group rows of a fan-out (their items ran) count nothing themselves."""
+    ``now``. Group rows of a fan-out (their items ran) count nothing themselves, nor does a
+    loop that expanded to no item (Skipped before any step workflow)."""
     now = now or timezone.now()
     rows = list(
         units.filter(started_at__isnull=False)
         .exclude(site="")
-        .filter(Q(spec__expanded__isnull=True))
+        .filter(expanded=False)
+        .exclude(phase=UnitPhase.SKIPPED, workflow_name="")
         .order_by("id")
         .values(*UNIT_COLUMNS)
     )
@@ -266,7 +269,7 @@ def costs(
 def _transfers_moved(units: list[dict[str, Any]]) -> dict[int, int]:
     """Bytes each transfer unit among ``units`` reported (0 before it did); outputs are read
     for those alone (a step's can be large)."""
-    ids = [u["id"] for u in units if u["spec__kind"] == TRANSFER_KIND]
+    ids = [u["id"] for u in units if u["kind"] == UnitKind.TRANSFER]
     out: dict[int, int] = {}
     for start in range(0, len(ids), 2000):
         for pk, outputs in UnitRun.objects.filter(pk__in=ids[start : start + 2000]).values_list(

@@ -330,7 +330,7 @@ def upstream_outputs(
         stores = artifact_stores()
     by_task: dict[str, list[UnitRun]] = {}
     for u in units:
-        if u.spec.get("expanded"):
+        if u.expanded:
             continue  # a group row: its items carry the outputs
         by_task.setdefault(u.spec.get("task") or u.name, []).append(u)
     out: dict[str, manifests.TaskOutputs] = {}

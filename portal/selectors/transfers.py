@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from portal.choices import UnitPhase
+from portal.choices import UnitKind, UnitPhase
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import usage
 
@@ -13,7 +13,7 @@ TRANSFER = usage.TRANSFER_KIND
 
 
 def unit_is_transfer(unit: UnitRun) -> bool:
-    return (unit.spec or {}).get("kind") == TRANSFER
+    return unit.kind == UnitKind.TRANSFER
 
 
 def transfer_measured(unit: UnitRun) -> dict[str, Any]:
@@ -43,4 +43,4 @@ def transfer_measured(unit: UnitRun) -> dict[str, Any]:
 def run_transfers_moved(run: WorkflowRun) -> dict[str, dict[str, Any]]:
     """``transfer_measured`` of each of the run's transfer units, by name (the run page's
     timeline labels a copy's bar with what it moved). A run has a few, read in one query."""
-    return {u.name: transfer_measured(u) for u in run.units.filter(spec__kind=TRANSFER)}
+    return {u.name: transfer_measured(u) for u in run.units.filter(kind=UnitKind.TRANSFER)}

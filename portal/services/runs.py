@@ -82,8 +82,13 @@ def run_retry(*, run: WorkflowRun, user: Any) -> WorkflowRun:
                 started_at=None,
                 finished_at=None,
                 message="",
-                site="" if unit.timing == UnitTiming.RUNTIME else unit.site,
             )
+            if unit.timing == UnitTiming.RUNTIME:  # placed again when it is created
+                state.unit_place(
+                    UnitRun.objects.filter(pk=unit.pk, attempt=unit.attempt + 1),
+                    "",
+                    from_sites=[unit.site],
+                )
         state.units_move(locked.units.all(), UnitPhase.PENDING, from_=[UnitPhase.OMITTED])
         state.run_move(
             run.pk, RunStatus.RUNNING, from_=[locked.status], finished_at=None, message=""

@@ -142,7 +142,7 @@ def test_fifty_items_at_site_c_over_one_site_a_artifact_make_one_transfer(
         stop(run.pk, scientist)
     got = units(run.pk)
     assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
-    copies = [u for u in got.values() if u.spec.get("kind") == "transfer"]
+    copies = [u for u in got.values() if u.kind == "transfer"]
     assert [c.name for c in copies] == ["write-copy-site-b"]
     readers = [
         u

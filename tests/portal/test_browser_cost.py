@@ -58,6 +58,7 @@ def shared_run(transactional_db: Any) -> WorkflowRun:
         planned_site="site-b",
         site="site-b",
         phase=UnitPhase.SUCCEEDED,
+        kind="transfer",
         spec={"kind": "transfer", "resources": {}, "transfer": {"from": "site-a", "to": "site-b"}},
         outputs={"parameters": [{"name": "bytes", "value": str(2 * 10**9)}]},
     )

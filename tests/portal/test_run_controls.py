@@ -344,7 +344,7 @@ def test_stop_runs_the_exit_handler_and_terminate_does_not(
         run_advance(run.pk)
         units = list(UnitRun.objects.filter(run=run))
         return all(u.phase in FINAL_UNIT for u in units) and (
-            strategy == "Terminate" or any(u.spec.get("kind") == "exit" for u in units)
+            strategy == "Terminate" or any(u.kind == "exit" for u in units)
         )
 
     until(fleet, settled, "the stopped run to settle")

@@ -4,10 +4,12 @@ refused and changes nothing."""
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 
 from portal import state
 from portal.choices import RUN_TRANSITIONS, UNIT_TRANSITIONS, RunStatus, UnitPhase
@@ -150,6 +152,59 @@ def test_a_unit_is_placed_only_over_the_sites_named():
     assert unit.site == "site-b"
 
 
+@pytest.mark.parametrize("move", ["run_move", "units_move", "unit_move"])
+def test_a_move_naming_a_site_is_refused_and_changes_nothing(move):
+    unit = _unit(UnitPhase.PENDING)
+    with pytest.raises(state.IllegalTransition, match="unit_place"):
+        if move == "run_move":
+            state.run_move(unit.run_id, RunStatus.SUCCEEDED, site="site-z")
+        elif move == "units_move":
+            state.units_move(UnitRun.objects.filter(pk=unit.pk), UnitPhase.RUNNING, site="site-z")
+        else:
+            state.unit_move(unit, UnitPhase.RUNNING, site="site-z")
+    unit.refresh_from_db()
+    assert (unit.phase, unit.site, unit.run.status) == (UnitPhase.PENDING, "", RunStatus.RUNNING)
+
+
+def _substates_migration():
+    return importlib.import_module("portal.migrations.0020_unit_substates")
+
+
+def test_the_migration_fills_the_substate_columns_from_the_spec_and_back():
+    run = make_run(
+        UserFactory(),
+        units=[(n, "site-a", UnitPhase.RUNNING, []) for n in ("t", "x", "c", "g", "e", "s")],
+        decisions=False,
+    )
+    specs = {
+        "t": {"kind": "task", "task": "t"},
+        "x": {"kind": "exit", "task": "onExit"},
+        "c": {"kind": "transfer", "transfer": {"from": "site-a"}},
+        "g": {"kind": "task", "expanded": ["g(0:a)", "g(1:b)"]},
+        "e": {"kind": "step", "expanded": []},
+        "s": {"kind": "workflow", "shutdown_sent": True},
+    }
+    for name, spec in specs.items():
+        UnitRun.objects.filter(run=run, name=name).update(spec=spec)
+    migration = _substates_migration()
+    migration.substates_to_columns(apps, None)
+    rows = {u.name: u for u in run.units.all()}
+    assert {n: u.kind for n, u in rows.items()} == {
+        "t": "task",
+        "x": "exit",
+        "c": "transfer",
+        "g": "task",
+        "e": "step",
+        "s": "workflow",
+    }
+    assert {n for n, u in rows.items() if u.expanded} == {"g"}  # an empty loop is no group
+    assert rows["g"].item_names == ["g(0:a)", "g(1:b)"] and rows["e"].item_names == []
+    assert {n for n, u in rows.items() if u.shutdown_sent} == {"s"}
+    assert not any("expanded" in u.spec or "shutdown_sent" in u.spec for u in rows.values())
+    migration.substates_to_spec(apps, None)
+    assert {u.name: u.spec for u in run.units.all()} == specs
+
+
 def test_only_the_state_module_writes_a_status_or_a_phase():
     """Every ``.update(status=...)`` / ``.update(phase=...)`` (and ``site=``) of the portal is in
     ``portal/state.py``: a second writer would bypass the transition tables."""
@@ -166,4 +221,11 @@ def test_only_the_state_module_writes_a_status_or_a_phase():
                 and {k.arg for k in node.keywords} & {"status", "phase", "site"}
             ):
                 writers.add(f"{path.relative_to(root)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run_move", "units_move", "unit_move")
+                and "site" in {k.arg for k in node.keywords}
+            ):
+                writers.add(f"{path.relative_to(root)}:{node.lineno} (a move naming site)")
     assert writers == set()

@@ -105,6 +105,7 @@ def copied(run: WorkflowRun, name: str, nbytes: int | None, source: str = "site-
         {"parameters": [{"name": "bytes", "value": str(nbytes)}]} if nbytes is not None else {}
     )
     UnitRun.objects.filter(pk=unit.pk).update(
+        kind="transfer",
         spec={
             "kind": "transfer",
             "resources": {},

@@ -56,7 +56,12 @@ def test_a_loops_items_are_its_task_group() -> None:
         }
     }
     units = [
-        UnitRun(name="fan", phase="Failed", spec={"task": "fan", "expanded": ["fan(0)", "fan(1)"]}),
+        UnitRun(
+            name="fan",
+            phase="Failed",
+            expanded=True,
+            spec={"task": "fan", "item_names": ["fan(0)", "fan(1)"]},
+        ),
         unit("fan(0)", "Failed", task="fan", item_index=0),
         unit("fan(1)", "Succeeded", task="fan", item_index=1),
         unit("after", "Succeeded"),
@@ -80,5 +85,5 @@ def test_steps_fail_even_for_an_error() -> None:
 
 
 def test_a_run_of_one_unit_takes_its_phase() -> None:
-    whole = UnitRun(name="main", phase="Error", spec={"kind": "workflow", "task": "main"})
+    whole = UnitRun(name="main", phase="Error", kind="workflow", spec={"task": "main"})
     assert outcome.decide(run_of(HANDLED), [whole]).status == RunStatus.ERROR

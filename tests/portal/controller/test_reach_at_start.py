@@ -15,7 +15,7 @@ from portal import services, state
 from portal.choices import DecisionSource, UnitPhase
 from portal.controller.advance import run_advance
 from portal.karmada import client, resources
-from portal.models import PlacementDecision, RunEvent, WorkflowRun
+from portal.models import PlacementDecision, RunEvent, UnitRun, WorkflowRun
 from sites.models import SiteLink
 from tests.fixtures_sandbox import SandboxServer
 from tests.fixtures_stack import demo_on
@@ -73,7 +73,9 @@ def test_a_step_whose_site_cannot_read_where_its_upstream_ran_is_placed_again(fl
         artifacts_reachable=False
     )
     pre = run.units.get(name="preprocess")
-    state.unit_move(pre, UnitPhase.RUNNING, site=elsewhere)
+    state.unit_place(UnitRun.objects.filter(pk=pre.pk), elsewhere, from_sites=[pre.site])
+    pre.refresh_from_db()
+    state.unit_move(pre, UnitPhase.RUNNING)
     state.unit_move(
         pre, UnitPhase.SUCCEEDED, outputs={"artifacts": [{"name": "out", "s3": {"key": "k"}}]}
     )

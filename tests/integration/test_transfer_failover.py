@@ -22,7 +22,7 @@ from portal import services, tasks
 from portal.models import PlacementDecision
 from sandbox.fleet import DEMO_FLEET
 from sites.models import Site, SiteLink
-from tests.fixtures_stack import Stack, running_stack, stack_for_test, wait_for
+from tests.fixtures_stack import Stack, quiet_stacks, running_stack, stack_for_test, wait_for
 from tests.integration.test_transfers import stop
 from tests.live_sessions import finished_run, units
 from tests.portal import helpers
@@ -134,6 +134,9 @@ def live_two_relays(
     with stack_for_test(two_relay_stack, settings) as s:
         site_d_in_the_inventory(s)
         yield s
+    # Before the database is emptied for the next test: this stack's watcher and beat would
+    # sync site-d into it again, and the next module's fleet would hold a site it never had.
+    quiet_stacks()
 
 
 def test_a_copy_whose_relay_is_lost_mid_copy_moves_to_the_second_relay(

@@ -38,6 +38,33 @@ from tests.factories import ProjectFactory, SiteFactory, UserFactory
 pytest_plugins = ["tests.fixtures_sandbox", "tests.fixtures_stack", "tests.fixtures_browser"]
 
 
+def _stack_of(item: pytest.Item) -> str:
+    """The stack fixture ``item`` runs on ("" for none)."""
+    from tests.fixtures_stack import STACK_FIXTURES
+
+    names = getattr(item, "fixturenames", ())
+    return next((n for n in names if n in STACK_FIXTURES or n.endswith("_stack")), "")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on a stack run one stack after another, each stack's tests in their order,
+    where the first of them was (pytest-django has put the tests that need transactions
+    together). A stack's worker and watcher run only while its tests run: module by module, the
+    stacks took turns and each turn stopped one worker and watcher and started another
+    (restarted 19 times a session); grouped, each starts once, then again only where a test
+    stopped one on purpose."""
+    on_stack = [(i, _stack_of(item)) for i, item in enumerate(items)]
+    stacked = [(i, kind) for i, kind in on_stack if kind]
+    if not stacked:
+        return
+    kinds = list(dict.fromkeys(kind for _, kind in stacked))
+    grouped = [items[i] for i, _ in sorted(stacked, key=lambda s: kinds.index(s[1]))]
+    first = stacked[0][0]
+    rest = [item for (i, kind), item in zip(on_stack, items, strict=True) if not kind]
+    items[:] = rest[:first] + grouped + rest[first:]
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker) -> Iterator[None]:
     """pytest-django's test database, and at the end no stray session left on it: a process a

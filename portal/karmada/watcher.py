@@ -60,16 +60,27 @@ class Loop:
         self.lists = 0
         self.watches = 0
         self._checked_at = 0.0
+        # The objects this loop knows to exist (namespace/name): a relist after a 410 tells
+        # which ones were deleted while no watch ran.
+        self.known: set[tuple[str, str]] = set()
 
     def relist(self) -> None:
         # In chunks (the bindings of every step workflow that exists can be tens of
         # thousands); the watch starts from the list's resourceVersion, the same in every
         # chunk.
         rv = ""
+        listed: set[tuple[str, str]] = set()
         for items, chunk_rv in lists.list_chunks(self.resource):
             for obj in items:
+                listed.add(_key(obj))
                 self._handle("ADDED", obj)
             rv = chunk_rv
+        # What was deleted between the last event watched and this list (a 410 skipped its
+        # DELETED) is deleted for the handler too, as client-go's reflector does on a relist
+        # (DeltaFIFO.Replace: a DeletedFinalStateUnknown for each known key not listed).
+        for namespace, name in sorted(self.known - listed):
+            self._handle("DELETED", {"metadata": {"namespace": namespace, "name": name}})
+        self.known = listed
         self.lists += 1
         self.resource_version = rv
 
@@ -101,6 +112,10 @@ class Loop:
                     if rv:
                         self.resource_version = str(rv)
                     if kind != "BOOKMARK":
+                        if kind == "DELETED":
+                            self.known.discard(_key(obj))
+                        else:
+                            self.known.add(_key(obj))
                         self._handle(kind, obj)
                     if self.stop.is_set():
                         return
@@ -112,6 +127,11 @@ class Loop:
                 log.warning("%s watch: %s; resuming in %.1fs", self.resource.kind, exc, delay)
                 self.stop.wait(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 30.0)
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 def on_cluster(kind: str, obj: dict[str, Any]) -> None:

@@ -16,7 +16,6 @@ from django.core.management import call_command
 from placement import planner
 from portal import planning, services, state
 from portal.admission import decide, placing
-from portal.admission import queue as decision_queue
 from portal.controller import failover
 from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import fallback_site
@@ -29,19 +28,7 @@ SITE_LABEL = f"/metadata/labels/{D}~1site"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _webhook(settings: Any) -> Any:
-    settings.PORTAL_WEBHOOK_TOKEN = "webhook-test-token"
-    settings.PORTAL_LABEL_DOMAIN = D
-    settings.KARMADA_NAMESPACE = "portal"
-    settings.PORTAL_WEBHOOK_BUDGET_MS = 5000
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    client = decision_queue.queue_client()
-    assert client is not None, "these tests run with the queue (REDIS_URL)"
-    client.flushdb()
-    decide.snapshot_clear()
-    yield
-    decide.snapshot_clear()
+pytestmark = [pytest.mark.usefixtures("webhook_on_empty_redis")]
 
 
 @pytest.fixture

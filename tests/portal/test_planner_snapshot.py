@@ -34,19 +34,7 @@ ITEM = Resources(cpu_millicores=FAN_OUT_CPU, memory_bytes=2**30)
 SITE_LABEL = f"/metadata/labels/{D}~1site"
 
 
-@pytest.fixture(autouse=True)
-def _webhook(settings: Any) -> Any:
-    settings.PORTAL_WEBHOOK_TOKEN = "webhook-test-token"
-    settings.PORTAL_LABEL_DOMAIN = D
-    settings.KARMADA_NAMESPACE = "portal"
-    settings.PORTAL_WEBHOOK_BUDGET_MS = 5000
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    client = decision_queue.queue_client()
-    assert client is not None, "these tests run with the queue (REDIS_URL)"
-    client.flushdb()
-    decide.snapshot_clear()
-    yield
-    decide.snapshot_clear()
+pytestmark = [pytest.mark.usefixtures("webhook_on_empty_redis")]
 
 
 @pytest.fixture

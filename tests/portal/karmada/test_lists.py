@@ -41,24 +41,28 @@ def test_requests_per_list_are_its_chunks(fleet) -> None:
     assert after - before == n
 
 
-def test_an_expired_continue_token_starts_the_list_over_whole(fleet) -> None:
-    whole, _ = lists.list_objects(resources.PROPAGATION_POLICY)
-    chunks = lists.list_chunks(resources.PROPAGATION_POLICY, limit=2)
-    first, _ = next(chunks)
-    assert len(first) == 2
-    # Karmada compacts past the list between two chunks (a write, then the compaction).
+def _policy_apply(name: str) -> None:
     client.apply(
         resources.PROPAGATION_POLICY,
         {
             "apiVersion": "policy.karmada.io/v1alpha1",
             "kind": "PropagationPolicy",
-            "metadata": {"name": "chunks-written-between"},
+            "metadata": {"name": name},
             "spec": {
                 "resourceSelectors": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x"}],
                 "placement": {"clusterAffinity": {"clusterNames": ["site-a"]}},
             },
         },
     )
+
+
+def test_an_expired_continue_token_starts_the_list_over_whole(fleet) -> None:
+    whole, _ = lists.list_objects(resources.PROPAGATION_POLICY)
+    chunks = lists.list_chunks(resources.PROPAGATION_POLICY, limit=2)
+    first, _ = next(chunks)
+    assert len(first) == 2
+    # Karmada compacts past the list between two chunks (a write, then the compaction).
+    _policy_apply("chunks-written-between")
     fleet.compact()
     rest = list(chunks)
     # The 410 is not an error for the caller: the list comes again, whole, in one answer.
@@ -105,3 +109,32 @@ def test_the_watchers_relist_reads_in_chunks_and_starts_from_the_lists_version(
     # The watch starts from the list's resourceVersion, which every chunk answered.
     assert {rv for _, rv in answered} == {loop.resource_version}
     assert loop.lists == 1
+
+
+def test_an_object_deleted_while_the_watch_had_expired_is_deleted_for_the_handler(fleet) -> None:
+    from kubernetes import client as k8s
+
+    seen: list[tuple[str, str]] = []
+    stop = threading.Event()
+    loop = Loop(
+        resources.CLUSTER,
+        lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+        stop,
+        watch_timeout=5,
+    )
+    loop.relist()
+    assert ("ADDED", "site-c") in seen
+    # A site leaves the fleet, and Karmada compacts past it, before the loop watches: its
+    # watch answers 410, and only the relist can tell the deletion.
+    clusters = ("cluster.karmada.io", "v1alpha1", "clusters")
+    k8s.CustomObjectsApi(fleet.api_client()).delete_cluster_custom_object(*clusters, "site-c")
+    fleet.compact()
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        fleet.wait_for(lambda: ("DELETED", "site-c") in seen, what="the deletion")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert loop.lists == 2
+    assert [e for e in seen if e[0] == "DELETED"] == [("DELETED", "site-c")]

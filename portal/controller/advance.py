@@ -226,7 +226,7 @@ def _placed_elsewhere(
 ) -> tuple[bool, bool]:
     """Whether a unit placed at submission went to another site (its own is closed, or
     cannot read its upstream outputs and no relay can copy them there), and whether
-    anything moved (copies routed for it)."""
+    anything moved (copies routed for it, also for a unit the webhook places)."""
     sites = fleet.sites_now()
     if (
         unit.timing == UnitTiming.SUBMIT
@@ -235,8 +235,12 @@ def _placed_elsewhere(
     ):
         fleet.sites = None  # failover may have read newer state; read again when needed
         return True, True
-    if unit.timing != UnitTiming.SUBMIT or not unit.upstream:
+    if not unit.upstream:
         return False, False
+    if unit.timing != UnitTiming.SUBMIT:
+        # Placed by the webhook: its site is unknown, so a folder is copied where it is.
+        routed = transfers.route_at_runtime(run, unit, units, folder_or_none)
+        return False, routed.moved or bool(routed.added)
     # Upstream outputs its site cannot read: a copy at a relay that can, else the unit goes
     # elsewhere.
     routed = transfers.route(run, unit, units, fleet.blocked_now(), folder_or_none)

@@ -15,6 +15,8 @@ the producer's artifacts through a pre-signed GET and writes it into the relay's
 What it moved and how long it took are kept on it (``measure``), beside the estimate, and feed
 the link's observed bandwidth (an exponentially weighted mean the planner estimates with).
 Copies are step outputs of the run: the run's artifact GC deletes them with the rest.
+A unit the webhook places has no site yet: a folder it reads, which no pre-signed URL names,
+is copied as one tgz at the producer's own site (``route_at_runtime``), read from anywhere.
 """
 
 from __future__ import annotations
@@ -147,6 +149,49 @@ def route(
     return out
 
 
+def route_at_runtime(
+    run: WorkflowRun, unit: UnitRun, units: list[UnitRun], folder_of: FolderOf
+) -> Routed:
+    """Copies for a unit the webhook places (its site unknown until its step workflow is
+    admitted): every producer whose outputs hold an unarchived folder, which no pre-signed
+    URL names, gets a copy at its own site, writing the folder as one tgz into its own
+    repository with its own Secret; the unit reads that one object through a pre-signed GET
+    wherever it runs. The copy's repository is the producer's, so what can read it is what
+    can read the producer's other outputs. Made or reused (every runtime reader of the
+    producer shares it), named in the unit's ``spec.via``."""
+    out = Routed()
+    if unit.site or is_transfer(unit):
+        return out
+    by_name = {u.name: u for u in units}
+    via = dict((unit.spec or {}).get("via") or {})
+    folders = [
+        p
+        for p in (by_name[n] for n in unit.upstream or () if n in by_name)
+        if p.site
+        and p.name not in via
+        and not is_transfer(p)
+        and (p.outputs or {}).get("artifacts")
+        and _holds_folder(p, folder_of)
+    ]
+    if not folders:
+        return out
+    fleet = planner_snapshot().fleet
+    for producer in folders:
+        site = str(producer.site)
+        why = (
+            f"a unit placed at runtime reads {producer.name}'s outputs, which hold a folder "
+            "saved unarchived that no pre-signed URL names; "
+            f"{site} copies it within its own repository as one tgz, one URL from any site"
+        )
+        copy, created = _copy_unit(run, producer, site, site, _size(producer), fleet, units, why)
+        if created:
+            out.added.append(copy)
+            units.append(copy)
+        via[producer.name] = copy.name
+    out.moved = _via_set(unit, via)
+    return out
+
+
 def _holds_folder(producer: UnitRun, folder_of: FolderOf) -> bool:
     """Whether one of the producer's outputs is a folder saved unarchived (asked of its
     repository only for ``archive: none`` outputs: any other is one object)."""
@@ -184,13 +229,14 @@ def _copy_unit(
     size: int,
     fleet: planner.Fleet,
     units: Iterable[UnitRun],
+    why: str = "",
 ) -> tuple[UnitRun, bool]:
     name = relays.copy_name(producer.name, relay)
     existing = next((u for u in units if u.name == name), None)
     if existing is not None:
         return existing, False
     plan = relays.transfer(fleet, producer.site, relay, target, size)
-    why = (
+    why = why or (
         # A folder at a repository the reader's site reads: copied where it is read.
         f"{producer.site}'s outputs hold a folder saved unarchived, which no pre-signed URL "
         f"names; {relay} reads that repository and copies the folder into its own as one tgz"
@@ -399,6 +445,8 @@ def observe(unit: UnitRun) -> None:
     info = (unit.spec or {}).get(TRANSFER) or {}
     if unit.phase != UnitPhase.SUCCEEDED or info.get("observed") == unit.attempt:
         return
+    if info.get("from") == unit.site:
+        return  # a copy within its own site's repository crossed no link
     found = transfer_measured(unit)
     if not found["measured"] or found["seconds"] is None:
         return

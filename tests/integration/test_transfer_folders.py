@@ -2,8 +2,8 @@
 ``archive: none`` as one object per file under its key, which no single pre-signed GET names.
 The portal lists the folder at the producer's repository and gives the copy one pre-signed
 GET per object; the copy is one tgz the reader's Argo unpacks into the folder. The copy is at
-a relay when the reader's site cannot read the producer's repository, else at the reader's
-own site."""
+a relay when the reader's site cannot read the producer's repository, at the reader's own
+site when it can, and at the producer's own site when the webhook places the reader."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import hashlib
 import json
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
+from rest_framework.test import APIClient
 
 from portal import services
 from portal.models import PlacementDecision
@@ -134,3 +136,78 @@ def test_a_folder_read_directly_at_another_site_is_copied_where_it_is_read(
     # The copy is one object in site-b's repository, read with site-b's own Secret.
     (copied,) = repository_keys(live_executing, "site-b", f"{copy.workflow_name}/")
     assert copied.endswith(".tgz")
+
+
+def _write_then_fan_out(items: int) -> str:
+    """``write`` (the folder), then ``items`` readers under the task name the demo's runtime
+    rule (``preprocess*``) leaves to the webhook."""
+    take = {"name": "data", "from": "{{tasks.write.outputs.artifacts.data}}"}
+    tasks = [
+        {"name": "write", "template": "write"},
+        {
+            "name": "preprocess",
+            "template": "read",
+            "depends": "write",
+            "arguments": {"artifacts": [take]},
+            "withItems": list(range(items)),
+        },
+    ]
+    templates = [
+        {"name": "main", "dag": {"tasks": tasks}},
+        {"name": "write", **WRITE_FOLDER},
+        {"name": "read", **READ_FOLDER},
+    ]
+    return yaml.safe_dump(
+        {
+            "apiVersion": "argoproj.io/v1alpha1",
+            "kind": "Workflow",
+            "metadata": {"generateName": "folder-fan-out-"},
+            "spec": {"entrypoint": "main", "templates": templates},
+        },
+        allow_unicode=True,
+    )
+
+
+def test_runtime_readers_of_a_folder_share_one_copy_made_at_its_own_site(
+    live_executing: Stack,
+) -> None:
+    """Three readers the webhook places (their site unknown when their step workflows are
+    made) read one folder written at site-a: one copy, made at site-a within its repository
+    as one tgz, which each reader reads through one pre-signed GET wherever it runs."""
+    scientist = User.objects.get(username="scientist")
+    helpers.pin("write", "site-a")
+    run = services.run_submit(user=scientist, body=_write_then_fan_out(3), project="eo-demo")
+    try:
+        done = finished_run(run.pk, 120)
+    finally:
+        stop(run.pk, scientist)
+    got = units(run.pk)
+    assert done.status == "Succeeded", (done.message, {n: u.message for n, u in got.items()})
+    readers = [u for n, u in got.items() if n.startswith("preprocess(")]
+    copies = [u for u in got.values() if u.kind == "transfer"]
+    assert len(readers) == 3 and [c.name for c in copies] == ["write-copy-site-a"]
+    (copy,) = copies
+    assert copy.site == "site-a" and copy.phase == "Succeeded"
+    assert all(r.timing == "runtime" and r.site for r in readers)
+    assert all(r.spec["via"] == {"write": copy.name} for r in readers)
+    decision = PlacementDecision.objects.get(unit=copy)
+    assert decision.source == "transfer" and "placed at runtime" in decision.reason
+    # Every reader found every file, byte for byte, at its relative path.
+    expected = {rel: hashlib.sha256(data).hexdigest() for rel, data in FILES.items()}
+    assert [json.loads(r.outputs["result"]) for r in readers] == [expected] * 3
+    # The copy is one object in site-a's repository; each reader read it by pre-signed GET.
+    (copied,) = repository_keys(live_executing, "site-a", f"{copy.workflow_name}/")
+    assert copied.endswith(".tgz")
+    names = {r.workflow_name for r in readers}
+    for step in live_executing.workflows(run.pk):
+        if step["metadata"]["name"] in names:
+            (argument,) = step["spec"]["arguments"]["artifacts"]
+            assert "s3" not in argument and copied in argument["http"]["url"]
+    # The REST run detail shows the copy as a transfer unit.
+    api = APIClient()
+    api.force_authenticate(scientist)
+    body = api.get(f"/api/v1/runs/{run.pk}/").json()
+    (shown,) = [u for u in body["units"] if u["kind"] == "transfer"]
+    assert (shown["name"], shown["site"]) == (copy.name, "site-a")
+    assert (shown["transfer"]["from"], shown["transfer"]["to"]) == ("site-a", "site-a")
+    assert shown["transfer"]["bytes"] > 0

@@ -30,7 +30,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.bench.benchstack import BenchStack, fleet_yaml, rss_mb  # noqa: E402
+from tests.bench.fanout_report import (  # noqa: E402
+    MILESTONE,
+    Fanout,
+    RssSampler,
+    print_growth,
+    print_memory,
+)
 
 DB = os.environ.get("BENCH_DB", "portal_bench_fanout")
 REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/12")
@@ -237,59 +243,6 @@ def print_pages(pages: dict[str, float]) -> None:
     print(f"    floor: runs list           : {floor_page * 1000:8.0f} ms")
 
 
-Samples = list[tuple[float, dict[str, float]]]
-
-
-class RssSampler:
-    """Every half second, (seconds since ``t0``, RSS of each part and of its largest process):
-    flat memory means the peak is reached early (the turns' reads of the run's units) and not
-    climbed afterwards."""
-
-    def __init__(self, stack: BenchStack) -> None:
-        self.stack = stack
-        self.samples: Samples = []
-        self.t0 = 0.0
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self.sample, daemon=True)
-
-    def start(self, t0: float) -> None:
-        self.t0 = t0
-        self.thread.start()
-
-    def sample(self) -> None:
-        while not self.stopped.wait(0.5):
-            largest = rss_mb(self.stack, largest=True)
-            self.samples.append(
-                (
-                    time.perf_counter() - self.t0,
-                    {**rss_mb(self.stack), **{f"{k} process": v for k, v in largest.items()}},
-                )
-            )
-
-
-@dataclass
-class Fanout:
-    """What one bench run measured."""
-
-    floor_accept: float
-    floor_done: float
-    accepted: float
-    mem_before: dict[str, float]
-    samples: Samples
-    all_created: float = 0.0
-    raw: float = 0.0
-    raw_after: float = 0.0
-    requests: int = 0
-    posts: int = 0
-    behind: dict[str, float] = field(default_factory=dict)
-    mem_after: dict[str, float] = field(default_factory=dict)
-    first_window: float = 0.0
-    # (start, created after) since the first submission, for each fan-out after the first.
-    again: list[tuple[float, float]] = field(default_factory=list)
-    pages: dict[str, float] = field(default_factory=dict)
-    sites_used: int = 0
-
-
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=10_000)
@@ -382,13 +335,30 @@ def await_first(stack: BenchStack, args: argparse.Namespace, fanout: Fanout, run
         target=lambda: fanout.behind.update(zip(("accept", "done"), one_step(stack), strict=True))
     )
     small.start()
+    marks = Milestones(stack, run_id, args.items)
     fanout.all_created = fanout.accepted + wait(
-        lambda: created(stack, run_id) >= args.items,
-        3600,
-        "every tile's step workflow",
-        every=0.5,
+        marks.reached, 3600, "every tile's step workflow", every=0.5
     )
+    fanout.milestones = marks.at
     small.join()
+
+
+class Milestones:
+    """When each further ``MILESTONE`` step workflows of a fan-out existed (seconds since the
+    wait began) and the stack's memory then: time and memory per 10,000 must stay flat."""
+
+    def __init__(self, stack: BenchStack, run_id: int, items: int) -> None:
+        self.stack, self.run_id, self.items = stack, run_id, items
+        self.t0 = time.perf_counter()
+        self.next = MILESTONE
+        self.at: list[tuple[int, float, dict[str, float]]] = []
+
+    def reached(self) -> bool:
+        n = created(self.stack, self.run_id)
+        while self.next <= min(n, self.items):
+            self.at.append((self.next, time.perf_counter() - self.t0, rss_mb(self.stack)))
+            self.next += MILESTONE
+        return n >= self.items
 
 
 def run_again(
@@ -432,53 +402,7 @@ def print_report(args: argparse.Namespace, f: Fanout) -> None:
     print(f"    floor: the same, idle stack: {f.floor_done:8.2f} s")
     print_pages(f.pages)
     print_memory(f)
-
-
-def print_memory(f: Fanout) -> None:
-    samples, window = f.samples, f.first_window
-    for part in ("web", "worker"):
-        print(
-            f"  RSS {part:<6} MB before/peak/after: {f.mem_before[part]:6.0f} "
-            f"{max(f.mem_before[part], first_peak(samples, window, part)):6.0f} "
-            f"{f.mem_after[part]:6.0f}   "
-            f"peak by quarter of the creation: {quarters(samples, 0.0, f.all_created, part)}"
-        )
-    for part in ("web", "worker"):
-        print(
-            f"    largest {part:<6} process, MB:            "
-            f"{first_peak(samples, window, f'{part} process'):6.0f}          "
-            f"peak by quarter of the creation: "
-            f"{quarters(samples, 0.0, f.all_created, f'{part} process')}"
-        )
-    for i, (start, took) in enumerate(f.again, 2):
-        print(f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s")
-        print(
-            f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
-            f"the sandbox holding every fan-out {f.raw_after:.1f} s ({took / f.raw_after:.2f}x)"
-        )
-        for part in ("web", "worker", "web process", "worker process"):
-            print(
-                f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
-                f"   (the first's peak {first_peak(samples, window, part):.0f})"
-            )
-
-
-def first_peak(samples: list[tuple[float, dict[str, float]]], until: float, part: str) -> float:
-    return max((rss.get(part, 0.0) for at, rss in samples if at < until), default=0.0)
-
-
-def quarters(
-    samples: list[tuple[float, dict[str, float]]], start: float, span: float, part: str
-) -> str:
-    """The highest RSS of ``part`` in each quarter of the ``span`` seconds from ``start``
-    (seconds after the first submission): memory that grew with the tiles created would
-    climb from quarter to quarter."""
-    peaks = [0.0] * 4
-    for at, rss in samples:
-        if start <= at < start + span:
-            q = min(3, int(4 * (at - start) / span))
-            peaks[q] = max(peaks[q], rss.get(part, 0.0))
-    return " ".join(f"{p:.0f}" if p else "-" for p in peaks)
+    print_growth(f)
 
 
 if __name__ == "__main__":

@@ -313,8 +313,15 @@ def test_stopping_a_run_mid_transfer_stops_the_copy(live_executing: Stack, scien
         return bool(found) and found[0]["spec"].get("shutdown") == "Stop"
 
     wait_for(shut_down, 30, "spec.shutdown on the copy's step workflow")
+    # The member ends the copy's pod on the shutdown; its phase reaches the unit through
+    # Karmada's binding and the watcher, a moment after the shutdown is seen.
+    ended = wait_for(
+        lambda: (u := units(run.pk)["write-copy-site-b"]).phase not in ("Running", "Pending") and u,
+        60,
+        "the copy to end",
+    )
+    assert ended.phase != "Succeeded", ended.phase
     got = units(run.pk)
-    assert got["write-copy-site-b"].phase not in ("Succeeded", "Running", "Pending")
     assert got["read"].phase == "Omitted" and not got["read"].workflow_name
 
 

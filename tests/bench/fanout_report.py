@@ -1,0 +1,128 @@
+"""What ``bench_fanout.py`` measures and how it prints it: the memory sampler, the figures of
+one run, and the memory and growth lines of its report."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tests.bench.benchstack import BenchStack, rss_mb
+
+MILESTONE = 10_000  # step workflows per line of the growth curve
+
+
+Samples = list[tuple[float, dict[str, float]]]
+
+
+class RssSampler:
+    """Every half second, (seconds since ``t0``, RSS of each part and of its largest process):
+    flat memory means the peak is reached early (the turns' reads of the run's units) and not
+    climbed afterwards."""
+
+    def __init__(self, stack: BenchStack) -> None:
+        self.stack = stack
+        self.samples: Samples = []
+        self.t0 = 0.0
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.sample, daemon=True)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.thread.start()
+
+    def sample(self) -> None:
+        while not self.stopped.wait(0.5):
+            largest = rss_mb(self.stack, largest=True)
+            self.samples.append(
+                (
+                    time.perf_counter() - self.t0,
+                    {**rss_mb(self.stack), **{f"{k} process": v for k, v in largest.items()}},
+                )
+            )
+
+
+@dataclass
+class Fanout:
+    """What one bench run measured."""
+
+    floor_accept: float
+    floor_done: float
+    accepted: float
+    mem_before: dict[str, float]
+    samples: Samples
+    all_created: float = 0.0
+    raw: float = 0.0
+    raw_after: float = 0.0
+    # (created, seconds, RSS by part) at every MILESTONE step workflows of the first fan-out.
+    milestones: list[tuple[int, float, dict[str, float]]] = field(default_factory=list)
+    requests: int = 0
+    posts: int = 0
+    behind: dict[str, float] = field(default_factory=dict)
+    mem_after: dict[str, float] = field(default_factory=dict)
+    first_window: float = 0.0
+    # (start, created after) since the first submission, for each fan-out after the first.
+    again: list[tuple[float, float]] = field(default_factory=list)
+    pages: dict[str, float] = field(default_factory=dict)
+    sites_used: int = 0
+
+
+def print_growth(f: Fanout) -> None:
+    """Time and memory per MILESTONE step workflows: the growth curve of a big fan-out."""
+    if len(f.milestones) < 2:
+        return
+    print(f"  growth, per {MILESTONE:,} step workflows created:")
+    before = 0.0
+    for n, at, rss in f.milestones:
+        print(
+            f"    {n:>7,}: {at - before:7.1f} s   RSS web {rss.get('web', 0):6.0f} MB, "
+            f"worker {rss.get('worker', 0):6.0f} MB"
+        )
+        before = at
+
+
+def print_memory(f: Fanout) -> None:
+    samples, window = f.samples, f.first_window
+    for part in ("web", "worker"):
+        print(
+            f"  RSS {part:<6} MB before/peak/after: {f.mem_before[part]:6.0f} "
+            f"{max(f.mem_before[part], first_peak(samples, window, part)):6.0f} "
+            f"{f.mem_after[part]:6.0f}   "
+            f"peak by quarter of the creation: {quarters(samples, 0.0, f.all_created, part)}"
+        )
+    for part in ("web", "worker"):
+        print(
+            f"    largest {part:<6} process, MB:            "
+            f"{first_peak(samples, window, f'{part} process'):6.0f}          "
+            f"peak by quarter of the creation: "
+            f"{quarters(samples, 0.0, f.all_created, f'{part} process')}"
+        )
+    for i, (start, took) in enumerate(f.again, 2):
+        print(f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s")
+        print(
+            f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
+            f"the sandbox holding every fan-out {f.raw_after:.1f} s ({took / f.raw_after:.2f}x)"
+        )
+        for part in ("web", "worker", "web process", "worker process"):
+            print(
+                f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
+                f"   (the first's peak {first_peak(samples, window, part):.0f})"
+            )
+
+
+def first_peak(samples: list[tuple[float, dict[str, float]]], until: float, part: str) -> float:
+    return max((rss.get(part, 0.0) for at, rss in samples if at < until), default=0.0)
+
+
+def quarters(
+    samples: list[tuple[float, dict[str, float]]], start: float, span: float, part: str
+) -> str:
+    """The highest RSS of ``part`` in each quarter of the ``span`` seconds from ``start``
+    (seconds after the first submission): memory that grew with the tiles created would
+    climb from quarter to quarter."""
+    peaks = [0.0] * 4
+    for at, rss in samples:
+        if start <= at < start + span:
+            q = min(3, int(4 * (at - start) / span))
+            peaks[q] = max(peaks[q], rss.get(part, 0.0))
+    return " ".join(f"{p:.0f}" if p else "-" for p in peaks)

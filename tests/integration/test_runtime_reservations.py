@@ -9,12 +9,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
+import yaml
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
 from portal import services
 from portal.choices import DecisionSource
 from portal.models import PlacementDecision, WorkflowRun
+from sandbox.fleet import DEMO_FLEET
+from sites.models import Site
 from tests.fixtures_stack import Stack, wait_for
 from tests.portal.helpers import FAN_OUT_CPU, fan_out
 
@@ -31,7 +34,21 @@ def _free_cpu(candidate: dict[str, Any]) -> float:
     return float(found.group(1) or found.group(2))
 
 
+def _idle_free_cpu() -> dict[str, float]:
+    """Each demo site's free CPU with nothing of the portal's running: capacity less baseline."""
+    sites = yaml.safe_load(DEMO_FLEET.read_text())["sites"]
+    return {s["name"]: float(s["capacity"]["cpu"]) - float(s["baseline"]["cpu"]) for s in sites}
+
+
 def test_a_burst_of_runtime_items_spreads_over_the_demo_fleet_by_capacity(live: Stack) -> None:
+    # The burst is judged against the fleet as it was when it began: steps an earlier module
+    # ran end (and their CPU comes back) only when the member's next status says so.
+    idle = _idle_free_cpu()
+    wait_for(
+        lambda: {s.name: s.cpu_free / 1000 for s in Site.objects.all()} == idle,
+        60,
+        f"the demo fleet idle ({idle} CPU free)",
+    )
     user = User.objects.get(username="scientist")
     api = APIClient()
     api.force_authenticate(user)

@@ -40,8 +40,9 @@ class WorkflowGC:
         now = time.monotonic()
         live = set()
         for member in self.sb.members.values():
-            for key, run in list(member.runs.items()):
-                if run.state.phase not in DONE:
+            for key in list(member.ttl_keys):
+                run = member.runs.get(key)
+                if run is None or run.state.phase not in DONE:
                     continue
                 secs = ttl_seconds(run.state.obj.get("spec") or {}, run.state.phase)
                 if secs is None:

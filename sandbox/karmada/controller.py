@@ -23,7 +23,7 @@ import logging
 import time
 
 from sandbox.argo.member import ClusterHost, Member
-from sandbox.karmada.clusters import ClusterController, execution_namespace
+from sandbox.karmada.clusters import EXECUTION_NS_PREFIX, ClusterController, execution_namespace
 from sandbox.karmada.detector import (
     BINDING_FINALIZER,
     EXECUTION_FINALIZER,
@@ -51,9 +51,21 @@ from sandbox.resources import (
 from sandbox.store import Event, Obj, clone
 
 log = logging.getLogger("sandbox.karmada")
+_EVERY_WORKFLOW = (
+    PROPAGATION_POLICY,
+    CLUSTER_PROPAGATION_POLICY,
+    OVERRIDE_POLICY,
+    CLUSTER_OVERRIDE_POLICY,
+)
 
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
+# The full pass is the sandbox's own safety net (upstream's controllers are driven by their
+# informers alone: karmada-controller-manager's `--resync-period` defaults to 0). It comes at
+# most every FULL_PASS_EVERY_S, and rests FULL_PASS_REST times as long as it took: on a fleet
+# holding 20,000 Workflows a pass over every one every 5 s kept the loop busy half the time,
+# and every create waited behind it.
 FULL_PASS_EVERY_S = 5.0
+FULL_PASS_REST = 19.0
 
 
 class Karmada:
@@ -75,7 +87,12 @@ class Karmada:
         self._dirty: set[Key] = set()
         self._waiting: set[Key] = set()
         self._all_dirty = True
-        self._last_full = 0.0
+        self._next_full = 0.0
+        self._next_prune = 0.0
+        # (namespace, name) -> the clusters whose execution namespace holds its Work: the
+        # execution controller looks at those, not at every cluster of the fleet for every
+        # Workflow (50 lookups per Workflow and pass).
+        self._work_clusters: dict[Key, set[str]] = {}
         self.store.listeners.append(self._on_event)
         # Secrets and ConfigMaps a policy selects (their own detector pass).
         self.plain = PlainPropagation(sandbox.store, sandbox.members)
@@ -104,10 +121,19 @@ class Karmada:
             res = (ev.obj.get("spec") or {}).get("resource") or {}
             self._dirty.add((meta.get("namespace", ""), res.get("name", "")))
         elif rtype is WORK:
-            for m in ((ev.obj.get("spec") or {}).get("workload") or {}).get("manifests") or []:
-                mm = m.get("metadata") or {}
-                self._dirty.add((mm.get("namespace", ""), mm.get("name", "")))
-        elif rtype is PROPAGATION_POLICY or rtype is CLUSTER_PROPAGATION_POLICY:
+            cluster = meta.get("namespace", "")[len(EXECUTION_NS_PREFIX) :]
+            for key in work_keys(ev.obj):
+                self._dirty.add(key)
+                held = self._work_clusters.setdefault(key, set())
+                if ev.type == "DELETED":
+                    held.discard(cluster)
+                    if not held:
+                        del self._work_clusters[key]
+                else:
+                    held.add(cluster)
+        elif rtype in _EVERY_WORKFLOW:
+            # A (Cluster)OverridePolicy changes what every Work of its targets holds (the
+            # binding controller enqueues the bindings it applies to); a policy, what claims.
             self._all_dirty = True
 
     # -- the loop --------------------------------------------------------------------------
@@ -124,16 +150,23 @@ class Karmada:
         release_policies(self.store)
         self.plain.reconcile(clusters, frozen, force=self._all_dirty)
         now = time.monotonic()
-        if self._all_dirty or now - self._last_full > FULL_PASS_EVERY_S:
-            self._all_dirty = False
-            self._last_full = now
-            keys = self._all_keys()
+        if now >= self._next_prune:
+            self._next_prune = now + FULL_PASS_EVERY_S
             self.events.prune()
+        full = self._all_dirty or now >= self._next_full
+        if full:
+            self._all_dirty = False
+            keys = self._all_keys()
         else:
             keys = self._dirty | self._waiting
         self._dirty = set()
-        if not keys:
-            return
+        if keys:
+            self._reconcile_keys(keys, clusters)
+        if full:
+            took = time.monotonic() - now
+            self._next_full = time.monotonic() + max(FULL_PASS_EVERY_S, took * FULL_PASS_REST)
+
+    def _reconcile_keys(self, keys: set[Key], clusters: dict[str, Obj]) -> None:
         self._overrides_stamp = tuple(
             sorted(
                 (
@@ -328,9 +361,10 @@ class Karmada:
     # -- execution controller --------------------------------------------------------------
     def _execute(self, key: Key, targets: list[str], clusters: dict[str, Obj]) -> None:
         name = work_name(*key)
-        for cluster, member in self.sb.members.items():
+        for cluster in sorted(self._work_clusters.get(key, ())):
+            member = self.sb.members.get(cluster)
             work = self.store.find(WORK, execution_namespace(cluster), name)
-            if work is None:
+            if member is None or work is None:
                 continue
             # Ready as the pass began (``_frozen``: unreachable or not Ready), not asked of the
             # faults once per Workflow and cluster, which a full pass over a 10,000-item

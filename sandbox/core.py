@@ -117,6 +117,8 @@ class Sandbox:
             try:
                 self.gc.collect()
                 self.karmada.reconcile()
+                if self.karmada.busy():
+                    self._wake.set()
             except Exception:  # pragma: no cover - keep the fleet alive, but say why
                 log.exception("reconcile failed")
             await asyncio.sleep(self.config.tick)

@@ -61,11 +61,13 @@ _EVERY_WORKFLOW = (
 WORK_ID_LABEL = "work.karmada.io/permanent-id"
 # The full pass is the sandbox's own safety net (upstream's controllers are driven by their
 # informers alone: karmada-controller-manager's `--resync-period` defaults to 0). It comes at
-# most every FULL_PASS_EVERY_S, and rests FULL_PASS_REST times as long as it took: on a fleet
-# holding 20,000 Workflows a pass over every one every 5 s kept the loop busy half the time,
-# and every create waited behind it.
+# most every FULL_PASS_EVERY_S, in slices of FULL_PASS_SLICE Workflows, and rests
+# FULL_PASS_REST times as long as it took: on a fleet holding 20,000 Workflows a pass over
+# every one every 5 s, in one go, kept the loop busy half the time, and every request waited
+# seconds behind it.
 FULL_PASS_EVERY_S = 5.0
 FULL_PASS_REST = 19.0
+FULL_PASS_SLICE = 1000
 
 
 class Karmada:
@@ -88,6 +90,9 @@ class Karmada:
         self._waiting: set[Key] = set()
         self._all_dirty = True
         self._next_full = 0.0
+        # The keys of the full pass under way (taken from the end), and the time it took so far.
+        self._pass: list[Key] = []
+        self._pass_spent = 0.0
         self._next_prune = 0.0
         # (namespace, name) -> the clusters whose execution namespace holds its Work: the
         # execution controller looks at those, not at every cluster of the fleet for every
@@ -153,18 +158,32 @@ class Karmada:
         if now >= self._next_prune:
             self._next_prune = now + FULL_PASS_EVERY_S
             self.events.prune()
-        full = self._all_dirty or now >= self._next_full
-        if full:
+        if self._all_dirty or (not self._pass and now >= self._next_full):
             self._all_dirty = False
-            keys = self._all_keys()
-        else:
-            keys = self._dirty | self._waiting
+            # Taken from the end, in key order.
+            self._pass = sorted(self._all_keys(), reverse=True)
+            self._pass_spent = 0.0
+        in_pass = bool(self._pass)
+        keys = self._dirty | self._waiting
         self._dirty = set()
+        if in_pass:
+            # A slice of the pass per turn of the loop, as a controller's workers take a
+            # resync's keys from its queue: the apiserver answers between slices instead of
+            # waiting seconds for a pass over every Workflow.
+            n = min(FULL_PASS_SLICE, len(self._pass))
+            keys.update(self._pass[-n:])
+            del self._pass[-n:]
         if keys:
             self._reconcile_keys(keys, clusters)
-        if full:
-            took = time.monotonic() - now
-            self._next_full = time.monotonic() + max(FULL_PASS_EVERY_S, took * FULL_PASS_REST)
+        if in_pass:
+            self._pass_spent += time.monotonic() - now
+            if not self._pass:
+                rest = max(FULL_PASS_EVERY_S, self._pass_spent * FULL_PASS_REST)
+                self._next_full = time.monotonic() + rest
+
+    def busy(self) -> bool:
+        """A full pass is under way: the loop comes back at its next tick, not when woken."""
+        return bool(self._pass)
 
     def _reconcile_keys(self, keys: set[Key], clusters: dict[str, Obj]) -> None:
         self._overrides_stamp = tuple(

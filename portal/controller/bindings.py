@@ -200,6 +200,7 @@ def bindings_observe(
     )
     units = {u.workflow_name: u for u in rows.order_by("-pk")}  # the lowest pk wins
     ended = set()
+    named = _starts_folded(named, units, folded)
     for binding, name in named:
         unit = units.get(name)
         if unit is None:
@@ -212,6 +213,65 @@ def bindings_observe(
         if run_id is not None:
             ended.add(run_id)
     return ended
+
+
+def _starts_folded(
+    named: list[tuple[Mapping[str, Any], str]],
+    units: Mapping[str, UnitRun],
+    folded: Folded | None,
+) -> list[tuple[Mapping[str, Any], str]]:
+    """Fold at once the bindings whose only news is that their Pending unit started (what
+    ``_fold`` would do for each: the move, its event, the run's status); returns the others,
+    for ``binding_observe``. If the bulk move fails, every binding is returned."""
+    starts: list[tuple[UnitRun, Any, str]] = []
+    plain: list[tuple[str, tuple[str, Any, tuple[str, ...]]]] = []
+    rest = []
+    for binding, name in named:
+        unit = units.get(name)
+        start = None if unit is None else _plain_start(binding, name, unit)
+        if unit is None or start is None:
+            rest.append((binding, name))
+            continue
+        starts.append((unit, *start))
+        plain.append((name, _seen(binding)))
+    if not starts:
+        return rest
+    try:
+        moved = state.units_start(starts)
+    except Exception:
+        log.exception("starting %d units at once failed: folding them one by one", len(starts))
+        return named
+    for run_id in sorted({u.run_id for u in moved}):
+        if _run_status(run_id) == RunStatus.PENDING:
+            run_refresh_status(run_id)
+    if folded is not None:
+        for name, seen in plain:
+            folded.remember(name, seen)
+    return rest
+
+
+def _plain_start(binding: Mapping[str, Any], name: str, unit: UnitRun) -> tuple[Any, str] | None:
+    """``(startedAt, resourceVersion)`` when folding ``binding`` into ``unit`` would only move
+    it from Pending to Running: its own binding, at the site it was placed at, not refused,
+    no pod waiting, not older than what was folded; None for anything else."""
+    site, member, _ = _seen(binding)
+    if (
+        unit.phase != UnitPhase.PENDING
+        or name != unit.workflow_name
+        or not site
+        or site != unit.site
+        or unit.message
+        or unit.refused_at is not None
+        or not isinstance(member, dict)
+        or ARGO_TO_UNIT.get(str(member.get("phase") or "")) != UnitPhase.RUNNING
+    ):
+        return None
+    version = str((binding.get("metadata") or {}).get("resourceVersion") or "")
+    if _older(unit, version) or refusals.refusal_of(binding, site) is not None:
+        return None
+    if _waiting_message(site, member):
+        return None
+    return _parse_time(member.get("startedAt")), version
 
 
 # A unit's JSON columns, which folding a binding never reads: decoding the spec of every

@@ -210,7 +210,9 @@ def site_prices() -> dict[str, Prices]:
     }
 
 
-UNIT_COLUMNS = (
+# What a unit's cost is computed from (a run's units need no join to the run, its project
+# and its owner: usage rows are grouped by those, a run's cost is not).
+RUN_UNIT_COLUMNS = (
     "id",
     "name",
     "run_id",
@@ -218,15 +220,16 @@ UNIT_COLUMNS = (
     "spec__resources",
     "started_at",
     "finished_at",
-    "run__project__name",
-    "run__owner__username",
     "kind",
     "spec__transfer__from",
 )
+UNIT_COLUMNS = (*RUN_UNIT_COLUMNS, "run__project__name", "run__owner__username")
 
 
 def costs(
-    units: QuerySet[UnitRun], now: datetime | None = None
+    units: QuerySet[UnitRun],
+    now: datetime | None = None,
+    columns: tuple[str, ...] = UNIT_COLUMNS,
 ) -> Iterator[tuple[dict[str, Any], Cost]]:
     """Each unit that ran (it has a start) with its cost; a unit still running counts until
     ``now``. Group rows of a fan-out (their items ran) count nothing themselves, nor does a
@@ -238,7 +241,7 @@ def costs(
         .filter(expanded=False)
         .exclude(phase=UnitPhase.SKIPPED, workflow_name="")
         .order_by("id")
-        .values(*UNIT_COLUMNS)
+        .values(*columns)
     )
     prices = site_prices()
     links = link_prices()
@@ -282,7 +285,7 @@ def _transfers_moved(units: list[dict[str, Any]]) -> dict[int, int]:
 def run_cost(run: WorkflowRun) -> dict[str, str]:
     """``{"compute", "transfer", "total", "currency"}`` of a run."""
     row = Row(key=run.name)
-    for _, cost in costs(UnitRun.objects.filter(run=run)):
+    for _, cost in costs(UnitRun.objects.filter(run=run), columns=RUN_UNIT_COLUMNS):
         row.add(cost)
     return _totals(row)
 
@@ -292,7 +295,7 @@ def run_cost_panel(run: WorkflowRun, shown: int) -> dict[str, Any]:
     of its units: the page of a 10,000-unit run lists fifty, not ten thousand."""
     row = Row(key=run.name)
     priced: list[tuple[Decimal, dict[str, Any], Cost]] = []
-    for u, cost in costs(UnitRun.objects.filter(run=run)):
+    for u, cost in costs(UnitRun.objects.filter(run=run), columns=RUN_UNIT_COLUMNS):
         row.add(cost)
         priced.append((cost.total, u, cost))
     top = heapq.nlargest(shown, priced, key=lambda p: p[0])

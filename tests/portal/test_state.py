@@ -6,10 +6,12 @@ from __future__ import annotations
 import ast
 import importlib
 import itertools
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.apps import apps
+from django.utils import timezone
 
 from portal import state
 from portal.choices import RUN_TRANSITIONS, UNIT_TRANSITIONS, RunStatus, UnitPhase
@@ -123,6 +125,46 @@ def test_a_move_of_another_attempt_changes_nothing():
     assert not state.unit_move(old, UnitPhase.RUNNING)
     unit.refresh_from_db()
     assert (unit.phase, unit.attempt) == (UnitPhase.PENDING, 2)
+
+
+def test_units_start_moves_only_the_units_still_as_read_each_with_its_start_and_version():
+    run = make_run(
+        UserFactory(),
+        units=[(f"u{i}", "site-a", UnitPhase.PENDING, []) for i in range(4)],
+        decisions=False,
+    )
+    units = list(run.units.order_by("pk"))
+    stale = UnitRun.objects.get(pk=units[0].pk)  # what a second delivery read before the first
+    t1, t2 = timezone.now() - timedelta(seconds=5), timezone.now() - timedelta(seconds=2)
+    # Meanwhile: one started elsewhere (another fold), one is a new attempt.
+    UnitRun.objects.filter(pk=units[2].pk).update(phase=UnitPhase.RUNNING)
+    UnitRun.objects.filter(pk=units[3].pk).update(attempt=2)
+    moved = state.units_start(
+        [
+            (units[0], t1, "101"),
+            (units[1], t2, "102"),
+            (units[2], t1, "103"),
+            (units[3], None, "104"),
+        ]
+    )
+    assert [u.pk for u in moved] == [units[0].pk, units[1].pk]
+    rows = {u.pk: u for u in run.units.all()}
+    assert (rows[units[0].pk].phase, rows[units[0].pk].started_at) == (UnitPhase.RUNNING, t1)
+    assert (rows[units[1].pk].started_at, rows[units[1].pk].binding_version) == (t2, "102")
+    assert rows[units[0].pk].binding_version == "101"
+    assert rows[units[2].pk].binding_version == "" and rows[units[3].pk].phase == "Pending"
+    events = RunEvent.objects.filter(run=run, kind="unit-phase").order_by("pk")
+    assert [e.message for e in events] == ["u0: Pending → Running", "u1: Pending → Running"]
+    # Redelivered: nothing moves again.
+    assert state.units_start([(stale, t1, "101")]) == []
+    assert units[0].phase == UnitPhase.RUNNING  # the instance followed
+
+
+def test_units_start_raises_for_a_phase_nothing_starts_from():
+    unit = _unit(UnitPhase.SUCCEEDED)
+    with pytest.raises(state.IllegalTransition):
+        state.units_start([(unit, None, "1")])
+    assert UnitRun.objects.get(pk=unit.pk).phase == UnitPhase.SUCCEEDED
 
 
 def test_a_final_phase_stamps_finished_at():

@@ -121,61 +121,57 @@ def units_start(starts: Iterable[tuple[UnitRun, Any, str]]) -> list[UnitRun]:
     the instances follow. Returns the units that moved. A fan-out's ten thousand steps start
     within seconds of each other: three statements per unit were most of what the watcher
     did under one."""
-    starts = list(starts)
-    if not starts:
-        return []
     to = UnitPhase.RUNNING
-    for unit, _, _ in starts:
+    by_pk = {unit.pk: (unit, started, version) for unit, started, version in starts}
+    for unit, _, _ in by_pk.values():
         if unit.phase not in unit_allowed_from(to):  # raises for a phase nothing moves to
             raise IllegalTransition(f"{unit.name}: no unit phase move to {to} from {unit.phase}")
+    if not by_pk:
+        return []
     now = timezone.now()
-    by_pk = {unit.pk: (unit, started, version) for unit, started, version in starts}
-    moved: list[UnitRun] = []
     with transaction.atomic():
-        rows = (
-            UnitRun.objects.select_for_update()
-            .filter(pk__in=list(by_pk))
-            .order_by("pk")
-            .values_list("pk", "attempt", "phase")
-        )
-        locked = [
-            pk
-            for pk, attempt, phase in rows
-            if attempt == by_pk[pk][0].attempt and phase == by_pk[pk][0].phase
-        ]
-        groups: dict[Any, list[int]] = {}
+        locked = _locked_as_read({pk: u for pk, (u, _, _) in by_pk.items()})
+        by_start: dict[Any, list[int]] = {}
         for pk in locked:
-            groups.setdefault(by_pk[pk][1], []).append(pk)
-        for started, pks in groups.items():
-            fields: dict[str, Any] = {"updated_at": now}
-            if started:
-                fields["started_at"] = started
+            by_start.setdefault(by_pk[pk][1], []).append(pk)
+        for started, pks in by_start.items():
+            fields: dict[str, Any] = {
+                "updated_at": now,
+                **({"started_at": started} if started else {}),
+            }
+            versions = [When(pk=pk, then=Value(by_pk[pk][2])) for pk in pks]
             UnitRun.objects.filter(pk__in=pks).update(
-                phase=to,
-                binding_version=Case(
-                    *(When(pk=pk, then=Value(by_pk[pk][2])) for pk in pks),
-                    output_field=CharField(),
-                ),
-                **fields,
+                phase=to, binding_version=Case(*versions, output_field=CharField()), **fields
             )
-        events = []
-        for pk in locked:
-            unit, started, version = by_pk[pk]
-            old = unit.phase
-            unit.phase, unit.updated_at, unit.binding_version = to, now, version
-            if started:
-                unit.started_at = started
-            moved.append(unit)
-            events.append(
-                RunEvent(
-                    run_id=unit.run_id,
-                    unit=unit,
-                    kind="unit-phase",
-                    message=f"{unit.name}: {old} → {to}",
-                )
+        moved = [by_pk[pk][0] for pk in locked]
+        events = [
+            RunEvent(
+                run_id=u.run_id, unit=u, kind="unit-phase", message=f"{u.name}: {u.phase} → {to}"
             )
+            for u in moved
+        ]
         RunEvent.objects.bulk_create(events)
+    for unit in moved:
+        _, started, version = by_pk[unit.pk]
+        unit.phase, unit.updated_at, unit.binding_version = to, now, version
+        unit.started_at = started or unit.started_at
     return moved
+
+
+def _locked_as_read(units: Mapping[int, UnitRun]) -> list[int]:
+    """The pks of ``units`` whose rows are still at the phase and attempt read, locked until
+    the transaction ends."""
+    rows = (
+        UnitRun.objects.select_for_update()
+        .filter(pk__in=list(units))
+        .order_by("pk")
+        .values_list("pk", "attempt", "phase")
+    )
+    return [
+        pk
+        for pk, attempt, phase in rows
+        if (attempt, phase) == (units[pk].attempt, units[pk].phase)
+    ]
 
 
 def unit_place(

@@ -9,6 +9,7 @@ urlpatterns = [
     path("runs/", views.run_list, name="ui-run-list"),
     path("runs/<int:pk>/", views.run_detail, name="ui-run-detail"),
     path("runs/<int:pk>/live/", views.run_live, name="ui-run-live"),
+    path("runs/<int:pk>/cost/", views.run_cost_panel, name="ui-run-cost"),
     path("runs/<int:pk>/decisions/", views.run_decisions, name="ui-run-decisions"),
     path("runs/<int:pk>/stop/", views.run_stop, name="ui-run-stop"),
     path("runs/<int:pk>/retry/", views.run_retry, name="ui-run-retry"),

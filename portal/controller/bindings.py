@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import Any
@@ -16,6 +15,7 @@ from portal import presign, state
 from portal.choices import FINAL_UNIT, DecisionSource, RunStatus, UnitPhase, UnitTiming
 from portal.controller import refusals
 from portal.controller.common import event
+from portal.controller.folded import Folded, seen_of
 from portal.controller.status import run_refresh_status
 from portal.karmada.node_status import NodeStatusUnreadable, nodes_of
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
@@ -191,7 +191,7 @@ def bindings_observe(
     named = []
     for binding in bindings:
         name = _bound_workflow(binding)
-        if name and not (folded is not None and folded.unchanged(name, _seen(binding))):
+        if name and not (folded is not None and folded.unchanged(name, seen_of(binding))):
             named.append((binding, name))
     if not named:
         return set()
@@ -233,7 +233,7 @@ def _starts_folded(
             rest.append((binding, name))
             continue
         starts.append((unit, *start))
-        plain.append((name, _seen(binding)))
+        plain.append((name, seen_of(binding)))
     if not starts:
         return rest
     try:
@@ -254,7 +254,7 @@ def _plain_start(binding: Mapping[str, Any], name: str, unit: UnitRun) -> tuple[
     """``(startedAt, resourceVersion)`` when folding ``binding`` into ``unit`` would only move
     it from Pending to Running: its own binding, at the site it was placed at, not refused,
     no pod waiting, not older than what was folded; None for anything else."""
-    site, member, _ = _seen(binding)
+    site, member, _ = seen_of(binding)
     if (
         unit.phase != UnitPhase.PENDING
         or name != unit.workflow_name
@@ -279,39 +279,6 @@ def _plain_start(binding: Mapping[str, Any], name: str, unit: UnitRun) -> tuple[
 UNREAD_BY_FOLDS = ("spec", "outputs", "upstream")
 
 
-class Folded:
-    """What the watcher last folded in from each binding: the only two parts of it that
-    ``binding_observe`` reads, the scheduled site and the member's status. A step's binding
-    changes a dozen times (its conditions, the Work applied, labels, finalizers) and most
-    changes touch neither part; each fold reads the unit's row, and under a 10,000-item
-    fan-out those reads were most of the watcher's time. Only a fold that found its unit is
-    remembered (a binding seen before its unit was claimed is folded again), the oldest names
-    are forgotten first, and the resync folds every binding without it."""
-
-    def __init__(self, size: int = 50_000) -> None:
-        self.size = size
-        self._seen: OrderedDict[str, tuple[str, Any, tuple[str, ...]]] = OrderedDict()
-
-    def unchanged(self, name: str, state: tuple[str, Any, tuple[str, ...]]) -> bool:
-        return self._seen.get(name) == state
-
-    def remember(self, name: str, state: tuple[str, Any, tuple[str, ...]]) -> None:
-        self._seen[name] = state
-        self._seen.move_to_end(name)
-        while len(self._seen) > self.size:
-            self._seen.popitem(last=False)
-
-
-def _seen(binding: Mapping[str, Any]) -> tuple[str, Any, tuple[str, ...]]:
-    """The parts of a binding a fold reads: the site it was scheduled to ('' before), the
-    member's status (None before any), and what says Karmada refuses it (() for nothing)."""
-    clusters = (binding.get("spec") or {}).get("clusters") or []
-    site = clusters[0].get("name", "") if clusters and isinstance(clusters[0], dict) else ""
-    aggregated = (binding.get("status") or {}).get("aggregatedStatus") or []
-    member = (aggregated[0] or {}).get("status") if aggregated else None
-    return str(site or ""), member, refusals.signature(binding)
-
-
 def binding_observe(
     binding: Mapping[str, Any], unit: UnitRun | None = None, folded: Folded | None = None
 ) -> int | None:
@@ -321,7 +288,7 @@ def binding_observe(
     name = _bound_workflow(binding)
     if not name:
         return None
-    seen = _seen(binding)
+    seen = seen_of(binding)
     site, member, refused = seen
     if not site and not isinstance(member, dict) and not refused:
         return None  # created, not scheduled yet: nothing to fold in, so nothing to read

@@ -4,6 +4,8 @@ karmada-apiserver (several at once), and the created ones claimed by their units
 from __future__ import annotations
 
 import concurrent.futures
+import os
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -241,14 +243,33 @@ def _create_all(run: WorkflowRun, bodies: list[tuple[UnitRun, dict[str, Any]]]) 
                 results.append((unit, body, None, exc))
                 break
         return results
-    with concurrent.futures.ThreadPoolExecutor(workers, "karmada-create") as pool:
-        futures = [(u, b, pool.submit(_create, b, run, u)) for u, b in bodies]
-        for unit, body, future in futures:
-            try:
-                results.append((unit, body, future.result(), None))
-            except errors.TransientError as exc:
-                results.append((unit, body, None, exc))
+    pool = _create_pool(settings.PORTAL_CREATE_CONCURRENCY)
+    futures = [(u, b, pool.submit(_create, b, run, u)) for u, b in bodies]
+    for unit, body, future in futures:
+        try:
+            results.append((unit, body, future.result(), None))
+        except errors.TransientError as exc:
+            results.append((unit, body, None, exc))
     return results
+
+
+_pool: tuple[int, int, concurrent.futures.ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def _create_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
+    """The process's pool of create threads, kept between chunks: each thread keeps its
+    Karmada client and its kept-alive connection (a pool per chunk of 50 built four clients
+    and opened four connections every chunk). A forked worker process makes its own."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[:2] != (os.getpid(), workers):
+            _pool = (
+                os.getpid(),
+                workers,
+                concurrent.futures.ThreadPoolExecutor(workers, "karmada-create"),
+            )
+        return _pool[2]
 
 
 def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:

@@ -128,6 +128,12 @@ QUEUED_SHOWN = 50
 
 def run_cost(run: WorkflowRun) -> dict[str, Any]:
     """The run page's cost panel and its units queued for quota."""
+    return {**quota_usage.run_cost_panel(run, COSTS_SHOWN), **run_queue(run)}
+
+
+def run_queue(run: WorkflowRun) -> dict[str, Any]:
+    """The run's priority and its units queued for quota, the nearest to starting first (read
+    from the queue, not from every unit of the run)."""
     waiting = quota_queue.waiting().filter(unit__run_id=run.pk).values("unit_id")
     units = list(
         run.units.filter(pk__in=Subquery(waiting)).only(
@@ -138,7 +144,6 @@ def run_cost(run: WorkflowRun) -> dict[str, Any]:
     queued = [{"name": u.name, "site": u.site, **vars(queue[u.pk])} for u in units if u.pk in queue]
     nearest = sorted(queued, key=lambda q: (q["position"], q["site"], q["name"]))[:QUEUED_SHOWN]
     return {
-        **quota_usage.run_cost_panel(run, COSTS_SHOWN),
         "priority_class": quota_priorities.run_priority(run)[0],
         "queued_units": sorted(nearest, key=lambda q: (q["site"], q["position"])),
         "queued_total": len(queued),

@@ -8,6 +8,7 @@ translate. ``runs``: the run pages and actions; ``submit``: the submit page; ``f
 
 from portal.views.fleet import fleet, site_cordon, site_detail
 from portal.views.runs import (
+    run_cost_panel,
     run_decisions,
     run_detail,
     run_list,
@@ -26,6 +27,7 @@ home = run_list
 __all__ = [
     "fleet",
     "home",
+    "run_cost_panel",
     "run_decisions",
     "run_detail",
     "run_list",

@@ -38,6 +38,7 @@ from portal.selectors.runs import (
     decision_candidates,
     run_cost,
     run_decision_log,
+    run_queue,
     run_quota_queue,
     run_unit_slug,
     run_unit_table,
@@ -269,8 +270,23 @@ def run_page_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     run = get_run(request, pk)
     context = run_page_context(request, run)
-    context.update(run_cost(run))
+    if context["total"] > LARGE_RUN_UNITS:
+        # Pricing every unit is the one part of the page that grows with the run: for a big
+        # run the panel is asked for when it scrolls into view (``run_cost_panel``), so the
+        # page of a 10,000-unit run does not wait for ten thousand units' costs.
+        context["cost_deferred"] = True
+        context.update(run_queue(run))
+    else:
+        context.update(run_cost(run))
     return render(request, "portal/run_detail.html", context)
+
+
+@login_required
+@require_GET
+def run_cost_panel(request: HttpRequest, pk: int) -> HttpResponse:
+    """The run page's cost panel alone (a big run's page loads it when it is shown)."""
+    run = get_run(request, pk)
+    return render(request, "portal/run_cost.html", {"run": run, **run_cost(run)})
 
 
 @login_required

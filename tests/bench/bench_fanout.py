@@ -16,7 +16,8 @@ Run: ``.venv/bin/python tests/bench/bench_fanout.py [--items N] [--sites N] [--a
 (``--accept-only``: the 201 and the run page, without waiting for the step workflows). It
 creates and drops its own database (``BENCH_DB``, default ``portal_bench_fanout``) and
 flushes its Redis database (``BENCH_REDIS``, default ``redis://127.0.0.1:6379/12``).
-Targets: accepted ≤ 2 s, all created ≤ 120 s on two cores, run page ≤ 1 s, flat memory,
+Targets: accepted ≤ 2 s, all created ≤ 120 s on two cores and ≤ 1.5 times the floor, the
+second fan-out ≤ 1.15 times the first, run page ≤ 400 ms, live partial ≤ 250 ms, flat memory,
 ≤ 1.1 Karmada requests per tile.
 """
 
@@ -51,6 +52,7 @@ DOMAIN = "portal.multisite.io"
 # Raw creates timed for the floor (the rate, scaled to the fan-out): the sandbox creates at
 # a few dozen a second once it holds 10,000 workflows, so timing all of them takes minutes.
 RAW_SAMPLE = 1000
+RAW_ROUNDS = 3
 
 
 def fanout_body(items: int, sites: int) -> bytes:
@@ -192,6 +194,15 @@ def raw_creates(stack: BenchStack, n: int, clients: int = 8, prefix: str = "raw"
     return time.perf_counter() - start
 
 
+def raw_floor(stack: BenchStack, n: int, items: int, prefix: str) -> float:
+    """The floor for ``items`` creates: the median of ``RAW_ROUNDS`` timings of ``n`` raw
+    creates, scaled. One timing of a thousand creates took from 26 to 52 s scaled, as it fell
+    on the sandbox's background work (a slice of its full pass, the tail of the fan-out's
+    statuses) or not."""
+    rounds = [raw_creates(stack, n, prefix=f"{prefix}-{r}") for r in range(RAW_ROUNDS)]
+    return statistics.median(rounds) * items / n
+
+
 def render_times(stack: BenchStack, run_id: int, repeat: int = 3) -> dict[str, float]:
     """Server render time (median) of the run page, its live partial and the runs list."""
     os.environ.update(
@@ -236,10 +247,18 @@ def print_accepted(n: int, sites: int, accepted: float, floor: float, used: str 
     print(f"    floor: one-step run 201    : {floor:8.3f} s")
 
 
+# Server render time targets of the run page and its live partial (issue: a huge run's page).
+PAGE_TARGETS_MS = {"run page": 400, "live partial": 250}
+
+
 def print_pages(pages: dict[str, float]) -> None:
     floor_page = pages.pop("runs list (floor)")
     for label, seconds in pages.items():
-        print(f"  {label:<29}: {seconds * 1000:8.0f} ms   target ≤ 1000 ms (run page)")
+        target = PAGE_TARGETS_MS.get(label)
+        print(
+            f"  {label:<29}: {seconds * 1000:8.0f} ms   "
+            + (f"target ≤ {target} ms" if target else "")
+        )
     print(f"    floor: runs list           : {floor_page * 1000:8.0f} ms")
 
 
@@ -314,12 +333,12 @@ def measure(stack: BenchStack, args: argparse.Namespace) -> Fanout | None:
     fanout.mem_after = rss_mb(stack)
     fanout.first_window = time.perf_counter() - t0
     raw_n = min(args.items, RAW_SAMPLE)
-    fanout.raw = raw_creates(stack, raw_n) * args.items / raw_n
+    fanout.raw = raw_floor(stack, raw_n, args.items, "raw")
     fanout.again = run_again(stack, args, body, t0)
     if fanout.again:
         # The floor again, on the sandbox now holding every fan-out: the second's ratio is
         # judged against what the sandbox itself costs by then.
-        fanout.raw_after = raw_creates(stack, raw_n, prefix="raw-after") * args.items / raw_n
+        fanout.raw_after = raw_floor(stack, raw_n, args.items, "raw-after")
     sampler.stopped.set()
     sampler.thread.join()
     fanout.pages = render_times(stack, run_id)
@@ -389,7 +408,9 @@ def print_report(args: argparse.Namespace, f: Fanout) -> None:
     )
     print(
         f"    floor: raw creates         : {f.raw:8.1f} s   ({n / f.raw:.0f}/s, 8 clients; "
-        f"{min(n, RAW_SAMPLE)} timed, on the sandbox holding the fan-out)"
+        f"median of {RAW_ROUNDS} timings of {min(n, RAW_SAMPLE)}, on the sandbox holding the "
+        "fan-out): "
+        f"{f.all_created / f.raw:.2f}x the floor (target ≤ 1.5x)"
     )
     print(
         f"  Karmada requests per tile    : {f.requests / n:8.2f}     target ≤ 1.1 "

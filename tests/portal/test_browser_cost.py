@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,6 +123,29 @@ def test_the_run_page_reads_its_cost_and_its_queued_units(
     copy = cost.locator("table.unit-costs tbody tr", has_text="scene-copy-site-b")
     expect(copy).to_contain_text("site-a → site-b")
     assert copy.locator("td").nth(7).inner_text() == "0.50"
+    page.close()
+
+
+def test_a_big_runs_page_shows_its_queue_at_once_and_prices_its_units_when_the_panel_is_shown(
+    browser: Any,
+    live_server: Any,
+    shared_run: WorkflowRun,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from playwright.sync_api import expect
+
+    monkeypatch.setattr("portal.views.runs.LARGE_RUN_UNITS", 3)  # this run's 7 units: big
+    page = login(browser, live_server.url, "scientist")
+    page.goto(f"{live_server.url}/runs/{shared_run.pk}/")
+    expect(page.locator("#run-queue tbody tr")).to_have_count(3)
+    cost = page.locator("#run-cost")
+    cost.scroll_into_view_if_needed()
+    # The placeholder is replaced by the panel once it is in view.
+    expect(cost.locator("dl.facts")).to_contain_text("1.50")
+    text = cost.inner_text()
+    assert "1.00" in text and "0.50" in text and "Pricing" not in text, text
+    page.screenshot(path=str(tmp_path / "run-cost-deferred.png"), full_page=True)
     page.close()
 
 

@@ -22,7 +22,7 @@ from portal.quotas.admission import Amount
 from portal.quotas.models import SitePrice
 from portal.quotas.usage import Prices, cents, unit_cost
 from sites.models import Project, Site, SiteLink
-from tests.factories import UnitRunFactory, WorkflowRunFactory
+from tests.factories import UnitRunFactory, UserFactory, WorkflowRunFactory
 
 GIB = 2**30
 
@@ -293,6 +293,32 @@ def test_the_run_page_lists_the_costliest_units_of_a_big_run_not_every_unit(
     assert f"The {COSTS_SHOWN} costliest of {COSTS_SHOWN + 10} units" in page
     panel_html = page[page.index('id="run-cost"') :].split("</section>")[0]
     assert "<td>tile-009</td>" not in panel_html and "<td>tile-059</td>" in panel_html
+
+
+def test_a_big_runs_page_asks_for_its_cost_panel_when_shown_and_the_panel_prices_every_unit(
+    priced: tuple[Site, Site], client_for: Any, staff: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from portal.quotas.usage import run_cost_panel
+
+    monkeypatch.setattr("portal.views.runs.LARGE_RUN_UNITS", 5)
+    run: WorkflowRun = WorkflowRunFactory(project=Project.objects.create(name="eo-demo"))
+    for i in range(8):
+        ran(run, f"tile-{i:03d}", 1000, 3600 * (i + 1))
+    web = client_for(staff)
+    page = web.get(f"/runs/{run.pk}/").content.decode()
+    section = page[page.index('id="run-cost"') :].split("</section>")[0]
+    # Not priced with the page: the section asks for the panel once it scrolls into view.
+    assert f'hx-get="/runs/{run.pk}/cost/"' in section and 'hx-trigger="revealed"' in section
+    assert "Pricing 8 units" in section and "EUR" not in section
+    panel = web.get(f"/runs/{run.pk}/cost/")
+    assert panel.status_code == 200
+    html = panel.content.decode()
+    expected = run_cost_panel(run, shown=50)["cost"]
+    assert f"<strong>{expected['total']} {expected['currency']}</strong>" in html
+    assert "hx-get" not in html and "<td>tile-007</td>" in html
+    # Another user's run is not found, as its page is not.
+    other = client_for(UserFactory(username="someone-else"))
+    assert other.get(f"/runs/{run.pk}/cost/").status_code == 404
 
 
 def test_metrics_carry_usage_cost_and_quota_per_project_and_site(

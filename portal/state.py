@@ -109,9 +109,14 @@ def unit_move(unit: UnitRun, to: str, *, message: str = "", **fields: Any) -> bo
         unit.phase = to
         for k, v in extra.items():
             setattr(unit, k, v)
-        text = f"{unit.name}: {old} → {to}" + (f" ({message})" if message else "")
-        RunEvent.objects.create(run_id=unit.run_id, unit=unit, kind="unit-phase", message=text)
+        _phase_event(unit, old, to, message).save()
     return bool(moved)
+
+
+def _phase_event(unit: UnitRun, old: str, to: str, message: str = "") -> RunEvent:
+    """The "unit-phase" event of a move (not saved)."""
+    text = f"{unit.name}: {old} → {to}" + (f" ({message})" if message else "")
+    return RunEvent(run_id=unit.run_id, unit=unit, kind="unit-phase", message=text)
 
 
 def units_start(starts: Iterable[tuple[UnitRun, Any, str]]) -> list[UnitRun]:
@@ -144,13 +149,7 @@ def units_start(starts: Iterable[tuple[UnitRun, Any, str]]) -> list[UnitRun]:
                 phase=to, binding_version=Case(*versions, output_field=CharField()), **fields
             )
         moved = [by_pk[pk][0] for pk in locked]
-        events = [
-            RunEvent(
-                run_id=u.run_id, unit=u, kind="unit-phase", message=f"{u.name}: {u.phase} → {to}"
-            )
-            for u in moved
-        ]
-        RunEvent.objects.bulk_create(events)
+        RunEvent.objects.bulk_create([_phase_event(u, u.phase, to) for u in moved])
     for unit in moved:
         _, started, version = by_pk[unit.pk]
         unit.phase, unit.updated_at, unit.binding_version = to, now, version

@@ -227,13 +227,13 @@ def _starts_folded(
     plain: list[tuple[str, tuple[str, Any, tuple[str, ...]]]] = []
     rest = []
     for binding, name in named:
-        unit = units.get(name)
-        start = None if unit is None else _plain_start(binding, name, unit)
+        unit, seen = units.get(name), seen_of(binding)
+        start = None if unit is None else _plain_start(binding, seen, name, unit)
         if unit is None or start is None:
             rest.append((binding, name))
             continue
         starts.append((unit, *start))
-        plain.append((name, seen_of(binding)))
+        plain.append((name, seen))
     if not starts:
         return rest
     try:
@@ -250,11 +250,13 @@ def _starts_folded(
     return rest
 
 
-def _plain_start(binding: Mapping[str, Any], name: str, unit: UnitRun) -> tuple[Any, str] | None:
-    """``(startedAt, resourceVersion)`` when folding ``binding`` into ``unit`` would only move
-    it from Pending to Running: its own binding, at the site it was placed at, not refused,
-    no pod waiting, not older than what was folded; None for anything else."""
-    site, member, _ = seen_of(binding)
+def _plain_start(
+    binding: Mapping[str, Any], seen: tuple[str, Any, tuple[str, ...]], name: str, unit: UnitRun
+) -> tuple[Any, str] | None:
+    """``(startedAt, resourceVersion)`` when folding ``binding`` (``seen``: its ``seen_of``)
+    into ``unit`` would only move it from Pending to Running: its own binding, at the site it
+    was placed at, not refused, no pod waiting, not older than what was folded; None else."""
+    site, member, _ = seen
     if (
         unit.phase != UnitPhase.PENDING
         or name != unit.workflow_name

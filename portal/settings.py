@@ -303,6 +303,10 @@ KARMADA_NAMESPACE = env("KARMADA_NAMESPACE", "portal")
 # passes both to the client as a (connect, read) tuple.
 KARMADA_REQUEST_TIMEOUT = envfloat("KARMADA_REQUEST_TIMEOUT", 10.0)
 KARMADA_CONNECT_TIMEOUT = envfloat("KARMADA_CONNECT_TIMEOUT", 3.0)
+# Karmada's --cluster-status-update-frequency (10 s upstream): a step seen starting is in its
+# member's resourceSummary at the latest one such period later; until then it holds its request
+# (portal.selectors.held_reservations).
+KARMADA_CLUSTER_STATUS_SECONDS = envfloat("KARMADA_CLUSTER_STATUS_SECONDS", 10.0)
 PORTAL_LABEL_DOMAIN = env("PORTAL_LABEL_DOMAIN", "portal.multisite.io")
 PORTAL_POLICY_PREFIX = env("PORTAL_POLICY_PREFIX", "portal-site-")
 PORTAL_MAX_UNITS = envint("PORTAL_MAX_UNITS", 5000)

@@ -117,6 +117,11 @@ class Site(models.Model):
     pods_allocatable = models.IntegerField(default=0)
     pods_allocated = models.IntegerField(default=0)
     last_sync = models.DateTimeField(null=True, blank=True)
+    # When the portal last saw the Cluster's resourceSummary change (Karmada posts it only when
+    # it changes, at most every --cluster-status-update-frequency): the figures above count
+    # the pods the member had a moment before. A step the portal saw start after this is not
+    # in them yet, and still holds its request (portal.selectors.held_reservations).
+    summary_at = models.DateTimeField(null=True, blank=True)
     policy_error = models.TextField(
         blank=True,
         help_text="why the last sync could not write this site's policies (empty: in step)",

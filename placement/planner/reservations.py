@@ -7,9 +7,11 @@ free capacity a plan reads is what it was before any of its own placements, and 
 * ``plan`` reserves each unit it places at submission before deciding the next one (the
   reason of tile 150 says what is free after the 149 before it);
 * callers pass what other active runs hold (``hold``): units placed at a site whose step has
-  not started running there yet. A reservation ends when the member reports the step running
-  (its pods are then in ``allocated``/``allocating``), when the unit ends, is omitted or moves
-  to another site, and when its run ends.
+  not started running there yet, or started after the member last reported its resources. A
+  reservation ends when the member's ``resourceSummary`` counts the step (its pods are then in
+  ``allocated``/``allocating``: a summary change seen after the step started, or a whole
+  status period without one), when the unit ends, is omitted or moves to another site, and
+  when its run ends.
 
 Only capacity changes: a new ``Fleet`` shares every cached per-site vector that does not depend
 on free capacity (dataset and upstream transfer costs, hard-rule exclusions, links).

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.db import connection, transaction
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from placement import manifests, parser
@@ -101,9 +102,30 @@ def cluster_note(cluster: Mapping[str, Any]) -> bool:
         same = Site.objects.filter(name=name, ready=ready, labels__contains=cluster_labels)
         if gpus:
             same = same.filter(capabilities__contains=["gpu"])
-        if same.update(**values):
+        if _summary_update(same, values):
             return False
     return cluster_observe(cluster)[1]
+
+
+SUMMARY_COLUMNS = (
+    "cpu_allocatable",
+    "cpu_allocated",
+    "memory_allocatable",
+    "memory_allocated",
+    "gpu_allocatable",
+    "gpu_allocated",
+    "pods_allocatable",
+    "pods_allocated",
+)
+
+
+def _summary_update(sites: QuerySet[Site], values: Mapping[str, Any]) -> int:
+    """Update ``sites`` with ``values``; ``summary_at`` moves only where the resource summary
+    changed (a Cluster event for its labels or taints carries the member's older summary,
+    which counts none of the steps that started since). Returns the rows updated."""
+    same = Q(**{column: values[column] for column in SUMMARY_COLUMNS})
+    changed = sites.exclude(same).update(**values, summary_at=values["last_sync"])
+    return changed or sites.filter(same).update(**values)
 
 
 def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
@@ -112,7 +134,8 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
     now = values["last_sync"]
     with transaction.atomic():
         site, created = Site.objects.select_for_update().get_or_create(
-            name=name, defaults={**values, "ready": ready, "ready_changed_at": now}
+            name=name,
+            defaults={**values, "ready": ready, "ready_changed_at": now, "summary_at": now},
         )
         changed = created
         if not created:
@@ -124,7 +147,7 @@ def cluster_observe(cluster: Mapping[str, Any]) -> tuple[Site, bool]:
             merged = {**(site.labels or {}), **cluster_labels}
             if merged != site.labels:
                 values["labels"] = merged
-            Site.objects.filter(pk=site.pk).update(**values)
+            _summary_update(Site.objects.filter(pk=site.pk), values)
             for k, v in values.items():
                 setattr(site, k, v)
         else:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import BigIntegerField, Q, QuerySet, Sum
+from django.db.models import BigIntegerField, F, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -364,16 +364,30 @@ def resolved_inputs(unit: UnitRun, arguments: dict[str, Any]) -> dict[str, Any]:
 
 
 def held_reservations() -> dict[str, Resources]:
-    """What active runs hold per site and no member reports yet: units placed at a site and
-    still Pending (placement/planner/reservations.py says when a reservation ends). One
-    aggregate query."""
+    """What active runs hold per site and no member reports yet (one aggregate query):
+
+    * units placed at a site and still Pending;
+    * units the portal saw start after the site's last resourceSummary change
+      (``Site.summary_at``), for at most one status period (``KARMADA_CLUSTER_STATUS_SECONDS``):
+      their pods are in the member's next summary, not in the figures the planner reads. A
+      summary unchanged for a whole period after a start already counted it.
+
+    placement/planner/reservations.py says when a reservation ends."""
 
     def total(field: str) -> Coalesce:
         return Coalesce(Sum(Cast(KT(f"spec__resources__{field}"), BigIntegerField())), 0)
 
+    period = timedelta(seconds=settings.KARMADA_CLUSTER_STATUS_SECONDS)
+    summary_at = Site.objects.filter(name=OuterRef("site")).values("summary_at")[:1]
+    unreported = Q(phase=UnitPhase.RUNNING, updated_at__gt=timezone.now() - period) & (
+        Q(summary_at__isnull=True) | Q(updated_at__gt=F("summary_at"))
+    )
     rows = (
-        UnitRun.objects.filter(phase=UnitPhase.PENDING, run__status__in=ACTIVE_RUN)
+        UnitRun.objects.filter(run__status__in=ACTIVE_RUN)
         .exclude(site="")
+        .filter(phase__in=[UnitPhase.PENDING, UnitPhase.RUNNING])
+        .annotate(summary_at=Subquery(summary_at))
+        .filter(Q(phase=UnitPhase.PENDING) | unreported)
         .values("site")
         .annotate(cpu=total("cpu_millicores"), memory=total("memory_bytes"), gpus=total("gpus"))
     )
@@ -386,8 +400,9 @@ def held_reservations() -> dict[str, Resources]:
 
 
 def units_held(units: Iterable[UnitRun]) -> dict[str, Resources]:
-    """What ``units`` (of an active run) hold per site, as ``held_reservations`` counts them:
-    those placed at a site and still Pending."""
+    """What ``units`` (of an active run) hold per site as Pending units, the part of
+    ``held_reservations`` a decider's writes move. A started step's short hold is the
+    database's alone: every decider reads it with its next fleet."""
     out: dict[str, Resources] = {}
     for u in units:
         if u.phase != UnitPhase.PENDING or not u.site:

@@ -228,3 +228,29 @@ def fan_out(items: int, seconds: int = 0) -> str:
             },
         }
     )
+
+
+def cluster_of(site: Any, *, allocated: int = 0, labels: dict[str, str] | None = None) -> Any:
+    """The Karmada Cluster of ``site`` as its member posts it: Ready, its figures, and
+    ``allocated`` millicores of CPU in use."""
+    return {
+        "metadata": {"name": site.name, "labels": labels or {}},
+        "spec": {"region": site.region, "provider": site.provider},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "resourceSummary": {
+                "allocatable": {
+                    "cpu": f"{site.cpu_allocatable}m",
+                    "memory": str(site.memory_allocatable),
+                    "pods": str(site.pods_allocatable),
+                    "nvidia.com/gpu": str(site.gpu_allocatable),
+                },
+                "allocated": {
+                    "cpu": f"{allocated}m",
+                    "memory": str(site.memory_allocated),
+                    "pods": str(site.pods_allocated),
+                    "nvidia.com/gpu": str(site.gpu_allocated),
+                },
+            },
+        },
+    }

@@ -21,13 +21,13 @@ from portal import planning, services, state
 from portal.admission import decide, placing, reservations
 from portal.admission import queue as decision_queue
 from portal.choices import DecisionSource, UnitPhase
-from portal.controller import failover
+from portal.controller import failover, sync
 from portal.controller.step_workflow import step_workflow_for
 from portal.controller.submit import fallback_site
 from portal.models import PlacementDecision, UnitRun, WorkflowRun
 from sites.models import Site
 from tests.portal.admission.helpers import answer, patched_labels, post, review
-from tests.portal.helpers import FAN_OUT_CPU, fan_out
+from tests.portal.helpers import FAN_OUT_CPU, cluster_of, fan_out
 
 D = "portal.multisite.io"
 ITEM = Resources(cpu_millicores=FAN_OUT_CPU, memory_bytes=2**30)
@@ -150,10 +150,15 @@ def test_a_decision_releases_its_hold_when_the_unit_runs_moves_or_its_run_stops(
     taken = Counter({first.site: FAN_OUT_CPU}) + Counter({second.site: FAN_OUT_CPU})
     assert free() == {site: f - taken[site] for site, f in before.items()}
 
-    # Running: the member reports its pods (in ``cpu_allocated``), the hold ends.
+    # Running: held until the member's summary counts its pods (in ``cpu_allocated``).
     state.unit_move(first, UnitPhase.RUNNING)
-    taken[first.site] -= FAN_OUT_CPU
     assert free() == {site: f - taken[site] for site, f in before.items()}
+    site = Site.objects.get(name=first.site)
+    sync.cluster_note(cluster_of(site, allocated=site.cpu_allocated + FAN_OUT_CPU))
+    assert planning.planner_snapshot().base.held.get(first.site) is None
+    assert free() == {site: f - taken[site] for site, f in before.items()}
+    in_summary = Counter({first.site: FAN_OUT_CPU})
+    taken[first.site] -= FAN_OUT_CPU
     # Moved elsewhere by failover: held at the new site, no longer at the lost one.
     lost = second.site
     assert failover.failover_unit(burst, second, list(burst.units.all()), f"{lost} lost")
@@ -161,11 +166,12 @@ def test_a_decision_releases_its_hold_when_the_unit_runs_moves_or_its_run_stops(
     assert second.site not in ("", lost)
     taken[lost] -= FAN_OUT_CPU
     taken[second.site] += FAN_OUT_CPU
+    taken += in_summary
     assert free() == {site: max(f - taken[site], 0) for site, f in before.items()}
-    # The run stopped: nothing of it is held anywhere.
+    # The run stopped: nothing of it is held anywhere (its pod is the member's to report).
     services.run_stop(user=burst.owner, run=burst)
     assert planning.planner_snapshot().base.held == {}
-    assert free() == before
+    assert free() == {site: f - in_summary[site] for site, f in before.items()}
 
 
 def test_every_decider_sees_the_same_fleet_at_one_moment(client, burst, monkeypatch) -> None:

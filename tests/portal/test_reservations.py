@@ -1,6 +1,6 @@
 """Fan-out reservations through submission: a 60-tile fan-out over three
 sites that hold 20 CPUs each spreads over all three, and what active runs hold counts as taken
-until the member reports the step running."""
+until the member's resource summary counts the step."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from django.core.management import call_command
 
 from portal import selectors, services, state
 from portal.choices import UnitPhase
+from portal.controller import sync
 from sites.models import Site
-from tests.portal.helpers import EO_PIPELINE
+from tests.portal.helpers import EO_PIPELINE, cluster_of
 
 CPU = 1000
 
@@ -86,12 +87,40 @@ def test_what_an_active_run_holds_is_taken_until_its_steps_run(fleet_of_twenties
     together = placed(first) + placed(second)
     assert together == {"site-a": 20, "site-b": 20, "site-c": 20}
 
-    # A step the member reports running holds nothing any more (its pods are in the
-    # Cluster's allocated/allocating figures).
+    # A step seen starting still holds its request: no summary the member posted since
+    # counts its pods.
     for unit in first.units.exclude(site=""):
         state.unit_move(unit, UnitPhase.RUNNING)
-    held = selectors.held_reservations()
-    assert sum(r.cpu_millicores for r in held.values()) == 30 * CPU  # the second run's only
+    assert held_cpu() == 60 * CPU
+
+    # A Cluster event for its labels carries the member's older summary: nothing changes.
+    site_a = Site.objects.get(name="site-a")
+    sync.cluster_note(cluster_of(site_a, labels={"tier": "gold"}))
+    assert Site.objects.get(name="site-a").summary_at == site_a.summary_at
+    assert held_cpu() == 60 * CPU
+
+    # Site-a's summary changes (it now counts the first run's steps there): those hold
+    # nothing any more (their pods are in the Cluster's allocated figures); elsewhere they do.
+    at_a = first.units.filter(site="site-a").count()
+    sync.cluster_note(cluster_of(site_a, allocated=at_a * CPU))
+    assert Site.objects.get(name="site-a").cpu_allocated == at_a * CPU
+    assert held_cpu() == 60 * CPU - at_a * CPU
+    assert selectors.held_reservations()["site-a"].cpu_millicores == placed(second)["site-a"] * CPU
+
+
+def test_a_started_step_holds_nothing_after_a_status_period(fleet_of_twenties, settings) -> None:
+    """A summary unchanged for a whole status period after a step started already counted
+    it (its pods existed when that summary was taken)."""
+    run = submit(10)
+    for unit in run.units.exclude(site=""):
+        state.unit_move(unit, UnitPhase.RUNNING)
+    assert held_cpu() == 10 * CPU
+    settings.KARMADA_CLUSTER_STATUS_SECONDS = 0
+    assert held_cpu() == 0
+
+
+def held_cpu() -> int:
+    return sum(r.cpu_millicores for r in selectors.held_reservations().values())
 
 
 def test_a_gpu_step_whose_gpus_are_all_reserved_is_accepted_and_waits_for_one(db: Any) -> None:

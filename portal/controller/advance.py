@@ -12,7 +12,7 @@ from django.conf import settings
 
 from placement import manifests
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase, UnitTiming
-from portal.controller import gates, outcome, transfers, workqueue
+from portal.controller import gates, outcome, submit, transfers, workqueue
 from portal.controller.common import (
     SiteState,
     site_unusable_why,
@@ -26,7 +26,6 @@ from portal.controller.expand import expand
 from portal.controller.failover import failover_unit
 from portal.controller.status import mark_running, run_refresh_status, settle_groups, shutdown
 from portal.controller.step_workflow import folder_or_none
-from portal.controller.submit import submit_units
 from portal.models import UnitRun, WorkflowRun
 from portal.quotas import admit as quota_admit
 from portal.quotas import waking as quota_waking
@@ -165,14 +164,7 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
         progressed |= ended
         # Over its project's quota at its site: queued, not pushed to Karmada.
         ready = quota_admit.admit(run, ready, units)
-        # Created in chunks, the turn checked between them: a fan-out's thousands of ready
-        # units are created over several turns, other runs' advances in between.
-        for start in range(0, len(ready), CREATE_CHUNK):
-            if turn.spent():
-                break
-            chunk = ready[start : start + CREATE_CHUNK][: turn.max_creations - turn.creations]
-            turn.creations += len(chunk)
-            submit_units(run, chunk, units, fleet.sites, outputs)
+        _create_chunks(run, ready, units, fleet, outputs, turn)
         if turn.cut:
             return
         if (
@@ -184,6 +176,36 @@ def _advance_units(run: WorkflowRun, units: list[UnitRun], turn: Turn) -> None:
             if exit_unit is not None and exit_unit not in units:
                 units.append(exit_unit)
                 progressed = True
+
+
+def _create_chunks(
+    run: WorkflowRun,
+    ready: list[UnitRun],
+    units: list[UnitRun],
+    fleet: _Fleet,
+    outputs: Mapping[str, manifests.TaskOutputs],
+    turn: Turn,
+) -> None:
+    """Create ``ready`` in chunks, the turn checked between them: a fan-out's thousands of
+    ready units are created over several turns, other runs' advances in between. A chunk's
+    bodies are built while the chunk before it is being created (building them was a third
+    of what the advance did between two chunks' creates)."""
+    in_flight: submit.Creates | None = None
+    try:
+        for start in range(0, len(ready), CREATE_CHUNK):
+            if turn.spent():
+                break
+            chunk = ready[start : start + CREATE_CHUNK][: turn.max_creations - turn.creations]
+            turn.creations += len(chunk)
+            sent = submit.creates_start(run, chunk, units, fleet.sites, outputs)
+            previous, in_flight = in_flight, sent
+            if previous is not None:
+                submit.creates_finish(run, previous)
+    finally:
+        # Claimed whatever happened to the chunk before it: a create that Karmada made is
+        # recorded (or, after a crash, found again by name and claimed by the next advance).
+        if in_flight is not None:
+            submit.creates_finish(run, in_flight)
 
 
 def _ready_units(

@@ -7,6 +7,7 @@ import concurrent.futures
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -171,12 +172,41 @@ def submit_units(
     refuses for good, ends in Error with why. Karmada unreachable: what was created is
     claimed, the first unit left says why, and ``TransientError`` goes up for the task to
     back off."""
+    return creates_finish(run, creates_start(run, ready, units, sites, outputs))
+
+
+@dataclass
+class Creates:
+    """A chunk's creates in flight (``creates_start``), claimed by ``creates_finish``: the
+    advance builds the next chunk's bodies while Karmada answers these."""
+
+    bodies: list[tuple[UnitRun, dict[str, Any]]]
+    futures: list[concurrent.futures.Future[str | None]] | None = None
+
+
+def creates_start(
+    run: WorkflowRun,
+    ready: Sequence[UnitRun],
+    units: Iterable[UnitRun],
+    sites: Mapping[str, SiteState] | None,
+    outputs: Mapping[str, manifests.TaskOutputs],
+) -> Creates:
+    """The ready units' bodies built and, with a pool of create threads, their creates sent."""
     bodies = _bodies(run, ready, list(units), sites, outputs)
-    if not bodies:
+    if not bodies or settings.PORTAL_CREATE_CONCURRENCY <= 1:
+        return Creates(bodies)
+    pool = _create_pool(settings.PORTAL_CREATE_CONCURRENCY)
+    return Creates(bodies, [pool.submit(_create, b, run, u) for u, b in bodies])
+
+
+def creates_finish(run: WorkflowRun, creates: Creates) -> int:
+    """Wait for the chunk's creates, end the refused units, claim the created ones; a
+    transient error goes up once what was created is claimed."""
+    if not creates.bodies:
         return 0
     created: list[tuple[UnitRun, str]] = []
     transient: tuple[UnitRun, errors.TransientError] | None = None
-    for unit, body, why, failure in _create_all(run, bodies):
+    for unit, body, why, failure in _created(run, creates):
         if failure is not None:
             transient = transient or (unit, failure)
         elif why is not None:
@@ -229,23 +259,20 @@ def _bodies(
 Created = tuple[UnitRun, dict[str, Any], str | None, errors.TransientError | None]
 
 
-def _create_all(run: WorkflowRun, bodies: list[tuple[UnitRun, dict[str, Any]]]) -> list[Created]:
+def _created(run: WorkflowRun, creates: Creates) -> list[Created]:
     """Each body created (``_create``): with its unit, why Karmada refused it (None:
-    created) or the transient error that stopped it. One at a time, the first transient
-    error ends the creates; in a pool, every create is tried."""
-    workers = max(1, min(settings.PORTAL_CREATE_CONCURRENCY, len(bodies)))
+    created) or the transient error that stopped it. One at a time (no futures), the first
+    transient error ends the creates; in a pool, every create is tried."""
     results: list[Created] = []
-    if workers == 1:
-        for unit, body in bodies:
+    if creates.futures is None:
+        for unit, body in creates.bodies:
             try:
                 results.append((unit, body, _create(body, run, unit), None))
             except errors.TransientError as exc:
                 results.append((unit, body, None, exc))
                 break
         return results
-    pool = _create_pool(settings.PORTAL_CREATE_CONCURRENCY)
-    futures = [(u, b, pool.submit(_create, b, run, u)) for u, b in bodies]
-    for unit, body, future in futures:
+    for (unit, body), future in zip(creates.bodies, creates.futures, strict=True):
         try:
             results.append((unit, body, future.result(), None))
         except errors.TransientError as exc:

@@ -88,6 +88,22 @@ def _status(run_id: int) -> str:
     return WorkflowRun.objects.values_list("status", flat=True).get(pk=run_id)
 
 
+def _each_item_created_once(live: Stack, run: WorkflowRun, items: int) -> None:
+    """Every item's step workflow exists on Karmada once, claimed by its unit once."""
+    wait_for(lambda: _created(run.pk) == items, 300, "every item's step workflow")
+    names = list(
+        UnitRun.objects.filter(run=run)
+        .filter(expanded=False)
+        .values_list("workflow_name", flat=True)
+    )
+    on_karmada = [w["metadata"]["name"] for w in live.workflows(run.pk)]
+    assert len(names) == items and "" not in names
+    assert sorted(on_karmada) == sorted(set(on_karmada)) == sorted(names)
+    assert not UnitRun.objects.filter(run=run, phase="Error").exists()
+    submitted = RunEvent.objects.filter(run=run, kind="unit-submitted").count()
+    assert submitted == items  # one claim, hence one event, per unit
+
+
 def test_a_unit_pending_during_a_karmada_outage_says_why(live: Stack, user: User) -> None:
     fault = live.sandbox.fault("api-error", status=500, duration=600)
     run = services.run_submit(user=user, body=ONE_STEP, project="eo-demo")
@@ -113,18 +129,7 @@ def test_a_fan_out_interrupted_by_a_worker_kill_loses_and_duplicates_nothing(
     live.kill("worker", signal.SIGKILL)
     assert _created(run.pk) < items, "the kill came too late to interrupt anything"
     live.start("worker")
-    wait_for(lambda: _created(run.pk) == items, 300, "every item's step workflow")
-    names = list(
-        UnitRun.objects.filter(run=run)
-        .filter(expanded=False)
-        .values_list("workflow_name", flat=True)
-    )
-    on_karmada = [w["metadata"]["name"] for w in live.workflows(run.pk)]
-    assert len(names) == items and "" not in names
-    assert sorted(on_karmada) == sorted(set(on_karmada)) == sorted(names)
-    assert not UnitRun.objects.filter(run=run, phase="Error").exists()
-    submitted = RunEvent.objects.filter(run=run, kind="unit-submitted").count()
-    assert submitted == items  # one claim, hence one event, per unit
+    _each_item_created_once(live, run, items)
 
 
 def test_a_one_step_run_behind_a_5000_unit_run_finishes_while_it_fans_out(
@@ -185,3 +190,24 @@ def test_a_project_with_several_fan_outs_takes_one_turn_at_a_time(live: Stack, u
             300,
             "the fan-outs stopped",
         )
+
+
+def test_a_karmada_outage_in_the_middle_of_a_fan_out_loses_and_duplicates_nothing(
+    live: Stack, user: User
+) -> None:
+    """Chunks are created while the next chunk's bodies are built: an outage that fails the
+    creates of one chunk while another is in flight still leaves every created step workflow
+    claimed once, and the rest created after it. Last in the module: its items hold the demo
+    fleet's capacity for an hour, and the one-step run above needs a free slot."""
+    items = 600
+    run = services.run_submit(user=user, body=fan_out_workflow(items, 3600), project="eo-demo")
+    wait_for(lambda: _created(run.pk) >= 100, 120, "the fan-out to start")
+    fault = live.sandbox.fault("api-error", status=500, duration=600)
+    wait_for(
+        lambda: UnitRun.objects.filter(run=run, message__startswith="waiting for Karmada").exists(),
+        120,
+        "a unit to say it waits for Karmada",
+    )
+    assert _created(run.pk) < items, "the outage came too late to interrupt anything"
+    live.sandbox.clear_fault(fault["id"])
+    _each_item_created_once(live, run, items)

@@ -283,6 +283,9 @@ CELERY_WORKER_MAX_MEMORY_PER_CHILD = envint("PORTAL_WORKER_MAX_MEMORY_MB", 0) * 
 # worker to other runs (the rest of a big fan-out comes in later turns).
 PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
+# A run of at least this many units is kept between turns by the worker process advancing it,
+# which then re-reads only the rows that changed (portal.controller.kept).
+PORTAL_ADVANCE_KEEP_UNITS = envint("PORTAL_ADVANCE_KEEP_UNITS", 500)
 # Advances a user waits on (a run's first, one because a unit ended) of one project queued or
 # running at once; the project's further requests wait their turn
 # (portal/controller/workqueue/fairness.py).

@@ -18,12 +18,12 @@ from portal.controller.common import (
     site_unusable_why,
     site_usable,
     sites_state,
-    units_of,
 )
 from portal.controller.depends import held_back, task_phases
 from portal.controller.exit_handler import create_exit_unit, exit_after_stop, exit_pending
 from portal.controller.expand import expand
 from portal.controller.failover import failover_unit
+from portal.controller.kept import kept_units_of
 from portal.controller.status import mark_running, run_refresh_status, settle_groups, shutdown
 from portal.controller.step_workflow import folder_or_none
 from portal.models import UnitRun, WorkflowRun
@@ -99,7 +99,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         return False
     if run.status not in ACTIVE_RUN:
         return False
-    units = units_of(run)
+    units = kept_units_of(run)
     turn.fit(len(units))
     _advance_units(run, units, turn)
     settle_groups(units)

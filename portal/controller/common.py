@@ -6,12 +6,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models.expressions import RawSQL
+
 from placement import codec, planner
 from placement.context import ancestor_names, upstream_location
 from placement.parser import Unit
 from portal.choices import FINAL_UNIT, UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
 from sites.models import Site
+
+# A unit row's version: the id of the transaction that last wrote it (PostgreSQL's ``xmin``),
+# new with every update whoever makes it.
+ROW_VERSION = RawSQL('"portal_unitrun"."xmin"::text', ())
 
 
 def event(
@@ -78,14 +84,21 @@ def upstream_where(
     }
 
 
-def units_of(run: WorkflowRun) -> list[UnitRun]:
-    """The run's units, outputs read only for those that ended (only they have any): in a
-    fan-out of thousands that are still running, decoding every row's outputs was a third
-    of reading them, and every turn reads them all."""
+def units_of(
+    run: WorkflowRun, *, pks: Iterable[int] | None = None, versioned: bool = False
+) -> list[UnitRun]:
+    """The run's units (those of ``pks`` only, when given), outputs read only for those that
+    ended (only they have any): in a fan-out of thousands that are still running, decoding
+    every row's outputs was a third of reading them. ``versioned``: each unit carries its
+    row's version as ``row_version`` (``portal.controller.kept``)."""
+    rows = run.units.all() if pks is None else run.units.filter(pk__in=list(pks))
     # ``upstream`` is read from the spec here; the column is for the pages.
-    units = list(run.units.order_by("position", "id").defer("outputs", "upstream"))
+    read = rows.order_by("position", "id").defer("outputs", "upstream")
+    if versioned:
+        read = read.annotate(row_version=ROW_VERSION)
+    units = list(read)
     ended = dict(
-        run.units.order_by()
+        rows.order_by()
         .filter(phase__in=list(FINAL_UNIT))
         .exclude(outputs={})
         .values_list("pk", "outputs")

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from placement import manifests
 from portal.choices import ACTIVE_RUN, FINAL_UNIT, RunStatus, UnitPhase, UnitTiming
-from portal.controller import gates, outcome, submit, transfers, workqueue
+from portal.controller import gates, kept, outcome, submit, transfers, workqueue
 from portal.controller.common import (
     SiteState,
     site_unusable_why,
@@ -23,7 +23,6 @@ from portal.controller.depends import held_back, task_phases
 from portal.controller.exit_handler import create_exit_unit, exit_after_stop, exit_pending
 from portal.controller.expand import expand
 from portal.controller.failover import failover_unit
-from portal.controller.kept import kept_units_of
 from portal.controller.status import mark_running, run_refresh_status, settle_groups, shutdown
 from portal.controller.step_workflow import folder_or_none
 from portal.models import UnitRun, WorkflowRun
@@ -92,6 +91,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         return False
     if run.status in ACTIVE_RUN and gates.shutdown_requested(run):
         run.status = RunStatus.STOPPED
+    if run.status not in ACTIVE_RUN:
+        kept.forget(run)
     if run.status == RunStatus.STOPPED:
         shutdown(run)
         gates.after(run, [])
@@ -99,7 +100,7 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         return False
     if run.status not in ACTIVE_RUN:
         return False
-    units = kept_units_of(run)
+    units = kept.kept_units_of(run)
     turn.fit(len(units))
     _advance_units(run, units, turn)
     settle_groups(units)
@@ -117,6 +118,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         run_refresh_status(run.pk)
     gates.after(run, units)
     _wake_quota_waiters(run)
+    if not turn.cut:
+        kept.forget(run)
     return turn.cut
 
 

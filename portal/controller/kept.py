@@ -10,8 +10,9 @@ memory (an attribute assigned: its write may have been rolled back). What a turn
 what ``units_of`` would have read, at the cost of what changed.
 
 Kept per thread (a Celery worker process runs one task at a time; nothing is shared between
-threads), for runs of at least ``PORTAL_ADVANCE_KEEP_UNITS`` units, at most
-``KEPT_UNITS`` units in all (the run kept longest ago goes first). On SQLite (the embedded
+threads), for runs of at least ``PORTAL_ADVANCE_KEEP_UNITS`` units while they have step
+workflows left to create, at most ``KEPT_UNITS`` units in all (the run kept longest ago goes
+first). On SQLite (the embedded
 demo), or inside a transaction (a version read there may be the transaction's own), every
 turn reads everything.
 """
@@ -31,8 +32,9 @@ from django.db import connection
 from portal.controller.common import ROW_VERSION, units_of
 from portal.models import UnitRun, WorkflowRun
 
-# What one thread keeps at most (units of all its runs): about 40 MB per 10,000.
-KEPT_UNITS = 60_000
+# What one thread keeps at most (units of all its runs; one run is always kept, whatever its
+# size): about 30 MB per 10,000 units (the largest worker process in bench_fanout.py).
+KEPT_UNITS = 20_000
 # More than this share of a run's rows changed: one full read costs no more (measured on a
 # 10,000-unit run: 0 % changed 44 ms against 553 ms, 10 % 115 ms, 45 % about the same).
 FULL_READ_SHARE = 0.4
@@ -60,9 +62,20 @@ def _store() -> OrderedDict[tuple[int, datetime], _Kept]:
     return runs
 
 
-def forget() -> None:
-    """Drop everything this thread keeps."""
-    _store().clear()
+def forget(run: WorkflowRun | None = None) -> None:
+    """Drop what this thread keeps of ``run`` (of every run when None). The advance drops a
+    run once a turn leaves nothing to create: its next advance comes when units end, maybe
+    much later, and a worker's memory stays what its turns need (a second fan-out peaks no
+    higher than the first)."""
+    if run is None:
+        _store().clear()
+    else:
+        _store().pop((run.pk, run.created_at), None)
+
+
+def kept(run: WorkflowRun) -> bool:
+    """Whether this thread keeps ``run``'s units."""
+    return (run.pk, run.created_at) in _store()
 
 
 def kept_units_of(run: WorkflowRun) -> list[UnitRun]:

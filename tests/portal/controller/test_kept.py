@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from portal.controller import kept
+from portal.controller import advance, kept
 from portal.controller.common import units_of
 from portal.models import UnitRun, WorkflowRun
 from tests.factories import UnitRunFactory
@@ -59,9 +59,7 @@ def test_rows_written_elsewhere_are_read_again_and_only_they(
     assert state(again) == state(units_of(run))
     for unit in again:
         assert (unit is first[unit.pk]) == (unit.pk not in changed)
-    assert {u.pk: u.outputs for u in again if u.pk in changed} == dict.fromkeys(
-        changed, {"result": "7"}
-    )
+    assert [u.outputs for u in again if u.pk in changed] == [{"result": "7"}] * len(changed)
 
 
 def test_an_instance_changed_in_memory_is_read_again(run: WorkflowRun) -> None:
@@ -96,3 +94,16 @@ def test_a_small_run_is_not_kept(run: WorkflowRun, settings: Any) -> None:
     settings.PORTAL_ADVANCE_KEEP_UNITS = UNITS + 1
     first = kept.kept_units_of(run)
     assert not any(a is b for a, b in zip(kept.kept_units_of(run), first, strict=True))
+
+
+def test_the_advance_keeps_a_run_only_while_it_has_step_workflows_to_create(
+    run: WorkflowRun,
+) -> None:
+    """Its next advance comes when units end, maybe much later: a worker's memory stays what
+    its turns need."""
+    kept.kept_units_of(run)
+    assert kept.kept(run)
+    run.status = "Succeeded"
+    run.save(update_fields=["status"])
+    advance.run_advance(run.pk)
+    assert not kept.kept(run)

@@ -11,8 +11,8 @@ what ``units_of`` would have read, at the cost of what changed.
 
 Kept per thread (a Celery worker process runs one task at a time; nothing is shared between
 threads), for runs of at least ``PORTAL_ADVANCE_KEEP_UNITS`` units while they have step
-workflows left to create, at most ``KEPT_UNITS`` units in all (the run kept longest ago goes
-first). On SQLite (the embedded
+workflows left to create, at most ``KEPT_UNITS`` units in all (a bigger run is not kept; the
+run kept longest ago goes first). On SQLite (the embedded
 demo), or inside a transaction (a version read there may be the transaction's own), every
 turn reads everything.
 """
@@ -32,8 +32,10 @@ from django.db import connection
 from portal.controller.common import ROW_VERSION, units_of
 from portal.models import UnitRun, WorkflowRun
 
-# What one thread keeps at most (units of all its runs; one run is always kept, whatever its
-# size): about 30 MB per 10,000 units (the largest worker process in bench_fanout.py).
+# What one thread keeps at most (units of all its runs): a bigger run is read whole every turn,
+# as before. Kept units cost a worker process about 30 MB per 10,000 between turns, and a
+# turn that re-reads part of them holds both for a while: 50,000 kept took the largest
+# worker process from about 300 to 800 MB (bench_fanout.py --items 50000).
 KEPT_UNITS = 20_000
 # More than this share of a run's rows changed: one full read costs no more (measured on a
 # 10,000-unit run: 0 % changed 44 ms against 553 ms, 10 % 115 ms, 45 % about the same).
@@ -87,7 +89,7 @@ def kept_units_of(run: WorkflowRun) -> list[UnitRun]:
         runs.pop(key, None)
         return units_of(run)
     versions = dict(run.units.order_by().annotate(v=ROW_VERSION).values_list("pk", "v"))
-    if len(versions) < settings.PORTAL_ADVANCE_KEEP_UNITS:
+    if not settings.PORTAL_ADVANCE_KEEP_UNITS <= len(versions) <= KEPT_UNITS:
         runs.pop(key, None)
         return units_of(run)
     kept = runs.pop(key, None) or _Kept()
@@ -134,6 +136,6 @@ def _drop(kept: _Kept, pk: int) -> None:
 
 def _bound(runs: OrderedDict[tuple[int, datetime], _Kept]) -> None:
     total = sum(len(k.units) for k in runs.values())
-    while total > KEPT_UNITS and len(runs) > 1:
+    while total > KEPT_UNITS:
         _, oldest = runs.popitem(last=False)
         total -= len(oldest.units)

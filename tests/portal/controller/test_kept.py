@@ -107,3 +107,12 @@ def test_the_advance_keeps_a_run_only_while_it_has_step_workflows_to_create(
     run.save(update_fields=["status"])
     advance.run_advance(run.pk)
     assert not kept.kept(run)
+
+
+def test_a_run_bigger_than_what_a_thread_keeps_is_read_whole(
+    run: WorkflowRun, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(kept, "KEPT_UNITS", UNITS - 1)
+    first = kept.kept_units_of(run)
+    assert not kept.kept(run)
+    assert not any(a is b for a, b in zip(kept.kept_units_of(run), first, strict=True))

@@ -23,7 +23,7 @@ from django.http import HttpRequest
 from django.urls import path
 
 from sites import admin_stac, services
-from sites.models import Dataset, DatasetReplica, Project, Site, SiteLink
+from sites.models import SUMMARY_FIELDS, Dataset, DatasetReplica, Project, Site, SiteLink
 from sites.permissions import can_write_project_data, is_scoped_operator
 from sites.selectors import dataset_list_visible, projects_of, sites_operated_by
 from sites.validators import label_map_problems, overrides_problems, region_list_problems
@@ -32,16 +32,10 @@ KARMADA_FIELDS = (
     "ready",
     "ready_changed_at",
     "sync_mode",
-    "cpu_allocatable",
-    "cpu_allocated",
-    "memory_allocatable",
-    "memory_allocated",
-    "gpu_allocatable",
-    "gpu_allocated",
-    "pods_allocatable",
-    "pods_allocated",
+    *SUMMARY_FIELDS,
     "taints",
     "last_sync",
+    "summary_at",
 )
 
 

@@ -84,6 +84,20 @@ def untolerated_taint(taints: Any) -> str:
     return ""
 
 
+# The Site's columns from its Cluster's ``resourceSummary`` (allocatable, and allocated with
+# allocating): what the member reported it has and what its pods take.
+SUMMARY_FIELDS = (
+    "cpu_allocatable",
+    "cpu_allocated",
+    "memory_allocatable",
+    "memory_allocated",
+    "gpu_allocatable",
+    "gpu_allocated",
+    "pods_allocatable",
+    "pods_allocated",
+)
+
+
 class Site(models.Model):
     """One Karmada member cluster; ``name`` is the Karmada Cluster name.
 
@@ -121,7 +135,7 @@ class Site(models.Model):
     # it changes, at most every --cluster-status-update-frequency): the figures above count
     # the pods the member had a moment before. A step the portal saw start after this is not
     # in them yet, and still holds its request (portal.selectors.held_reservations).
-    summary_at = models.DateTimeField(null=True, blank=True)
+    summary_at = models.DateTimeField("resource summary changed", null=True, blank=True)
     policy_error = models.TextField(
         blank=True,
         help_text="why the last sync could not write this site's policies (empty: in step)",

@@ -20,7 +20,7 @@ from portal.karmada import client, lists, resources
 from portal.karmada.errors import KarmadaError, TransientError
 from portal.selectors.fleet import FLEET_POLICY_ERROR_KEY
 from sites.choices import SyncMode
-from sites.models import Site
+from sites.models import SUMMARY_FIELDS, Site
 
 log = logging.getLogger(__name__)
 
@@ -107,23 +107,11 @@ def cluster_note(cluster: Mapping[str, Any]) -> bool:
     return cluster_observe(cluster)[1]
 
 
-SUMMARY_COLUMNS = (
-    "cpu_allocatable",
-    "cpu_allocated",
-    "memory_allocatable",
-    "memory_allocated",
-    "gpu_allocatable",
-    "gpu_allocated",
-    "pods_allocatable",
-    "pods_allocated",
-)
-
-
 def _summary_update(sites: QuerySet[Site], values: Mapping[str, Any]) -> int:
     """Update ``sites`` with ``values``; ``summary_at`` moves only where the resource summary
     changed (a Cluster event for its labels or taints carries the member's older summary,
     which counts none of the steps that started since). Returns the rows updated."""
-    same = Q(**{column: values[column] for column in SUMMARY_COLUMNS})
+    same = Q(**{column: values[column] for column in SUMMARY_FIELDS})
     changed = sites.exclude(same).update(**values, summary_at=values["last_sync"])
     return changed or sites.filter(same).update(**values)
 

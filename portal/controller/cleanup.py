@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
 
-from portal.choices import ACTIVE_RUN, FINAL_UNIT, UnitKind
+from portal.choices import ACTIVE_RUN, FINAL_UNIT, UnitKind, UnitPhase
 from portal.controller import keep_logs
 from portal.karmada import client, errors, resources
 from portal.models import UnitRun
@@ -123,6 +123,34 @@ def superseded_remember(unit: UnitRun, name: str) -> None:
     names = [*unit.spec.get("superseded_workflows", []), name]
     unit.spec = {**unit.spec, "superseded_workflows": sorted(set(names))}
     UnitRun.objects.filter(pk=unit.pk).update(spec=unit.spec)
+
+
+def unclaimed_delete(created: list[tuple[UnitRun, str]], claimed: set[int]) -> None:
+    """Step workflows created for units that no longer want them: the unit was stopped,
+    failed over or ended while its create was in flight, so no advance will ever claim the
+    step workflow, and left alone it would run at its site, taking what the site's next
+    steps need. Each is deleted (remembered for the resync when Karmada does not answer).
+    One its unit holds (a redelivered task's twin created and claimed the same name) or may
+    still claim (Pending at the same attempt, no step workflow yet) is left alone."""
+    left = [(unit, name) for unit, name in created if unit.pk not in claimed]
+    if not left:
+        return
+    rows = UnitRun.objects.filter(pk__in=[unit.pk for unit, _ in left])
+    now = {
+        pk: (phase, attempt, held)
+        for pk, phase, attempt, held in rows.values_list("pk", "phase", "attempt", "workflow_name")
+    }
+    for unit, name in left:
+        phase, attempt, held = now.get(unit.pk, ("", 0, ""))
+        if held == name or (phase == UnitPhase.PENDING and attempt == unit.attempt and not held):
+            continue
+        log.info("%s: deleting step workflow %s, created after its unit moved on", unit.name, name)
+        try:
+            client.delete(resources.WORKFLOW, name)
+        except errors.KarmadaError as exc:
+            log.info("could not delete unclaimed step workflow %s: %s", name, exc)
+            if unit.pk in now:
+                superseded_remember(unit, name)
 
 
 def superseded_cleanup() -> int:

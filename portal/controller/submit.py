@@ -18,6 +18,7 @@ from placement import codec, manifests, planner
 from placement.revisions.selectors import active_revision_id, submission_revision_id
 from portal import labels, state
 from portal.choices import UnitPhase, UnitTiming
+from portal.controller import cleanup
 from portal.controller.common import SiteState, ancestors, event, upstream_where
 from portal.controller.step_workflow import CannotSign, run_wide_of, step_workflow_for
 from portal.karmada import client, errors, resources
@@ -214,10 +215,11 @@ def creates_finish(run: WorkflowRun, creates: Creates) -> int:
         else:
             created.append((unit, body["metadata"]["name"]))
     claimed = _claim(run, created)
+    cleanup.unclaimed_delete(created, claimed)
     if transient is not None:
         _waiting_for_karmada(run, *transient)
         raise transient[1]
-    return claimed
+    return len(claimed)
 
 
 def _bodies(
@@ -299,18 +301,18 @@ def _create_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
         return _pool[2]
 
 
-def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
+def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> set[int]:
     """Record the created step workflows on their units: only a unit still Pending, at the
     same attempt and with no step workflow yet (a redelivered task claims nothing twice)."""
     if not created:
-        return 0
+        return set()
     # The claim and its events commit together: a worker killed between them would leave
     # units claimed that the run's history never mentions.
     with transaction.atomic():
         return _claim_in_transaction(run, created)
 
 
-def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> int:
+def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> set[int]:
     now = timezone.now()
     if connection.vendor == "postgresql":
         values = ", ".join(["(%s, %s, %s)"] * len(created))
@@ -356,4 +358,4 @@ def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str
             )
         )
     RunEvent.objects.bulk_create(events, batch_size=500)
-    return len(ids)
+    return ids

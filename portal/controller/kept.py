@@ -92,31 +92,31 @@ def kept_units_of(run: WorkflowRun) -> list[UnitRun]:
     if not settings.PORTAL_ADVANCE_KEEP_UNITS <= len(versions) <= KEPT_UNITS:
         runs.pop(key, None)
         return units_of(run)
-    kept = runs.pop(key, None) or _Kept()
-    stale = [pk for pk, v in versions.items() if kept.versions.get(pk) != v or _touched(kept, pk)]
+    entry = runs.pop(key, None) or _Kept()
+    stale = [pk for pk, v in versions.items() if entry.versions.get(pk) != v or _touched(entry, pk)]
     if len(stale) > FULL_READ_SHARE * len(versions):
-        kept = _Kept()
+        entry = _Kept()
         fresh = units_of(run, versioned=True)
     else:
         fresh = units_of(run, pks=stale, versioned=True) if stale else []
-    gone = [pk for pk in kept.units if pk not in versions]  # none, normally
+    gone = [pk for pk in entry.units if pk not in versions]  # none, normally
     for pk in gone:
-        _drop(kept, pk)
+        _drop(entry, pk)
     added = bool(gone)
     for unit in fresh:
-        kept.versions[unit.pk] = unit.__dict__.pop("row_version")
-        added |= unit.pk not in kept.units
-        kept.units[unit.pk] = unit
-    if added or len(kept.order) != len(kept.units):
-        kept.order = sorted(kept.units.values(), key=lambda u: (u.position, u.pk))
+        entry.versions[unit.pk] = unit.__dict__.pop("row_version")
+        added |= unit.pk not in entry.units
+        entry.units[unit.pk] = unit
+    if added or len(entry.order) != len(entry.units):
+        entry.order = sorted(entry.units.values(), key=lambda u: (u.position, u.pk))
     else:  # the same rows, some read again: each in its place
-        kept.order = [kept.units[u.pk] for u in kept.order]
-    for unit in kept.order:
+        entry.order = [entry.units[u.pk] for u in entry.order]
+    for unit in entry.order:
         unit._state.fields_cache = {}  # a related row read last turn may have changed since
-        kept.marks[unit.pk] = tuple(unit.__dict__.values())
-    runs[key] = kept
+        entry.marks[unit.pk] = tuple(unit.__dict__.values())
+    runs[key] = entry
     _bound(runs)
-    return list(kept.order)
+    return list(entry.order)
 
 
 def _touched(kept: _Kept, pk: int) -> bool:

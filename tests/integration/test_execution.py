@@ -3,6 +3,7 @@ watcher, and the sandbox fleet over HTTP."""
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -57,10 +58,18 @@ def _wait_finished(stack: Stack, run_id: int, timeout: float = 90) -> WorkflowRu
     try:
         return wait_for(lambda: _finished(run_id), timeout, "the run to finish")
     except AssertionError:
-        units = list(UnitRun.objects.filter(run_id=run_id).values_list("name", "phase", "site"))
+        units = list(
+            UnitRun.objects.filter(run_id=run_id).values_list(
+                "name", "phase", "site", "attempt", "workflow_name", "message"
+            )
+        )
+        # The members' side too (capacity, pods waiting, each step workflow's phase): a run
+        # that does not finish is as often held at a site as lost in the portal.
+        members = json.dumps(stack.sandbox.state().get("members"), indent=1, sort_keys=True)
         raise AssertionError(
-            f"run {run_id} did not finish; units {units}\n--- worker\n{stack.log('worker')}"
-            f"\n--- watcher\n{stack.log('watcher')}"
+            f"run {run_id} did not finish; units {units}\n--- members\n{members}"
+            f"\n--- sandbox\n{stack.sandbox.log_tail(80)}"
+            f"\n--- worker\n{stack.log('worker')}\n--- watcher\n{stack.log('watcher')}"
         ) from None
 
 

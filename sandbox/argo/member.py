@@ -110,7 +110,12 @@ class Member(SiteExecution):
 
     async def acquire(self, req: dict[str, float], on_wait: Callable[[str], None]) -> int:
         req = dict(req, pods=req.get("pods", 0.0) + 1)
-        if not self.waiters and self.fits(req):
+        # A pod that fits is bound even while others wait: kube-scheduler keeps a pod it found
+        # unschedulable in ``unschedulablePods`` (pkg/scheduler/internal/queue/
+        # scheduling_queue.go: "unschedulablePods holds pods that were already attempted for
+        # scheduling and are currently determined to be unschedulable") and goes on with the
+        # pods of its activeQ; one pod too big for the site never holds the site's others.
+        if self.fits(req):
             return self._grant(req)
         short = [
             k

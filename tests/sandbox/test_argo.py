@@ -275,6 +275,29 @@ def test_leaves_wait_pending_while_the_cluster_is_full(
     )
 
 
+def test_a_pod_too_big_for_the_cluster_does_not_hold_the_others(
+    sandbox: SandboxServer, fleet: Fleet, run_on: RunOn
+) -> None:
+    # kube-scheduler sets an unschedulable pod aside and schedules the next: a step that can
+    # never fit a site (a failover's, a stopped run's left over) must not block every later
+    # step there.
+    # More than the whole site: it can never be scheduled, whatever else runs there.
+    whole = int(fleet.cluster("site-a")["status"]["resourceSummary"]["allocatable"]["cpu"])
+    big, small = unique("big"), unique("small")
+    run_on("site-a", workflow(big, [leaf("main", cpu=str(whole + 1), duration="1h")]))
+
+    def refused() -> bool:
+        node = fleet.nodes_by_display(fleet.live_status("site-a", big)).get(big) or {}
+        return "Insufficient cpu" in str(node.get("message"))
+
+    sandbox.wait_for(refused, what="the big step refused for cpu")
+    # No CPU asked: it fits whatever an earlier test of the session still holds at site-a.
+    run_on("site-a", workflow(small, [leaf("main")]))
+    assert fleet.wait_phase(small)["phase"] == "Succeeded"
+    nodes = fleet.nodes_by_display(fleet.live_status("site-a", big))
+    assert nodes[big]["phase"] == "Pending"
+
+
 def test_terminate_stops_running_work(
     fleet: Fleet, custom: client.CustomObjectsApi, sandbox: SandboxServer, run_on: RunOn
 ) -> None:

@@ -188,7 +188,10 @@ class Store:
             self.evicted_rv = self.log[0].rv
         self.log.append(ev)
         for w in list(self.watchers):
-            if w.overflowed:
+            # One cacher per resource, as kube-apiserver's (storage/cacher: a watch's buffer
+            # holds its resource's events only): a fan-out's Workflow and Work events do not
+            # fill a binding or Cluster watch's buffer and close it.
+            if w.overflowed or w.rtype is not rtype:
                 continue
             try:
                 w.queue.put_nowait(ev)

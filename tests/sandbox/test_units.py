@@ -19,9 +19,9 @@ from sandbox.fleet import Site, parse_limit_range
 from sandbox.karmada.overrides import override_image
 from sandbox.karmada.policy import choose_policy
 from sandbox.patch import json_patch, merge_patch
-from sandbox.resources import NAMESPACE, Registry
+from sandbox.resources import CONFIG_MAP, NAMESPACE, Registry
 from sandbox.selectors import parse_label_selector
-from sandbox.store import Store
+from sandbox.store import Store, Watcher
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
@@ -194,6 +194,23 @@ def test_the_whole_reference_folder_can_be_given_as_crds() -> None:
         ("policy.karmada.io", "PropagationPolicy"),
         ("work.karmada.io", "ResourceBinding"),
     } <= kinds
+
+
+def test_a_watch_buffers_its_own_resource_only() -> None:
+    # kube-apiserver keeps one cacher per resource: a burst of other kinds' events (a
+    # fan-out's Workflows and Works) never fills a binding or Cluster watch's buffer.
+    async def scenario() -> None:
+        store = Store(Registry())
+        everything = parse_label_selector(None)
+        watch = Watcher(CONFIG_MAP, None, everything, lambda _obj: True)
+        store.watchers.add(watch)
+        for i in range(watch.queue.maxsize + 10):
+            store.create(NAMESPACE, {"metadata": {"name": f"ns-{i}"}})
+        assert not watch.overflowed and watch.queue.empty() and watch in store.watchers
+        store.create(CONFIG_MAP, {"metadata": {"name": "one", "namespace": "ns-0"}})
+        assert watch.queue.qsize() == 1
+
+    asyncio.run(scenario())
 
 
 def test_versions_from_another_run_of_the_sandbox_expire() -> None:

@@ -73,6 +73,10 @@ def _wait_finished(stack: Stack, run_id: int, timeout: float = 90) -> WorkflowRu
         ) from None
 
 
+# A step workflow's phases that end it (Argo's WorkflowSucceeded, WorkflowFailed, WorkflowError).
+FINISHED = ("Succeeded", "Failed", "Error")
+
+
 def _left_quiet(stack: Stack, run_id: int) -> None:
     """Wait until no step workflow of the stopped run still runs: each is shut down, ended
     or gone. The database is emptied after the test, and a stop the worker had not carried
@@ -86,9 +90,6 @@ def _left_quiet(stack: Stack, run_id: int) -> None:
         )
 
     wait_for(quiet, 60, f"run {run_id}'s step workflows to be shut down")
-
-
-FINISHED = ("Succeeded", "Failed", "Error")
 
 
 def _units(run_id: int) -> dict[str, UnitRun]:

@@ -312,23 +312,36 @@ def _claim(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> set[int]
         return _claim_in_transaction(run, created)
 
 
+def claim_statement(created: Sequence[tuple[UnitRun, str]], now: Any) -> tuple[str, list[Any]]:
+    """The claim as one PostgreSQL UPDATE and its parameters: each created unit's step
+    workflow recorded only where the unit is still Pending, at the same attempt, with none.
+
+    The guards are one ``IS TRUE`` term so that the rows are found by primary key alone. As
+    separate terms the planner could drive the UPDATE from the ``workflow_name`` or
+    ``(site, phase)`` index instead: a fan-out's thousands of units are inserted after the
+    table's statistics were taken, which then count almost no unclaimed Pending rows, and every
+    chunk's claim walked all of them (and their dead versions) joined with the chunk's ids:
+    60% of the advance's time in a 10,000-item fan-out, growing with the units still to
+    claim."""
+    values = ", ".join(["(%s, %s, %s)"] * len(created))
+    params: list[Any] = [now, now]
+    for unit, name in created:
+        params += [unit.pk, unit.attempt, name]
+    params.append(UnitPhase.PENDING)
+    sql = (
+        f"UPDATE {UnitRun._meta.db_table} AS u SET workflow_name = v.name, submitted_at = %s, "
+        f"updated_at = %s, message = '' FROM (VALUES {values}) AS v(id, attempt, name) "
+        "WHERE u.id = v.id AND (u.attempt = v.attempt AND u.workflow_name = '' "
+        "AND u.phase = %s) IS TRUE RETURNING u.id"
+    )
+    return sql, params
+
+
 def _claim_in_transaction(run: WorkflowRun, created: Sequence[tuple[UnitRun, str]]) -> set[int]:
     now = timezone.now()
     if connection.vendor == "postgresql":
-        values = ", ".join(["(%s, %s, %s)"] * len(created))
-        params: list[Any] = [now, now]
-        for unit, name in created:
-            params += [unit.pk, unit.attempt, name]
-        params.append(UnitPhase.PENDING)
-        table = UnitRun._meta.db_table
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS u SET workflow_name = v.name, submitted_at = %s, "
-                f"updated_at = %s, message = '' FROM (VALUES {values}) AS v(id, attempt, name) "
-                "WHERE u.id = v.id AND u.attempt = v.attempt AND u.workflow_name = '' "
-                "AND u.phase = %s RETURNING u.id",
-                params,
-            )
+            cursor.execute(*claim_statement(created, now))
             ids = {row[0] for row in cursor.fetchall()}
     else:
         ids = {

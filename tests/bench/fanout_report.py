@@ -53,6 +53,7 @@ class Fanout:
     samples: Samples
     all_created: float = 0.0
     raw: float = 0.0
+    raw_sampled: float = 0.0
     raw_after: float = 0.0
     # (created, seconds, RSS by part) at every MILESTONE step workflows of the first fan-out.
     milestones: list[tuple[int, float, dict[str, float]]] = field(default_factory=list)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -50,6 +50,10 @@ class Turn:
     cut: bool = False  # work was left for the next turn
     started: float = field(default_factory=time.monotonic)
     sized: bool = False  # ``creating`` has sized the turn's time
+    # Asked when the budget is spent: whether the turn may go on for another (nobody waits
+    # for it to end, the run is still active). None: it never does.
+    go_on: Callable[[], bool] | None = None
+    began: float = field(default_factory=time.monotonic)
 
     def fit(self, units: int) -> None:
         """Size the turn to the run, once its units are read: a turn of a big run may create
@@ -77,8 +81,23 @@ class Turn:
         if self.creations and (
             self.creations >= self.max_creations or time.monotonic() - self.started >= self.seconds
         ):
-            self.cut = True
+            if self._goes_on():
+                self.creations, self.started = 0, time.monotonic()
+            else:
+                self.cut = True
         return self.cut
+
+    def _goes_on(self) -> bool:
+        """Another budget, when nobody waits for this one to end and the turn stays inside
+        ``PORTAL_ADVANCE_TURN_MAX_SECONDS``: yielding then only made the next turn read the
+        run and pass over its units again. Asked once per budget, so a stop or another
+        project's turn waits no longer than a budget, as before."""
+        if self.go_on is None:
+            return False
+        elapsed = time.monotonic() - self.began
+        if elapsed + self.seconds > settings.PORTAL_ADVANCE_TURN_MAX_SECONDS:
+            return False
+        return self.go_on()
 
 
 def run_advance(run_id: int, turn: Turn | None = None) -> bool:
@@ -111,6 +130,8 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
         return False
     units = kept.kept_units_of(run)
     turn.fit(len(units))
+    if turn.go_on is None:
+        turn.go_on = lambda: _nobody_waits(run)
     _advance_units(run, units, turn)
     settle_groups(units)
     if (
@@ -130,6 +151,14 @@ def run_advance(run_id: int, turn: Turn | None = None) -> bool:
     if not turn.cut:
         kept.forget(run)
     return turn.cut
+
+
+def _nobody_waits(run: WorkflowRun) -> bool:
+    """Whether the run's turn may go on: no other run waits for a turn, no prompt advance is
+    queued or running, and the run was not stopped meanwhile."""
+    if not workqueue.nobody_waits(run.project_id or workqueue.NO_PROJECT):
+        return False
+    return WorkflowRun.objects.filter(pk=run.pk, status__in=ACTIVE_RUN).exists()
 
 
 def _wake_quota_waiters(run: WorkflowRun) -> None:

@@ -8,6 +8,8 @@ one key per object.
 * ``lease`` and ``release``: the slot a reconcile holds in its project's lane while it runs,
   handed on when it ends; ``wait_turn``: a run with work left after its turn waits for its
   project's next one; ``add_after``: a retry, that many seconds later.
+* ``nobody_waits``: whether a turn may go on past its budget (no run of any project waits
+  for a turn or a prompt advance).
 * One reconcile per run at a time: ``claims.run_lock``; a request while it runs marks the run
   (``claims.ask_again``) and the holder adds it again when it ends (``portal.controller.worker``).
 * Priorities: what a user waits on before continuations and housekeeping
@@ -21,6 +23,13 @@ from collections.abc import Iterator
 
 from portal.controller import enqueue
 from portal.controller.workqueue import claims, fairness
+
+NO_PROJECT = fairness.NO_PROJECT
+
+
+def nobody_waits(project: int) -> bool:
+    """Whether a turn of ``project``'s may go on past its budget (``fairness.nobody_waits``)."""
+    return fairness.nobody_waits(project)
 
 
 def add(run_id: int) -> None:

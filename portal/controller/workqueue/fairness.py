@@ -307,3 +307,24 @@ def prompt_dispatch_all() -> list[Turn]:
     except redis.RedisError as exc:
         log.warning("prompt advances not dispatched: %s", exc)
         return []
+
+
+def nobody_waits(project: int) -> bool:
+    """Whether a continuation of ``project`` (its holder's turn) may go on past its budget:
+    no other project has a run waiting or a turn queued or running, no other run of the
+    project waits, and no prompt advance of any project is waiting or in flight (a prompt
+    advance goes ahead of turns, and a worker busy with a long turn may be the one it needs).
+    False without Redis, or when Redis cannot say."""
+    client = redis_client()
+    if client is None:
+        return False
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.smembers(PROJECTS)
+        pipe.zcard(WAITING % project)
+        pipe.scard(PROMPT_PROJECTS)
+        projects, waiting, prompt = pipe.execute()
+    except redis.RedisError:
+        return False
+    others = {int(p) for p in cast(set[bytes], projects)} - {project}
+    return not others and not waiting and not prompt

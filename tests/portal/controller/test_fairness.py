@@ -258,3 +258,34 @@ def test_advance_requests_reach_the_broker_through_their_projects_lane(
         client.srem(fairness.PROMPT_PROJECTS, flood.pk, other.pk)
         for run in [*many, one]:
             claims.started(run)
+
+
+# -- a continuation that nobody waits for goes on past its budget ------------------------------
+@pytest.fixture
+def quiet(client: Any, lanes: Any) -> Iterator[Any]:
+    """No project with a run waiting, a turn or a prompt advance: the two sets of projects
+    emptied for the test (other tests' leftovers in this Redis database), restored after."""
+    saved = {key: client.smembers(key) for key in (fairness.PROJECTS, fairness.PROMPT_PROJECTS)}
+    client.delete(*saved)
+    yield client
+    client.delete(*saved)
+    for key, members in saved.items():
+        if members:
+            client.sadd(key, *members)
+
+
+def test_a_continuation_goes_on_past_its_budget_only_while_nobody_waits(quiet: Any) -> None:
+    assert fairness.wait_turn(A, R1) == [(A, R1)]  # A's continuation: run 1's turn
+    assert fairness.nobody_waits(A)
+    assert fairness.wait_turn(A, R2) == []  # another run of A's waits for a turn
+    assert not fairness.nobody_waits(A)
+    assert fairness.release(A, R1) == [(A, R2)]
+    assert fairness.nobody_waits(A)  # run 2 holds A's turn, nobody else waits
+    assert fairness.wait_turn(B, R3) == [(B, R3)]  # another project's turn is queued
+    assert not fairness.nobody_waits(A)
+    assert fairness.release(B, R3) == []
+    assert fairness.nobody_waits(A)
+    assert fairness.prompt_request(B, R4) == [(B, R4)]  # a prompt advance of any project
+    assert not fairness.nobody_waits(A)
+    assert fairness.prompt_done(B, R4) == []
+    assert fairness.nobody_waits(A)

@@ -7,6 +7,10 @@ read from a dataset held at one site:
   creates of the same bodies on the same sandbox (the floor: as many as the fan-out, up to
   ``RAW_FLOOR_MAX``, at once), the floor as it was before (a minimal body, the median of
   ``RAW_ROUNDS`` timings of ``RAW_SAMPLE`` creates, scaled), and Karmada requests per tile;
+* with ``--runs 2`` (the default), the same fan-out again, after the floor's Workflows were
+  deleted (the second runs on the sandbox holding the first fan-out, as before the floor took
+  ten thousand creates), beside the first and beside the floor timed again on the sandbox
+  holding both;
 * a one-step run submitted right after the fan-out: time to Succeeded, beside the same run on
   the idle stack (the floor);
 * the run page and its live partial, server render time, beside the runs list (the floor);
@@ -229,7 +233,8 @@ def portal_body(stack: BenchStack, run_id: int) -> dict[str, Any]:
         "apiVersion": wf["apiVersion"],
         "kind": wf["kind"],
         "metadata": {
-            "labels": ours(meta.get("labels")),
+            # bench=raw: the floor's copies are deleted with the minimal ones (raw_remove).
+            "labels": {**ours(meta.get("labels")), "bench": "raw"},
             "annotations": ours(meta.get("annotations")),
         },
         "spec": wf["spec"],
@@ -241,6 +246,37 @@ def raw_floor(stack: BenchStack, items: int, body: dict[str, Any], prefix: str) 
     ``RAW_FLOOR_MAX``, the time then scaled)."""
     n = min(items, RAW_FLOOR_MAX)
     return raw_creates(stack, n, prefix=prefix, body=body) * items / n
+
+
+def raw_remove(stack: BenchStack) -> float:
+    """The floor's Workflows deleted, and the sandbox left to collect their bindings: the
+    second fan-out then runs on a sandbox holding the first one only, as it did before the
+    floor took ten thousand creates. Returns how long it took."""
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(stack.kubeconfig))
+    api = client.CustomObjectsApi(api_client)
+    start = time.perf_counter()
+    api.delete_collection_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", "portal", "workflows", label_selector="bench=raw"
+    )
+
+    def count(group: str, version: str, plural: str, selector: str = "") -> int:
+        page = api.list_namespaced_custom_object(
+            group, version, "portal", plural, limit=1, label_selector=selector
+        )
+        return len(page["items"]) + int(page["metadata"].get("remainingItemCount") or 0)
+
+    # Collected: the floor's Workflows gone, and as many bindings three polls in a row.
+    seen: list[int] = []
+
+    def collected() -> bool:
+        seen.append(count("work.karmada.io", "v1alpha2", "resourcebindings"))
+        steady = len(seen) >= 3 and len(set(seen[-3:])) == 1
+        return steady and count("argoproj.io", "v1alpha1", "workflows", "bench=raw") == 0
+
+    wait(collected, 900, "the floor's bindings collected", every=1.0)
+    return time.perf_counter() - start
 
 
 def raw_sampled(stack: BenchStack, n: int, items: int, prefix: str) -> float:
@@ -384,6 +420,8 @@ def measure(stack: BenchStack, args: argparse.Namespace) -> Fanout | None:
     step_body = portal_body(stack, run_id)
     fanout.raw = raw_floor(stack, args.items, step_body, "raw")
     fanout.raw_sampled = raw_sampled(stack, min(args.items, RAW_SAMPLE), args.items, "sample")
+    if args.runs > 1:
+        fanout.raw_removed = raw_remove(stack)
     fanout.again = run_again(stack, args, body, t0)
     if fanout.again:
         # The floor again, on the sandbox now holding every fan-out: the second's ratio is

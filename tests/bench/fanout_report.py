@@ -54,6 +54,7 @@ class Fanout:
     all_created: float = 0.0
     raw: float = 0.0
     raw_sampled: float = 0.0
+    raw_removed: float = 0.0  # the floor's Workflows deleted before the second fan-out
     raw_after: float = 0.0
     # (created, seconds, RSS by part) at every MILESTONE step workflows of the first fan-out.
     milestones: list[tuple[int, float, dict[str, float]]] = field(default_factory=list)
@@ -99,7 +100,10 @@ def print_memory(f: Fanout) -> None:
             f"{quarters(samples, 0.0, f.all_created, f'{part} process')}"
         )
     for i, (start, took) in enumerate(f.again, 2):
-        print(f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s")
+        print(
+            f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s"
+            f"   (the first's floor deleted before it, in {f.raw_removed:.1f} s)"
+        )
         print(
             f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
             f"the sandbox holding every fan-out {f.raw_after:.1f} s ({took / f.raw_after:.2f}x)"

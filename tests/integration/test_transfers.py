@@ -282,7 +282,7 @@ BIG = {
         "image": "python:3",
         "command": ["python3"],
         # Incompressible: the copy moves all of it, which takes a while.
-        "source": "import os; open('/tmp/out.bin', 'wb').write(os.urandom(96 * 2**20))",
+        "source": "import os; open('/tmp/out.bin', 'wb').write(os.urandom(192 * 2**20))",
     },
 }
 

@@ -262,16 +262,9 @@ def test_advance_requests_reach_the_broker_through_their_projects_lane(
 
 # -- a continuation that nobody waits for goes on past its budget ------------------------------
 @pytest.fixture
-def quiet(client: Any, lanes: Any) -> Iterator[Any]:
-    """No project with a run waiting, a turn or a prompt advance: the two sets of projects
-    emptied for the test (other tests' leftovers in this Redis database), restored after."""
-    saved = {key: client.smembers(key) for key in (fairness.PROJECTS, fairness.PROMPT_PROJECTS)}
-    client.delete(*saved)
-    yield client
-    client.delete(*saved)
-    for key, members in saved.items():
-        if members:
-            client.sadd(key, *members)
+def quiet(client: Any, lanes: Any, fairness_quiet: Any) -> Any:
+    """Projects A's and B's keys cleared (``client``, ``lanes``), and nobody else waiting."""
+    return fairness_quiet
 
 
 def test_a_continuation_goes_on_past_its_budget_only_while_nobody_waits(quiet: Any) -> None:

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from portal import services
 from portal.controller import advance
 from portal.controller.advance import Turn
-from portal.controller.workqueue import claims, fairness
+from portal.controller.workqueue import fairness
 from portal.models import UnitRun
 from tests.fixtures_sandbox import SandboxServer
 from tests.integration.test_fanout import fan_out_workflow
@@ -53,19 +53,11 @@ OTHER_PROJECT, OTHER_RUN = 990011, 880011
 
 
 @pytest.fixture
-def quiet() -> Iterator[Any]:
-    """No project with a run waiting, a turn or a prompt advance (the sets saved, emptied,
-    restored), so that only what a test adds waits."""
-    c = claims.redis_client()
-    assert c is not None, "these tests need REDIS_URL"
-    keys = (fairness.PROJECTS, fairness.PROMPT_PROJECTS)
-    saved = {key: c.smembers(key) for key in keys}
-    c.delete(*keys)
-    yield c
-    c.delete(*keys, fairness.WAITING % OTHER_PROJECT, fairness.HOLDER % OTHER_PROJECT)
-    for key, members in saved.items():
-        if members:
-            c.sadd(key, *members)
+def quiet(fairness_quiet: Any) -> Iterator[Any]:
+    """Nobody waits (``fairness_quiet``); the other project's turn this test adds goes after."""
+    yield fairness_quiet
+    fairness_quiet.delete(fairness.WAITING % OTHER_PROJECT, fairness.HOLDER % OTHER_PROJECT)
+    fairness_quiet.srem(fairness.PROJECTS, OTHER_PROJECT)
 
 
 def _fan_out(settings: Any, quiet: Any) -> int:

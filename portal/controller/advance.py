@@ -232,15 +232,17 @@ def _create_chunks(
     bodies are built while the chunk before it is being created (building them was a third
     of what the advance did between two chunks' creates)."""
     in_flight: submit.Creates | None = None
-    if ready:
-        turn.creating()
+    if not ready:
+        return
+    turn.creating()
+    shared = submit.pass_shared(run, units)
     try:
         for start in range(0, len(ready), CREATE_CHUNK):
             if turn.spent():
                 break
             chunk = ready[start : start + CREATE_CHUNK][: turn.max_creations - turn.creations]
             turn.creations += len(chunk)
-            sent = submit.creates_start(run, chunk, units, fleet.sites, outputs)
+            sent = submit.creates_start(run, chunk, units, fleet.sites, outputs, shared)
             previous, in_flight = in_flight, sent
             if previous is not None:
                 submit.creates_finish(run, previous)

@@ -396,6 +396,16 @@ def list_page(
     return dict(_call("list", resource, ns, **kwargs))
 
 
+class _RawWatch(k8s_watch.Watch):
+    """A watch whose events keep the object as parsed (``raw_object``, a dict). The client's
+    ``Watch`` finds the return type ``object`` in a custom-object call's docstring and then, for
+    every event, dumps the parsed object to JSON and parses it again into the same dict: under
+    a fan-out (a dozen binding events a step) that was a fifth of the watcher's time."""
+
+    def get_return_type(self, func: Any) -> None:
+        return None
+
+
 def watch_events(
     resource: Resource,
     resource_version: str,
@@ -407,7 +417,7 @@ def watch_events(
     ``ERROR`` event included), until the server ends the stream. No retries: a dropped
     connection is a ``TransientError`` and the caller resumes from the last version seen."""
     api = _custom()
-    w = k8s_watch.Watch()
+    w = _RawWatch()
     kwargs: dict[str, Any] = {
         "resource_version": resource_version,
         "timeout_seconds": timeout_seconds,

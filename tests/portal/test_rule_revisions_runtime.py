@@ -23,7 +23,7 @@ from portal.admission import decide
 from portal.admission import queue as decision_queue
 from portal.choices import UnitPhase
 from portal.controller.step_workflow import step_workflow_for
-from portal.controller.submit import submit_units
+from portal.controller.submit import creates_finish, creates_start, pass_shared, submit_units
 from portal.karmada import client, resources
 from portal.models import UnitRun, WorkflowRun
 from portal.selectors import upstream_outputs
@@ -91,6 +91,29 @@ def test_step_workflows_carry_the_revision_their_site_came_from(
     assert annotation("ingest") == str(baseline.pk)
     # Placed at run time: the worker's fallback site comes from the revision active now.
     assert annotation("preprocess") == str(later.pk)
+
+
+def test_a_pass_keeps_the_submissions_revision_and_reads_the_active_one_per_chunk(
+    demo_fleet: SandboxServer, settings: Any
+) -> None:
+    """One pass's chunks share what they read of the run (``pass_shared``), but a rule change
+    between two chunks reaches the second: a runtime unit's fallback site is decided from the
+    newest state, and its annotation names the revision of that state."""
+    settings.PORTAL_RULES_REVIEW = False
+    key = labels.key(labels.RULES_REVISION)
+    baseline = services.revision_baseline()
+    run = _submit()
+    _ingest_done(run)
+    units = list(run.units.order_by("position", "id"))
+    preprocess = next(u for u in units if u.name == "preprocess")
+    shared = pass_shared(run, units)
+    assert shared.revisions.of(preprocess) == baseline.pk  # an earlier chunk read it
+    later = _apply_site_b_gpu_override(UserFactory(username="alice", is_staff=True))
+    creates = creates_start(run, [preprocess], units, None, upstream_outputs(units), shared)
+    assert creates_finish(run, creates) == 1
+    name = run.units.get(name="preprocess").workflow_name
+    obj = client.get(resources.WORKFLOW, name)
+    assert obj["metadata"]["annotations"][key] == str(later.pk)
 
 
 # The webhook --------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from portal import services
-from portal.controller import advance
+from portal.controller import advance, submit
 from portal.controller.advance import Turn
+from portal.controller.step_workflow import run_wide_of
 from portal.controller.workqueue import fairness
 from portal.models import UnitRun
 from tests.fixtures_sandbox import SandboxServer
@@ -90,3 +91,22 @@ def test_an_advance_yields_after_its_budget_when_another_project_waits(
     assert fairness.wait_turn(OTHER_PROJECT, OTHER_RUN) == [(OTHER_PROJECT, OTHER_RUN)]
     assert advance.run_advance(run_id, Turn()) is True  # cut: work left for its next turn
     assert _created(run_id) == 50
+
+
+@pytest.mark.integration
+def test_a_pass_reads_the_run_wide_values_once_for_all_its_chunks(
+    demo_fleet: SandboxServer, settings: Any, quiet: Any, monkeypatch: Any
+) -> None:
+    """``{{workflow.*}}`` and the global outputs walk every unit of the run: once per pass
+    (``submit.pass_shared``), not once per chunk of fifty as before."""
+    run_id = _fan_out(settings, quiet)
+    walks: list[int] = []
+
+    def counted(run: Any, units: Any) -> Any:
+        walks.append(len(list(units)))
+        return run_wide_of(run, units)
+
+    monkeypatch.setattr(submit, "run_wide_of", counted)
+    assert advance.run_advance(run_id, Turn()) is False
+    assert _created(run_id) == ITEMS  # three chunks
+    assert len(walks) == 1

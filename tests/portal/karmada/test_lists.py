@@ -140,7 +140,6 @@ def test_an_object_deleted_while_the_watch_had_expired_is_deleted_for_the_handle
     assert [e for e in seen if e[0] == "DELETED"] == [("DELETED", "site-c")]
 
 
-
 def test_a_watch_event_carries_the_object_parsed_once(fleet) -> None:
     """The client's own ``Watch`` dumped every custom object to JSON and parsed it again into
     ``object``; the portal's watch keeps the one parsed dict (a fifth of the watcher's time

@@ -239,3 +239,52 @@ def rss_mb(stack: BenchStack, largest: bool = False) -> dict[str, float]:
         except (OSError, ValueError, IndexError):
             continue
     return totals
+
+
+# The parts whose CPU the fan-out report prints, in its order.
+CPU_PARTS = ("sandbox", "worker", "watcher", "web", "postgres", "bench")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_s(stack: BenchStack) -> dict[str, tuple[float, float]]:
+    """(CPU seconds run, seconds waited for a core) of each part of the stack so far: every
+    process of its session (``/proc/<pid>/stat``, ``task/<tid>/schedstat``), PostgreSQL's
+    backends of the bench's database, and this process (the floor's clients). At the start and end
+    of a window, the difference says where the window's two cores went and whether the
+    sandbox, which serves every create, was kept waiting for one."""
+    sessions = {pid: name for name, pid in stack.pids.items()}
+    totals = dict.fromkeys(CPU_PARTS, (0.0, 0.0))
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rpartition(")")[2].split()
+            part = sessions.get(int(stat[3]))
+            if int(entry.name) == os.getpid():
+                part = "bench"
+            elif part is None and stack.db.encode() in (entry / "cmdline").read_bytes():
+                part = "postgres"
+            if part not in totals:
+                continue
+            # Run: the process's own count, threads that ended included. Waited: its live
+            # threads' (what the kernel keeps per thread only).
+            ran = (int(stat[11]) + int(stat[12])) / TICKS
+            waited = sum(
+                int((task / "schedstat").read_text().split()[1]) / 1e9
+                for task in (entry / "task").iterdir()
+            )
+            run0, wait0 = totals[part]
+            totals[part] = (run0 + ran, wait0 + waited)
+        except (OSError, ValueError, IndexError):
+            continue
+    return totals
+
+
+def cpu_since(
+    before: dict[str, tuple[float, float]], stack: BenchStack
+) -> dict[str, tuple[float, float]]:
+    after = cpu_s(stack)
+    return {
+        part: (after[part][0] - before[part][0], after[part][1] - before[part][1])
+        for part in CPU_PARTS
+    }

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from tests.bench.benchstack import BenchStack
+from tests.bench.benchstack import BenchStack, cpu_s
 
 DOMAIN = "portal.multisite.io"
 # The floor: raw creates of the portal's own step workflow body, as many as the fan-out (up to
@@ -96,6 +96,29 @@ def portal_body(stack: BenchStack, run_id: int) -> dict[str, Any]:
         },
         "spec": wf["spec"],
     }
+
+
+# The sandbox is settled when it used less than this share of a core in each of
+# SETTLED_WINDOWS one-second windows in a row.
+SETTLED_SHARE = 0.25
+SETTLED_WINDOWS = 2
+
+
+def settle(stack: BenchStack, limit: float = 180.0) -> float:
+    """Wait until the sandbox is done with what the fan-out left it (its bindings scheduled,
+    their statuses aggregated and watched): a create answered does not mean Karmada is done
+    with the object, and the floor timed on a sandbox still working through ten thousand
+    of them paid for the fan-out's work (29 to 39 s in runs of the same code). Returns how
+    long it took."""
+    start = time.perf_counter()
+    quiet = 0
+    before = cpu_s(stack)["sandbox"][0]
+    while quiet < SETTLED_WINDOWS and time.perf_counter() - start < limit:
+        time.sleep(1.0)
+        now = cpu_s(stack)["sandbox"][0]
+        quiet = quiet + 1 if now - before < SETTLED_SHARE else 0
+        before = now
+    return time.perf_counter() - start
 
 
 def raw_floor(stack: BenchStack, items: int, body: dict[str, Any], prefix: str) -> float:

@@ -7,7 +7,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tests.bench.benchstack import BenchStack, rss_mb
+from tests.bench.benchstack import CPU_PARTS, BenchStack, rss_mb
 
 MILESTONE = 10_000  # step workflows per line of the growth curve
 
@@ -67,6 +67,32 @@ class Fanout:
     again: list[tuple[float, float]] = field(default_factory=list)
     pages: dict[str, float] = field(default_factory=dict)
     sites_used: int = 0
+    # (CPU seconds run, seconds waited for a core) by part: the first fan-out's creation, the
+    # floor's creates (``benchstack.cpu_s``).
+    cpu: dict[str, tuple[float, float]] = field(default_factory=dict)
+    cpu_floor: dict[str, tuple[float, float]] = field(default_factory=dict)
+    floor_window: float = 0.0  # the floor's creates, unscaled
+    settled: float = 0.0  # waited for the sandbox to be done with the fan-out, before the floor
+
+
+def print_cpu(f: Fanout) -> None:
+    """Where the two cores went while the fan-out was created and while the floor's were: the
+    sandbox serves every create, so the time it ran, and the time it waited for a core while
+    the portal's parts ran, tell what separates the two figures."""
+    for label, window, cpu in (
+        ("CPU while created (s)", f.all_created, f.cpu),
+        ("floor: CPU meanwhile (s)", f.floor_window, f.cpu_floor),
+    ):
+        if not cpu:
+            continue
+        ran, waited = cpu["sandbox"]
+        others = ", ".join(
+            f"{part} {cpu[part][0]:.1f}" for part in CPU_PARTS[1:] if cpu[part][0] >= 0.05
+        )
+        print(
+            f"    {label:<26}: sandbox {ran:.1f} ({ran / window:.0%} of the window; waited "
+            f"{waited:.1f} s for a core), {others}"
+        )
 
 
 def print_growth(f: Fanout) -> None:

@@ -148,6 +148,15 @@ def on_cluster(kind: str, obj: dict[str, Any]) -> None:
 
 # Bindings folded together at most (one query reads their units).
 FOLD_BATCH = 500
+# Under a burst (the batch before had FOLD_LINGER_FROM bindings or more), a batch is taken
+# FOLD_LINGER_S after the one before, or as soon as FOLD_BATCH wait. In a 10,000-item
+# fan-out the fold thread took whatever waited at once: a hundred batches every five seconds,
+# most of a few bindings, each with its own reads, writes and commit (13 ms a batch against
+# 0.13 ms a binding in a full one), half the watcher's time and a tenth of a core of
+# PostgreSQL's. A quiet fleet's binding (a unit that ended, a batch of one) is folded as
+# soon as it is seen, as before, so a chain of steps waits no longer.
+FOLD_LINGER_S = 0.2
+FOLD_LINGER_FROM = 10
 
 
 class Pending:
@@ -170,12 +179,21 @@ class Pending:
             self._bindings[key] = binding
             self._changed.notify()
 
-    def take(self, stop: threading.Event, most: int = FOLD_BATCH) -> list[dict[str, Any]]:
+    def take(
+        self, stop: threading.Event, most: int = FOLD_BATCH, linger: float = 0.0
+    ) -> list[dict[str, Any]]:
         """Up to ``most`` waiting bindings, oldest first; [] when nothing came for a while
-        or the watcher stops."""
+        or the watcher stops. With ``linger``, waits that long for ``most`` to gather (a
+        burst folded in fewer, fuller batches)."""
         with self._changed:
             if not self._bindings and not stop.is_set():
                 self._changed.wait(0.5)
+            until = time.monotonic() + linger
+            while len(self._bindings) < most and not stop.is_set():
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
             keys = list(itertools.islice(self._bindings, most))
             return [self._bindings.pop(k) for k in keys]
 
@@ -204,8 +222,10 @@ def fold_bindings(
     run whose unit ended; a batch taken when this watcher no longer leads is dropped (the
     next leader lists every binding)."""
     checked = 0.0
+    linger = 0.0
     while not stop.is_set():
-        batch = pending.take(stop)
+        batch = pending.take(stop, linger=linger)
+        linger = FOLD_LINGER_S if len(batch) >= FOLD_LINGER_FROM else 0.0
         if not batch or stop.is_set() or not leading():
             continue
         failed = False

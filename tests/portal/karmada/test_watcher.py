@@ -1,4 +1,5 @@
-"""The watcher's event loop: how often it lets Django check its database connection."""
+"""The watcher's event loop: how often it lets Django check its database connection; the
+bindings waiting to be folded, and how the fold thread batches them."""
 
 from __future__ import annotations
 
@@ -111,3 +112,55 @@ def test_the_fold_thread_goes_on_past_a_batch_that_failed(
     assert not thread.is_alive()
     assert seen == [["a"], ["b"]]
     assert asked == [7]
+
+
+def _fold_batches(
+    monkeypatch: pytest.MonkeyPatch, first: list[str], batches: int
+) -> list[list[str]]:
+    """The batches the fold thread takes: ``first`` waiting when it starts; while the first
+    batch is folded, ``c`` is seen, and ``d`` half a second later."""
+    monkeypatch.setattr(watcher, "FOLD_LINGER_S", 2.0)
+    monkeypatch.setattr(watcher, "FOLD_LINGER_FROM", 2)
+    monkeypatch.setattr(watcher, "close_old_connections", lambda: None)
+    pending = watcher.Pending()
+    stop = threading.Event()
+    seen: list[list[str]] = []
+
+    def observe(batch: list[dict[str, Any]], folded: Any = None) -> set[int]:
+        seen.append([b["spec"]["resource"]["name"] for b in batch])
+        if len(seen) == 1:
+            pending.put(_binding("c", 10))
+            threading.Timer(0.5, pending.put, args=(_binding("d", 11),)).start()
+        if len(seen) == batches:
+            stop.set()
+        return set()
+
+    monkeypatch.setattr(watcher.bindings, "bindings_observe", observe)
+    for version, name in enumerate(first):
+        pending.put(_binding(name, version))
+    thread = threading.Thread(target=watcher.fold_bindings, args=(stop, pending))
+    thread.start()
+    thread.join(30)
+    assert not thread.is_alive()
+    return seen
+
+
+def test_after_a_full_batch_the_next_gathers_what_comes_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A burst: the batch after one of FOLD_LINGER_FROM waits FOLD_LINGER_S for more.
+    assert _fold_batches(monkeypatch, ["a", "b"], 2) == [["a", "b"], ["c", "d"]]
+
+
+def test_after_a_small_batch_the_next_is_taken_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Quiet: what is seen is folded at once (a chain of steps waits no longer).
+    assert _fold_batches(monkeypatch, ["a"], 3) == [["a"], ["c"], ["d"]]
+
+
+def test_a_lingering_take_ends_as_soon_as_a_full_batch_waits() -> None:
+    pending = watcher.Pending()
+    pending.put(_binding("a", 1))
+    threading.Timer(0.1, pending.put, args=(_binding("b", 2),)).start()
+    # Would wait 60 s for a third; ends with two, the most asked for.
+    taken = pending.take(threading.Event(), most=2, linger=60.0)
+    assert [b["spec"]["resource"]["name"] for b in taken] == ["a", "b"]

@@ -285,9 +285,11 @@ PORTAL_ADVANCE_BATCH = envint("PORTAL_ADVANCE_BATCH", 500)
 PORTAL_ADVANCE_TURN_SECONDS = envfloat("PORTAL_ADVANCE_TURN_SECONDS", 3.0)
 # A turn whose budget is spent while no other run waits for a turn and no prompt advance is
 # queued or running goes on for another, up to this long in all (well inside
-# CELERY_TASK_SOFT_TIME_LIMIT): each new turn re-read the run and passed over all its units, a
-# tenth of a lone 10,000-item fan-out's creation (portal.controller.advance.Turn).
-PORTAL_ADVANCE_TURN_MAX_SECONDS = envfloat("PORTAL_ADVANCE_TURN_MAX_SECONDS", 30.0)
+# CELERY_TASK_SOFT_TIME_LIMIT, half of it): each new turn re-read the run and passed over all
+# its units, a tenth of a lone 10,000-item fan-out's creation, and at 30 s the one new turn of
+# such a fan-out still left Karmada without a create for a second
+# (portal.controller.advance.Turn).
+PORTAL_ADVANCE_TURN_MAX_SECONDS = envfloat("PORTAL_ADVANCE_TURN_MAX_SECONDS", 60.0)
 # A run of at least this many units is kept between turns by the worker process advancing it,
 # which then re-reads only the rows that changed (portal.controller.kept).
 PORTAL_ADVANCE_KEEP_UNITS = envint("PORTAL_ADVANCE_KEEP_UNITS", 500)

@@ -5,8 +5,11 @@ read from a dataset held at one site:
 * time to accept (REST 201: parse, plan, store), beside a one-step run's 201 (the floor);
 * time until every tile's step workflow exists on the sandbox, beside raw ``kubernetes``-client
   creates of the same bodies on the same sandbox (the floor: as many as the fan-out, up to
-  ``RAW_FLOOR_MAX``, at once), the floor as it was before (a minimal body, the median of
-  ``RAW_ROUNDS`` timings of ``RAW_SAMPLE`` creates, scaled), and Karmada requests per tile;
+  ``RAW_FLOOR_MAX``, at once, once the sandbox is done with the fan-out), the floor as it was
+  before (a minimal body, the median of ``RAW_ROUNDS`` timings of ``RAW_SAMPLE`` creates,
+  scaled), and Karmada requests per tile;
+* the CPU each part of the stack ran while the fan-out was created and while the floor's were,
+  and how long the sandbox, which serves every create, waited for a core meanwhile;
 * with ``--runs 2`` (the default), the same fan-out again, after the floor's Workflows were
   deleted (the second runs on the sandbox holding the first fan-out, as before the floor took
   ten thousand creates), beside the first and beside the floor timed again on the sandbox

@@ -400,7 +400,7 @@ class _RawWatch(k8s_watch.Watch):
     """A watch whose events keep the object as parsed (``raw_object``, a dict). The client's
     ``Watch`` finds the return type ``object`` in a custom-object call's docstring and then, for
     every event, dumps the parsed object to JSON and parses it again into the same dict: under
-    a fan-out (a dozen binding events a step) that was a fifth of the watcher's time."""
+    a fan-out (five binding events a step) that was a fifth of the watcher's time."""
 
     def get_return_type(self, func: Any) -> None:
         return None

@@ -152,9 +152,10 @@ FOLD_BATCH = 500
 # FOLD_LINGER_S after the one before, or as soon as FOLD_BATCH wait. In a 10,000-item
 # fan-out the fold thread took whatever waited at once: a hundred batches every five seconds,
 # most of a few bindings, each with its own reads, writes and commit (13 ms a batch against
-# 0.13 ms a binding in a full one), half the watcher's time and a tenth of a core of
-# PostgreSQL's. A quiet fleet's binding (a unit that ended, a batch of one) is folded as
-# soon as it is seen, as before, so a chain of steps waits no longer.
+# 0.13 ms a binding in a full one): half the watcher's samples. Gathered, the fan-out's
+# watcher ran 7.1 CPU s instead of 10.2, PostgreSQL 3.7 instead of 5.0. A quiet fleet's
+# binding (a unit that ended, a batch of one) is folded as soon as it is seen, as before, so
+# a chain of steps waits no longer.
 FOLD_LINGER_S = 0.2
 FOLD_LINGER_FROM = 10
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db.models import OuterRef, Subquery
@@ -38,3 +39,17 @@ def admitted_sites(unit: UnitRun) -> list[str] | None:
         .first()
     )
     return list(found) if found else None
+
+
+def admitted_sites_of(units: Iterable[UnitRun]) -> dict[int, list[str] | None]:
+    """``admitted_sites`` of many units in one query (a chunk of a runtime fan-out: two
+    queries per unit were a third of what building its step workflows cost), by pk."""
+    runtime = {u.pk: u for u in units if not u.site and u.timing == UnitTiming.RUNTIME}
+    found: dict[int, Any] = {}
+    rows = Workload.objects.filter(
+        unit_id__in=list(runtime), site="", admitted_at__isnull=False
+    ).values_list("unit_id", "attempt", "sites")
+    for unit_id, attempt, sites in rows.order_by("pk"):  # the first row, as ``first()``
+        if attempt == runtime[unit_id].attempt and unit_id not in found:
+            found[unit_id] = sites
+    return {pk: list(found[pk]) if found.get(pk) else None for pk in runtime}

@@ -235,6 +235,8 @@ def test_a_runtime_unit_is_admitted_only_where_its_quota_has_room(demo: User) ->
     # The next: site-b's quota is held by the first until placed, site-c has none; site-a
     # is not limited (it waits in site-a's queue, as it would without quotas).
     assert selectors.admitted_sites(items[1]) == ["site-a"]
+    # The same read for a chunk of units at once (the worker's, one query).
+    assert selectors.admitted_sites_of(items) == {u.pk: selectors.admitted_sites(u) for u in items}
     # The webhook reads the sites from the step workflow's placement context.
     body = step_workflow_for(run, items[1], units)
     ctx = context_read(

@@ -98,12 +98,19 @@ class BenchStack:
         worker_concurrency: int = 2,
         web_workers: int = 2,
         sandbox_args: tuple[str, ...] = (),
+        webhook: bool = False,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.db = db
         self.sandbox_port = free_port()
         self.web_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
+        if webhook:
+            # karmada-apiserver calls this stack's web for runtime step workflows (and
+            # unmanaged Workflows); without it, the registered URL answers nothing and every
+            # runtime step lands at its fallback site.
+            url = f"http://127.0.0.1:{self.web_port}/webhooks/placement/"
+            env = {**(env or {}), "PORTAL_WEBHOOK_URL": url}
         self.env = bench_env(workdir, db=db, redis_db=redis_db, kubeconfig=self.kubeconfig, env=env)
         self.processes = Processes(workdir, self.env)
         try:

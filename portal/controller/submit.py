@@ -4,6 +4,7 @@ karmada-apiserver (several at once), and the created ones claimed by their units
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -224,10 +225,9 @@ class PassShared:
     reading the snapshot and its admitted sites (twice) from the database and indexing every
     unit of the run three times."""
 
+    units: list[UnitRun]
     run_wide: RunWide
     revisions: Revisions
-    by_name: dict[str, UnitRun] | None = None
-    upstream_of: dict[str, Any] = field(default_factory=dict)
     view: PlannerSnapshot | None = None
     admitted: dict[int, list[str] | None] = field(default_factory=dict)
 
@@ -239,19 +239,20 @@ class PassShared:
         self.view = None
         self.admitted = quota_selectors.admitted_sites_of(ready)
 
-    def runtime_inputs(self, unit: UnitRun, units: list[UnitRun]) -> RuntimeInputs:
+    @functools.cached_property
+    def by_name(self) -> dict[str, UnitRun]:
+        """The run's units by name, indexed when the pass's first runtime unit needs them."""
+        return {u.name: u for u in self.units}
+
+    @functools.cached_property
+    def upstream_of(self) -> dict[str, Any]:
+        return {n: u.upstream for n, u in self.by_name.items()}
+
+    def runtime_inputs(self, unit: UnitRun) -> RuntimeInputs:
         """A runtime unit's ancestors' rows (what its context and fallback read of the run)
-        and its admitted sites."""
-        if self.by_name is None:
-            self.by_name = {u.name: u for u in units}
-            self.upstream_of = {n: u.upstream for n, u in self.by_name.items()}
+        and its admitted sites (read for its chunk)."""
         names = ancestor_names(unit.upstream or (), self.upstream_of)
-        admitted = (
-            self.admitted[unit.pk]
-            if unit.pk in self.admitted
-            else quota_selectors.admitted_sites(unit)
-        )
-        return RuntimeInputs([self.by_name[n] for n in names], admitted)
+        return RuntimeInputs([self.by_name[n] for n in names], self.admitted.get(unit.pk))
 
     def snapshot(self) -> PlannerSnapshot:
         if self.view is None:
@@ -260,7 +261,8 @@ class PassShared:
 
 
 def pass_shared(run: WorkflowRun, units: Iterable[UnitRun]) -> PassShared:
-    return PassShared(run_wide_of(run, units), Revisions(run))
+    units = units if isinstance(units, list) else list(units)
+    return PassShared(units, run_wide_of(run, units), Revisions(run))
 
 
 def creates_start(
@@ -319,7 +321,7 @@ def _bodies(
     take now waits unsubmitted."""
     bodies: list[tuple[UnitRun, dict[str, Any]]] = []
     for unit in ready:
-        runtime = None if unit.site else shared.runtime_inputs(unit, units)
+        runtime = None if unit.site else shared.runtime_inputs(unit)
         try:
             body = step_workflow_for(
                 run,

@@ -29,21 +29,13 @@ def quota_sites_of_unit() -> Any:
 def admitted_sites(unit: UnitRun) -> list[str] | None:
     """The sites a runtime unit was admitted for (the webhook and the fallback site choose
     among them); None when no quota admitted it (any site)."""
-    if unit.site or unit.timing != UnitTiming.RUNTIME:
-        return None
-    found = (
-        Workload.objects.filter(
-            unit_id=unit.pk, attempt=unit.attempt, site="", admitted_at__isnull=False
-        )
-        .values_list("sites", flat=True)
-        .first()
-    )
-    return list(found) if found else None
+    return admitted_sites_of([unit]).get(unit.pk)
 
 
 def admitted_sites_of(units: Iterable[UnitRun]) -> dict[int, list[str] | None]:
-    """``admitted_sites`` of many units in one query (a chunk of a runtime fan-out: two
-    queries per unit were a third of what building its step workflows cost), by pk."""
+    """``admitted_sites`` of many units in one query, by pk (a runtime unit only: the others
+    are absent, None for ``get``). A chunk of a runtime fan-out reads its units' at once: two
+    queries per unit were a third of what building its step workflows cost."""
     runtime = {u.pk: u for u in units if not u.site and u.timing == UnitTiming.RUNTIME}
     found: dict[int, Any] = {}
     rows = Workload.objects.filter(

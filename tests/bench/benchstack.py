@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -225,23 +226,34 @@ class BenchStack:
             self._dropdb()
 
 
-def rss_mb(stack: BenchStack, largest: bool = False) -> dict[str, float]:
-    """Resident memory (MB) of each part of the stack: every process of its session summed
-    (a Celery worker is a parent and its pool, gunicorn an arbiter and its workers), or with
-    ``largest`` its largest process (whether one process grows is clearer there: the sum
-    also rises as each pool process reaches the same size in turn)."""
+def _processes(stack: BenchStack) -> Iterator[tuple[str | None, Path, list[str]]]:
+    """Every process of the machine with the part of the stack whose session it is in (None:
+    none), its ``/proc`` entry and the fields of its ``stat`` after the command name."""
     sessions = {pid: name for name, pid in stack.pids.items()}
-    totals = dict.fromkeys(stack.pids, 0.0)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text().rpartition(")")[2].split()
-            if int(stat[3]) not in sessions:
-                continue
+            part = sessions.get(int(stat[3]))
+        except (OSError, ValueError, IndexError):
+            continue
+        yield part, entry, stat
+
+
+def rss_mb(stack: BenchStack, largest: bool = False) -> dict[str, float]:
+    """Resident memory (MB) of each part of the stack: every process of its session summed
+    (a Celery worker is a parent and its pool, gunicorn an arbiter and its workers), or with
+    ``largest`` its largest process (whether one process grows is clearer there: the sum
+    also rises as each pool process reaches the same size in turn)."""
+    totals = dict.fromkeys(stack.pids, 0.0)
+    for part, entry, _ in _processes(stack):
+        if part is None:
+            continue
+        try:
             for line in (entry / "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
-                    part, mb = sessions[int(stat[3])], int(line.split()[1]) / 1024
+                    mb = int(line.split()[1]) / 1024
                     totals[part] = max(totals[part], mb) if largest else totals[part] + mb
         except (OSError, ValueError, IndexError):
             continue
@@ -256,17 +268,12 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def cpu_s(stack: BenchStack) -> dict[str, tuple[float, float]]:
     """(CPU seconds run, seconds waited for a core) of each part of the stack so far: every
     process of its session (``/proc/<pid>/stat``, ``task/<tid>/schedstat``), PostgreSQL's
-    backends of the bench's database, and this process (the floor's clients). At the start and end
-    of a window, the difference says where the window's two cores went and whether the
-    sandbox, which serves every create, was kept waiting for one."""
-    sessions = {pid: name for name, pid in stack.pids.items()}
+    backends of the bench's database, and this process (the floor's clients). At the start
+    and end of a window, the difference says where the window's two cores went and whether
+    the sandbox, which serves every create, was kept waiting for one."""
     totals = dict.fromkeys(CPU_PARTS, (0.0, 0.0))
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for part, entry, stat in _processes(stack):
         try:
-            stat = (entry / "stat").read_text().rpartition(")")[2].split()
-            part = sessions.get(int(stat[3]))
             if int(entry.name) == os.getpid():
                 part = "bench"
             elif part is None and stack.db.encode() in (entry / "cmdline").read_bytes():
@@ -280,10 +287,10 @@ def cpu_s(stack: BenchStack) -> dict[str, tuple[float, float]]:
                 int((task / "schedstat").read_text().split()[1]) / 1e9
                 for task in (entry / "task").iterdir()
             )
-            run0, wait0 = totals[part]
-            totals[part] = (run0 + ran, wait0 + waited)
         except (OSError, ValueError, IndexError):
             continue
+        run0, wait0 = totals[part]
+        totals[part] = (run0 + ran, wait0 + waited)
     return totals
 
 

@@ -9,9 +9,14 @@ class PortalConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.db import models
+
         from placement.revisions.services import on_apply
         from portal import checks  # noqa: F401 - registers the deploy checks
+        from portal.bulk import AnyOf
 
+        for field in (models.ForeignKey, models.AutoField, models.BigAutoField):
+            field.register_lookup(AnyOf)
         on_apply(_policies_follow)
         _decisions_writer_name()
 

@@ -9,6 +9,11 @@ for all of them), which is what ``bulk_create`` would have set on the objects.
 Only plain rows are written this way: no ``ignore_conflicts``, no signals (``bulk_create``
 sends none either). Other backends (the embedded SQLite demo) and small batches use
 ``bulk_create``.
+
+Big reads by id have the same cost: ``filter(x__in=ids)`` sends one placeholder per id, and
+psycopg (which binds on the client, Django's default) scans the statement once per placeholder:
+10,000 ids cost 0.1 to 0.2 s before the server sees the query. ``x__any=ids`` (``AnyOf``)
+sends the ids as one array, ``x = ANY(%s)``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 import orjson
 from django.db import connection, models
+from django.db.models import Lookup
 from django.db.models.base import ModelState
 from django.utils import timezone
 
@@ -210,3 +216,22 @@ def _json_encoder(field: models.JSONField[Any], texts: dict[int, str]) -> Callab
         return text
 
     return encode
+
+
+class AnyOf(Lookup):
+    """``field__any=ids``: ``field = ANY(array)`` on PostgreSQL, one parameter however many
+    ids; ``field IN (...)`` elsewhere. Registered on key and id fields (``PortalConfig``)."""
+
+    lookup_name = "any"
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        values = list(self.rhs)
+        if not values:
+            return "1 = 0", []
+        return f"{lhs} IN ({', '.join(['%s'] * len(values))})", [*lhs_params, *values]
+
+    def as_postgresql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", [*lhs_params, list(self.rhs)]

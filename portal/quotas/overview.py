@@ -13,7 +13,7 @@ from portal.quotas.admission import Amount
 from portal.quotas.holdings import used_over
 from portal.quotas.models import Quota, selects
 from portal.quotas.queue import waiting
-from portal.quotas.scopes import site_labels
+from portal.quotas.scopes import governed, site_labels
 
 
 @dataclass(frozen=True)
@@ -24,14 +24,15 @@ class QueueEntry:
 
 def queue_of(units: Sequence[UnitRun]) -> dict[int, QueueEntry]:
     """For each queued unit of ``units`` (by id): its position in its project's queue at its
-    site (1: next) and why it waits."""
+    site (1: next) and why it waits. Nothing waits where no quota exists: no read of the queue
+    then (a 10,000-unit run's answer names its units in one array, ``__any``, when one does)."""
     pending = [u.pk for u in units if u.phase == UnitPhase.PENDING and not u.workflow_name]
-    if not pending:
+    if not pending or not governed():
         return {}
     mine = {
         w.unit_id: w
         for w in waiting()
-        .filter(unit_id__in=pending)
+        .filter(unit_id__any=pending)
         .only("unit_id", "site", "project_id", "reason")
     }
     if not mine:

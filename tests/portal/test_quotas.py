@@ -12,7 +12,9 @@ import pytest
 import yaml
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -67,6 +69,29 @@ def test_a_fan_out_over_its_quota_is_queued_with_why_and_position(
     start(admitted)
     assert admit(run, pending(run)) == []
     assert Workload.objects.filter(run=run, admitted_at__isnull=False).count() == 8
+
+
+def test_the_queue_of_a_big_run_is_read_with_its_units_as_one_parameter(
+    site_b: Site, eo: Project
+) -> None:
+    """A 10,000-unit run's answer asks for its queued units by id: one array (``__any``),
+    not a placeholder per id that the client splices into the statement."""
+    Quota.objects.create(project=eo, site=site_b, cpu_millicores=2 * CPU, borrow_cpu_millicores=0)
+    run = fan_out(eo, 6)
+    admit(run, pending(run))
+    with CaptureQueriesContext(connection) as read:
+        queued = queue_of(pending(run))
+    assert sorted(e.position for e in queued.values()) == [1, 2, 3, 4]
+    mine = next(q["sql"] for q in read.captured_queries if "portal_workload" in q["sql"])
+    assert "= ANY(" in mine and " IN (" not in mine
+    assert Workload.objects.filter(unit_id__any=[]).count() == 0
+
+
+def test_nothing_is_read_of_the_queue_where_no_quota_exists(site_b: Site, eo: Project) -> None:
+    run = fan_out(eo, 3)
+    with CaptureQueriesContext(connection) as read:
+        assert queue_of(pending(run)) == {}
+    assert not [q for q in read.captured_queries if "portal_workload" in q["sql"]]
 
 
 def test_a_unit_ending_admits_the_next_and_wakes_other_runs(site_b: Site, eo: Project) -> None:

@@ -71,6 +71,7 @@ async def serve(
 
     from sandbox.apiserver.app import Api
     from sandbox.core import Sandbox
+    from sandbox.heap import keep_frozen
 
     sandbox = Sandbox(config)
     app = Api(sandbox).make_app()
@@ -94,6 +95,7 @@ async def serve(
     site = web.TCPSite(runner, host, port, backlog=512)
     await site.start()
     controllers = asyncio.create_task(sandbox.run())
+    heap = asyncio.create_task(keep_frozen())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -106,6 +108,7 @@ async def serve(
     )
     await stop.wait()
     controllers.cancel()
+    heap.cancel()
     # Open watches would hold the shutdown for their whole timeout; end them now.
     for watcher in list(sandbox.store.watchers):
         watcher.queue.put_nowait(None)

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from sandbox import heap
 from sandbox.apiserver.responses import json_response, read_body
 from sandbox.argo.endpoint import member_endpoint
 from sandbox.core import Sandbox
@@ -95,7 +96,9 @@ class Control:
 
     async def stats(self, request: web.Request) -> web.Response:
         counts = dict(self.request_counts)
-        return json_response({"requests": counts, "total": sum(counts.values())})
+        return json_response(
+            {"requests": counts, "total": sum(counts.values()), "heap": heap.described()}
+        )
 
     async def authz(self, request: web.Request) -> web.Response:
         # Who was refused what, most recent last (bounded), and the identities' users.

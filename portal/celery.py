@@ -4,7 +4,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import beat_init, worker_init
+from celery.signals import beat_init, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -25,3 +25,13 @@ def _refuse_without_secret_key(**_: Any) -> None:
     except ImproperlyConfigured as exc:
         # SystemExit: Celery logs and ignores an exception a signal handler raises.
         raise SystemExit(f"portal: {exc}") from None
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _collect_seldom(**_: Any) -> None:
+    """The collector run seldom (``placement.gcpause``): in the worker as it starts (a solo or
+    threaded pool runs tasks there) and in each process a prefork pool starts."""
+    from placement.gcpause import collect_seldom
+
+    collect_seldom()

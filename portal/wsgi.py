@@ -16,3 +16,8 @@ fast_validator("Workflow")
 # And load what a submission enqueues with (the tasks, the controller, the kubernetes
 # client: about half a second), so that the first submission a process serves does not pay it.
 import portal.tasks  # noqa: E402, F401
+
+# Every import done: the collector runs seldom from now on, and leaves what was loaded out.
+from placement.gcpause import collect_seldom  # noqa: E402
+
+collect_seldom()

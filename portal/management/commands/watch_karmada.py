@@ -10,6 +10,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
+from placement.gcpause import collect_seldom
 from portal import leader, tasks
 from portal.karmada import client, errors, watcher
 
@@ -23,6 +24,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not client.configured():
             raise SystemExit("Karmada is not configured: set KARMADA_KUBECONFIG")
+        collect_seldom()  # a watch event's objects die young: no collection for each few
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -55,10 +55,13 @@ def parsed_of(run: WorkflowRun) -> ParsedWorkflow:
 @dataclass(frozen=True)
 class RunWide:
     """What every step workflow of a run carries from the whole run: ``{{workflow.*}}``
-    variables and the global outputs produced so far."""
+    variables and the global outputs produced so far; and each unit's task by its name (what
+    a unit reading through a copy looks its producers up in, ``transfers.outputs_through_copies``:
+    indexed once, not for each unit)."""
 
     variables: dict[str, str]
     global_outputs: GlobalOutputs
+    tasks: dict[str, str]
 
 
 def run_wide_of(run: WorkflowRun, units: Iterable[UnitRun]) -> RunWide:
@@ -66,6 +69,7 @@ def run_wide_of(run: WorkflowRun, units: Iterable[UnitRun]) -> RunWide:
     return RunWide(
         variables=run_variables_of(run, units, namespace=client.namespace()),
         global_outputs=run_global_outputs(run, units),
+        tasks={u.name: u.task for u in units},
     )
 
 
@@ -104,7 +108,7 @@ def step_workflow_for(
         signed_inputs(body["spec"], gates.deadline_left(run), unit.site or None)
         return body
     # A producer it reads through a copy (its site cannot read the producer's repository).
-    outputs = transfers.outputs_through_copies(unit, units, outputs, outputs)
+    outputs = transfers.outputs_through_copies(unit, run_wide.tasks, outputs, outputs)
     site = unit.site or None
     mirror = None
     if site:

@@ -347,21 +347,19 @@ def hold(unit: UnitRun, units: Sequence[UnitRun]) -> bool | None:
 
 def outputs_through_copies(
     unit: UnitRun,
-    units: Sequence[UnitRun],
+    tasks: Mapping[str, str],
     outputs: Mapping[str, manifests.TaskOutputs],
     copies: Mapping[str, manifests.TaskOutputs],
 ) -> Mapping[str, manifests.TaskOutputs]:
     """The upstream outputs ``unit`` reads: a producer it reads through a copy gives the
-    copy's artifacts (the same names) and its own parameters. ``copies``: the copy units'
-    outputs by name."""
+    copy's artifacts (the same names) and its own parameters. ``tasks``: the run's units'
+    tasks by unit name (``RunWide.tasks``); ``copies``: the copy units' outputs by name."""
     via = (unit.spec or {}).get("via") or {}
     if not via:
         return outputs
-    by_name = {u.name: u for u in units}
     out = dict(outputs)
     for producer, name in via.items():
-        row = by_name.get(producer)
-        task = str((row.spec or {}).get("task") or producer) if row else producer
+        task = tasks.get(producer, producer)
         base, copy = out.get(task), copies.get(name)
         if base is None or copy is None:
             continue

@@ -1,13 +1,13 @@
 """Python's cyclic garbage collector: paused around big, acyclic computations, and run seldom
-in the long-running processes (the portal's web, worker and watcher, the sandbox).
+in the portal's long-running processes (web, worker, watcher).
 
 CPython runs a young collection every 700 allocations by default: a request or a task's
 objects, mostly freed a moment later, are traversed on the way. Under a 10,000-item fan-out
-the collector was 11 % of the watcher's time, 13 % of the web's, a third of the sandbox's
-(py-spy ``--native``). ``collect_seldom`` raises that to ``YOUNG_THRESHOLD`` and freezes what
-the process was started with (modules, settings: never garbage) out of every collection;
-``freeze_survivors`` freezes what survived since, for a process whose heap keeps growing (the
-sandbox's store: ``sandbox.heap``)."""
+the collector was 11 % of the watcher's time and 13 % of the web's (py-spy ``--native``).
+``collect_seldom`` raises that to ``YOUNG_THRESHOLD`` and freezes what the process was started
+with (modules, settings: never garbage) out of every collection; ``freeze_survivors`` freezes
+what survived since. (The sandbox, whose store keeps growing, does the same every few seconds
+with its own: ``sandbox.heap``.)"""
 
 from __future__ import annotations
 

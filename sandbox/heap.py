@@ -9,14 +9,18 @@ the samples of 5,000 creates on an empty sandbox, 39 % on one holding 15,000 Wor
 kube-apiserver's cost for a create does not grow with what etcd holds; the sandbox's should
 not either.
 
-So the collector runs seldom (``placement.gcpause.collect_seldom``) and what survived a few
-seconds is frozen (``gc.freeze``: left out of every later collection): the collector then
+So the collector runs seldom (a young collection every ``YOUNG_THRESHOLD`` allocations, not
+CPython's 700: a request's objects are mostly freed before one sees them) and what survived a
+few seconds is frozen (``gc.freeze``: left out of every later collection): the collector then
 looks only at what is new. The stored objects hold no reference cycles (JSON read by orjson),
 so refcounting frees them when they are replaced or deleted, frozen or not. What else might be
 frozen inside a cycle (a request's frame caught in an exception) and die later is collected by
 a full collection every ``FULL_EVERY_S``, after an unfreeze: that much garbage at most, for
 that long. 10,000 raw creates then cost the same sandbox CPU on an empty sandbox as on one
 holding 20,000 Workflows (23.2 and 23.2 s).
+
+The portal's processes do the same (``placement.gcpause``); the sandbox has its own, as it
+shares no code with the portal but the expression library.
 """
 
 from __future__ import annotations
@@ -25,10 +29,18 @@ import asyncio
 import gc
 import time
 
-from placement.gcpause import collect_seldom, freeze_survivors
-
 FREEZE_EVERY_S = 5.0
 FULL_EVERY_S = 600.0
+YOUNG_THRESHOLD = 50_000
+
+
+def freeze_survivors(full: bool = False) -> None:
+    """Collect what is not frozen (with ``full``: everything, after an unfreeze), then freeze
+    what survived."""
+    if full:
+        gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def described() -> dict[str, object]:
@@ -37,9 +49,10 @@ def described() -> dict[str, object]:
 
 
 async def keep_frozen(every: float = FREEZE_EVERY_S, full_every: float = FULL_EVERY_S) -> None:
-    """Runs for the server's life: ``collect_seldom`` at once, then ``freeze_survivors``
-    every ``every`` seconds and a full collection every ``full_every``."""
-    collect_seldom()
+    """Runs for the server's life: what the server started with frozen at once, then
+    ``freeze_survivors`` every ``every`` seconds and a full collection every ``full_every``."""
+    gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    freeze_survivors()
     last_full = time.monotonic()
     while True:
         await asyncio.sleep(every)

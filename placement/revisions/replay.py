@@ -58,25 +58,30 @@ def snapshot_body(fleet: planner.Fleet, datasets: planner.DataCatalogue) -> dict
     return {"sites": sites, "links": links, "datasets": data}
 
 
-def planning_record(
+def new_planning_record(
     *,
     run_id: int,
     project: str | None,
     units: Sequence[Unit],
     fleet: planner.Fleet,
     datasets: planner.DataCatalogue,
+    unit_docs: Sequence[Mapping[str, Any]] | None = None,
 ) -> PlanningRecord:
-    """Record what a submission was planned from (inside its transaction)."""
+    """What a submission was planned from (inside its transaction): its snapshot stored (once
+    per digest) and its record, unsaved; the caller inserts it (a 10,000-item fan-out's
+    record holds every unit: the portal streams it, ``portal.bulk.insert_big``).
+    ``unit_docs``: the units as ``codec.unit_to_dict`` gives them, when the caller has them."""
     body = snapshot_body(fleet, datasets)
     snapshot, _ = PlanningSnapshot.objects.get_or_create(
         digest=snapshot_digest(body), defaults={"body": body}
     )
-    return PlanningRecord.objects.create(
+    docs = list(unit_docs) if unit_docs is not None else [codec.unit_to_dict(u) for u in units]
+    return PlanningRecord(
         run_id=run_id,
         project=project or "",
         revision_id=active_revision_id(),
         snapshot=snapshot,
-        units=[codec.unit_to_dict(u) for u in units],
+        units=docs,
         n_units=len(units),
     )
 

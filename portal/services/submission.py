@@ -16,7 +16,7 @@ from placement import codec, manifests, planner
 from placement.gcpause import gc_paused
 from placement.parser import FieldError, FieldWarning, ParsedWorkflow, WorkflowInvalid
 from placement.planner import relays
-from placement.revisions.replay import planning_record
+from placement.revisions.replay import new_planning_record
 from portal import bulk, stored_decisions
 from portal.models import BULK_ROWS, RunEvent, UnitRun, WorkflowRun
 from portal.planning import held_by, holds_changed, planner_snapshot
@@ -319,12 +319,15 @@ def _store_run(
         by_name = {u.name: u for u in units}
         holds_changed({}, held_by(units))
         stored_decisions.store_submitted(run, by_name, plan)
-        planning_record(
-            run_id=run.pk,
-            project=project.name if project else None,
-            units=parsed.units,
-            fleet=planned_from[0],
-            datasets=planned_from[1],
+        bulk.insert_big(
+            new_planning_record(
+                run_id=run.pk,
+                project=project.name if project else None,
+                units=parsed.units,
+                fleet=planned_from[0],
+                datasets=planned_from[1],
+                unit_docs=[u.spec for u in units],
+            )
         )
         _submitted_events(run, user, len(units), parsed)
         transaction.on_commit(lambda: enqueue_advance(run.pk))

@@ -15,6 +15,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from placement import codec, planner
+from placement.revisions.models import PlanningRecord
 from portal import bulk
 from portal.models import BULK_ROWS, CandidateTable, PlacementDecision, UnitRun, WorkflowRun
 
@@ -150,6 +151,27 @@ def test_the_units_a_copy_returns_are_the_rows_it_stored(sci: APIClient) -> None
     first.save(update_fields=["phase"])  # an update, not a second insert
     assert UnitRun.objects.get(pk=first.pk).phase == "Running"
     assert built[1].outputs == {} and built[1].outputs is not built[2].outputs
+
+
+def test_a_fan_outs_planning_record_holds_every_unit_as_stored_and_replays(
+    sci: APIClient,
+) -> None:
+    """The submission's planning record is streamed in (``bulk.insert_big``): it holds each
+    unit as the run's rows do, and replay reads it back into the units that were planned."""
+    items = [f"s3://tiles/t{i}.tif" for i in range(bulk.COPY_MIN_ROWS + 5)]
+    response = sci.post("/api/v1/runs/?project=eo-demo", data=fan_out(items), format="json")
+    assert response.status_code == 201, response.content
+    run = WorkflowRun.objects.get(pk=response.json()["id"])
+    record = PlanningRecord.objects.get(run_id=run.pk, admission_uid__isnull=True)
+    specs = list(run.units.order_by("position").values_list("spec", flat=True))
+    assert record.units == specs and record.n_units == len(specs) == len(items) + 1
+    assert record.project == "eo-demo" and record.snapshot.body["sites"]
+    replayed = [codec.unit_from_dict(doc) for doc in record.units]
+    assert [u.name for u in replayed] == list(
+        run.units.order_by("position").values_list("name", flat=True)
+    )
+    first = next(u for u in replayed if u.item == "s3://tiles/t0.tif")
+    assert first.data_refs == ("s3://tiles/t0.tif",)
 
 
 def _decision(unit: UnitRun) -> Any:

@@ -59,8 +59,12 @@ class PlacementDecision(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
-        # The run page's poll: the newest decision of one run.
-        indexes = [models.Index(fields=["run", "id"], name="decision_run_id")]
+        # The run page's poll: the newest decision of one run; its decision log: a page of
+        # one run's decisions in their order (without it, 50,000 sorted for each page).
+        indexes = [
+            models.Index(fields=["run", "id"], name="decision_run_id"),
+            models.Index(fields=["run", "created_at", "id"], name="decision_run_order"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["admission_uid"],

@@ -53,10 +53,41 @@ class WorkflowRun(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    # A light read (``selectors.runs.runs_listed_light``) leaves ``compiled`` unread and gives
+    # what the run page needs of it as ``light_*`` attributes.
+
     @property
     def suspended(self) -> bool:
         """Held by the workflow's ``spec.suspend`` until resumed (``argo resume`` clears it)."""
+        light = self.__dict__.get("light_suspend")
+        if light is not None:
+            return bool(light)
         return ((self.compiled or {}).get("spec") or {}).get("suspend") is True
+
+    @property
+    def suspend_templates(self) -> frozenset[str]:
+        """The keys of the run's templates that are (Argo) ``suspend`` ones: a step running
+        one waits on approval."""
+        if "light_suspend_templates" in self.__dict__:
+            found = self.__dict__["light_suspend_templates"] or []
+        else:
+            templates = (self.compiled or {}).get("templates") or {}
+            found = [k for k, t in templates.items() if isinstance(t, dict) and "suspend" in t]
+        return frozenset(str(k) for k in found)
+
+    @property
+    def waits_on_approval(self) -> bool:
+        """Whether a step of the run may wait on approval (a template is a ``suspend`` one)."""
+        return bool(self.suspend_templates)
+
+    @property
+    def priority_class(self) -> dict[str, Any]:
+        """The priority class the run was submitted with (``{"name", "value"}``; empty: none)."""
+        if "light_priority_class" in self.__dict__:
+            found = self.__dict__["light_priority_class"]
+        else:
+            found = (self.compiled or {}).get("priority_class")
+        return found if isinstance(found, dict) else {}
 
     @property
     def priority(self) -> int:
@@ -156,6 +187,17 @@ class UnitRun(models.Model):
                 include=["started_at", "finished_at"],
                 name="unitrun_live_counts",
             ),
+            # The run page's final outputs (``live.live_outputs``): a run's units that have
+            # outputs, in its order. Without it each poll of a fan-out scanned every unit to
+            # find those (85 ms for 50,000 with none yet; 0.02 ms with it).
+            models.Index(
+                fields=["run", "position", "id"],
+                condition=models.Q(outputs__has_key="parameters")
+                | models.Q(outputs__has_key="artifacts")
+                | models.Q(outputs__has_key="result"),
+                name="unitrun_with_outputs",
+            ),
+            # (And ``unitrun_global_outputs``, PostgreSQL's only: migration 0021.)
         ]
 
     def __str__(self) -> str:

@@ -10,7 +10,7 @@ from portal.quotas.models import PriorityClass, ProjectDefaults
 
 def run_priority(run: WorkflowRun) -> tuple[str, int]:
     """The run's priority class (name, value) as it was submitted; ("", 0) without one."""
-    pc = (run.compiled or {}).get("priority_class") or {}
+    pc = run.priority_class
     return str(pc.get("name") or ""), int(pc.get("value") or 0)
 
 

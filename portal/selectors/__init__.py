@@ -228,9 +228,9 @@ def unit_suspended(unit: UnitRun) -> bool:
     runs, it waits for someone to resume it ("waiting for approval")."""
     if unit.phase != UnitPhase.RUNNING:
         return False
-    templates = (unit.run.compiled or {}).get("templates") or {}
+    suspend = unit.run.suspend_templates
     keys = (unit.spec or {}).get("templates") or [unit.template]
-    return any(isinstance(templates.get(k), dict) and "suspend" in templates[k] for k in keys)
+    return any(k in suspend for k in keys)
 
 
 def run_outputs(run: WorkflowRun, limit: int | None = None) -> dict[str, Any]:

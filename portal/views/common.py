@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404
 from portal.dag import site_colours
 from portal.models import WorkflowRun
 from portal.selectors.fleet import site_names
-from portal.selectors.runs import runs_listed
+from portal.selectors.runs import runs_listed, runs_listed_light
 
 UNITS_PER_PAGE = 50
 
@@ -29,6 +29,12 @@ def get_run(request: HttpRequest, pk: int) -> WorkflowRun:
     """The run ``pk`` if the user may see it; a 404 otherwise (never a 403, which would
     confirm that it exists)."""
     return get_object_or_404(runs_listed(request.user), pk=pk)
+
+
+def get_run_light(request: HttpRequest, pk: int) -> WorkflowRun:
+    """``get_run`` without the run's manifest and compiled workflow (``runs_listed_light``):
+    for the run page and its live partial, whose cost must not grow with the run."""
+    return get_object_or_404(runs_listed_light(request.user), pk=pk)
 
 
 def fleet_colours(extra: Iterable[str] = ()) -> dict[str, str]:

@@ -51,6 +51,7 @@ from portal.views.common import (
     UNITS_PER_PAGE,
     fleet_colours,
     get_run,
+    get_run_light,
     is_htmx,
     legend,
     page_of,
@@ -268,7 +269,7 @@ def run_page_context(request: HttpRequest, run: WorkflowRun) -> dict[str, Any]:
 @login_required
 @require_GET
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    run = get_run(request, pk)
+    run = get_run_light(request, pk)
     context = run_page_context(request, run)
     if context["total"] > LARGE_RUN_UNITS:
         # Pricing every unit is the one part of the page that grows with the run: for a big
@@ -296,7 +297,7 @@ def run_live(request: HttpRequest, pk: int) -> HttpResponse:
     version (``If-None-Match``), and otherwise carries only the events newer than ``since``
     (added to the page's list out of band). A finished run's partial carries no polling
     trigger, so the browser stops asking."""
-    run = get_run(request, pk)
+    run = get_run_light(request, pk)
     try:
         since = _since(request)
     except BadParameter as exc:

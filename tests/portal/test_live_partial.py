@@ -23,6 +23,7 @@ from django.urls import reverse
 from portal import live, state
 from portal.choices import UnitPhase
 from portal.models import RunEvent, UnitRun, WorkflowRun
+from portal.selectors.runs import runs_listed_light
 from sites.models import Site
 from tests.factories import SiteFactory
 from tests.portal.helpers import FAN_SITES, fan_out_run
@@ -223,3 +224,63 @@ def test_a_small_loop_is_drawn_item_by_item_with_each_items_phase(
         node = re.search(rf'<g class="node phase-(\w+)[^"]*" data-unit="{name}"', svg)
         assert node is not None and node.group(1) == unit.phase, unit.name
     assert 'data-items="' not in svg
+
+
+def test_the_run_page_and_a_poll_read_what_they_need_of_the_workflow_not_the_workflow(
+    sci: Client, scientist: User, sites: list[Site]
+) -> None:
+    """A fan-out's items are in its manifest and twice in its compiled workflow (5.7 MB for
+    50,000): the page and its polls read neither column, only what they show of them (the
+    run held by ``spec.suspend``, a step waiting on approval, its priority class), and still
+    show those."""
+    run = fan_out_run(scientist, 30)
+    templates = {
+        "work": {"name": "work", "container": {"image": "alpine"}},
+        "approve": {"name": "approve", "suspend": {}},
+        "g": {"name": "g", "outputs": {"parameters": [{"name": "p", "globalName": "gp"}]}},
+    }
+    compiled = {
+        "templates": templates,
+        "spec": {"suspend": True, "templates": list(templates.values())},
+        "priority_class": {"name": "urgent", "value": 9},
+    }
+    WorkflowRun.objects.filter(pk=run.pk).update(compiled=compiled, manifest={"items": [1] * 999})
+    for url in (reverse("ui-run-detail", args=[run.pk]), live_url(run)):
+        with CaptureQueriesContext(connection) as read:
+            body = sci.get(url, **HX).content.decode()
+        columns = " ".join(q["sql"] for q in read.captured_queries)
+        assert '"portal_workflowrun"."manifest"' not in columns, url
+        assert '"portal_workflowrun"."compiled"' not in columns, url
+        assert "<strong>Suspended:</strong>" in body, url
+    got = runs_listed_light(scientist).get(pk=run.pk)
+    full = WorkflowRun.objects.get(pk=run.pk)
+    for fact in ("suspended", "suspend_templates", "priority_class"):
+        assert getattr(got, fact) == getattr(full, fact), fact
+    assert got.suspend_templates == {"approve"}
+    assert got.priority_class == {"name": "urgent", "value": 9}
+
+
+def test_final_outputs_are_counted_up_to_a_thousand(
+    sci: Client, scientist: User, sites: list[Site]
+) -> None:
+    """A final loop of 1,005 items with outputs: the first ones are shown and the rest is
+    counted up to 1,000 ("1000+"), not over every finished item at each poll."""
+    run = WorkflowRun.objects.create(name="final-fan", owner=scientist, manifest={})
+    UnitRun.objects.bulk_create(
+        [
+            UnitRun(
+                run=run,
+                name=f"fan({i}:{i})",
+                position=i,
+                template="work",
+                phase=UnitPhase.SUCCEEDED,
+                outputs={"result": f"r{i}"},
+                spec={"task": "fan", "item_index": i, "template": "work"},
+            )
+            for i in range(live.FINAL_COUNTED + 5)
+        ]
+    )
+    body = sci.get(live_url(run), **HX).content.decode()
+    assert "20 of 1000+ final steps shown" in body
+    UnitRun.objects.filter(run=run, position__gte=25).update(outputs={})
+    assert "20 of 25 final steps shown" in sci.get(live_url(run), **HX).content.decode()

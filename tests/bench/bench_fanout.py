@@ -323,7 +323,7 @@ def measure(stack: BenchStack, args: argparse.Namespace) -> Fanout | None:
     fanout.raw_sampled = raw_sampled(stack, min(args.items, RAW_SAMPLE), args.items, "sample")
     if args.runs > 1:
         fanout.raw_removed = raw_remove(stack)
-    fanout.again = run_again(stack, args, body, t0)
+    fanout.again = run_again(stack, args, body, t0, fanout)
     if fanout.again:
         # The floor again, on the sandbox now holding every fan-out: the second's ratio is
         # judged against what the sandbox itself costs by then.
@@ -371,13 +371,15 @@ class Milestones:
 
 
 def run_again(
-    stack: BenchStack, args: argparse.Namespace, body: bytes, t0: float
+    stack: BenchStack, args: argparse.Namespace, body: bytes, t0: float, fanout: Fanout
 ) -> list[tuple[float, float]]:
     """The same fan-out again, on the stack that ran the first: memory that is flat peaks no
-    higher the second time (what a turn frees is reused, nothing is kept)."""
+    higher the second time (what a turn frees is reused, nothing is kept). The CPU each part
+    ran meanwhile goes to ``fanout.again_cpu``."""
     again: list[tuple[float, float]] = []
     for _ in range(args.runs - 1):
         start = time.perf_counter() - t0
+        cpu_before = cpu_s(stack)
         again_id = stack.submit(body)
         wait(
             lambda run=again_id: created(stack, run) >= args.items,
@@ -386,6 +388,7 @@ def run_again(
             every=0.5,
         )
         again.append((start, time.perf_counter() - t0 - start))
+        fanout.again_cpu.append(cpu_since(cpu_before, stack))
     return again
 
 

@@ -63,8 +63,10 @@ class Fanout:
     behind: dict[str, float] = field(default_factory=dict)
     mem_after: dict[str, float] = field(default_factory=dict)
     first_window: float = 0.0
-    # (start, created after) since the first submission, for each fan-out after the first.
+    # (start, created after) since the first submission, for each fan-out after the first,
+    # and the CPU each part ran meanwhile.
     again: list[tuple[float, float]] = field(default_factory=list)
+    again_cpu: list[dict[str, tuple[float, float]]] = field(default_factory=list)
     pages: dict[str, float] = field(default_factory=dict)
     sites_used: int = 0
     # (CPU seconds run, seconds waited for a core) by part: the first fan-out's creation, the
@@ -83,16 +85,20 @@ def print_cpu(f: Fanout) -> None:
         ("CPU while created (s)", f.all_created, f.cpu),
         ("floor: CPU meanwhile (s)", f.floor_window, f.cpu_floor),
     ):
-        if not cpu:
-            continue
-        ran, waited = cpu["sandbox"]
-        others = ", ".join(
-            f"{part} {cpu[part][0]:.1f}" for part in CPU_PARTS[1:] if cpu[part][0] >= 0.05
-        )
-        print(
-            f"    {label:<26}: sandbox {ran:.1f} ({ran / window:.0%} of the window; waited "
-            f"{waited:.1f} s for a core), {others}"
-        )
+        print_cpu_line(label, window, cpu)
+
+
+def print_cpu_line(label: str, window: float, cpu: dict[str, tuple[float, float]]) -> None:
+    if not cpu:
+        return
+    ran, waited = cpu["sandbox"]
+    others = ", ".join(
+        f"{part} {cpu[part][0]:.1f}" for part in CPU_PARTS[1:] if cpu[part][0] >= 0.05
+    )
+    print(
+        f"    {label:<26}: sandbox {ran:.1f} ({ran / window:.0%} of the window; waited "
+        f"{waited:.1f} s for a core), {others}"
+    )
 
 
 def print_growth(f: Fanout) -> None:
@@ -134,6 +140,8 @@ def print_memory(f: Fanout) -> None:
             f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
             f"the sandbox holding every fan-out {f.raw_after:.1f} s ({took / f.raw_after:.2f}x)"
         )
+        if i - 2 < len(f.again_cpu):
+            print_cpu_line("CPU while created (s)", took, f.again_cpu[i - 2])
         for part in ("web", "worker", "web process", "worker process"):
             print(
                 f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"

@@ -150,7 +150,13 @@ def _serve_parser() -> argparse.ArgumentParser:
         default=10.0,
         help="simulated seconds a leaf runs without a duration annotation",
     )
-    p.add_argument("--event-log", type=int, default=2000, help="events kept for watch resumption")
+    p.add_argument(
+        "--event-log",
+        type=int,
+        default=100 * 1024,
+        help="at most this many events kept per resource for watch resumption (kube-apiserver's "
+        "watch cache: at least 75 s of them, up to 102,400)",
+    )
     p.add_argument(
         "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"
     )

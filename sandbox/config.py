@@ -14,7 +14,8 @@ class Config:
     crds: list[Path] = field(default_factory=list)
     label_domain: str = "portal.multisite.io"
     default_duration: float = 10.0
-    event_log_size: int = 2000
+    # Events kept per resource for watches that resume (kube-apiserver's watch cache bound).
+    event_log_size: int = 100 * 1024
     bookmark_interval: float = 30.0
     tick: float = 0.05
     # -- execution: steps really run with --execute; see sandbox/executor.py -------------

@@ -167,7 +167,7 @@ class Sandbox:
     def state(self) -> dict[str, Any]:
         return {
             "resourceVersion": self.store.rv,
-            "eventLog": {"size": len(self.store.log), "evictedUpTo": self.store.evicted_rv},
+            "eventLog": {"size": self.store.events_logged(), "evictedUpTo": self.store.evicted_rv},
             "watchers": len(self.store.watchers),
             "members": {name: m.summary() for name, m in self.members.items()},
             "faults": [f.to_dict() for f in self.faults.active()],

@@ -1,4 +1,5 @@
-"""Objects, one global resourceVersion counter, a bounded event log and watch fan-out.
+"""Objects, one global resourceVersion counter, a window of events per resource (its watch
+cache, ``sandbox.watchcache``) and watch fan-out.
 
 Everything runs on one asyncio loop, so the store needs no locks. Stored objects are never
 mutated after they are committed: readers may serialise them directly, writers clone first.
@@ -12,14 +13,13 @@ import datetime as dt
 import re
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from sandbox import chunks, coordination
+from sandbox import chunks, coordination, watchcache
 from sandbox.errors import ApiError
 from sandbox.keyindex import KeyIndex
 from sandbox.resources import Registry, ResourceType
@@ -98,7 +98,7 @@ class Watcher:
 
 
 class Store:
-    def __init__(self, registry: Registry, event_log_size: int = 2000) -> None:
+    def __init__(self, registry: Registry, event_log_size: int = watchcache.UPPER_BOUND) -> None:
         self.registry = registry
         # Seeded from the clock so that versions keep growing across restarts of the sandbox;
         # anything a client holds from an earlier run is then too old (410) and it re-lists.
@@ -106,10 +106,11 @@ class Store:
         self.objects: dict[str, dict[tuple[str, str], Obj]] = {t.key: {} for t in registry.types}
         # The same keys in etcd's order: chunked lists read a range, as etcd does.
         self.order: dict[str, KeyIndex] = {t.key: KeyIndex() for t in registry.types}
-        self.log: deque[Event] = deque(maxlen=event_log_size)
-        # Highest resourceVersion whose event has fallen off the log: watches from before it
-        # cannot be served and get 410 Expired.
-        self.evicted_rv = self.rv
+        # Each resource's recent events, at most ``event_log_size`` of them: a watch from a
+        # version whose events have left its resource's window gets 410 Expired.
+        self.logs: dict[str, watchcache.WatchCache[Event]] = {
+            t.key: watchcache.WatchCache(self.rv, upper=event_log_size) for t in registry.types
+        }
         # etcd's compaction, which chunked lists' continue tokens do not outlive. In wall
         # time, not divided by the time scale: the scale speeds steps up, and a chunked list
         # takes as long in wall time at any scale.
@@ -184,9 +185,7 @@ class Store:
 
     def _emit(self, rtype: ResourceType, etype: str, obj: Obj, old: Obj | None) -> None:
         ev = Event(int(obj["metadata"]["resourceVersion"]), rtype, etype, obj, old)
-        if len(self.log) == self.log.maxlen:
-            self.evicted_rv = self.log[0].rv
-        self.log.append(ev)
+        self.logs[rtype.key].add(ev)
         for w in list(self.watchers):
             # One cacher per resource, as kube-apiserver's (storage/cacher: a watch's buffer
             # holds its resource's events only): a fan-out's Workflow and Work events do not
@@ -367,17 +366,27 @@ class Store:
     # -- watches -------------------------------------------------------------------------
     def compact(self) -> None:
         """An etcd compaction now: watches and continue tokens from before it get 410."""
-        self.log.clear()
-        self.evicted_rv = self.rv
+        for window in self.logs.values():
+            window.clear(self.rv)
         self.compactor.compact_now(self.rv)
 
-    def events_since(self, rv: int) -> list[Event]:
+    @property
+    def evicted_rv(self) -> int:
+        """The newest version some resource's window no longer serves."""
+        return max(window.evicted_rv for window in self.logs.values())
+
+    def events_logged(self) -> int:
+        return sum(len(window) for window in self.logs.values())
+
+    def events_since(self, rtype: ResourceType, rv: int) -> list[Event]:
         if rv > self.rv:
             # Only possible with a version from another run of the sandbox.
             raise ApiError.expired(f"too large resource version: {rv}, current: {self.rv}")
-        if rv < self.evicted_rv:
-            raise ApiError.expired(f"too old resource version: {rv} ({self.evicted_rv + 1})")
-        return [ev for ev in self.log if ev.rv > rv]
+        window = self.logs[rtype.key]
+        events = window.since(rv)
+        if events is None:
+            raise ApiError.expired(f"too old resource version: {rv} ({window.evicted_rv + 1})")
+        return events
 
 
 def _spec_of(obj: Obj, status_apart: bool = True) -> dict[str, Any]:

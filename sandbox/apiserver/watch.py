@@ -35,7 +35,7 @@ def watch_start(
         raise ApiError.bad_request(f"invalid resourceVersion {rv!r}") from exc
     initial: list[tuple[str, Obj]] = []
     try:
-        for ev in store.events_since(start):
+        for ev in store.events_since(rtype, start):
             kind = watcher.wants(ev)
             if kind:
                 initial.append((kind, ev.obj))

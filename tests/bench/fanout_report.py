@@ -110,14 +110,15 @@ def print_growth(f: Fanout) -> None:
     for n, at, rss in f.milestones:
         print(
             f"    {n:>7,}: {at - before:7.1f} s   RSS web {rss.get('web', 0):6.0f} MB, "
-            f"worker {rss.get('worker', 0):6.0f} MB"
+            f"worker {rss.get('worker', 0):6.0f} MB, sandbox {rss.get('sandbox', 0):6.0f} MB"
         )
         before = at
 
 
 def print_memory(f: Fanout) -> None:
     samples, window = f.samples, f.first_window
-    for part in ("web", "worker"):
+    # The sandbox's too: its watch caches hold each resource's last 75 s of events.
+    for part in ("web", "worker", "sandbox"):
         print(
             f"  RSS {part:<6} MB before/peak/after: {f.mem_before[part]:6.0f} "
             f"{max(f.mem_before[part], first_peak(samples, window, part)):6.0f} "
@@ -142,7 +143,7 @@ def print_memory(f: Fanout) -> None:
         )
         if i - 2 < len(f.again_cpu):
             print_cpu_line("CPU while created (s)", took, f.again_cpu[i - 2])
-        for part in ("web", "worker", "web process", "worker process"):
+        for part in ("web", "worker", "sandbox", "web process", "worker process"):
             print(
                 f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
                 f"   (the first's peak {first_peak(samples, window, part):.0f})"

@@ -173,10 +173,10 @@ def test_the_event_log_is_bounded_and_old_versions_expire() -> None:
         first_rv = store.rv
         for i in range(100):
             store.create(NAMESPACE, {"metadata": {"name": f"ns-{i}"}})
-        assert len(store.log) == 10
-        assert len(store.events_since(store.rv - 5)) == 5
+        assert len(store.logs[NAMESPACE.key]) == 10
+        assert len(store.events_since(NAMESPACE, store.rv - 5)) == 5
         with pytest.raises(ApiError) as err:
-            store.events_since(first_rv)
+            store.events_since(NAMESPACE, first_rv)
         assert err.value.code == 410 and err.value.reason == "Expired"
 
     asyncio.run(scenario())
@@ -223,9 +223,9 @@ def test_versions_from_another_run_of_the_sandbox_expire() -> None:
         assert later.rv > held
         for rv in (held, later.rv + 1000):
             with pytest.raises(ApiError) as err:
-                later.events_since(rv)
+                later.events_since(NAMESPACE, rv)
             assert err.value.code == 410
-        assert later.events_since(later.rv) == []
+        assert later.events_since(NAMESPACE, later.rv) == []
 
     asyncio.run(scenario())
 

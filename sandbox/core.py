@@ -167,7 +167,16 @@ class Sandbox:
     def state(self) -> dict[str, Any]:
         return {
             "resourceVersion": self.store.rv,
-            "eventLog": {"size": self.store.events_logged(), "evictedUpTo": self.store.evicted_rv},
+            "eventLog": {
+                "size": self.store.events_logged(),
+                "evictedUpTo": self.store.evicted_rv,
+                # Each resource's watch cache: how many events it holds, and may hold now.
+                "byResource": {
+                    key: [len(window), window.capacity]
+                    for key, window in self.store.logs.items()
+                    if len(window)
+                },
+            },
             "watchers": len(self.store.watchers),
             "members": {name: m.summary() for name, m in self.members.items()},
             "faults": [f.to_dict() for f in self.faults.active()],

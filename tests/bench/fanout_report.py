@@ -74,6 +74,9 @@ class Fanout:
     cpu: dict[str, tuple[float, float]] = field(default_factory=dict)
     cpu_floor: dict[str, tuple[float, float]] = field(default_factory=dict)
     floor_window: float = 0.0  # the floor's creates, unscaled
+    removed_settled: float = 0.0
+    cpu_floor_after: dict[str, tuple[float, float]] = field(default_factory=dict)
+    floor_after_window: float = 0.0
     settled: float = 0.0  # waited for the sandbox to be done with the fan-out, before the floor
 
 
@@ -135,7 +138,8 @@ def print_memory(f: Fanout) -> None:
     for i, (start, took) in enumerate(f.again, 2):
         print(
             f"  fan-out {i}, after the first   : every step workflow created in {took:.1f} s"
-            f"   (the first's floor deleted before it, in {f.raw_removed:.1f} s)"
+            f"   (the first's floor deleted before it, in {f.raw_removed:.1f} s, "
+            f"settled {f.removed_settled:.0f} s after)"
         )
         print(
             f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
@@ -143,6 +147,7 @@ def print_memory(f: Fanout) -> None:
         )
         if i - 2 < len(f.again_cpu):
             print_cpu_line("CPU while created (s)", took, f.again_cpu[i - 2])
+        print_cpu_line("floor: CPU meanwhile (s)", f.floor_after_window, f.cpu_floor_after)
         for part in ("web", "worker", "sandbox", "web process", "worker process"):
             print(
                 f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"

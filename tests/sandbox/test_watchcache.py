@@ -10,7 +10,8 @@ import pytest
 
 from sandbox.errors import ApiError
 from sandbox.resources import CONFIG_MAP, NAMESPACE, Registry
-from sandbox.store import Store
+from sandbox.selectors import parse_label_selector
+from sandbox.store import Store, Watcher
 from sandbox.watchcache import LOWER_BOUND, UPPER_BOUND, WatchCache
 
 
@@ -85,5 +86,60 @@ def test_a_compaction_expires_every_resource_s_history() -> None:
                 store.events_since(rtype, held)
             assert err.value.code == 410
         assert store.evicted_rv == store.rv
+
+    asyncio.run(scenario())
+
+
+def test_a_resumed_watch_sees_an_object_leave_its_selector_as_deleted() -> None:
+    # The window keeps each event's version before: a selector's transitions are as the live
+    # watch has them.
+    async def scenario() -> None:
+        store = Store(Registry())
+        store.create(NAMESPACE, {"metadata": {"name": "default"}})
+        made = store.create(
+            CONFIG_MAP,
+            {"metadata": {"name": "c", "namespace": "default", "labels": {"tier": "a"}}},
+        )
+        held = store.rv
+        moved = {**made, "metadata": {**made["metadata"], "labels": {"tier": "b"}}}
+        store.update(CONFIG_MAP, moved, "default")
+        back = store.get(CONFIG_MAP, "default", "c")
+        store.update(
+            CONFIG_MAP, {**back, "metadata": {**back["metadata"], "labels": {"tier": "a"}}}
+        )
+        watch = Watcher(CONFIG_MAP, "default", parse_label_selector("tier=a"), lambda _o: True)
+        seen = [
+            (watch.wants(ev), ev.obj["metadata"]["labels"]["tier"])
+            for ev in store.events_since(CONFIG_MAP, held)
+        ]
+        assert seen == [("DELETED", "b"), ("ADDED", "a")]
+
+    asyncio.run(scenario())
+
+
+def test_an_update_shares_what_it_left_unchanged_with_the_version_before() -> None:
+    # The windows keep each version for 75 s: an update that changes the metadata costs the
+    # metadata, not another copy of the data.
+    async def scenario() -> None:
+        store = Store(Registry())
+        store.create(NAMESPACE, {"metadata": {"name": "default"}})
+        first = store.create(
+            CONFIG_MAP,
+            {
+                "metadata": {"name": "c", "namespace": "default", "labels": {"a": "1"}},
+                "data": {"big": "x" * 1000},
+            },
+        )
+        body = {**first, "metadata": {**first["metadata"], "annotations": {"n": "2"}}}
+        second = store.update(CONFIG_MAP, body, "default")
+        assert second["data"] is first["data"]
+        assert second["metadata"]["labels"] is first["metadata"]["labels"]
+        assert second["metadata"]["annotations"] == {"n": "2"}
+        assert "annotations" not in first["metadata"]  # the version before is as it was
+        third = store.update(CONFIG_MAP, {**second, "data": {"big": "y"}}, "default")
+        assert third["data"] == {"big": "y"} and first["data"] == {"big": "x" * 1000}
+        since = int(first["metadata"]["resourceVersion"])
+        events = store.events_since(CONFIG_MAP, since)
+        assert [e.obj["data"]["big"][:1] for e in events] == ["x", "y"]
 
     asyncio.run(scenario())

@@ -145,6 +145,13 @@ def print_memory(f: Fanout) -> None:
             f"    {took / f.all_created:.2f}x the first (target ≤ 1.15x); floor: raw creates on "
             f"the sandbox holding every fan-out {f.raw_after:.1f} s ({took / f.raw_after:.2f}x)"
         )
+        if f.raw_after and f.raw:
+            # The sandbox's own cost moves with what it holds: each fan-out against the floor
+            # taken beside it tells the portal's growth from the sandbox's.
+            print(
+                f"    against its floor, {(took / f.raw_after) / (f.all_created / f.raw):.2f}x "
+                f"the first against its floor (the portal's share; target ≤ 1.15x)"
+            )
         if i - 2 < len(f.again_cpu):
             print_cpu_line("CPU while created (s)", took, f.again_cpu[i - 2])
         print_cpu_line("floor: CPU meanwhile (s)", f.floor_after_window, f.cpu_floor_after)

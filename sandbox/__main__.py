@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from sandbox.faults import FAULT_TYPES
+from sandbox.watchcache import UPPER_BOUND
 
 if TYPE_CHECKING:
     from sandbox.config import Config
@@ -153,9 +154,9 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--event-log",
         type=int,
-        default=100 * 1024,
+        default=UPPER_BOUND,
         help="at most this many events kept per resource for watch resumption (kube-apiserver's "
-        "watch cache: at least 75 s of them, up to 102,400)",
+        f"watch cache: at least 75 s of them, up to {UPPER_BOUND:,})",
     )
     p.add_argument(
         "--bookmark-interval", type=float, default=30.0, help="real seconds between watch BOOKMARKs"

@@ -6,6 +6,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox.watchcache import UPPER_BOUND
+
 
 @dataclass
 class Config:
@@ -15,7 +17,7 @@ class Config:
     label_domain: str = "portal.multisite.io"
     default_duration: float = 10.0
     # Events kept per resource for watches that resume (kube-apiserver's watch cache bound).
-    event_log_size: int = 100 * 1024
+    event_log_size: int = UPPER_BOUND
     bookmark_interval: float = 30.0
     tick: float = 0.05
     # -- execution: steps really run with --execute; see sandbox/executor.py -------------

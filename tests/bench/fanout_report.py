@@ -154,7 +154,8 @@ def print_memory(f: Fanout) -> None:
             )
         if i - 2 < len(f.again_cpu):
             print_cpu_line("CPU while created (s)", took, f.again_cpu[i - 2])
-        print_cpu_line("floor: CPU meanwhile (s)", f.floor_after_window, f.cpu_floor_after)
+        if i == len(f.again) + 1:  # the floor after is taken once, after the last
+            print_cpu_line("floor: CPU meanwhile (s)", f.floor_after_window, f.cpu_floor_after)
         for part in ("web", "worker", "sandbox", "web process", "worker process"):
             print(
                 f"    RSS {part:<14} MB peak by quarter: {quarters(samples, start, took, part)}"
